@@ -1,0 +1,165 @@
+//! Administration: applying a topology file (idempotent, prints what changed) and listing
+//! queues with their depth.
+
+use std::collections::BTreeMap;
+
+use crate::auth;
+use crate::engine::topology_from_rows;
+use crate::error::AqError;
+use crate::store::Store;
+use crate::topology::{Catalog, Topology, canon};
+
+/// One line of `admin apply` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Added(String),
+    Changed(String),
+    Removed(String),
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Added(s) => write!(f, "+ {s}"),
+            Change::Changed(s) => write!(f, "~ {s}"),
+            Change::Removed(s) => write!(f, "- {s}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("invalid topology:\n  {}", .0.join("\n  "))]
+    Invalid(Vec<String>),
+    #[error(transparent)]
+    Aq(#[from] AqError),
+}
+
+impl From<crate::store::StoreError> for ApplyError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApplyError::Aq(e.into())
+    }
+}
+
+/// The topology as (kind, key) → JSON spec rows, clear-text passwords replaced by hashes.
+fn rows_of(t: &Topology) -> Result<BTreeMap<(String, String), String>, ApplyError> {
+    let mut rows = BTreeMap::new();
+    let mut put = |kind: &str, key: String, spec: Result<String, serde_json::Error>| -> Result<(), ApplyError> {
+        let spec = spec.map_err(|e| ApplyError::Invalid(vec![format!("{kind} {key}: {e}")]))?;
+        if rows.insert((kind.to_string(), key.clone()), spec).is_some() {
+            return Err(ApplyError::Invalid(vec![format!("{kind} {key}: defined twice")]));
+        }
+        Ok(())
+    };
+    for x in &t.types {
+        put("type", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.queue_tables {
+        put("queue_table", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.queues {
+        put("queue", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.subscribers {
+        put("subscriber", format!("{}:{}", canon(&x.queue), canon(&x.name)), serde_json::to_string(x))?;
+    }
+    for x in &t.agents {
+        put("agent", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.grants {
+        let key = format!("{}:{}:{}", canon(&x.user), canon(&x.queue), x.privilege.to_ascii_lowercase());
+        put("grant", key, serde_json::to_string(x))?;
+    }
+    Ok(rows)
+}
+
+/// Makes the store's topology equal to `wanted`. Messages are never deleted: a queue that
+/// leaves the topology keeps its messages, and they are back if the queue returns.
+pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Result<Vec<Change>, ApplyError> {
+    let current_rows = store.load_topology().await?;
+    let current = topology_from_rows(&current_rows)?;
+
+    // Clear-text (demo) passwords become hashes; an unchanged password keeps its hash so
+    // that applying the same file twice changes nothing.
+    let mut wanted = wanted.clone();
+    for a in &mut wanted.agents {
+        if let Some(p) = a.password.take() {
+            let old = current.agents.iter().find(|o| canon(&o.name) == canon(&a.name)).and_then(|o| o.password_hash.clone());
+            a.password_hash = Some(match old {
+                Some(h) if auth::verify_password(&p, &h) => h,
+                _ => auth::hash_password(&p).map_err(|e| ApplyError::Invalid(vec![format!("agents ({}): {e}", a.name)]))?,
+            });
+        }
+    }
+    let catalog: Catalog = wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
+
+    let new_rows = rows_of(&wanted)?;
+    let old_rows: BTreeMap<(String, String), String> =
+        current_rows.into_iter().map(|(k, n, s)| ((k, n), s)).collect();
+    let mut changes = Vec::new();
+    for ((kind, name), spec) in &new_rows {
+        match old_rows.get(&(kind.clone(), name.clone())) {
+            None => changes.push(Change::Added(format!("{kind} {name}"))),
+            Some(old) if old != spec => changes.push(Change::Changed(format!("{kind} {name}"))),
+            Some(_) => {}
+        }
+    }
+    for (kind, name) in old_rows.keys() {
+        if !new_rows.contains_key(&(kind.clone(), name.clone())) {
+            changes.push(Change::Removed(format!("{kind} {name}")));
+        }
+    }
+    if dry_run {
+        return Ok(changes);
+    }
+    let mut tx = store.begin().await?;
+    for ((kind, name), spec) in &new_rows {
+        if old_rows.get(&(kind.clone(), name.clone())) != Some(spec) {
+            tx.put_topology_object(kind, name, spec).await?;
+        }
+    }
+    for (kind, name) in old_rows.keys() {
+        if !new_rows.contains_key(&(kind.clone(), name.clone())) {
+            tx.delete_topology_object(kind, name).await?;
+        }
+    }
+    for name in catalog.queues.keys() {
+        tx.ensure_queue(name).await?;
+    }
+    tx.commit().await?;
+    Ok(changes)
+}
+
+/// One row of `admin queues`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRow {
+    pub name: String,
+    pub kind: &'static str,
+    pub payload: String,
+    pub depth: i64,
+}
+
+pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
+    let resolved = crate::engine::load_resolved(store).await?;
+    let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
+    Ok(resolved
+        .catalog
+        .queues
+        .values()
+        .map(|q| {
+            let id = resolved.ids.get(&q.name).copied();
+            QueueRow {
+                name: q.name.clone(),
+                kind: if q.is_exception_queue {
+                    "exception"
+                } else if q.multi_consumer {
+                    "multi-consumer"
+                } else {
+                    "single-consumer"
+                },
+                payload: format!("{:?}", q.payload),
+                depth: id.and_then(|i| depths.get(&i).copied()).unwrap_or(0),
+            }
+        })
+        .collect())
+}

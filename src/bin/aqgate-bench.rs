@@ -1,0 +1,189 @@
+//! Load generator for the AQ servlet: N concurrent HTTP clients, each with its own session,
+//! drive one scenario for a fixed time and report messages per second and latency
+//! percentiles. See BENCHMARKS.md for the commands and results.
+//!
+//! Scenarios (RAW payloads of `--payload` bytes):
+//! - `send`: one message per request, with a trailing AQXmlCommit;
+//! - `batch`: a message_set of `--batch` messages, with a trailing AQXmlCommit;
+//! - `receive`: AQXmlReceive (REMOVE) with a trailing AQXmlCommit; the queue is filled
+//!   first (in batches) with enough messages for the run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Scenario {
+    Send,
+    Batch,
+    Receive,
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "aqgate-bench", about = "Drive the aqgate servlet over HTTP and measure it")]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:8470/aqserv")]
+    url: String,
+    #[arg(long, value_enum, default_value = "send")]
+    scenario: Scenario,
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Seconds to measure.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Messages per request in the batch scenario.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+    #[arg(long, default_value = "AQUSER.RAW_QUE")]
+    queue: String,
+    #[arg(long, default_value = "scott")]
+    user: String,
+    #[arg(long, default_value = "tiger")]
+    password: String,
+    /// Messages to enqueue before a receive run.
+    #[arg(long, default_value_t = 60_000)]
+    prefill: usize,
+}
+
+fn send_xml(queue: &str, n: usize, hex: &str) -> String {
+    let mut s = String::with_capacity(n * (hex.len() + 200) + 400);
+    s.push_str(r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>"#);
+    s.push_str(queue);
+    s.push_str("</destination></producer_options><message_set>");
+    s.push_str(&format!("<message_count>{n}</message_count>"));
+    for i in 1..=n {
+        s.push_str(&format!("<message><message_number>{i}</message_number><message_payload><raw>{hex}</raw></message_payload></message>"));
+    }
+    s.push_str("</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>");
+    s
+}
+
+fn receive_xml(queue: &str) -> String {
+    format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>{queue}</destination><wait_time>0</wait_time></consumer_options><AQXmlCommit/></AQXmlReceive></Body></Envelope>"#
+    )
+}
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    user: String,
+    password: String,
+    cookie: Option<String>,
+}
+
+impl Client {
+    async fn post(&mut self, body: String) -> anyhow::Result<String> {
+        let mut rb = self.http.post(&self.url).header("content-type", "text/xml").body(body);
+        match &self.cookie {
+            Some(c) => rb = rb.header("cookie", c.clone()),
+            None => rb = rb.basic_auth(&self.user, Some(&self.password)),
+        }
+        let r = rb.send().await?;
+        if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
+            self.cookie = sc.split(';').next().map(String::from);
+        }
+        let status = r.status();
+        let text = r.text().await?;
+        anyhow::ensure!(status.is_success(), "HTTP {status}: {text}");
+        Ok(text)
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    Duration::from_micros(sorted[i.min(sorted.len() - 1)])
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let hex = "AB".repeat(args.payload);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients * 2).build()?;
+    let mk = || Client { http: http.clone(), url: args.url.clone(), user: args.user.clone(), password: args.password.clone(), cookie: None };
+
+    if args.scenario == Scenario::Receive {
+        let mut c = mk();
+        let body = send_xml(&args.queue, 500, &hex);
+        let mut n = 0;
+        while n < args.prefill {
+            c.post(body.clone()).await?;
+            n += 500;
+        }
+        eprintln!("prefilled {n} messages");
+    }
+
+    let per_request = match args.scenario {
+        Scenario::Batch => args.batch,
+        _ => 1,
+    };
+    let body = Arc::new(match args.scenario {
+        Scenario::Send => send_xml(&args.queue, 1, &hex),
+        Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
+        Scenario::Receive => receive_xml(&args.queue),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let mut c = mk();
+        let body = body.clone();
+        let stop = stop.clone();
+        let faults = faults.clone();
+        tasks.push(tokio::spawn(async move {
+            // Warm up: open the session (one argon2 verification) outside the measurement.
+            let _ = c.post(receive_xml("AQUSER.NO_SUCH_QUEUE")).await;
+            let mut lat = Vec::new();
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                match c.post((*body).clone()).await {
+                    Ok(text) if text.contains("<Fault") => {
+                        faults.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)),
+                    Err(e) => {
+                        eprintln!("request failed: {e}");
+                        faults.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            (lat, start.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut elapsed = Duration::ZERO;
+    for t in tasks {
+        let (lat, e) = t.await?;
+        all.extend(lat);
+        elapsed = elapsed.max(e);
+    }
+    all.sort_unstable();
+    let requests = all.len();
+    #[allow(clippy::cast_precision_loss)]
+    let msgs_per_sec = (requests * per_request) as f64 / elapsed.as_secs_f64();
+    println!(
+        "scenario={:?} clients={} payload={}B batch={} requests={} faults={} msgs/s={:.0} p50={:.2}ms p99={:.2}ms",
+        args.scenario,
+        args.clients,
+        args.payload,
+        per_request,
+        requests,
+        faults.load(Ordering::Relaxed),
+        msgs_per_sec,
+        percentile(&all, 0.50).as_secs_f64() * 1000.0,
+        percentile(&all, 0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}

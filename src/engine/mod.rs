@@ -1,0 +1,753 @@
+//! The queue engine: AQ semantics over a [`Store`], with the clock injected.
+//!
+//! Enqueue (send/publish), dequeue (receive: REMOVE / BROWSE / LOCKED, FIRST / NEXT
+//! navigation, selectors), registration, session commit and rollback, delay and
+//! expiration. The engine decides; the store persists. One request runs in one store
+//! transaction, so it is all-or-nothing.
+
+pub mod context;
+pub mod session;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, MICROS_PER_SEC, Micros};
+use crate::error::{AqError, code};
+use crate::idap::model::*;
+use crate::payload::{self, PayloadView};
+use crate::selector::Condition;
+use crate::store::*;
+use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, Topology, canon};
+
+pub use session::{Lookup, Session, SessionRef, Sessions};
+
+/// Tunables of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Longest a receive may wait (`wait_time` is capped to this; absent means this).
+    pub max_wait: Duration,
+    /// Idle sessions roll back after this long.
+    pub session_timeout: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { max_wait: Duration::from_secs(60), session_timeout: Duration::from_secs(300) }
+    }
+}
+
+/// The catalog plus the store's queue ids.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub catalog: Catalog,
+    pub ids: HashMap<String, QueueId>,
+    pub names: HashMap<QueueId, String>,
+}
+
+impl Resolved {
+    fn queue(&self, name: &str) -> Result<(&QueueInfo, QueueId), AqError> {
+        let q = self.catalog.queue(name).ok_or_else(|| AqError::no_such_queue(name))?;
+        let id = *self.ids.get(&q.name).ok_or_else(|| AqError::no_such_queue(name))?;
+        Ok((q, id))
+    }
+}
+
+pub struct Engine {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    resolved: RwLock<Arc<Resolved>>,
+    wakers: StdMutex<HashMap<QueueId, Arc<Notify>>>,
+    pub sessions: Sessions,
+}
+
+/// Candidates fetched per store round trip while scanning for a selector match.
+const SCAN_BATCH: i64 = 64;
+
+impl Engine {
+    /// Builds the engine: rolls back what a previous process left open, loads the
+    /// topology from the store.
+    pub async fn start(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: EngineConfig) -> Result<Arc<Self>, AqError> {
+        let rolled_back = store.recover().await?;
+        if rolled_back > 0 {
+            tracing::info!(rows = rolled_back, "rolled back transactions of the previous process");
+        }
+        let engine = Arc::new(Self {
+            store,
+            clock,
+            config,
+            resolved: RwLock::new(Arc::new(Resolved::default())),
+            wakers: StdMutex::new(HashMap::new()),
+            sessions: Sessions::default(),
+        });
+        engine.reload().await?;
+        Ok(engine)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn now(&self) -> Micros {
+        self.clock.now()
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Reloads the topology from the store (after `admin apply`).
+    pub async fn reload(&self) -> Result<(), AqError> {
+        let resolved = load_resolved(self.store.as_ref()).await?;
+        *self.resolved.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(resolved);
+        Ok(())
+    }
+
+    pub fn resolved(&self) -> Arc<Resolved> {
+        self.resolved.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn agent(&self, name: &str) -> Option<AgentInfo> {
+        self.resolved().catalog.agent(name).cloned()
+    }
+
+    fn waker(&self, queue: QueueId) -> Arc<Notify> {
+        let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        w.entry(queue).or_insert_with(|| Arc::new(Notify::new())).clone()
+    }
+
+    /// Wakes long-polls waiting on `queue`.
+    pub fn wake(&self, queue: QueueId) {
+        self.waker(queue).notify_waiters();
+    }
+
+    /// Performs one IDAP request in `session` for `agent`.
+    pub async fn execute(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
+        session.last_used = self.now();
+        let resolved = self.resolved();
+        let agent = resolved
+            .catalog
+            .agent(&session.agent)
+            .cloned()
+            .ok_or_else(|| AqError::client(code::NOT_PERMITTED, "agent no longer exists"))?;
+        match request {
+            Request::Send(r) => {
+                let res = self.enqueue(&resolved, session, &agent, r).await?;
+                Ok(Response::Send(StatusResponse::ok(), Some(res)))
+            }
+            Request::Publish(r) => {
+                let res = self.enqueue(&resolved, session, &agent, r).await?;
+                Ok(Response::Publish(StatusResponse::ok(), Some(res)))
+            }
+            Request::Receive(r) => {
+                let res = self.receive(&resolved, session, &agent, r).await?;
+                Ok(Response::Receive(StatusResponse::ok(), Some(res)))
+            }
+            Request::Register(r) => {
+                self.register(&resolved, session, &agent, r).await?;
+                Ok(Response::Register(StatusResponse::ok()))
+            }
+            Request::Commit => {
+                self.commit(session).await?;
+                Ok(Response::Commit(StatusResponse::ok()))
+            }
+            Request::Rollback => {
+                self.rollback(&resolved, session).await?;
+                Ok(Response::Rollback(StatusResponse::ok()))
+            }
+        }
+    }
+
+    async fn enqueue(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: EnqueueRequest,
+    ) -> Result<EnqueueResult, AqError> {
+        let dest = destination_name(&req.producer.destination)?;
+        let (queue, qid) = resolved.queue(dest)?;
+        if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
+            return Err(not_permitted(agent, "enqueue to", &queue.name));
+        }
+        if !queue.enqueue_enabled {
+            return Err(AqError::client(code::ENQUEUE_DISABLED, format!("enqueue failed, queue {} is disabled for enqueueing", queue.name)));
+        }
+        if req.producer.transformation.is_some() {
+            return Err(AqError::invalid("transformations are not supported"));
+        }
+        let now = self.now();
+        let immediate = req.producer.visibility == Visibility::Immediate;
+        let commit_now = immediate || req.commit;
+        let mut rows = Vec::with_capacity(req.messages.len());
+        let mut ids = Vec::with_capacity(req.messages.len());
+        for (i, m) in req.messages.iter().enumerate() {
+            let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+            let row = self
+                .new_message(resolved, queue, qid, m, now, if commit_now { None } else { Some(session.txn.clone()) })
+                .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            ids.push(hex::encode_upper(row.msgid));
+            rows.push(row);
+        }
+        let mut tx = self.store.begin().await?;
+        tx.insert_messages(&rows).await?;
+        let mut woken = vec![qid];
+        if req.commit && !immediate && session.pending {
+            woken.extend(tx.commit_session(&session.txn).await?.enqueued_queues);
+        }
+        tx.commit().await?;
+        if req.commit && !immediate {
+            session.end_transaction();
+        } else if !immediate {
+            session.pending = true;
+        }
+        if commit_now {
+            for q in woken {
+                self.wake(q);
+            }
+        }
+        Ok(EnqueueResult { destination: queue.name.clone(), message_ids: ids })
+    }
+
+    fn new_message(
+        &self,
+        resolved: &Resolved,
+        queue: &QueueInfo,
+        qid: QueueId,
+        m: &Message,
+        now: Micros,
+        enq_txn: Option<String>,
+    ) -> Result<NewMessage, AqError> {
+        let h = &m.header;
+        if h.message_id.is_some() {
+            return Err(AqError::invalid("message_id is assigned by the server; do not send it"));
+        }
+        if h.message_state.is_some() || h.delivery_count.is_some() {
+            return Err(AqError::invalid("message_state and delivery_count are filled in at dequeue"));
+        }
+        if let Some(c) = &h.correlation {
+            if c.chars().count() > 128 {
+                return Err(AqError::invalid("correlation is longer than 128 characters"));
+            }
+        }
+        let delay = h.delay.unwrap_or(0);
+        if delay < 0 {
+            return Err(AqError::invalid("delay must not be negative"));
+        }
+        let expiration = h.expiration.unwrap_or(-1);
+        if expiration < -1 || expiration == 0 {
+            return Err(AqError::invalid("expiration must be a positive number of seconds, or -1 (never)"));
+        }
+        let priority = h.priority.unwrap_or(1);
+        let sender = match &h.sender_id {
+            Some(a) => {
+                if a.alias.is_some() {
+                    return Err(AqError::client(code::DIRECTORY, "sender_id agent_alias needs the directory, which is not configured"));
+                }
+                Some(agent_json(a))
+            }
+            None => None,
+        };
+        if let Some(eq) = &h.exception_queue {
+            if eq.trim().is_empty() {
+                return Err(AqError::invalid("exception_queue is empty"));
+            }
+        }
+        let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
+            .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
+        let msgid = *uuid::Uuid::new_v4().as_bytes();
+        let delay_until = (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC)));
+        let expire_at = (expiration > 0)
+            .then(|| now.saturating_add(delay.saturating_add(expiration).saturating_mul(MICROS_PER_SEC)));
+        let mut row = NewMessage {
+            msgid,
+            queue: qid,
+            corrid: h.correlation.clone(),
+            priority,
+            enq_time: now,
+            delay_until,
+            expire_at,
+            sender,
+            exception_queue: h.exception_queue.as_deref().map(canon),
+            payload,
+            enq_txn,
+            consumers: Vec::new(),
+            prio_key: if queue.sort == SortOrder::PriorityEnqTime { priority } else { 0 },
+        };
+        row.consumers = if queue.multi_consumer {
+            if !h.recipient_list.is_empty() {
+                let mut names = Vec::new();
+                for r in &h.recipient_list {
+                    if r.alias.is_some() {
+                        return Err(AqError::client(code::DIRECTORY, "recipient agent_alias needs the directory, which is not configured"));
+                    }
+                    let Some(n) = r.name.as_deref().filter(|n| !n.trim().is_empty()) else {
+                        return Err(AqError::invalid("recipient without agent_name"));
+                    };
+                    let n = canon(n);
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names
+            } else {
+                let view = context::MessageContext::for_new(&row, &queue.name, &queue.payload, &resolved.catalog.types);
+                queue
+                    .subscribers
+                    .iter()
+                    .filter(|s| s.rule.as_ref().is_none_or(|r| r.eval(&view)))
+                    .map(|s| s.name.clone())
+                    .collect()
+            }
+        } else {
+            if !h.recipient_list.is_empty() {
+                return Err(AqError::client(code::NOT_MULTI_CONSUMER, format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name)));
+            }
+            vec![String::new()]
+        };
+        if row.consumers.is_empty() {
+            return Err(AqError::client(code::NO_RECIPIENTS, format!("no recipients for message: queue {} has no matching subscriber", queue.name)));
+        }
+        Ok(row)
+    }
+
+    async fn receive(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: ReceiveRequest,
+    ) -> Result<ReceiveResult, AqError> {
+        let o = &req.consumer;
+        let dest = destination_name(&o.destination)?;
+        let (queue, qid) = resolved.queue(dest)?;
+        if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
+            return Err(not_permitted(agent, "dequeue from", &queue.name));
+        }
+        if !queue.dequeue_enabled {
+            return Err(AqError::client(code::DEQUEUE_DISABLED, format!("dequeue failed, queue {} is not enabled for dequeue", queue.name)));
+        }
+        let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
+        if o.transformation.is_some() {
+            return Err(AqError::invalid("transformations are not supported"));
+        }
+        if o.navigation == NavigationMode::NextTransaction {
+            return Err(AqError::invalid("NEXT_TRANSACTION needs message grouping, which this queue does not have"));
+        }
+        if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
+            return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
+        }
+        if o.dequeue_mode == DequeueMode::Browse && o.visibility == Visibility::Immediate {
+            // Browsing takes no lock; visibility does not apply. Accepted as Oracle does.
+        }
+        let mut filter = Filter { corrid: None, msgid: None, condition: None };
+        match &o.selector {
+            None => {}
+            Some(Selector::Correlation(c)) => filter.corrid = Some(c.clone()),
+            Some(Selector::MessageId(id)) => filter.msgid = Some(parse_msgid(id)?),
+            Some(Selector::Condition(c)) => {
+                filter.condition = Some(
+                    Condition::parse(c).map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?,
+                )
+            }
+        }
+        let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let waker = self.waker(qid);
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            if let Some(m) = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await? {
+                return Ok(ReceiveResult { destination: queue.name.clone(), messages: vec![m] });
+            }
+            let now_i = tokio::time::Instant::now();
+            if now_i >= deadline {
+                break;
+            }
+            // Wake on an enqueue signal, at the deadline, or when a delayed message's delay ends.
+            let mut until = deadline;
+            let now = self.now();
+            if let Some(t) = self.store.next_delay_end(qid, now).await? {
+                let d = Duration::from_micros(u64::try_from(t.saturating_sub(now)).unwrap_or(0));
+                until = until.min(now_i + d);
+            }
+            let _ = tokio::time::timeout_at(until, notified).await;
+        }
+        if filter.msgid.is_some() {
+            return Err(AqError::client(code::NO_SUCH_MESSAGE_ID, format!("no message in queue {} with the given message ID", queue.name)));
+        }
+        Err(AqError::client(code::NO_MESSAGE, format!("timeout or end-of-fetch during message dequeue from {}", queue.name)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn try_receive(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        queue: &QueueInfo,
+        qid: QueueId,
+        consumer: &str,
+        req: &ReceiveRequest,
+        filter: &Filter,
+    ) -> Result<Option<Message>, AqError> {
+        let o = &req.consumer;
+        let now = self.now();
+        let key = (qid, consumer.to_string());
+        let start = match o.navigation {
+            NavigationMode::FirstMessage => None,
+            _ => session.positions.get(&key).copied(),
+        };
+        let browse = o.dequeue_mode == DequeueMode::Browse;
+        // A REMOVE that commits at once (IMMEDIATE, or a trailing AQXmlCommit with nothing
+        // else pending) deletes the delivery directly instead of locking it first.
+        let remove_now = o.visibility == Visibility::Immediate || (req.commit && !session.pending);
+        let mut tx = self.store.begin().await?;
+        // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
+        // never starves on messages sorted before its position (e.g. higher priority).
+        let passes: &[Option<Position>] = if start.is_some() && !browse { &[start, None] } else { &[start] };
+        let mut found = None;
+        'passes: for &from in passes.iter() {
+            let mut q = CandidateQuery {
+                queue: qid,
+                consumer: consumer.to_string(),
+                txn: session.txn.clone(),
+                now,
+                after: from,
+                corrid: filter.corrid.clone(),
+                msgid: filter.msgid,
+                include_locked: browse,
+                limit: SCAN_BATCH,
+            };
+            loop {
+                let batch = tx.candidates(&q).await?;
+                let exhausted = (batch.len() as i64) < SCAN_BATCH;
+                for m in batch {
+                    q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
+                    if let Some(c) = &filter.condition {
+                        let ctx = context::MessageContext::for_stored(&m, &queue.name, &queue.payload, &resolved.catalog.types);
+                        if !c.eval(&ctx) {
+                            continue;
+                        }
+                    }
+                    let taken = match o.dequeue_mode {
+                        DequeueMode::Browse => true,
+                        DequeueMode::Locked => tx.lock(m.seq, consumer, &session.txn, LockKind::Locked).await?,
+                        DequeueMode::Remove if remove_now => tx.remove_now(m.seq, consumer, &session.txn).await?,
+                        DequeueMode::Remove => tx.lock(m.seq, consumer, &session.txn, LockKind::Remove).await?,
+                    };
+                    if taken {
+                        found = Some(m);
+                        break 'passes;
+                    }
+                }
+                if exhausted {
+                    break;
+                }
+            }
+        }
+        let Some(m) = found else {
+            drop(tx);
+            if browse && o.navigation == NavigationMode::NextMessage {
+                // End of fetch: the next browse starts from the beginning again.
+                session.positions.remove(&key);
+            }
+            return Ok(None);
+        };
+        let takes_lock = !browse && !remove_now;
+        let mut woken = Vec::new();
+        if req.commit && (session.pending || takes_lock) {
+            woken = tx.commit_session(&session.txn).await?.enqueued_queues;
+        }
+        tx.commit().await?;
+        if req.commit {
+            session.end_transaction();
+        } else if takes_lock {
+            session.pending = true;
+        }
+        for q in woken {
+            self.wake(q);
+        }
+        session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+        let payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
+            .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
+        Ok(Some(Message { number: Some(1), header: header_of(&m, queue, now), payload }))
+    }
+
+    async fn register(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: RegisterRequest,
+    ) -> Result<(), AqError> {
+        let dest = destination_name(&req.destination)?;
+        let (queue, qid) = resolved.queue(dest)?;
+        if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
+            return Err(not_permitted(agent, "register for notifications on", &queue.name));
+        }
+        let consumer = consumer_for(queue, req.consumer_name.as_deref())?;
+        let url = req.notify_url.trim();
+        let lower = url.to_ascii_lowercase();
+        if lower.starts_with("plsql://") {
+            return Err(AqError::invalid("plsql:// notifications are not supported: use http(s):// or mailto:"));
+        }
+        let ok = if lower.starts_with("http://") || lower.starts_with("https://") {
+            url.len() > lower.find("://").map_or(0, |i| i + 3)
+        } else if let Some(addr) = lower.strip_prefix("mailto:") {
+            let addr = addr.trim_start_matches("//");
+            addr.contains('@') && !addr.starts_with('@') && !addr.ends_with('@')
+        } else {
+            false
+        };
+        if !ok {
+            return Err(AqError::invalid(format!("notify_url '{url}' is not an http(s):// URL or a mailto: address")));
+        }
+        let mut tx = self.store.begin().await?;
+        tx.upsert_registration(&Registration { queue: qid, consumer, notify_url: url.to_string(), agent: agent.name.clone() })
+            .await?;
+        let mut woken = Vec::new();
+        if req.commit && session.pending {
+            woken = tx.commit_session(&session.txn).await?.enqueued_queues;
+        }
+        tx.commit().await?;
+        if req.commit {
+            session.end_transaction();
+        }
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(())
+    }
+
+    /// Commits the session's transaction.
+    pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
+        if session.pending {
+            let mut tx = self.store.begin().await?;
+            let outcome = tx.commit_session(&session.txn).await?;
+            tx.commit().await?;
+            for q in outcome.enqueued_queues {
+                self.wake(q);
+            }
+        }
+        session.end_transaction();
+        Ok(())
+    }
+
+    /// Rolls back the session's transaction. Dequeues that fail too often move their
+    /// message to the exception queue (single-consumer queues).
+    pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
+        if session.pending {
+            let mut tx = self.store.begin().await?;
+            let released = tx.rollback_session(&session.txn).await?;
+            let mut woken = Vec::new();
+            for (seq, qid, retries) in released {
+                woken.push(qid);
+                let Some(q) = resolved.names.get(&qid).and_then(|n| resolved.catalog.queues.get(n)) else { continue };
+                if !q.multi_consumer && !q.is_exception_queue && retries > q.max_retries {
+                    if let Some(eq) = resolved.ids.get(&q.exception_queue) {
+                        tx.move_to_exception(seq, *eq).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            for q in woken {
+                self.wake(q);
+            }
+        }
+        session.positions.clear();
+        session.end_transaction();
+        Ok(())
+    }
+
+    /// Rolls back and forgets sessions idle for longer than the timeout. Returns how many.
+    pub async fn expire_sessions(&self) -> usize {
+        let now = self.now();
+        let limit = i64::try_from(self.config.session_timeout.as_micros()).unwrap_or(i64::MAX);
+        let resolved = self.resolved();
+        let mut n = 0;
+        for s in self.sessions.all() {
+            // A session busy with a request is not idle.
+            let Ok(mut g) = s.try_lock() else { continue };
+            if now.saturating_sub(g.last_used) < limit {
+                continue;
+            }
+            let had_work = g.pending;
+            if let Err(e) = self.rollback(&resolved, &mut g).await {
+                tracing::warn!(error = %e, "rolling back an idle session failed; will retry");
+                continue;
+            }
+            self.sessions.remove(&g.id, had_work);
+            n += 1;
+        }
+        n
+    }
+
+    /// Moves expired messages to their exception queue (state 3). Returns how many.
+    pub async fn expire_messages(&self) -> Result<usize, AqError> {
+        let now = self.now();
+        let resolved = self.resolved();
+        let due = self.store.due_expirations(now, 500).await?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.store.begin().await?;
+        for m in &due {
+            let default_eq = resolved
+                .names
+                .get(&m.queue)
+                .and_then(|n| resolved.catalog.queues.get(n))
+                .map(|q| q.exception_queue.clone());
+            // A named exception queue that does not exist falls back to the default one.
+            let target = m
+                .exception_queue
+                .as_deref()
+                .and_then(|n| resolved.ids.get(&canon(n)))
+                .or_else(|| default_eq.as_ref().and_then(|n| resolved.ids.get(n)));
+            match target {
+                Some(t) => tx.move_to_exception(m.seq, *t).await?,
+                None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
+            }
+        }
+        tx.commit().await?;
+        Ok(due.len())
+    }
+
+    /// Background duties: session timeouts, expirations, cross-process wake-ups. Runs
+    /// until `shutdown` resolves.
+    pub async fn run_background(self: Arc<Self>, tick: Duration, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut shutdown = shutdown;
+        if let Ok(Some(mut rx)) = self.store.listen().await {
+            let me = self.clone();
+            tokio::spawn(async move {
+                while let Some(q) = rx.recv().await {
+                    me.wake(q);
+                }
+            });
+        }
+        let mut interval = tokio::time::interval(tick);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            if let Err(e) = self.expire_messages().await {
+                tracing::warn!(error = %e, "time manager");
+            }
+            self.expire_sessions().await;
+        }
+    }
+}
+
+struct Filter {
+    corrid: Option<String>,
+    msgid: Option<[u8; 16]>,
+    condition: Option<Condition>,
+}
+
+fn destination_name(d: &Destination) -> Result<&str, AqError> {
+    if d.lookup == LookupType::Ldap {
+        return Err(AqError::client(code::DIRECTORY, format!("lookup_type=\"LDAP\" for destination '{}' needs the directory, which is not configured", d.name)));
+    }
+    Ok(d.name.trim())
+}
+
+fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {
+    let name = name.map(str::trim).filter(|n| !n.is_empty());
+    match (queue.multi_consumer, name) {
+        (true, None) => Err(AqError::client(code::CONSUMER_REQUIRED, format!("cannot dequeue because CONSUMER_NAME not specified: {} is a multi-consumer queue", queue.name))),
+        (true, Some(n)) => Ok(canon(n)),
+        (false, Some(_)) => Err(AqError::client(code::NOT_MULTI_CONSUMER, format!("consumer_name given, but queue {} is not a multi-consumer queue", queue.name))),
+        (false, None) => Ok(String::new()),
+    }
+}
+
+fn not_permitted(agent: &AgentInfo, what: &str, queue: &str) -> AqError {
+    AqError::client(code::NOT_PERMITTED, format!("insufficient privileges: agent {} may not {what} {queue}", agent.name))
+}
+
+fn parse_msgid(id: &str) -> Result<[u8; 16], AqError> {
+    let bytes = hex::decode(id.trim()).map_err(|_| AqError::invalid("message_id is not hexadecimal"))?;
+    bytes.try_into().map_err(|_| AqError::invalid("message_id must be 32 hex digits (16 bytes)"))
+}
+
+fn agent_json(a: &AgentRef) -> String {
+    serde_json::json!({ "name": a.name, "address": a.address, "protocol": a.protocol }).to_string()
+}
+
+pub fn agent_from_json(s: &str) -> Option<AgentRef> {
+    let v: serde_json::Value = serde_json::from_str(s).ok()?;
+    Some(AgentRef {
+        name: v.get("name").and_then(|x| x.as_str()).map(String::from),
+        address: v.get("address").and_then(|x| x.as_str()).map(String::from),
+        protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
+        alias: None,
+    })
+}
+
+/// The message properties returned with a dequeued message.
+pub fn header_of(m: &StoredMessage, queue: &QueueInfo, now: Micros) -> MessageHeader {
+    let state = if m.state == 3 {
+        3
+    } else if m.delay_until.is_some_and(|t| t > now) {
+        1
+    } else {
+        0
+    };
+    MessageHeader {
+        message_id: Some(hex::encode_upper(m.msgid)),
+        correlation: m.corrid.clone(),
+        expiration: None,
+        delay: None,
+        priority: Some(m.priority),
+        delivery_count: Some(m.retry_count),
+        sender_id: m.sender.as_deref().and_then(agent_from_json),
+        recipient_list: Vec::new(),
+        message_state: Some(state),
+        // The default exception queue is reported as absent, as Oracle does.
+        exception_queue: m.exception_queue.clone().filter(|e| *e != queue.exception_queue),
+    }
+}
+
+/// Loads the topology rows and queue ids from the store into a [`Resolved`].
+pub async fn load_resolved(store: &dyn Store) -> Result<Resolved, AqError> {
+    let topo = topology_from_rows(&store.load_topology().await?)?;
+    let catalog = topo
+        .resolve(&|_| Err("clear-text password in stored topology".into()))
+        .map_err(|e| AqError::server(code::INTERNAL, format!("stored topology is invalid: {}", e.join("; "))))?;
+    let mut ids = HashMap::new();
+    let mut names = HashMap::new();
+    for (name, id) in store.queue_ids().await? {
+        if catalog.queues.contains_key(&name) {
+            names.insert(id, name.clone());
+            ids.insert(name, id);
+        }
+    }
+    Ok(Resolved { catalog, ids, names })
+}
+
+/// Rebuilds a [`Topology`] from the store's (kind, name, spec) rows.
+pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology, AqError> {
+    let mut t = Topology::default();
+    for (kind, name, spec) in rows {
+        let bad = |e: serde_json::Error| AqError::server(code::INTERNAL, format!("stored topology object {kind} {name}: {e}"));
+        match kind.as_str() {
+            "type" => t.types.push(serde_json::from_str(spec).map_err(bad)?),
+            "queue_table" => t.queue_tables.push(serde_json::from_str(spec).map_err(bad)?),
+            "queue" => t.queues.push(serde_json::from_str(spec).map_err(bad)?),
+            "subscriber" => t.subscribers.push(serde_json::from_str(spec).map_err(bad)?),
+            "agent" => t.agents.push(serde_json::from_str(spec).map_err(bad)?),
+            "grant" => t.grants.push(serde_json::from_str(spec).map_err(bad)?),
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+pub use payload::PayloadKind;
+#[allow(unused_imports)]
+use PayloadView as _;

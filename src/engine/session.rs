@@ -1,0 +1,125 @@
+//! Sessions: one per HTTP client (or per mail). A session carries one open AQ transaction
+//! at a time and the navigation position per (queue, consumer). Sessions live in memory;
+//! their uncommitted work lives in the store, tagged with the transaction id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use rand::RngCore;
+use tokio::sync::Mutex;
+
+use crate::clock::Micros;
+use crate::store::{Position, QueueId};
+
+/// 128 random bits, hex: unguessable, issued by the server only.
+pub fn random_id() -> String {
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut b);
+    hex::encode(b)
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub id: String,
+    /// The effective agent (upper-case name).
+    pub agent: String,
+    /// The open transaction's id: tags uncommitted rows in the store.
+    pub txn: String,
+    /// Whether the transaction has uncommitted work.
+    pub pending: bool,
+    pub positions: HashMap<(QueueId, String), Position>,
+    pub last_used: Micros,
+}
+
+impl Session {
+    pub fn new(agent: &str, now: Micros) -> Self {
+        Self {
+            id: random_id(),
+            agent: agent.to_string(),
+            txn: random_id(),
+            pending: false,
+            positions: HashMap::new(),
+            last_used: now,
+        }
+    }
+
+    /// Starts a fresh transaction after commit or rollback.
+    pub fn end_transaction(&mut self) {
+        self.txn = random_id();
+        self.pending = false;
+    }
+}
+
+pub type SessionRef = Arc<Mutex<Session>>;
+
+/// Where an expired session's id goes, so its client is told its work was rolled back.
+const TOMBSTONE_LIMIT: usize = 100_000;
+
+#[derive(Default)]
+pub struct Sessions {
+    inner: StdMutex<SessionsInner>,
+}
+
+#[derive(Default)]
+struct SessionsInner {
+    live: HashMap<String, (SessionRef, String)>,
+    /// Expired sessions that had uncommitted work (id → agent).
+    tombstones: HashMap<String, String>,
+}
+
+pub enum Lookup {
+    Live(SessionRef, String),
+    /// The session timed out with uncommitted work, which was rolled back.
+    Expired,
+    Unknown,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionsInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create(&self, agent: &str, now: Micros) -> (String, SessionRef) {
+        let s = Session::new(agent, now);
+        let id = s.id.clone();
+        let r = Arc::new(Mutex::new(s));
+        self.lock().live.insert(id.clone(), (r.clone(), agent.to_string()));
+        (id, r)
+    }
+
+    pub fn get(&self, id: &str) -> Lookup {
+        let mut g = self.lock();
+        if let Some((s, agent)) = g.live.get(id) {
+            return Lookup::Live(s.clone(), agent.clone());
+        }
+        if g.tombstones.remove(id).is_some() {
+            return Lookup::Expired;
+        }
+        Lookup::Unknown
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn all(&self) -> Vec<SessionRef> {
+        self.lock().live.values().map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Forgets a session; `had_work` leaves a tombstone for its client.
+    pub fn remove(&self, id: &str, had_work: bool) {
+        let mut g = self.lock();
+        if let Some((_, agent)) = g.live.remove(id) {
+            if had_work {
+                if g.tombstones.len() >= TOMBSTONE_LIMIT {
+                    g.tombstones.clear();
+                }
+                g.tombstones.insert(id.to_string(), agent);
+            }
+        }
+    }
+}

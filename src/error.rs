@@ -1,0 +1,77 @@
+//! `AqError`: the one error type of the IDAP surface. Every failure of a request becomes
+//! one of these and then an IDAP `Fault`; internals (SQL text, paths) never leak into it.
+//!
+//! Error numbers follow Oracle where Oracle has one for the condition (see the table in
+//! README.md).
+
+use crate::idap::model::{Fault, FaultKind};
+
+/// Oracle-style error numbers used in faults.
+pub mod code {
+    /// ORA-01031 insufficient privileges.
+    pub const NOT_PERMITTED: i32 = 1031;
+    /// ORA-24010 queue does not exist.
+    pub const NO_SUCH_QUEUE: i32 = 24010;
+    /// ORA-24031 invalid value (a request parameter).
+    pub const INVALID_VALUE: i32 = 24031;
+    /// ORA-24033 no recipients for message.
+    pub const NO_RECIPIENTS: i32 = 24033;
+    /// ORA-24039 queue not created for multiple consumers (consumer_name on a single-consumer queue).
+    pub const NOT_MULTI_CONSUMER: i32 = 24039;
+    /// ORA-25207 enqueue failed, queue is disabled for enqueueing.
+    pub const ENQUEUE_DISABLED: i32 = 25207;
+    /// ORA-25215 user_data type and queue type do not match.
+    pub const PAYLOAD_MISMATCH: i32 = 25215;
+    /// ORA-25226 dequeue failed, queue is not enabled for dequeue.
+    pub const DEQUEUE_DISABLED: i32 = 25226;
+    /// ORA-25228 timeout or end-of-fetch during message dequeue.
+    pub const NO_MESSAGE: i32 = 25228;
+    /// ORA-25231 cannot dequeue because CONSUMER_NAME not specified.
+    pub const CONSUMER_REQUIRED: i32 = 25231;
+    /// ORA-25263 no message in queue with message ID.
+    pub const NO_SUCH_MESSAGE_ID: i32 = 25263;
+    /// ORA-24034 application is already a subscriber / unknown subscriber.
+    pub const NOT_A_SUBSCRIBER: i32 = 24035;
+    /// ORA-25200 invalid value for a selector condition (aqgate: condition not supported).
+    pub const BAD_CONDITION: i32 = 25200;
+    /// ORA-25254 time-out in LISTEN / session expired; aqgate: the session's work was rolled back.
+    pub const SESSION_EXPIRED: i32 = 25254;
+    /// aqgate: the directory (LDAP) is needed but not available.
+    pub const DIRECTORY: i32 = 24047;
+    /// ORA-00600 internal error (store failure); details are logged, not returned.
+    pub const INTERNAL: i32 = 600;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("AQ-{code}: {message}")]
+pub struct AqError {
+    pub kind: FaultKind,
+    pub code: i32,
+    pub message: String,
+}
+
+impl AqError {
+    pub fn client(code: i32, message: impl Into<String>) -> Self {
+        Self { kind: FaultKind::Client, code, message: message.into() }
+    }
+    pub fn server(code: i32, message: impl Into<String>) -> Self {
+        Self { kind: FaultKind::Server, code, message: message.into() }
+    }
+    pub fn no_such_queue(name: &str) -> Self {
+        Self::client(code::NO_SUCH_QUEUE, format!("queue {name} does not exist"))
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::client(code::INVALID_VALUE, message)
+    }
+    pub fn to_fault(&self) -> Fault {
+        Fault { kind: self.kind, code: self.code, message: self.message.clone() }
+    }
+}
+
+impl From<crate::store::StoreError> for AqError {
+    fn from(e: crate::store::StoreError) -> Self {
+        // The cause is logged here once; the client sees a generic server fault.
+        tracing::error!(error = %e, "store failure");
+        AqError::server(code::INTERNAL, "internal store error; the request was not performed")
+    }
+}

@@ -1,0 +1,180 @@
+//! The `aqgate` binary: `serve`, `admin …`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use aqgate::engine::EngineConfig;
+use aqgate::idap::Limits;
+use aqgate::server::{ServeConfig, serve};
+use aqgate::topology::Topology;
+
+#[derive(Parser)]
+#[command(name = "aqgate", version, about = "Oracle-AQ-style queuing over HTTP (IDAP) and signed e-mail")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Db {
+    /// `sqlite://FILE` (created if missing) or `postgres://…`.
+    #[arg(long, env = "AQGATE_DATABASE_URL", default_value = "sqlite://aqgate.db")]
+    database: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the AQ servlet (and background duties) in one process.
+    Serve {
+        #[command(flatten)]
+        db: Db,
+        /// Address to listen on.
+        #[arg(long, env = "AQGATE_LISTEN", default_value = "127.0.0.1:8470")]
+        listen: SocketAddr,
+        /// Topology file applied at start; the built-in demo topology when absent.
+        #[arg(long, env = "AQGATE_TOPOLOGY")]
+        topology: Option<PathBuf>,
+        /// Do not apply any topology at start (keep what the database has).
+        #[arg(long, conflicts_with = "topology")]
+        no_topology: bool,
+        /// Idle sessions roll back after this many seconds.
+        #[arg(long, env = "AQGATE_SESSION_TIMEOUT", default_value_t = 300)]
+        session_timeout: u64,
+        /// Longest receive wait_time honoured, in seconds.
+        #[arg(long, env = "AQGATE_MAX_WAIT", default_value_t = 60)]
+        max_wait: u64,
+        /// Largest request body, in bytes (larger: 413).
+        #[arg(long, env = "AQGATE_MAX_BODY", default_value_t = 4 * 1024 * 1024)]
+        max_body: usize,
+    },
+    /// Administration.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Make the database's topology equal to FILE; prints what changed.
+    Apply {
+        file: PathBuf,
+        #[command(flatten)]
+        db: Db,
+        /// Print what would change, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// List queues with their depth (committed messages).
+    Queues {
+        #[command(flatten)]
+        db: Db,
+    },
+    /// Print an argon2 hash of the password read from standard input (for `password_hash`).
+    HashPassword,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AQGATE_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("aqgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("aqgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { db, listen, topology, no_topology, session_timeout, max_wait, max_body } => {
+            let topology = match (topology, no_topology) {
+                (_, true) => None,
+                (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
+                (None, false) => Some(aqgate::DEFAULT_TOPOLOGY.to_string()),
+            };
+            let cfg = ServeConfig {
+                listen,
+                database_url: db.database,
+                topology,
+                engine: EngineConfig {
+                    max_wait: Duration::from_secs(max_wait),
+                    session_timeout: Duration::from_secs(session_timeout),
+                },
+                limits: Limits { max_bytes: max_body, ..Limits::default() },
+                tick: Duration::from_secs(1),
+            };
+            let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+            serve(cfg, listener, shutdown_signal()).await
+        }
+        Command::Admin { command } => match command {
+            AdminCommand::Apply { file, db, dry_run } => {
+                let text = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                let topo = Topology::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.join("; ")))?;
+                let store = aqgate::store::open(&db.database).await?;
+                let changes = aqgate::admin::apply(store.as_ref(), &topo, dry_run).await?;
+                if changes.is_empty() {
+                    println!("no changes");
+                }
+                for c in changes {
+                    println!("{c}");
+                }
+                Ok(())
+            }
+            AdminCommand::Queues { db } => {
+                let store = aqgate::store::open(&db.database).await?;
+                println!("{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
+                for q in aqgate::admin::queues(store.as_ref()).await? {
+                    println!("{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
+                }
+                Ok(())
+            }
+            AdminCommand::HashPassword => {
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                let h = aqgate::auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
+                println!("{h}");
+                Ok(())
+            }
+        },
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

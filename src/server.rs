@@ -1,0 +1,46 @@
+//! Wiring for `aqgate serve`: open the store, apply the topology, start the engine's
+//! background duties and the servlet, and shut down gracefully.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::clock::SystemClock;
+use crate::engine::{Engine, EngineConfig};
+use crate::idap::Limits;
+use crate::servlet::{AppState, app};
+use crate::topology::Topology;
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    /// Topology file text to apply at start (`None`: keep what the store has).
+    pub topology: Option<String>,
+    pub engine: EngineConfig,
+    pub limits: Limits,
+    pub tick: Duration,
+}
+
+/// Runs until `shutdown` resolves; in-flight requests finish first.
+pub async fn serve(cfg: ServeConfig, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let store = crate::store::open(&cfg.database_url).await?;
+    if let Some(text) = &cfg.topology {
+        let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
+        let changes = crate::admin::apply(store.as_ref(), &topo, false).await?;
+        for c in &changes {
+            tracing::info!(change = %c, "topology");
+        }
+    }
+    let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
+    let state = AppState { engine, limits: cfg.limits.clone() };
+    tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
+    let _ = stop_tx.send(true);
+    let _ = bg.await;
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! The AQ servlet: IDAP over HTTP (axum).
+//!
+//! `POST /aqserv` (also `/aqserv/servlet/{name}`, the original's path shape) takes an
+//! IDAP document (`text/xml` or `application/xml`) and answers `text/xml`. Transport-level
+//! failures get an HTTP status and no XML body (401, 413, 415); everything the IDAP layer
+//! can decode gets an IDAP response or `Fault` with status 200.
+//!
+//! Authentication is HTTP Basic against the agents of the topology; the first request of a
+//! client opens a session and answers with an `AQSESSIONID` cookie that carries it (and its
+//! transaction) across requests. A gateway agent may act for another agent with the
+//! `AQ-On-Behalf-Of` header.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::auth;
+use crate::engine::{Engine, Lookup, SessionRef};
+use crate::error::{AqError, code};
+use crate::idap::{self, Envelope, Limits};
+use crate::topology::AgentInfo;
+
+pub const SESSION_COOKIE: &str = "AQSESSIONID";
+pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub limits: Limits,
+}
+
+pub fn app(state: AppState) -> Router {
+    let max_body = state.limits.max_bytes;
+    Router::new()
+        .route("/aqserv", post(idap_post))
+        .route("/aqserv/servlet/{name}", post(idap_post))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    match s.engine.store().begin().await {
+        Ok(tx) => match tx.commit().await {
+            Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+        },
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+    }
+}
+
+fn xml(body: String, cookie: Option<&str>) -> Response {
+    let mut r = (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml; charset=utf-8")], body).into_response();
+    if let Some(id) = cookie {
+        if let Ok(v) = HeaderValue::from_str(&format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict")) {
+            r.headers_mut().insert(header::SET_COOKIE, v);
+        }
+    }
+    r
+}
+
+fn fault(e: &AqError, cookie: Option<&str>) -> Response {
+    xml(idap::write_response(&Envelope { headers: Vec::new(), body: idap::Response::Fault(e.to_fault()) }), cookie)
+}
+
+fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Basic realm=\"aqgate\", charset=\"UTF-8\"")]).into_response()
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
+        v.split(';').find_map(|kv| {
+            let (k, val) = kv.trim().split_once('=')?;
+            (k == SESSION_COOKIE).then(|| val.trim().to_string())
+        })
+    })
+}
+
+enum Who {
+    /// An existing session.
+    Session(SessionRef),
+    /// Authenticated; a new session for this effective agent.
+    New(String),
+}
+
+/// Works out who is calling: a live session, or Basic credentials (+ on-behalf-of).
+async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), Response> {
+    let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
+    let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
+    let mut expired = false;
+    if let Some(id) = session_cookie(headers) {
+        match s.engine.sessions.get(&id) {
+            Lookup::Live(sess, agent) => {
+                // A cookie is bound to its agent; credentials for someone else start afresh.
+                let same = basic.as_ref().is_none_or(|(u, _)| on_behalf.is_some() || crate::topology::canon(u) == agent);
+                let same = same && on_behalf.as_ref().is_none_or(|o| crate::topology::canon(o) == agent);
+                if same {
+                    return Ok((Who::Session(sess), false));
+                }
+            }
+            Lookup::Expired => expired = true,
+            Lookup::Unknown => {}
+        }
+    }
+    let Some((user, password)) = basic else { return Err(unauthorized()) };
+    let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
+    let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
+    let ok = tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash)).await.unwrap_or(false);
+    if !ok {
+        return Err(unauthorized());
+    }
+    let effective = match on_behalf {
+        None => {
+            if !agent.http {
+                return Err(fault(&AqError::client(code::NOT_PERMITTED, format!("agent {} is not enabled for HTTP access", agent.name)), None));
+            }
+            agent.name.clone()
+        }
+        Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
+    };
+    Ok((Who::New(effective), expired))
+}
+
+fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
+    if !gateway.gateway {
+        return Err(AqError::client(code::NOT_PERMITTED, format!("agent {} may not act on behalf of other agents", gateway.name)));
+    }
+    let target = s
+        .engine
+        .agent(other)
+        .ok_or_else(|| AqError::client(code::NOT_PERMITTED, format!("unknown agent {other}")))?;
+    if !target.smtp {
+        return Err(AqError::client(code::NOT_PERMITTED, format!("agent {} is not enabled for SMTP access", target.name)));
+    }
+    Ok(target.name)
+}
+
+fn content_type_ok(headers: &HeaderMap) -> bool {
+    let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        // curl --data without -H sends form encoding; a missing type is accepted as XML.
+        return true;
+    };
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    matches!(mime.as_str(), "text/xml" | "application/xml" | "application/x-www-form-urlencoded")
+}
+
+async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if !content_type_ok(&headers) {
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml\n").into_response();
+    }
+    let (who, expired) = match authenticate(&s, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let (session, new_cookie) = match who {
+        Who::Session(sess) => (sess, None),
+        Who::New(agent) => {
+            let (id, sess) = s.engine.sessions.create(&agent, s.engine.now());
+            (sess, Some(id))
+        }
+    };
+    if expired {
+        let e = AqError::client(
+            code::SESSION_EXPIRED,
+            "the session timed out and its uncommitted work was rolled back; a new session has been opened",
+        );
+        return fault(&e, new_cookie.as_deref());
+    }
+    let cookie = new_cookie.as_deref();
+    let envelope = match idap::parse_request(&body, &s.limits) {
+        Ok(e) => e,
+        Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), cookie),
+    };
+    if let Some(m) = headers.get("idapmethodname") {
+        let checked = m
+            .to_str()
+            .map_err(|_| AqError::invalid("IDAPMethodName header is not text"))
+            .and_then(|v| idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string())));
+        if let Err(e) = checked {
+            return fault(&e, cookie);
+        }
+    }
+    let mut guard = session.lock().await;
+    let result = s.engine.execute(&mut guard, envelope.body).await;
+    drop(guard);
+    match result {
+        Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie),
+        Err(e) => fault(&e, cookie),
+    }
+}

@@ -1,0 +1,208 @@
+//! Persistence behind one interface, two native backends: SQLite (the default: a file,
+//! WAL) and PostgreSQL. Each backend owns its SQL and its migrations; one conformance
+//! suite (`tests/store_conformance.rs`) runs against both.
+//!
+//! The store knows rows, not AQ rules: the engine decides what to enqueue for whom, which
+//! candidate matches a selector, and what a commit means; the store makes each of those
+//! steps atomic and durable.
+//!
+//! Transactions of a *session* are not database transactions (10,000 open sessions must
+//! not hold 10,000 connections): uncommitted work is written at once, tagged with the
+//! session's transaction id (`enq_txn` on messages, `lock_txn` on deliveries), and is
+//! invisible to others until [`StoreTx::commit_session`] clears the tags. A restart runs
+//! [`Store::recover`], which rolls back every tagged row.
+
+pub mod postgres;
+pub mod sqlite;
+
+use async_trait::async_trait;
+
+use crate::clock::Micros;
+
+pub type QueueId = i64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A message to insert, with one delivery row per consumer (`""` on single-consumer
+/// queues).
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub msgid: [u8; 16],
+    pub queue: QueueId,
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    /// JSON of the sender agent.
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    pub payload: Vec<u8>,
+    /// Session transaction id while uncommitted; `None` when committed in this request.
+    pub enq_txn: Option<String>,
+    pub consumers: Vec<String>,
+    /// Sort key for deliveries: the priority on priority-ordered queues, else 0.
+    pub prio_key: i64,
+}
+
+/// A message as seen by one consumer.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub seq: i64,
+    pub msgid: [u8; 16],
+    pub queue: QueueId,
+    pub consumer: String,
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub prio_key: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    pub payload: Vec<u8>,
+    pub retry_count: i64,
+    /// 0 normal, 3 expired (moved to an exception queue).
+    pub state: i32,
+}
+
+/// Where a consumer's navigation stands: the sort key of the last message it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub prio_key: i64,
+    pub seq: i64,
+}
+
+/// Which deliveries a dequeue may look at.
+#[derive(Debug, Clone)]
+pub struct CandidateQuery {
+    pub queue: QueueId,
+    pub consumer: String,
+    /// The session transaction; its own uncommitted enqueues and LOCKED messages count.
+    pub txn: String,
+    pub now: Micros,
+    pub after: Option<Position>,
+    pub corrid: Option<String>,
+    pub msgid: Option<[u8; 16]>,
+    /// BROWSE sees messages locked by others too.
+    pub include_locked: bool,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A pending REMOVE: deleted at commit.
+    Remove = 1,
+    /// A LOCKED dequeue: released at commit.
+    Locked = 2,
+}
+
+/// What a session commit did: queues that got new visible messages (to wake waiters).
+#[derive(Debug, Default, Clone)]
+pub struct CommitOutcome {
+    pub enqueued_queues: Vec<QueueId>,
+}
+
+/// A registration for notifications (AQXmlRegister).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub queue: QueueId,
+    pub consumer: String,
+    pub notify_url: String,
+    pub agent: String,
+}
+
+/// An expired message moved by the time manager.
+#[derive(Debug, Clone)]
+pub struct ExpiredMessage {
+    pub seq: i64,
+    pub queue: QueueId,
+    pub exception_queue: Option<String>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Starts a database transaction: one request is all-or-nothing.
+    async fn begin(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// Rolls back every session transaction left by a previous process.
+    async fn recover(&self) -> Result<u64>;
+
+    /// Topology objects: (kind, name) → JSON spec.
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
+
+    /// Queue ids by name.
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
+
+    /// Committed messages per queue id.
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+
+    /// Messages whose expiration has passed and are not locked: candidates for the time
+    /// manager.
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
+
+    /// Earliest future delay end on a queue (to wake long-polls when a delay ends).
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
+
+    /// Registrations on a queue.
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
+
+    /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
+    /// backend has no such channel (SQLite: one process owns the file).
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+}
+
+#[async_trait]
+pub trait StoreTx: Send {
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
+
+    /// Deliveries matching `q`, in queue order, starting after `q.after`.
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>>;
+
+    /// Takes a delivery for `txn` (pending REMOVE or LOCKED). False if another session got
+    /// there first.
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
+
+    /// Removes a delivery now (IMMEDIATE REMOVE); the message goes when no delivery is
+    /// left. False if another session holds it.
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str) -> Result<bool>;
+
+    /// Publishes `txn`'s enqueues, performs its removes, releases its locks.
+    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome>;
+
+    /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
+    /// Returns deliveries whose retry count now exceeds `max_retries` of their queue.
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>>;
+
+    /// Moves a message to `to` (an exception queue) in state 3 with one delivery.
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()>;
+
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
+
+    /// Topology: replace the stored object set; queue ids are created for new queue names.
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
+
+    async fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// Opens the store named by `url`: `sqlite://path` (created if missing), `sqlite::memory:`,
+/// or `postgres://…`.
+pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(postgres::PgStore::open(url).await?))
+    } else {
+        Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?))
+    }
+}

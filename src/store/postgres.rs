@@ -1,0 +1,378 @@
+//! PostgreSQL backend: a connection pool, read-committed transactions; dequeue claims are
+//! conditional UPDATEs, so two consumers never take the same delivery. Commits that make
+//! messages visible send `pg_notify('aqgate_enqueue', queue_id)`, which every aqgate
+//! process LISTENs to, to wake its long-polls.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
+
+use super::*;
+
+/// The LISTEN/NOTIFY channel for enqueue signals.
+const CHANNEL: &str = "aqgate_enqueue";
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects to `url` and runs the migrations.
+    pub async fn open(url: &str) -> Result<Self> {
+        let opts = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+pub struct PgTx {
+    tx: Transaction<'static, Postgres>,
+}
+
+fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
+    v.try_into().map_err(|_| StoreError::Corrupt("msgid is not 16 bytes".into()))
+}
+
+fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
+    Ok(StoredMessage {
+        seq: r.try_get("seq")?,
+        msgid: msgid_from(r.try_get("msgid")?)?,
+        queue: r.try_get("queue_id")?,
+        consumer: r.try_get("consumer")?,
+        corrid: r.try_get("corrid")?,
+        priority: r.try_get("priority")?,
+        prio_key: r.try_get("prio_key")?,
+        enq_time: r.try_get("enq_time")?,
+        delay_until: r.try_get("delay_until")?,
+        expire_at: r.try_get("expire_at")?,
+        sender: r.try_get("sender")?,
+        exception_queue: r.try_get("exception_queue")?,
+        payload: r.try_get("payload")?,
+        retry_count: r.try_get("retry_count")?,
+        state: i32::try_from(r.try_get::<i64, _>("state")?).unwrap_or(0),
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin().await?;
+        Ok(Box::new(PgTx { tx }))
+    }
+
+    async fn recover(&self) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let a = sqlx::query("DELETE FROM messages WHERE enq_txn IS NOT NULL").execute(&mut *tx).await?;
+        let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(a.rows_affected() + b.rows_affected())
+    }
+
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
+        let rows = sqlx::query("SELECT kind, name, spec FROM topology ORDER BY kind, name").fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("name")?, r.try_get("spec")?))).collect()
+    }
+
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
+        let rows = sqlx::query("SELECT name, id FROM queues").fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get("name")?, r.try_get("id")?))).collect()
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
+        let rows = sqlx::query("SELECT queue_id, COUNT(*) AS n FROM messages WHERE enq_txn IS NULL GROUP BY queue_id")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get("queue_id")?, r.try_get("n")?))).collect()
+    }
+
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
+        let rows = sqlx::query(
+            "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
+             WHERE m.expire_at IS NOT NULL AND m.expire_at <= $1 AND m.enq_txn IS NULL
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
+             ORDER BY m.expire_at LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok(ExpiredMessage { seq: r.try_get("seq")?, queue: r.try_get("queue_id")?, exception_queue: r.try_get("exception_queue")? }))
+            .collect()
+    }
+
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
+        let r = sqlx::query("SELECT MIN(delay_until) AS t FROM messages WHERE queue_id = $1 AND delay_until > $2")
+            .bind(queue)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.try_get("t")?)
+    }
+
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
+        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = $1 ORDER BY consumer, notify_url")
+            .bind(queue)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Registration {
+                    queue: r.try_get("queue_id")?,
+                    consumer: r.try_get("consumer")?,
+                    notify_url: r.try_get("notify_url")?,
+                    agent: r.try_get("agent")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(n) => {
+                        if let Ok(q) = n.payload().parse::<QueueId>() {
+                            if tx.send(q).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // PgListener reconnects by itself on the next recv.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        });
+        Ok(Some(rx))
+    }
+}
+
+#[async_trait]
+impl StoreTx for PgTx {
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
+        visible.dedup();
+        notify_queues(&mut self.tx, &visible).await?;
+        for m in msgs {
+            let seq: i64 = sqlx::query_scalar(
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq",
+            )
+            .bind(&m.msgid[..])
+            .bind(m.queue)
+            .bind(&m.corrid)
+            .bind(m.priority)
+            .bind(m.enq_time)
+            .bind(m.delay_until)
+            .bind(m.expire_at)
+            .bind(&m.sender)
+            .bind(&m.exception_queue)
+            .bind(&m.payload)
+            .bind(&m.enq_txn)
+            .fetch_one(&mut *self.tx)
+            .await?;
+            for c in &m.consumers {
+                sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES ($1, $2, $3, $4)")
+                    .bind(seq)
+                    .bind(m.queue)
+                    .bind(c)
+                    .bind(m.prio_key)
+                    .execute(&mut *self.tx)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
+        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
+            "SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
+                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
+             FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
+        );
+        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
+        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
+        if let Some(p) = q.after {
+            b.push(" AND (d.prio_key, d.msg_seq) > (").push_bind(p.prio_key).push(", ").push_bind(p.seq).push(")");
+        }
+        if let Some(c) = &q.corrid {
+            b.push(" AND m.corrid = ").push_bind(c.clone());
+        }
+        if let Some(id) = &q.msgid {
+            b.push(" AND m.msgid = ").push_bind(id.to_vec());
+        }
+        if q.include_locked {
+            b.push(" AND NOT (d.lock_kind = 1 AND d.lock_txn = ").push_bind(q.txn.clone()).push(")");
+        } else {
+            b.push(" AND (d.lock_txn IS NULL OR (d.lock_kind = 2 AND d.lock_txn = ").push_bind(q.txn.clone()).push("))");
+        }
+        b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(q.limit);
+        let rows = b.build().fetch_all(&mut *self.tx).await?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
+             WHERE msg_seq = $3 AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))",
+        )
+        .bind(txn)
+        .bind(kind as i64)
+        .bind(seq)
+        .bind(consumer)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM messages WHERE seq = $1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = $1)")
+            .bind(seq)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(true)
+    }
+
+    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+        let queues: Vec<i64> = sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id")
+            .bind(txn)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        let removed: Vec<i64> = sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq")
+            .bind(txn)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        for seq in removed {
+            sqlx::query("DELETE FROM messages WHERE seq = $1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = $1)")
+                .bind(seq)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await?;
+        let mut enqueued_queues = queues;
+        enqueued_queues.sort_unstable();
+        enqueued_queues.dedup();
+        notify_queues(&mut self.tx, &enqueued_queues).await?;
+        Ok(CommitOutcome { enqueued_queues })
+    }
+
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+        sqlx::query("DELETE FROM messages WHERE enq_txn = $1").bind(txn).execute(&mut *self.tx).await?;
+        let rows = sqlx::query(
+            "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+             WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count",
+        )
+        .bind(txn)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?)))
+            .collect()
+    }
+
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        sqlx::query("DELETE FROM deliveries WHERE msg_seq = $1").bind(seq).execute(&mut *self.tx).await?;
+        sqlx::query("UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = $1")
+            .bind(seq)
+            .bind(to)
+            .execute(&mut *self.tx)
+            .await?;
+        sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES ($1, $2, '', 0)")
+            .bind(seq)
+            .bind(to)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (queue_id, consumer, notify_url) DO UPDATE SET agent = excluded.agent",
+        )
+        .bind(r.queue)
+        .bind(&r.consumer)
+        .bind(&r.notify_url)
+        .bind(&r.agent)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
+        sqlx::query("INSERT INTO topology (kind, name, spec) VALUES ($1, $2, $3) ON CONFLICT (kind, name) DO UPDATE SET spec = excluded.spec")
+            .bind(kind)
+            .bind(name)
+            .bind(spec)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
+        sqlx::query("DELETE FROM topology WHERE kind = $1 AND name = $2").bind(kind).bind(name).execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
+        sqlx::query("INSERT INTO queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(sqlx::query_scalar("SELECT id FROM queues WHERE name = $1").bind(name).fetch_one(&mut *self.tx).await?)
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Tells other processes (and our own listener) that `queues` have new visible messages;
+/// PostgreSQL delivers the notification only if the transaction commits.
+async fn notify_queues(tx: &mut Transaction<'static, Postgres>, queues: &[QueueId]) -> Result<()> {
+    for q in queues {
+        sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(q.to_string()).execute(&mut **tx).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,422 @@
+//! The declarative topology file (TOML): object types, queue tables, queues, subscribers,
+//! agents and privileges — the equivalents of DBMS_AQADM's CREATE_QUEUE_TABLE,
+//! CREATE_QUEUE, ADD_SUBSCRIBER, CREATE_AQ_AGENT, ENABLE_DB_ACCESS and
+//! GRANT_QUEUE_PRIVILEGE.
+//!
+//! Parsing validates the file as a whole and reports every problem with its key path.
+//! [`Topology::resolve`] turns it into the runtime [`Catalog`] the engine uses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
+use crate::selector::Condition;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    #[serde(default)]
+    pub types: Vec<TypeDef>,
+    #[serde(default)]
+    pub queue_tables: Vec<QueueTableDef>,
+    #[serde(default)]
+    pub queues: Vec<QueueDef>,
+    #[serde(default)]
+    pub subscribers: Vec<SubscriberDef>,
+    #[serde(default)]
+    pub agents: Vec<AgentDef>,
+    #[serde(default)]
+    pub grants: Vec<GrantDef>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueTableDef {
+    /// `SCHEMA.NAME`.
+    pub name: String,
+    /// `RAW`, `SYS.AQ$_JMS_TEXT_MESSAGE`, ..., `XMLTYPE`, or an object type name.
+    pub payload_type: String,
+    #[serde(default)]
+    pub multiple_consumers: bool,
+    /// `enq_time` (default) or `priority,enq_time`.
+    #[serde(default)]
+    pub sort_list: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueDef {
+    /// `SCHEMA.NAME`.
+    pub name: String,
+    pub queue_table: String,
+    /// Started for enqueue (default true).
+    #[serde(default = "yes")]
+    pub enqueue: bool,
+    /// Started for dequeue (default true).
+    #[serde(default = "yes")]
+    pub dequeue: bool,
+    /// Failed (rolled back) dequeues before a message moves to the exception queue.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: i64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriberDef {
+    pub queue: String,
+    pub name: String,
+    /// Optional rule condition (same language as dequeue conditions).
+    #[serde(default)]
+    pub rule: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    pub name: String,
+    /// A clear-text password: for demos only; stored as an argon2 hash.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// An argon2 PHC string (`aqgate admin hash-password` makes one).
+    #[serde(default)]
+    pub password_hash: Option<String>,
+    /// `http`, `smtp` (default: both).
+    #[serde(default = "default_protocols")]
+    pub protocols: Vec<String>,
+    /// Database users this agent maps to (ENABLE_DB_ACCESS).
+    #[serde(default)]
+    pub db_users: Vec<String>,
+    /// May act on behalf of other agents (the SMTP gateway).
+    #[serde(default)]
+    pub gateway: bool,
+    /// DN of the directory entry holding the agent's certificate.
+    #[serde(default)]
+    pub certificate_location: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantDef {
+    pub user: String,
+    pub queue: String,
+    /// `enqueue`, `dequeue` or `all`.
+    pub privilege: String,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_max_retries() -> i64 {
+    5
+}
+fn default_protocols() -> Vec<String> {
+    vec!["http".into(), "smtp".into()]
+}
+
+/// Upper-cases an identifier the way Oracle does for unquoted names.
+pub fn canon(name: &str) -> String {
+    name.trim().to_ascii_uppercase()
+}
+
+/// The name of a queue table's default exception queue (`SCHEMA.AQ$_TABLE_E`).
+pub fn exception_queue_name(queue_table: &str) -> String {
+    let t = canon(queue_table);
+    match t.split_once('.') {
+        Some((schema, table)) => format!("{schema}.AQ${table}_E"),
+        None => format!("AQ${t}_E"),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortOrder {
+    EnqTime,
+    PriorityEnqTime,
+}
+
+/// A queue as the engine sees it.
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    pub name: String,
+    pub queue_table: String,
+    pub payload: PayloadKind,
+    pub multi_consumer: bool,
+    pub sort: SortOrder,
+    pub enqueue_enabled: bool,
+    pub dequeue_enabled: bool,
+    pub max_retries: i64,
+    pub is_exception_queue: bool,
+    /// Name of the queue table's default exception queue.
+    pub exception_queue: String,
+    pub subscribers: Vec<Subscriber>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Subscriber {
+    pub name: String,
+    pub rule: Option<Condition>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    Enqueue,
+    Dequeue,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    pub name: String,
+    pub password_hash: Option<String>,
+    pub http: bool,
+    pub smtp: bool,
+    pub gateway: bool,
+    pub db_users: Vec<String>,
+    pub certificate_location: Option<String>,
+}
+
+/// The resolved topology: what the engine consults on every request.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub types: TypeRegistry,
+    pub queues: BTreeMap<String, QueueInfo>,
+    pub agents: BTreeMap<String, AgentInfo>,
+    /// (db user, queue) → (enqueue, dequeue).
+    pub grants: BTreeMap<(String, String), (bool, bool)>,
+}
+
+impl Catalog {
+    pub fn queue(&self, name: &str) -> Option<&QueueInfo> {
+        self.queues.get(&canon(name))
+    }
+
+    /// Agent names are case-insensitive, as Oracle's unquoted identifiers.
+    pub fn agent(&self, name: &str) -> Option<&AgentInfo> {
+        self.agents.get(&canon(name))
+    }
+
+    /// Whether `agent` may perform `what` on `queue`: one of its database users owns the
+    /// queue's schema or holds a grant for it.
+    pub fn permits(&self, agent: &AgentInfo, queue: &QueueInfo, what: Privilege) -> bool {
+        let schema = queue.name.split_once('.').map(|(s, _)| s).unwrap_or("");
+        agent.db_users.iter().any(|u| {
+            let u = canon(u);
+            if u == schema {
+                return true;
+            }
+            match self.grants.get(&(u, queue.name.clone())) {
+                Some((enq, deq)) => match what {
+                    Privilege::Enqueue => *enq,
+                    Privilege::Dequeue => *deq,
+                },
+                None => false,
+            }
+        })
+    }
+}
+
+impl Topology {
+    pub fn from_toml(text: &str) -> Result<Self, Vec<String>> {
+        toml::from_str(text).map_err(|e| vec![e.to_string()])
+    }
+
+    /// Checks the file as a whole (every error with its key path) and builds the catalog.
+    /// `hash` turns clear-text demo passwords into stored hashes; it is called only for
+    /// agents that give `password`.
+    pub fn resolve(
+        &self,
+        hash: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<Catalog, Vec<String>> {
+        let mut errors = Vec::new();
+        let types = match TypeRegistry::new(self.types.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(format!("types: {e}"));
+                TypeRegistry::default()
+            }
+        };
+
+        let mut tables = BTreeMap::new();
+        for (i, t) in self.queue_tables.iter().enumerate() {
+            let key = format!("queue_tables[{i}] ({})", t.name);
+            if !is_qualified(&t.name) {
+                errors.push(format!("{key}.name: expected SCHEMA.NAME"));
+            }
+            let payload = match PayloadKind::parse(&t.payload_type) {
+                Ok(PayloadKind::Object(n)) if !types.contains(&n) => {
+                    errors.push(format!("{key}.payload_type: unknown type {n}"));
+                    continue;
+                }
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(format!("{key}.payload_type: {e}"));
+                    continue;
+                }
+            };
+            let sort = match t.sort_list.as_deref().map(|s| s.replace(' ', "").to_ascii_lowercase()) {
+                None => SortOrder::EnqTime,
+                Some(s) if s == "enq_time" => SortOrder::EnqTime,
+                Some(s) if s == "priority,enq_time" || s == "priority" => SortOrder::PriorityEnqTime,
+                Some(s) => {
+                    errors.push(format!("{key}.sort_list: unsupported '{s}' (enq_time or priority,enq_time)"));
+                    SortOrder::EnqTime
+                }
+            };
+            if tables.insert(canon(&t.name), (t, payload, sort)).is_some() {
+                errors.push(format!("{key}: defined twice"));
+            }
+        }
+
+        let mut queues = BTreeMap::new();
+        for (table_name, (t, payload, sort)) in &tables {
+            let eq = exception_queue_name(table_name);
+            queues.insert(
+                eq.clone(),
+                QueueInfo {
+                    name: eq.clone(),
+                    queue_table: table_name.clone(),
+                    payload: payload.clone(),
+                    multi_consumer: false,
+                    sort: *sort,
+                    enqueue_enabled: false,
+                    dequeue_enabled: true,
+                    max_retries: 0,
+                    is_exception_queue: true,
+                    exception_queue: eq.clone(),
+                    subscribers: Vec::new(),
+                },
+            );
+            let _ = t;
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            let key = format!("queues[{i}] ({})", q.name);
+            if !is_qualified(&q.name) {
+                errors.push(format!("{key}.name: expected SCHEMA.NAME"));
+            }
+            let Some((t, payload, sort)) = tables.get(&canon(&q.queue_table)) else {
+                errors.push(format!("{key}.queue_table: unknown queue table {}", q.queue_table));
+                continue;
+            };
+            if q.max_retries < 0 {
+                errors.push(format!("{key}.max_retries: must be >= 0"));
+            }
+            let name = canon(&q.name);
+            let info = QueueInfo {
+                name: name.clone(),
+                queue_table: canon(&t.name),
+                payload: payload.clone(),
+                multi_consumer: t.multiple_consumers,
+                sort: *sort,
+                enqueue_enabled: q.enqueue,
+                dequeue_enabled: q.dequeue,
+                max_retries: q.max_retries,
+                is_exception_queue: false,
+                exception_queue: exception_queue_name(&t.name),
+                subscribers: Vec::new(),
+            };
+            if queues.insert(name, info).is_some() {
+                errors.push(format!("{key}: defined twice"));
+            }
+        }
+
+        for (i, s) in self.subscribers.iter().enumerate() {
+            let key = format!("subscribers[{i}] ({} on {})", s.name, s.queue);
+            let rule = match s.rule.as_deref().map(Condition::parse) {
+                None => None,
+                Some(Ok(c)) => Some(c),
+                Some(Err(e)) => {
+                    errors.push(format!("{key}.rule: {e}"));
+                    None
+                }
+            };
+            match queues.get_mut(&canon(&s.queue)) {
+                None => errors.push(format!("{key}.queue: unknown queue")),
+                Some(q) if !q.multi_consumer => {
+                    errors.push(format!("{key}.queue: not a multi-consumer queue"))
+                }
+                Some(q) => {
+                    let name = canon(&s.name);
+                    if q.subscribers.iter().any(|x| x.name == name) {
+                        errors.push(format!("{key}: defined twice"));
+                    }
+                    q.subscribers.push(Subscriber { name, rule });
+                }
+            }
+        }
+
+        let mut agents = BTreeMap::new();
+        for (i, a) in self.agents.iter().enumerate() {
+            let key = format!("agents[{i}] ({})", a.name);
+            let password_hash = match (&a.password, &a.password_hash) {
+                (Some(_), Some(_)) => {
+                    errors.push(format!("{key}: give password or password_hash, not both"));
+                    None
+                }
+                (Some(p), None) => match hash(p) {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        errors.push(format!("{key}.password: {e}"));
+                        None
+                    }
+                },
+                (None, Some(h)) => Some(h.clone()),
+                (None, None) => None,
+            };
+            let mut http = false;
+            let mut smtp = false;
+            for p in &a.protocols {
+                match p.to_ascii_lowercase().as_str() {
+                    "http" => http = true,
+                    "smtp" => smtp = true,
+                    other => errors.push(format!("{key}.protocols: unknown protocol '{other}'")),
+                }
+            }
+            let info = AgentInfo {
+                name: canon(&a.name),
+                password_hash,
+                http,
+                smtp,
+                gateway: a.gateway,
+                db_users: a.db_users.iter().map(|u| canon(u)).collect(),
+                certificate_location: a.certificate_location.clone(),
+            };
+            if agents.insert(canon(&a.name), info).is_some() {
+                errors.push(format!("{key}: defined twice"));
+            }
+        }
+
+        let mut grants = BTreeMap::new();
+        for (i, g) in self.grants.iter().enumerate() {
+            let key = format!("grants[{i}] ({} on {})", g.user, g.queue);
+            let q = canon(&g.queue);
+            if !queues.contains_key(&q) {
+                errors.push(format!("{key}.queue: unknown queue"));
+            }
+            let (enq, deq) = match g.privilege.to_ascii_lowercase().as_str() {
+                "enqueue" => (true, false),
+                "dequeue" => (false, true),
+                "all" => (true, true),
+                other => {
+                    errors.push(format!("{key}.privilege: '{other}' (enqueue, dequeue or all)"));
+                    continue;
+                }
+            };
+            let e = grants.entry((canon(&g.user), q)).or_insert((false, false));
+            e.0 |= enq;
+            e.1 |= deq;
+        }
+
+        let users: BTreeSet<_> = agents.values().flat_map(|a| a.db_users.iter().cloned()).collect();
+        let _ = users;
+
+        if errors.is_empty() {
+            Ok(Catalog { types, queues, agents, grants })
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+fn is_qualified(name: &str) -> bool {
+    let mut parts = name.split('.');
+    matches!((parts.next(), parts.next(), parts.next()), (Some(a), Some(b), None) if !a.is_empty() && !b.is_empty())
+}

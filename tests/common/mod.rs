@@ -1,0 +1,158 @@
+//! Shared test scaffolding: a fresh database per test (a SQLite file, or a new PostgreSQL
+//! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
+//! an engine with a manual clock.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use aqgate::clock::{Clock, ManualClock};
+use aqgate::engine::{Engine, EngineConfig, Session};
+use aqgate::idap::{self, Limits, Request, Response};
+use aqgate::store::Store;
+use aqgate::topology::Topology;
+
+pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/idap-examples");
+
+pub fn example(name: &str) -> String {
+    let dir = std::fs::read_dir(EXAMPLES).expect("examples directory");
+    for e in dir.flatten() {
+        let f = e.file_name().to_string_lossy().to_string();
+        if f.starts_with(name) {
+            return std::fs::read_to_string(e.path()).expect("read example");
+        }
+    }
+    panic!("no example {name}");
+}
+
+fn rand_name() -> String {
+    aqgate::engine::session::random_id()[..12].to_string()
+}
+
+/// The PostgreSQL server the tests use. Required: the suite does not silently skip it.
+pub fn pg_admin_url() -> String {
+    std::env::var("AQGATE_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A new, empty PostgreSQL database; returns its URL.
+pub async fn fresh_pg_url() -> String {
+    use sqlx::Connection;
+    let admin = pg_admin_url();
+    let name = format!("aqgate_t_{}", rand_name());
+    let mut c = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is required for the store suite (scripts/ensure-postgres.sh starts one): {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await.expect("create database");
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).expect("url has a database");
+    format!("{base}/{name}")
+}
+
+/// A new SQLite file in the temp directory; returns its URL.
+pub fn fresh_sqlite_url() -> String {
+    let p = std::env::temp_dir().join(format!("aqgate-test-{}.db", rand_name()));
+    format!("sqlite://{}", p.display())
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub async fn fresh_url(b: Backend) -> String {
+    match b {
+        Backend::Sqlite => fresh_sqlite_url(),
+        Backend::Postgres => fresh_pg_url().await,
+    }
+}
+
+pub async fn store_with_topology(url: &str, topology: &str) -> Arc<dyn Store> {
+    let store = aqgate::store::open(url).await.expect("open store");
+    let t = Topology::from_toml(topology).expect("topology parses");
+    aqgate::admin::apply(store.as_ref(), &t, false).await.expect("apply topology");
+    store
+}
+
+pub struct Harness {
+    pub engine: Arc<Engine>,
+    pub clock: Arc<ManualClock>,
+    pub url: String,
+}
+
+pub const T0: i64 = 1_780_000_000_000_000;
+
+impl Harness {
+    pub async fn new(b: Backend) -> Self {
+        Self::with_topology(b, aqgate::DEFAULT_TOPOLOGY).await
+    }
+
+    pub async fn with_topology(b: Backend, topology: &str) -> Self {
+        let url = fresh_url(b).await;
+        let store = store_with_topology(&url, topology).await;
+        let clock = Arc::new(ManualClock::new(T0));
+        let engine = Engine::start(store, clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
+        Self { engine, clock, url }
+    }
+
+    pub fn session(&self, agent: &str) -> Session {
+        Session::new(&agent.to_ascii_uppercase(), self.clock.now())
+    }
+
+    /// Parses `xml` and executes it; a Fault comes back as `Err(code)`.
+    pub async fn run(&self, s: &mut Session, xml: &str) -> Result<Response, (i32, String)> {
+        let req = idap::parse_request(xml.as_bytes(), &Limits::default()).expect("request parses").body;
+        self.exec(s, req).await
+    }
+
+    pub async fn exec(&self, s: &mut Session, req: Request) -> Result<Response, (i32, String)> {
+        self.engine.execute(s, req).await.map_err(|e| (e.code, e.message))
+    }
+}
+
+/// `<Envelope><Body>{inner}</Body></Envelope>` in the reference's namespaces.
+pub fn envelope(inner: &str) -> String {
+    format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body>{inner}</Body></Envelope>"#
+    )
+}
+
+/// An AQXmlSend of RAW payloads to AQUSER.RAW_QUE with optional header XML per message.
+pub fn raw_send(dest: &str, msgs: &[(&str, &str)], extra: &str) -> String {
+    let mut set = format!("<message_count>{}</message_count>", msgs.len());
+    for (i, (hdr, hex)) in msgs.iter().enumerate() {
+        set.push_str(&format!(
+            "<message><message_number>{}</message_number><message_header>{hdr}</message_header><message_payload><raw>{hex}</raw></message_payload></message>",
+            i + 1
+        ));
+    }
+    envelope(&format!(
+        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{dest}</destination></producer_options><message_set>{set}</message_set>{extra}</AQXmlSend>"#
+    ))
+}
+
+pub fn receive(dest: &str, opts: &str, extra: &str) -> String {
+    envelope(&format!(
+        r#"<AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>{dest}</destination>{opts}</consumer_options>{extra}</AQXmlReceive>"#
+    ))
+}
+
+pub const COMMIT: &str = r#"<AQXmlCommit xmlns="http://ns.oracle.com/AQ/schemas/access"/>"#;
+pub const ROLLBACK: &str = r#"<AQXmlRollback xmlns="http://ns.oracle.com/AQ/schemas/access"/>"#;
+
+/// The messages of a receive response.
+pub fn received(r: &Response) -> Vec<idap::Message> {
+    match r {
+        Response::Receive(_, Some(res)) => res.messages.clone(),
+        other => panic!("not a receive result: {other:?}"),
+    }
+}
+
+pub fn raw_of(m: &idap::Message) -> String {
+    m.payload.text()
+}
+
+pub fn sent_ids(r: &Response) -> Vec<String> {
+    match r {
+        Response::Send(_, Some(res)) | Response::Publish(_, Some(res)) => res.message_ids.clone(),
+        other => panic!("not an enqueue result: {other:?}"),
+    }
+}

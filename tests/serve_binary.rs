@@ -1,0 +1,135 @@
+//! The real `aqgate` binary: `serve` on its embedded defaults, `admin apply` / `admin
+//! queues`, and crash safety (kill -9 with an open transaction, then restart).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aqgate::idap::{self, Limits, Response};
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+impl Serve {
+    fn start(db: &str, port: u16) -> Self {
+        let child = Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn aqgate serve");
+        let s = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "aqgate serve did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn kill9(mut self) {
+        let _ = Command::new("kill").args(["-9", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn post(port: u16, cookie: &mut Option<String>, body: &str) -> Response {
+    let mut rb = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/aqserv"))
+        .basic_auth("scott", Some("tiger"))
+        .header("content-type", "text/xml")
+        .body(body.to_string());
+    if let Some(c) = cookie.as_ref() {
+        rb = rb.header("cookie", c.clone());
+    }
+    let r = rb.send().await.expect("post");
+    if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
+        *cookie = sc.split(';').next().map(String::from);
+    }
+    assert_eq!(r.status().as_u16(), 200);
+    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+}
+
+fn admin(args: &[&str]) -> String {
+    let out = Command::new(BIN).arg("admin").args(args).output().expect("run admin");
+    assert!(out.status.success(), "admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn depth_of(listing: &str, queue: &str) -> i64 {
+    listing
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(queue))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("{queue} not listed in:\n{listing}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_rolls_back_open_work_and_keeps_committed_work() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let s = Serve::start(&db, port);
+    let mut cookie = None;
+    assert!(matches!(post(port, &mut cookie, &example("01")).await, Response::Send(..)));
+    assert!(matches!(post(port, &mut cookie, &example("10")).await, Response::Commit(_)));
+    // An open transaction: one more send and a pending remove of the committed order.
+    assert!(matches!(post(port, &mut cookie, &example("01")).await, Response::Send(..)));
+    let r = post(port, &mut cookie, &example("05")).await;
+    assert!(matches!(r, Response::Receive(..)), "{r:?}");
+    s.kill9();
+
+    let listing = admin(&["queues", "--database", &db]);
+    assert_eq!(depth_of(&listing, "QS.NEW_ORDERS_QUE"), 1, "committed order survives; the open send is not counted");
+
+    let s = Serve::start(&db, port);
+    let mut cookie2 = None;
+    let r = post(port, &mut cookie2, &example("07")).await;
+    assert!(matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")), "{r:?}");
+    let r = post(port, &mut cookie2, &example("07")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "the uncommitted send was rolled back: {r:?}");
+    // The old session's cookie names a session the new process does not know: a new one.
+    let r = post(port, &mut cookie, &example("10")).await;
+    assert!(matches!(r, Response::Commit(_)));
+    drop(s);
+}
+
+#[test]
+fn admin_apply_is_idempotent_and_lists_queues() {
+    let db = fresh_sqlite_url();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/config/topology.toml");
+    let first = admin(&["apply", file, "--database", &db]);
+    assert!(first.contains("+ queue QS.NEW_ORDERS_QUE"), "{first}");
+    assert!(first.contains("+ agent SCOTT"), "{first}");
+    let second = admin(&["apply", file, "--database", &db]);
+    assert_eq!(second.trim(), "no changes");
+    let listing = admin(&["queues", "--database", &db]);
+    for q in ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$ORDERS_SQTAB_E"] {
+        assert_eq!(depth_of(&listing, q), 0);
+    }
+    // A bad file is refused as a whole, with every problem named.
+    let bad = std::env::temp_dir().join(format!("aqgate-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[[queues]]\nname = \"A.B\"\nqueue_table = \"NOPE.T\"\n[[grants]]\nuser = \"X\"\nqueue = \"A.C\"\nprivilege = \"sometimes\"\n").expect("write");
+    let out = Command::new(BIN).args(["admin", "apply"]).arg(&bad).args(["--database", &db]).output().expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("queues[0]") && err.contains("grants[0]"), "{err}");
+    let _ = std::fs::remove_file(bad);
+}

@@ -1,0 +1,543 @@
+//! The queue engine's conformance suite, run against both store backends (SQLite and
+//! PostgreSQL): every test here exists twice, `sqlite::name` and `postgres::name`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aqgate::error::code;
+use aqgate::idap::Response;
+use common::*;
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sqlite).await } )*
+        }
+        mod postgres {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Postgres).await } )*
+        }
+    };
+}
+
+on_both_backends!(
+    send_then_receive_in_fifo_order,
+    on_commit_work_is_invisible_until_commit,
+    rollback_discards_enqueues,
+    immediate_enqueue_is_visible_at_once,
+    rolled_back_remove_returns_the_message_with_a_delivery_count,
+    browse_does_not_remove_and_navigates,
+    locked_messages_are_skipped_by_others_until_commit,
+    priority_queues_sort_by_priority_then_time,
+    selectors_by_correlation_message_id_and_condition,
+    multi_consumer_fan_out_and_recipient_lists,
+    consumer_name_rules,
+    later_subscribers_see_only_later_messages,
+    delayed_messages_wait,
+    expired_messages_move_to_the_exception_queue,
+    a_request_is_all_or_nothing,
+    two_consumers_never_remove_the_same_message,
+    restart_rolls_back_open_sessions,
+    idle_sessions_roll_back,
+    adt_payload_round_trips_examples,
+    privileges_are_enforced,
+    registrations,
+    long_poll_wakes_on_commit,
+    too_many_failed_dequeues_move_to_exception_queue,
+    payload_conditions_on_adt_and_jms,
+    disabled_queues_refuse,
+);
+
+const RAWQ: &str = "AQUSER.RAW_QUE";
+
+async fn depth(h: &Harness, queue: &str) -> i64 {
+    aqgate::admin::queues(h.engine.store().as_ref())
+        .await
+        .expect("queues")
+        .into_iter()
+        .find(|q| q.name == queue)
+        .map(|q| q.depth)
+        .expect("queue listed")
+}
+
+fn fault_code(r: Result<Response, (i32, String)>) -> i32 {
+    match r {
+        Err((c, _)) => c,
+        Ok(r) => panic!("expected a fault, got {r:?}"),
+    }
+}
+
+async fn recv_raw(h: &Harness, s: &mut aqgate::engine::Session, opts: &str, extra: &str) -> Result<String, i32> {
+    match h.run(s, &receive(RAWQ, &format!("<wait_time>0</wait_time>{opts}"), extra)).await {
+        Ok(r) => Ok(raw_of(&received(&r)[0])),
+        Err((c, _)) => Err(c),
+    }
+}
+
+async fn send_then_receive_in_fifo_order(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    let r = h.run(&mut s, &raw_send(RAWQ, &[("", "01"), ("", "02"), ("", "0A0b")], COMMIT)).await.expect("send");
+    let ids = sent_ids(&r);
+    assert_eq!(ids.len(), 3);
+    assert!(ids.iter().all(|i| i.len() == 32 && i.chars().all(|c| c.is_ascii_hexdigit())));
+    assert_eq!(depth(&h, RAWQ).await, 3);
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("02".into()));
+    let r = h.run(&mut c, &receive(RAWQ, "<wait_time>0</wait_time>", COMMIT)).await.expect("third");
+    let m = &received(&r)[0];
+    assert_eq!(raw_of(m), "0A0B");
+    assert_eq!(m.header.message_id.as_deref(), Some(ids[2].as_str()));
+    assert_eq!(m.header.message_state, Some(0));
+    assert_eq!(m.header.delivery_count, Some(0));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE));
+    assert_eq!(depth(&h, RAWQ).await, 0);
+}
+
+async fn on_commit_work_is_invisible_until_commit(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut a = h.session("scott");
+    let mut other = h.session("scott");
+    h.run(&mut a, &raw_send(RAWQ, &[("", "AA")], "")).await.expect("send");
+    assert_eq!(depth(&h, RAWQ).await, 0, "uncommitted enqueue is not counted");
+    assert_eq!(recv_raw(&h, &mut other, "", "").await, Err(code::NO_MESSAGE));
+    // The sender's own transaction sees its message (and does not take it here: BROWSE).
+    assert_eq!(recv_raw(&h, &mut a, "<dequeue_mode>BROWSE</dequeue_mode>", "").await, Ok("AA".into()));
+    h.run(&mut a, &envelope(COMMIT)).await.expect("commit");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("AA".into()));
+}
+
+async fn rollback_discards_enqueues(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut a = h.session("scott");
+    h.run(&mut a, &raw_send(RAWQ, &[("", "AA"), ("", "BB")], "")).await.expect("send");
+    let r = h.run(&mut a, &envelope(ROLLBACK)).await.expect("rollback");
+    assert!(matches!(r, Response::Rollback(_)));
+    h.run(&mut a, &envelope(COMMIT)).await.expect("commit after rollback");
+    assert_eq!(depth(&h, RAWQ).await, 0);
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+}
+
+async fn immediate_enqueue_is_visible_at_once(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut a = h.session("scott");
+    let xml = raw_send(RAWQ, &[("", "CC")], "").replace(
+        "<destination>AQUSER.RAW_QUE</destination>",
+        "<destination>AQUSER.RAW_QUE</destination><visibility>IMMEDIATE</visibility>",
+    );
+    h.run(&mut a, &xml).await.expect("send");
+    h.run(&mut a, &envelope(ROLLBACK)).await.expect("rollback does not undo IMMEDIATE work");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "<visibility>IMMEDIATE</visibility>", "").await, Ok("CC".into()));
+    assert_eq!(depth(&h, RAWQ).await, 0, "an IMMEDIATE remove needs no commit");
+}
+
+async fn rolled_back_remove_returns_the_message_with_a_delivery_count(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
+    let mut c1 = h.session("scott");
+    let mut c2 = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c1, "", "").await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c2, "", "").await, Err(code::NO_MESSAGE), "locked by c1's pending remove");
+    h.run(&mut c1, &envelope(ROLLBACK)).await.expect("rollback");
+    let r = h.run(&mut c2, &receive(RAWQ, "<wait_time>0</wait_time>", COMMIT)).await.expect("redelivered");
+    assert_eq!(received(&r)[0].header.delivery_count, Some(1));
+}
+
+async fn browse_does_not_remove_and_navigates(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01"), ("", "02"), ("", "03")], COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    let browse = "<dequeue_mode>BROWSE</dequeue_mode>";
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("02".into()));
+    assert_eq!(recv_raw(&h, &mut c, &format!("{browse}<navigation_mode>FIRST_MESSAGE</navigation_mode>"), "").await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("02".into()));
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("03".into()));
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Err(code::NO_MESSAGE), "end of fetch");
+    assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("01".into()), "starts over after the end");
+    assert_eq!(depth(&h, RAWQ).await, 3);
+    // Another session browsing keeps its own position.
+    let mut d = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut d, browse, "").await, Ok("01".into()));
+}
+
+async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01"), ("", "02")], COMMIT)).await.expect("send");
+    let mut a = h.session("scott");
+    let mut o = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut a, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut o, "", "").await, Ok("02".into()), "01 is locked by a");
+    // BROWSE sees locked messages.
+    assert_eq!(
+        recv_raw(&h, &mut o, "<dequeue_mode>BROWSE</dequeue_mode><navigation_mode>FIRST_MESSAGE</navigation_mode>", "").await,
+        Ok("01".into())
+    );
+    h.run(&mut a, &envelope(COMMIT)).await.expect("commit releases the lock");
+    assert_eq!(
+        recv_raw(&h, &mut o, "<navigation_mode>FIRST_MESSAGE</navigation_mode>", COMMIT).await,
+        Ok("01".into()),
+        "the locked message stays in the queue and is free after commit"
+    );
+}
+
+async fn priority_queues_sort_by_priority_then_time(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let msgs = [("<priority>5</priority>", "05"), ("<priority>-1</priority>", "FF"), ("<priority>3</priority>", "03"), ("<priority>3</priority>", "33")];
+    h.run(&mut p, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(recv_raw(&h, &mut c, "", COMMIT).await.expect("message"));
+    }
+    assert_eq!(got, ["FF", "03", "33", "05"]);
+    // A message with a higher priority arriving later is not skipped by NEXT_MESSAGE.
+    h.run(&mut p, &raw_send(RAWQ, &[("<priority>9</priority>", "09"), ("<priority>-5</priority>", "F5")], COMMIT)).await.expect("send");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("F5".into()));
+}
+
+async fn selectors_by_correlation_message_id_and_condition(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let r = h
+        .run(
+            &mut p,
+            &raw_send(
+                RAWQ,
+                &[("<correlation>A1</correlation>", "01"), ("<correlation>B1</correlation><priority>7</priority>", "02"), ("<correlation>A2</correlation><priority>2</priority>", "03")],
+                COMMIT,
+            ),
+        )
+        .await
+        .expect("send");
+    let ids = sent_ids(&r);
+    let mut c = h.session("scott");
+    let sel = |x: &str| format!("<selector>{x}</selector>");
+    assert_eq!(recv_raw(&h, &mut c, &sel("<correlation>B1</correlation>"), COMMIT).await, Ok("02".into()));
+    assert_eq!(recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2].to_lowercase())), COMMIT).await, Ok("03".into()));
+    assert_eq!(recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2])), COMMIT).await, Err(code::NO_SUCH_MESSAGE_ID));
+    h.run(&mut p, &raw_send(RAWQ, &[("<correlation>A3</correlation><priority>4</priority>", "04")], COMMIT)).await.expect("send");
+    assert_eq!(
+        recv_raw(&h, &mut c, &sel("<condition>corrid LIKE 'A%' AND priority &gt; 3</condition>"), COMMIT).await,
+        Ok("04".into())
+    );
+    assert_eq!(recv_raw(&h, &mut c, &sel("<condition>priority &gt; 100</condition>"), "").await, Err(code::NO_MESSAGE));
+    assert_eq!(recv_raw(&h, &mut c, &sel("<condition>1=1; DROP TABLE messages</condition>"), "").await, Err(code::BAD_CONDITION));
+    assert_eq!(recv_raw(&h, &mut c, &sel("<condition>priority = (SELECT 1)</condition>"), "").await, Err(code::BAD_CONDITION));
+    assert_eq!(depth(&h, RAWQ).await, 1, "A1 is still there: nothing was harmed");
+}
+
+const TOPIC: &str = "AQUSER.EMP_TOPIC";
+
+fn publish_emp(deptno: u32, header: &str, extra: &str) -> String {
+    envelope(&format!(
+        r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{TOPIC}</destination></producer_options>
+        <message_set><message_count>1</message_count><message><message_number>1</message_number><message_header>{header}</message_header>
+        <message_payload><EMP_TYP><EMPNO>1111</EMPNO><ENAME>Mary</ENAME><DEPTNO>{deptno}</DEPTNO></EMP_TYP></message_payload></message></message_set>{extra}</AQXmlPublish>"#
+    ))
+}
+
+fn emp_receive(consumer: &str, opts: &str) -> String {
+    receive(TOPIC, &format!("<consumer_name>{consumer}</consumer_name><wait_time>0</wait_time>{opts}"), COMMIT)
+}
+
+fn deptno_of(r: &Response) -> String {
+    received(r)[0].payload.child("DEPTNO").map(|d| d.text()).unwrap_or_default()
+}
+
+async fn multi_consumer_fan_out_and_recipient_lists(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("publish to subscribers");
+    h.run(
+        &mut p,
+        &publish_emp(20, "<recipient_list><recipient><agent_name>APP2</agent_name></recipient><recipient><agent_name>app1</agent_name></recipient></recipient_list>", COMMIT),
+    )
+    .await
+    .expect("publish to a recipient list");
+    h.run(&mut p, &publish_emp(30, "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>", COMMIT))
+        .await
+        .expect("publish to APP2 only");
+    assert_eq!(depth(&h, TOPIC).await, 3);
+    let mut c = h.session("scott");
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("APP1", "")).await.expect("1")), "10");
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("APP1", "")).await.expect("2")), "20");
+    assert_eq!(fault_code(h.run(&mut c, &emp_receive("APP1", "")).await), code::NO_MESSAGE);
+    assert_eq!(depth(&h, TOPIC).await, 2, "message 10 had only APP1 and is gone");
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("app2", "")).await.expect("3")), "20");
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("APP2", "")).await.expect("4")), "30");
+    assert_eq!(depth(&h, TOPIC).await, 0, "every consumer removed every message");
+}
+
+async fn consumer_name_rules(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut c = h.session("scott");
+    assert_eq!(fault_code(h.run(&mut c, &receive(TOPIC, "<wait_time>0</wait_time>", "")).await), code::CONSUMER_REQUIRED);
+    assert_eq!(
+        fault_code(h.run(&mut c, &receive(RAWQ, "<consumer_name>APP1</consumer_name><wait_time>0</wait_time>", "")).await),
+        code::NOT_MULTI_CONSUMER
+    );
+    assert_eq!(
+        fault_code(h.run(&mut c, &raw_send(RAWQ, &[("<recipient_list><recipient><agent_name>X</agent_name></recipient></recipient_list>", "01")], "")).await),
+        code::NOT_MULTI_CONSUMER
+    );
+    assert_eq!(fault_code(h.run(&mut c, &receive("AQUSER.NO_SUCH_QUEUE", "<wait_time>0</wait_time>", "")).await), code::NO_SUCH_QUEUE);
+}
+
+async fn later_subscribers_see_only_later_messages(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("publish");
+    let topo = format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate::DEFAULT_TOPOLOGY);
+    let t = aqgate::topology::Topology::from_toml(&topo).expect("topology");
+    let changes = aqgate::admin::apply(h.engine.store().as_ref(), &t, false).await.expect("apply");
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    h.engine.reload().await.expect("reload");
+    h.run(&mut p, &publish_emp(20, "", COMMIT)).await.expect("publish");
+    let mut c = h.session("scott");
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("LATE", "")).await.expect("late")), "20");
+    assert_eq!(fault_code(h.run(&mut c, &emp_receive("LATE", "")).await), code::NO_MESSAGE);
+    assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("APP1", "")).await.expect("app1")), "10");
+}
+
+async fn delayed_messages_wait(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("<delay>10</delay>", "01")], COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+    h.clock.advance_secs(9);
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+    h.clock.advance_secs(2);
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+}
+
+async fn expired_messages_move_to_the_exception_queue(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    // Expiration counts from the end of the delay: visible at 5 s, expired at 5 + 3 s.
+    h.run(&mut p, &raw_send(RAWQ, &[("<delay>5</delay><expiration>3</expiration><correlation>X</correlation>", "01"), ("", "02")], COMMIT))
+        .await
+        .expect("send");
+    h.clock.advance_secs(7);
+    assert_eq!(h.engine.expire_messages().await.expect("tm"), 0);
+    h.clock.advance_secs(2);
+    assert_eq!(h.engine.expire_messages().await.expect("tm"), 1);
+    let eq = "AQUSER.AQ$RAW_TAB_E";
+    assert_eq!(depth(&h, eq).await, 1);
+    let mut c = h.session("scott");
+    let r = h.run(&mut c, &receive(eq, "<wait_time>0</wait_time>", COMMIT)).await.expect("from exception queue");
+    let m = &received(&r)[0];
+    assert_eq!(m.header.message_state, Some(3));
+    assert_eq!(m.header.correlation.as_deref(), Some("X"));
+    assert_eq!(raw_of(m), "01");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("02".into()));
+}
+
+async fn a_request_is_all_or_nothing(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let r = h.run(&mut p, &raw_send(RAWQ, &[("", "01"), ("", "02"), ("", "XYZ")], COMMIT)).await;
+    let (c, msg) = r.expect_err("third message is invalid");
+    assert_eq!(c, code::PAYLOAD_MISMATCH);
+    assert!(msg.contains("message 3"), "{msg}");
+    let r = h.run(&mut p, &publish_emp(100, "", COMMIT)).await;
+    assert_eq!(fault_code(r), code::PAYLOAD_MISMATCH, "DEPTNO is NUMBER(2)");
+    assert_eq!(depth(&h, RAWQ).await, 0);
+    assert_eq!(depth(&h, TOPIC).await, 0);
+}
+
+async fn two_consumers_never_remove_the_same_message(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let msgs: Vec<(String, String)> = (0..40).map(|i| (String::new(), format!("{i:04X}"))).collect();
+    let refs: Vec<(&str, &str)> = msgs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    h.run(&mut p, &raw_send(RAWQ, &refs, COMMIT)).await.expect("send");
+    let h = std::sync::Arc::new(h);
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = h.session("scott");
+            let mut got = Vec::new();
+            while let Ok(x) = recv_raw(&h, &mut s, "", COMMIT).await {
+                got.push(x);
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    all.sort();
+    let mut want: Vec<String> = msgs.into_iter().map(|(_, b)| b).collect();
+    want.sort();
+    assert_eq!(all, want, "each message removed exactly once");
+}
+
+async fn restart_rolls_back_open_sessions(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "locked by an open remove");
+    // A new process on the same database.
+    let store = aqgate::store::open(&h.url).await.expect("reopen");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    let e2 = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("restart");
+    let mut s2 = aqgate::engine::Session::new("SCOTT", 0);
+    let req = aqgate::idap::parse_request(receive(RAWQ, "<wait_time>0</wait_time>", COMMIT).as_bytes(), &Default::default()).expect("parse").body;
+    let r = e2.execute(&mut s2, req.clone()).await.expect("the committed message survives, its open remove rolled back");
+    assert_eq!(raw_of(&received(&r)[0]), "01");
+    let e = e2.execute(&mut s2, req).await.expect_err("the uncommitted enqueue is gone");
+    assert_eq!(e.code, code::NO_MESSAGE);
+}
+
+async fn idle_sessions_roll_back(b: Backend) {
+    let h = Harness::new(b).await;
+    let (id, s) = h.engine.sessions.create("SCOTT", h.clock.now());
+    {
+        let mut g = s.lock().await;
+        h.run(&mut g, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
+    }
+    h.clock.advance_secs(10);
+    assert_eq!(h.engine.expire_sessions().await, 0, "not idle long enough");
+    h.clock.advance_secs(600);
+    assert_eq!(h.engine.expire_sessions().await, 1);
+    assert!(matches!(h.engine.sessions.get(&id), aqgate::engine::Lookup::Expired));
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+}
+
+async fn adt_payload_round_trips_examples(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let r = h.run(&mut p, &example("01")).await.expect("example 01");
+    assert!(matches!(&r, Response::Send(_, Some(res)) if res.destination == "QS.NEW_ORDERS_QUE"));
+    h.run(&mut p, &example("10")).await.expect("example 10 commits");
+    let r = h.run(&mut p, &example("08")).await.expect("example 08 browses");
+    let m = &received(&r)[0];
+    assert_eq!(m.header.correlation.as_deref(), Some("ORDER1"));
+    assert_eq!(m.header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("scott"));
+    let city = m.payload.child("CUSTOMER").and_then(|c| c.child("CITY")).map(|c| c.text());
+    assert_eq!(city.as_deref(), Some("REDWOOD CITY"));
+    assert_eq!(m.payload.child("ITEMS").map(|i| i.elements().count()), Some(2));
+    let r = h.run(&mut p, &example("07")).await.expect("example 07 receives and commits");
+    assert_eq!(received(&r)[0].header.message_id, m.header.message_id);
+    assert_eq!(fault_code(h.run(&mut p, &example("05")).await), code::NO_MESSAGE);
+}
+
+async fn privileges_are_enforced(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut john = h.session("john");
+    // john (users OE, AQUSER) may enqueue to QS's queue through a grant, but not dequeue.
+    h.run(&mut john, &example("01")).await.expect("granted enqueue");
+    assert_eq!(fault_code(h.run(&mut john, &example("05")).await), code::NOT_PERMITTED);
+    let mut scott = h.session("scott");
+    h.run(&mut scott, &example("16").replace("john", "scott")).await.expect_err("scott may not enqueue to OE's queue");
+    let r = h.run(&mut scott, &example("16")).await;
+    assert_eq!(fault_code(r), code::NOT_PERMITTED);
+    h.run(&mut john, &example("16")).await.expect("OE owns OE.OE_NEW_ORDERS_QUE");
+    h.run(&mut john, &envelope(COMMIT)).await.expect("commit");
+    let r = h.run(&mut scott, &receive("OE.OE_NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await.expect("granted dequeue");
+    assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("XML_ADT_SINGLE_ENQ"));
+}
+
+async fn registrations(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    let reg = |url: &str| {
+        envelope(&format!(
+            r#"<AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>AQUSER.EMP_TOPIC</destination><consumer_name>APP1</consumer_name><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister>"#
+        ))
+    };
+    assert!(matches!(h.run(&mut s, &reg("mailto:app1@example.com")).await, Ok(Response::Register(_))));
+    assert!(matches!(h.run(&mut s, &reg("http://127.0.0.1:9/notify")).await, Ok(Response::Register(_))));
+    h.run(&mut s, &reg("mailto:app1@example.com")).await.expect("registering again replaces");
+    assert_eq!(fault_code(h.run(&mut s, &reg("plsql://aq.notify_proc")).await), code::INVALID_VALUE);
+    assert_eq!(fault_code(h.run(&mut s, &reg("ftp://x")).await), code::INVALID_VALUE);
+    assert_eq!(fault_code(h.run(&mut s, &example("09")).await), code::INVALID_VALUE, "mailto:[e-mail] is a placeholder");
+    let qid = h.engine.resolved().ids["AQUSER.EMP_TOPIC"];
+    let regs = h.engine.store().registrations(qid).await.expect("registrations");
+    assert_eq!(regs.len(), 2);
+    assert!(regs.iter().all(|r| r.consumer == "APP1" && r.agent == "SCOTT"));
+}
+
+async fn long_poll_wakes_on_commit(b: Backend) {
+    let h = std::sync::Arc::new(Harness::new(b).await);
+    let h2 = h.clone();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let mut c = h2.session("scott");
+        h2.run(&mut c, &receive(RAWQ, "<wait_time>20</wait_time>", COMMIT)).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "77")], "")).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "uncommitted work must not wake the receiver");
+    h.run(&mut p, &envelope(COMMIT)).await.expect("commit");
+    let r = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken well before wait_time").expect("task");
+    assert_eq!(raw_of(&received(&r.expect("message"))[0]), "77");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+async fn too_many_failed_dequeues_move_to_exception_queue(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    // max_retries is 5: the sixth rollback moves the message.
+    for i in 0..6 {
+        assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "attempt {i}");
+        h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
+    }
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+    assert_eq!(depth(&h, "AQUSER.AQ$RAW_TAB_E").await, 1);
+}
+
+async fn payload_conditions_on_adt_and_jms(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("10");
+    h.run(&mut p, &publish_emp(60, "", COMMIT)).await.expect("60");
+    let mut c = h.session("scott");
+    // Example 06 selects deptno=60.
+    let r = h.run(&mut c, &example("06")).await.expect("example 06");
+    assert_eq!(deptno_of(&r), "60");
+    let mut j = h.session("john");
+    h.run(&mut j, &example("03")).await.expect("example 03");
+    h.run(&mut j, &envelope(COMMIT)).await.expect("commit");
+    let q = "AQUSER.JMS_TEXTQ";
+    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'Canada'</condition></selector>", "")).await;
+    assert_eq!(fault_code(r), code::NO_MESSAGE);
+    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'USA' AND State LIKE 'Cal%'</condition></selector>", COMMIT)).await.expect("JMS property selector");
+    let m = &received(&r)[0];
+    assert_eq!(m.payload.child("text_data").map(|t| t.text()).as_deref(), Some("All things bright and beautiful"));
+}
+
+async fn disabled_queues_refuse(b: Backend) {
+    let topo = aqgate::DEFAULT_TOPOLOGY.replace(
+        "name = \"AQUSER.RAW_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"",
+        "name = \"AQUSER.RAW_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\nenqueue = false\ndequeue = false",
+    );
+    assert_ne!(topo, aqgate::DEFAULT_TOPOLOGY);
+    let h = Harness::with_topology(b, &topo).await;
+    let mut s = h.session("scott");
+    assert_eq!(fault_code(h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await), code::ENQUEUE_DISABLED);
+    assert_eq!(recv_raw(&h, &mut s, "", "").await, Err(code::DEQUEUE_DISABLED));
+    assert_eq!(
+        fault_code(h.run(&mut s, &raw_send("AQUSER.AQ$RAW_TAB_E", &[("", "01")], COMMIT)).await),
+        code::ENQUEUE_DISABLED,
+        "exception queues take no enqueues"
+    );
+}
