@@ -84,18 +84,20 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     let mut wanted = wanted.clone();
     for a in &mut wanted.agents {
         if let Some(p) = a.password.take() {
-            let old = current.agents.iter().find(|o| canon(&o.name) == canon(&a.name)).and_then(|o| o.password_hash.clone());
+            let old =
+                current.agents.iter().find(|o| canon(&o.name) == canon(&a.name)).and_then(|o| o.password_hash.clone());
             a.password_hash = Some(match old {
                 Some(h) if auth::verify_password(&p, &h) => h,
-                _ => auth::hash_password(&p).map_err(|e| ApplyError::Invalid(vec![format!("agents ({}): {e}", a.name)]))?,
+                _ => auth::hash_password(&p)
+                    .map_err(|e| ApplyError::Invalid(vec![format!("agents ({}): {e}", a.name)]))?,
             });
         }
     }
-    let catalog: Catalog = wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
+    let catalog: Catalog =
+        wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
 
     let new_rows = rows_of(&wanted)?;
-    let old_rows: BTreeMap<(String, String), String> =
-        current_rows.into_iter().map(|(k, n, s)| ((k, n), s)).collect();
+    let old_rows: BTreeMap<(String, String), String> = current_rows.into_iter().map(|(k, n, s)| ((k, n), s)).collect();
     let mut changes = Vec::new();
     for ((kind, name), spec) in &new_rows {
         match old_rows.get(&(kind.clone(), name.clone())) {

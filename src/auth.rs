@@ -1,8 +1,8 @@
 //! Agent passwords: argon2id hashes (PHC strings). Verification is CPU-heavy by design, so
 //! callers run it on the blocking pool; a session cookie spares it on later requests.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 
 pub fn hash_password(password: &str) -> Result<String, String> {
     let salt = SaltString::generate(&mut OsRng);

@@ -127,7 +127,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin { command } => match command {
             AdminCommand::Apply { file, db, dry_run } => {
                 let text = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-                let topo = Topology::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.join("; ")))?;
+                let topo =
+                    Topology::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.join("; ")))?;
                 let store = aqgate::store::open(&db.database).await?;
                 let changes = aqgate::admin::apply(store.as_ref(), &topo, dry_run).await?;
                 if changes.is_empty() {
@@ -149,7 +150,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             AdminCommand::HashPassword => {
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line)?;
-                let h = aqgate::auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
+                let h =
+                    aqgate::auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
                 println!("{h}");
                 Ok(())
             }

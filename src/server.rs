@@ -25,7 +25,11 @@ pub struct ServeConfig {
 }
 
 /// Runs until `shutdown` resolves; in-flight requests finish first.
-pub async fn serve(cfg: ServeConfig, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn serve(
+    cfg: ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let store = crate::store::open(&cfg.database_url).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
@@ -37,7 +41,7 @@ pub async fn serve(cfg: ServeConfig, listener: TcpListener, shutdown: impl Futur
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
-    let state = AppState { engine, limits: cfg.limits.clone() };
+    let state = AppState { engine, limits: cfg.limits };
     tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);

@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 
 use crate::auth;
 use crate::engine::{Engine, Lookup, SessionRef};
@@ -57,10 +57,10 @@ async fn readyz(State(s): State<AppState>) -> Response {
 
 fn xml(body: String, cookie: Option<&str>) -> Response {
     let mut r = (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml; charset=utf-8")], body).into_response();
-    if let Some(id) = cookie {
-        if let Ok(v) = HeaderValue::from_str(&format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict")) {
-            r.headers_mut().insert(header::SET_COOKIE, v);
-        }
+    if let Some(id) = cookie
+        && let Ok(v) = HeaderValue::from_str(&format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict"))
+    {
+        r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
 }
@@ -70,7 +70,8 @@ fn fault(e: &AqError, cookie: Option<&str>) -> Response {
 }
 
 fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Basic realm=\"aqgate\", charset=\"UTF-8\"")]).into_response()
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Basic realm=\"aqgate\", charset=\"UTF-8\"")])
+        .into_response()
 }
 
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
@@ -98,7 +99,8 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
         match s.engine.sessions.get(&id) {
             Lookup::Live(sess, agent) => {
                 // A cookie is bound to its agent; credentials for someone else start afresh.
-                let same = basic.as_ref().is_none_or(|(u, _)| on_behalf.is_some() || crate::topology::canon(u) == agent);
+                let same =
+                    basic.as_ref().is_none_or(|(u, _)| on_behalf.is_some() || crate::topology::canon(u) == agent);
                 let same = same && on_behalf.as_ref().is_none_or(|o| crate::topology::canon(o) == agent);
                 if same {
                     return Ok((Who::Session(sess), false));
@@ -118,7 +120,13 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
     let effective = match on_behalf {
         None => {
             if !agent.http {
-                return Err(fault(&AqError::client(code::NOT_PERMITTED, format!("agent {} is not enabled for HTTP access", agent.name)), None));
+                return Err(fault(
+                    &AqError::client(
+                        code::NOT_PERMITTED,
+                        format!("agent {} is not enabled for HTTP access", agent.name),
+                    ),
+                    None,
+                ));
             }
             agent.name.clone()
         }
@@ -129,14 +137,18 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
 
 fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
     if !gateway.gateway {
-        return Err(AqError::client(code::NOT_PERMITTED, format!("agent {} may not act on behalf of other agents", gateway.name)));
+        return Err(AqError::client(
+            code::NOT_PERMITTED,
+            format!("agent {} may not act on behalf of other agents", gateway.name),
+        ));
     }
-    let target = s
-        .engine
-        .agent(other)
-        .ok_or_else(|| AqError::client(code::NOT_PERMITTED, format!("unknown agent {other}")))?;
+    let target =
+        s.engine.agent(other).ok_or_else(|| AqError::client(code::NOT_PERMITTED, format!("unknown agent {other}")))?;
     if !target.smtp {
-        return Err(AqError::client(code::NOT_PERMITTED, format!("agent {} is not enabled for SMTP access", target.name)));
+        return Err(AqError::client(
+            code::NOT_PERMITTED,
+            format!("agent {} is not enabled for SMTP access", target.name),
+        ));
     }
     Ok(target.name)
 }
@@ -178,10 +190,9 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
         Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), cookie),
     };
     if let Some(m) = headers.get("idapmethodname") {
-        let checked = m
-            .to_str()
-            .map_err(|_| AqError::invalid("IDAPMethodName header is not text"))
-            .and_then(|v| idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string())));
+        let checked = m.to_str().map_err(|_| AqError::invalid("IDAPMethodName header is not text")).and_then(|v| {
+            idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
+        });
         if let Err(e) = checked {
             return fault(&e, cookie);
         }

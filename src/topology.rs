@@ -222,10 +222,7 @@ impl Topology {
     /// Checks the file as a whole (every error with its key path) and builds the catalog.
     /// `hash` turns clear-text demo passwords into stored hashes; it is called only for
     /// agents that give `password`.
-    pub fn resolve(
-        &self,
-        hash: &dyn Fn(&str) -> Result<String, String>,
-    ) -> Result<Catalog, Vec<String>> {
+    pub fn resolve(&self, hash: &dyn Fn(&str) -> Result<String, String>) -> Result<Catalog, Vec<String>> {
         let mut errors = Vec::new();
         let types = match TypeRegistry::new(self.types.clone()) {
             Ok(r) => r,
@@ -330,9 +327,7 @@ impl Topology {
             };
             match queues.get_mut(&canon(&s.queue)) {
                 None => errors.push(format!("{key}.queue: unknown queue")),
-                Some(q) if !q.multi_consumer => {
-                    errors.push(format!("{key}.queue: not a multi-consumer queue"))
-                }
+                Some(q) if !q.multi_consumer => errors.push(format!("{key}.queue: not a multi-consumer queue")),
                 Some(q) => {
                     let name = canon(&s.name);
                     if q.subscribers.iter().any(|x| x.name == name) {
@@ -408,11 +403,7 @@ impl Topology {
         let users: BTreeSet<_> = agents.values().flat_map(|a| a.db_users.iter().cloned()).collect();
         let _ = users;
 
-        if errors.is_empty() {
-            Ok(Catalog { types, queues, agents, grants })
-        } else {
-            Err(errors)
-        }
+        if errors.is_empty() { Ok(Catalog { types, queues, agents, grants }) } else { Err(errors) }
     }
 }
 

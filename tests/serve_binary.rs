@@ -17,7 +17,6 @@ fn free_port() -> u16 {
 
 struct Serve {
     child: Child,
-    port: u16,
 }
 
 impl Serve {
@@ -28,7 +27,7 @@ impl Serve {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn aqgate serve");
-        let s = Self { child, port };
+        let s = Self { child };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "aqgate serve did not start");
@@ -102,9 +101,15 @@ async fn kill_dash_nine_rolls_back_open_work_and_keeps_committed_work() {
     let s = Serve::start(&db, port);
     let mut cookie2 = None;
     let r = post(port, &mut cookie2, &example("07")).await;
-    assert!(matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")), "{r:?}");
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
     let r = post(port, &mut cookie2, &example("07")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "the uncommitted send was rolled back: {r:?}");
+    assert!(
+        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        "the uncommitted send was rolled back: {r:?}"
+    );
     // The old session's cookie names a session the new process does not know: a new one.
     let r = post(port, &mut cookie, &example("10")).await;
     assert!(matches!(r, Response::Commit(_)));
@@ -121,7 +126,9 @@ fn admin_apply_is_idempotent_and_lists_queues() {
     let second = admin(&["apply", file, "--database", &db]);
     assert_eq!(second.trim(), "no changes");
     let listing = admin(&["queues", "--database", &db]);
-    for q in ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$ORDERS_SQTAB_E"] {
+    for q in
+        ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$ORDERS_SQTAB_E"]
+    {
         assert_eq!(depth_of(&listing, q), 0);
     }
     // A bad file is refused as a whole, with every problem named.

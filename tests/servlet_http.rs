@@ -129,7 +129,9 @@ fn structure(xml: &str) -> Vec<(usize, String)> {
                 out.push((depth, String::from_utf8_lossy(e.local_name().as_ref()).to_string()));
                 depth += 1;
             }
-            quick_xml::events::Event::Empty(e) => out.push((depth, String::from_utf8_lossy(e.local_name().as_ref()).to_string())),
+            quick_xml::events::Event::Empty(e) => {
+                out.push((depth, String::from_utf8_lossy(e.local_name().as_ref()).to_string()))
+            }
             quick_xml::events::Event::End(_) => depth -= 1,
             quick_xml::events::Event::Eof => break,
             _ => {}
@@ -153,7 +155,9 @@ async fn all_seventeen_examples_work_over_http() {
     // 01: send an ORDER_TYP; the answer has example 12's structure.
     let r = scott.post(&example("01")).await;
     assert!(r.set_cookie.as_deref().is_some_and(|c| c.starts_with("AQSESSIONID=") && c.contains("HttpOnly")));
-    assert!(matches!(r.idap(), Response::Send(_, Some(ref x)) if x.destination == "QS.NEW_ORDERS_QUE" && x.message_ids[0].len() == 32));
+    assert!(
+        matches!(r.idap(), Response::Send(_, Some(ref x)) if x.destination == "QS.NEW_ORDERS_QUE" && x.message_ids[0].len() == 32)
+    );
     assert_same_structure(&r.body, &example("12"));
     // 10: commit, the same session (cookie); example 15's structure.
     let r = scott.post(&example("10")).await;
@@ -281,7 +285,15 @@ async fn bad_input_gets_the_documented_answer_and_changes_nothing() {
     let r = s.http.post(s.url()).header("content-type", "text/xml").body(good.clone()).send().await.expect("http");
     assert_eq!(r.status().as_u16(), 401, "no credentials");
     assert!(r.headers().get("www-authenticate").is_some());
-    let r = s.http.post(s.url()).basic_auth("scott", Some("tiger")).header("content-type", "application/json").body("{}").send().await.expect("http");
+    let r = s
+        .http
+        .post(s.url())
+        .basic_auth("scott", Some("tiger"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .expect("http");
     assert_eq!(r.status().as_u16(), 415);
     let big = format!("{}{}", good, " ".repeat(300 * 1024));
     let r = c.post(&big).await;
@@ -298,19 +310,64 @@ async fn bad_input_gets_the_documented_answer_and_changes_nothing() {
     let cases: Vec<(&str, Vec<u8>, i32)> = vec![
         ("malformed XML", b"<Envelope><Body><AQXmlSend>".to_vec(), 0),
         ("not XML at all", b"hello".to_vec(), 0),
-        ("invalid UTF-8", good.replace("<raw>01</raw>", "<raw>01</raw>\u{1}").into_bytes().into_iter().map(|b| if b == 1 { 0xff } else { b }).collect(), 0),
+        (
+            "invalid UTF-8",
+            good.replace("<raw>01</raw>", "<raw>01</raw>\u{1}")
+                .into_bytes()
+                .into_iter()
+                .map(|b| if b == 1 { 0xff } else { b })
+                .collect(),
+            0,
+        ),
         ("wrong namespace", Vec::from(good.replace("http://ns.oracle.com/AQ/schemas/access", "urn:evil")), 0),
-        ("wrong envelope namespace", Vec::from(good.replace("http://ns.oracle.com/AQ/schemas/envelope", "urn:evil")), 0),
+        (
+            "wrong envelope namespace",
+            Vec::from(good.replace("http://ns.oracle.com/AQ/schemas/envelope", "urn:evil")),
+            0,
+        ),
         ("DOCTYPE / entity bomb", bomb.as_bytes().to_vec(), 0),
         ("deep nesting", Vec::from(deep), 0),
-        ("message_count mismatch", Vec::from(good.replace("<message_count>1</message_count>", "<message_count>2</message_count>")), 0),
+        (
+            "message_count mismatch",
+            Vec::from(good.replace("<message_count>1</message_count>", "<message_count>2</message_count>")),
+            0,
+        ),
         ("invalid hex payload", Vec::from(good.replace("<raw>01</raw>", "<raw>0G</raw>")), code::PAYLOAD_MISMATCH),
-        ("type mismatch", Vec::from(example("02").replace("<DEPTNO>60</DEPTNO>", "<DEPTNO>sixty</DEPTNO>").replace("</message_set>", "</message_set><AQXmlCommit/>")), code::PAYLOAD_MISMATCH),
+        (
+            "type mismatch",
+            Vec::from(
+                example("02")
+                    .replace("<DEPTNO>60</DEPTNO>", "<DEPTNO>sixty</DEPTNO>")
+                    .replace("</message_set>", "</message_set><AQXmlCommit/>"),
+            ),
+            code::PAYLOAD_MISMATCH,
+        ),
         ("unknown queue", Vec::from(good.replace("AQUSER.RAW_QUE", "AQUSER.NOPE")), code::NO_SUCH_QUEUE),
         ("not permitted", Vec::from(example("16")), code::NOT_PERMITTED),
         ("unknown element", Vec::from(good.replace("<producer_options>", "<producer_options><colour>red</colour>")), 0),
-        ("invalid message_id selector", Vec::from(receive("AQUSER.RAW_QUE", "<selector><message_id>XYZ</message_id></selector>", "")), code::INVALID_VALUE),
-        ("hostile condition", Vec::from(receive("AQUSER.RAW_QUE", "<selector><condition>priority = 1 OR 1=1; DELETE FROM messages</condition></selector>", "")), code::BAD_CONDITION),
+        (
+            "invalid message_id selector",
+            Vec::from(receive("AQUSER.RAW_QUE", "<selector><message_id>XYZ</message_id></selector>", "")),
+            0,
+        ),
+        (
+            "short message_id selector",
+            Vec::from(receive(
+                "AQUSER.RAW_QUE",
+                "<wait_time>0</wait_time><selector><message_id>ABCD</message_id></selector>",
+                "",
+            )),
+            code::INVALID_VALUE,
+        ),
+        (
+            "hostile condition",
+            Vec::from(receive(
+                "AQUSER.RAW_QUE",
+                "<wait_time>0</wait_time><selector><condition>priority = 1 OR 1=1; DELETE FROM messages</condition></selector>",
+                "",
+            )),
+            code::BAD_CONDITION,
+        ),
     ];
     for (what, body, want) in &cases {
         let r = c.post_bytes(body.clone(), &[]).await;

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use aqgate::clock::Clock;
 use aqgate::error::code;
 use aqgate::idap::Response;
 use common::*;
@@ -155,7 +156,10 @@ async fn browse_does_not_remove_and_navigates(b: Backend) {
     let browse = "<dequeue_mode>BROWSE</dequeue_mode>";
     assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("01".into()));
     assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("02".into()));
-    assert_eq!(recv_raw(&h, &mut c, &format!("{browse}<navigation_mode>FIRST_MESSAGE</navigation_mode>"), "").await, Ok("01".into()));
+    assert_eq!(
+        recv_raw(&h, &mut c, &format!("{browse}<navigation_mode>FIRST_MESSAGE</navigation_mode>"), "").await,
+        Ok("01".into())
+    );
     assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("02".into()));
     assert_eq!(recv_raw(&h, &mut c, browse, "").await, Ok("03".into()));
     assert_eq!(recv_raw(&h, &mut c, browse, "").await, Err(code::NO_MESSAGE), "end of fetch");
@@ -176,7 +180,8 @@ async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
     assert_eq!(recv_raw(&h, &mut o, "", "").await, Ok("02".into()), "01 is locked by a");
     // BROWSE sees locked messages.
     assert_eq!(
-        recv_raw(&h, &mut o, "<dequeue_mode>BROWSE</dequeue_mode><navigation_mode>FIRST_MESSAGE</navigation_mode>", "").await,
+        recv_raw(&h, &mut o, "<dequeue_mode>BROWSE</dequeue_mode><navigation_mode>FIRST_MESSAGE</navigation_mode>", "")
+            .await,
         Ok("01".into())
     );
     h.run(&mut a, &envelope(COMMIT)).await.expect("commit releases the lock");
@@ -190,7 +195,12 @@ async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
 async fn priority_queues_sort_by_priority_then_time(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
-    let msgs = [("<priority>5</priority>", "05"), ("<priority>-1</priority>", "FF"), ("<priority>3</priority>", "03"), ("<priority>3</priority>", "33")];
+    let msgs = [
+        ("<priority>5</priority>", "05"),
+        ("<priority>-1</priority>", "FF"),
+        ("<priority>3</priority>", "03"),
+        ("<priority>3</priority>", "33"),
+    ];
     h.run(&mut p, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send");
     let mut c = h.session("scott");
     let mut got = Vec::new();
@@ -199,7 +209,9 @@ async fn priority_queues_sort_by_priority_then_time(b: Backend) {
     }
     assert_eq!(got, ["FF", "03", "33", "05"]);
     // A message with a higher priority arriving later is not skipped by NEXT_MESSAGE.
-    h.run(&mut p, &raw_send(RAWQ, &[("<priority>9</priority>", "09"), ("<priority>-5</priority>", "F5")], COMMIT)).await.expect("send");
+    h.run(&mut p, &raw_send(RAWQ, &[("<priority>9</priority>", "09"), ("<priority>-5</priority>", "F5")], COMMIT))
+        .await
+        .expect("send");
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("F5".into()));
 }
 
@@ -211,7 +223,11 @@ async fn selectors_by_correlation_message_id_and_condition(b: Backend) {
             &mut p,
             &raw_send(
                 RAWQ,
-                &[("<correlation>A1</correlation>", "01"), ("<correlation>B1</correlation><priority>7</priority>", "02"), ("<correlation>A2</correlation><priority>2</priority>", "03")],
+                &[
+                    ("<correlation>A1</correlation>", "01"),
+                    ("<correlation>B1</correlation><priority>7</priority>", "02"),
+                    ("<correlation>A2</correlation><priority>2</priority>", "03"),
+                ],
                 COMMIT,
             ),
         )
@@ -221,16 +237,30 @@ async fn selectors_by_correlation_message_id_and_condition(b: Backend) {
     let mut c = h.session("scott");
     let sel = |x: &str| format!("<selector>{x}</selector>");
     assert_eq!(recv_raw(&h, &mut c, &sel("<correlation>B1</correlation>"), COMMIT).await, Ok("02".into()));
-    assert_eq!(recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2].to_lowercase())), COMMIT).await, Ok("03".into()));
-    assert_eq!(recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2])), COMMIT).await, Err(code::NO_SUCH_MESSAGE_ID));
-    h.run(&mut p, &raw_send(RAWQ, &[("<correlation>A3</correlation><priority>4</priority>", "04")], COMMIT)).await.expect("send");
+    assert_eq!(
+        recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2].to_lowercase())), COMMIT).await,
+        Ok("03".into())
+    );
+    assert_eq!(
+        recv_raw(&h, &mut c, &sel(&format!("<message_id>{}</message_id>", ids[2])), COMMIT).await,
+        Err(code::NO_SUCH_MESSAGE_ID)
+    );
+    h.run(&mut p, &raw_send(RAWQ, &[("<correlation>A3</correlation><priority>4</priority>", "04")], COMMIT))
+        .await
+        .expect("send");
     assert_eq!(
         recv_raw(&h, &mut c, &sel("<condition>corrid LIKE 'A%' AND priority &gt; 3</condition>"), COMMIT).await,
         Ok("04".into())
     );
     assert_eq!(recv_raw(&h, &mut c, &sel("<condition>priority &gt; 100</condition>"), "").await, Err(code::NO_MESSAGE));
-    assert_eq!(recv_raw(&h, &mut c, &sel("<condition>1=1; DROP TABLE messages</condition>"), "").await, Err(code::BAD_CONDITION));
-    assert_eq!(recv_raw(&h, &mut c, &sel("<condition>priority = (SELECT 1)</condition>"), "").await, Err(code::BAD_CONDITION));
+    assert_eq!(
+        recv_raw(&h, &mut c, &sel("<condition>1=1; DROP TABLE messages</condition>"), "").await,
+        Err(code::BAD_CONDITION)
+    );
+    assert_eq!(
+        recv_raw(&h, &mut c, &sel("<condition>priority = (SELECT 1)</condition>"), "").await,
+        Err(code::BAD_CONDITION)
+    );
     assert_eq!(depth(&h, RAWQ).await, 1, "A1 is still there: nothing was harmed");
 }
 
@@ -262,9 +292,16 @@ async fn multi_consumer_fan_out_and_recipient_lists(b: Backend) {
     )
     .await
     .expect("publish to a recipient list");
-    h.run(&mut p, &publish_emp(30, "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>", COMMIT))
-        .await
-        .expect("publish to APP2 only");
+    h.run(
+        &mut p,
+        &publish_emp(
+            30,
+            "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>",
+            COMMIT,
+        ),
+    )
+    .await
+    .expect("publish to APP2 only");
     assert_eq!(depth(&h, TOPIC).await, 3);
     let mut c = h.session("scott");
     assert_eq!(deptno_of(&h.run(&mut c, &emp_receive("APP1", "")).await.expect("1")), "10");
@@ -279,23 +316,42 @@ async fn multi_consumer_fan_out_and_recipient_lists(b: Backend) {
 async fn consumer_name_rules(b: Backend) {
     let h = Harness::new(b).await;
     let mut c = h.session("scott");
-    assert_eq!(fault_code(h.run(&mut c, &receive(TOPIC, "<wait_time>0</wait_time>", "")).await), code::CONSUMER_REQUIRED);
     assert_eq!(
-        fault_code(h.run(&mut c, &receive(RAWQ, "<consumer_name>APP1</consumer_name><wait_time>0</wait_time>", "")).await),
+        fault_code(h.run(&mut c, &receive(TOPIC, "<wait_time>0</wait_time>", "")).await),
+        code::CONSUMER_REQUIRED
+    );
+    assert_eq!(
+        fault_code(
+            h.run(&mut c, &receive(RAWQ, "<consumer_name>APP1</consumer_name><wait_time>0</wait_time>", "")).await
+        ),
         code::NOT_MULTI_CONSUMER
     );
     assert_eq!(
-        fault_code(h.run(&mut c, &raw_send(RAWQ, &[("<recipient_list><recipient><agent_name>X</agent_name></recipient></recipient_list>", "01")], "")).await),
+        fault_code(
+            h.run(
+                &mut c,
+                &raw_send(
+                    RAWQ,
+                    &[("<recipient_list><recipient><agent_name>X</agent_name></recipient></recipient_list>", "01")],
+                    ""
+                )
+            )
+            .await
+        ),
         code::NOT_MULTI_CONSUMER
     );
-    assert_eq!(fault_code(h.run(&mut c, &receive("AQUSER.NO_SUCH_QUEUE", "<wait_time>0</wait_time>", "")).await), code::NO_SUCH_QUEUE);
+    assert_eq!(
+        fault_code(h.run(&mut c, &receive("AQUSER.NO_SUCH_QUEUE", "<wait_time>0</wait_time>", "")).await),
+        code::NO_SUCH_QUEUE
+    );
 }
 
 async fn later_subscribers_see_only_later_messages(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("publish");
-    let topo = format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate::DEFAULT_TOPOLOGY);
+    let topo =
+        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate::DEFAULT_TOPOLOGY);
     let t = aqgate::topology::Topology::from_toml(&topo).expect("topology");
     let changes = aqgate::admin::apply(h.engine.store().as_ref(), &t, false).await.expect("apply");
     assert_eq!(changes.len(), 1, "{changes:?}");
@@ -323,9 +379,16 @@ async fn expired_messages_move_to_the_exception_queue(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     // Expiration counts from the end of the delay: visible at 5 s, expired at 5 + 3 s.
-    h.run(&mut p, &raw_send(RAWQ, &[("<delay>5</delay><expiration>3</expiration><correlation>X</correlation>", "01"), ("", "02")], COMMIT))
-        .await
-        .expect("send");
+    h.run(
+        &mut p,
+        &raw_send(
+            RAWQ,
+            &[("<delay>5</delay><expiration>3</expiration><correlation>X</correlation>", "01"), ("", "02")],
+            COMMIT,
+        ),
+    )
+    .await
+    .expect("send");
     h.clock.advance_secs(7);
     assert_eq!(h.engine.expire_messages().await.expect("tm"), 0);
     h.clock.advance_secs(2);
@@ -395,8 +458,12 @@ async fn restart_rolls_back_open_sessions(b: Backend) {
     let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
     let e2 = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("restart");
     let mut s2 = aqgate::engine::Session::new("SCOTT", 0);
-    let req = aqgate::idap::parse_request(receive(RAWQ, "<wait_time>0</wait_time>", COMMIT).as_bytes(), &Default::default()).expect("parse").body;
-    let r = e2.execute(&mut s2, req.clone()).await.expect("the committed message survives, its open remove rolled back");
+    let req =
+        aqgate::idap::parse_request(receive(RAWQ, "<wait_time>0</wait_time>", COMMIT).as_bytes(), &Default::default())
+            .expect("parse")
+            .body;
+    let r =
+        e2.execute(&mut s2, req.clone()).await.expect("the committed message survives, its open remove rolled back");
     assert_eq!(raw_of(&received(&r)[0]), "01");
     let e = e2.execute(&mut s2, req).await.expect_err("the uncommitted enqueue is gone");
     assert_eq!(e.code, code::NO_MESSAGE);
@@ -448,7 +515,10 @@ async fn privileges_are_enforced(b: Backend) {
     assert_eq!(fault_code(r), code::NOT_PERMITTED);
     h.run(&mut john, &example("16")).await.expect("OE owns OE.OE_NEW_ORDERS_QUE");
     h.run(&mut john, &envelope(COMMIT)).await.expect("commit");
-    let r = h.run(&mut scott, &receive("OE.OE_NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await.expect("granted dequeue");
+    let r = h
+        .run(&mut scott, &receive("OE.OE_NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT))
+        .await
+        .expect("granted dequeue");
     assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("XML_ADT_SINGLE_ENQ"));
 }
 
@@ -465,7 +535,11 @@ async fn registrations(b: Backend) {
     h.run(&mut s, &reg("mailto:app1@example.com")).await.expect("registering again replaces");
     assert_eq!(fault_code(h.run(&mut s, &reg("plsql://aq.notify_proc")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("ftp://x")).await), code::INVALID_VALUE);
-    assert_eq!(fault_code(h.run(&mut s, &example("09")).await), code::INVALID_VALUE, "mailto:[e-mail] is a placeholder");
+    assert_eq!(
+        fault_code(h.run(&mut s, &example("09")).await),
+        code::INVALID_VALUE,
+        "mailto:[e-mail] is a placeholder"
+    );
     let qid = h.engine.resolved().ids["AQUSER.EMP_TOPIC"];
     let regs = h.engine.store().registrations(qid).await.expect("registrations");
     assert_eq!(regs.len(), 2);
@@ -486,7 +560,8 @@ async fn long_poll_wakes_on_commit(b: Backend) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "uncommitted work must not wake the receiver");
     h.run(&mut p, &envelope(COMMIT)).await.expect("commit");
-    let r = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken well before wait_time").expect("task");
+    let r =
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken well before wait_time").expect("task");
     assert_eq!(raw_of(&received(&r.expect("message"))[0]), "77");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
@@ -518,9 +593,14 @@ async fn payload_conditions_on_adt_and_jms(b: Backend) {
     h.run(&mut j, &example("03")).await.expect("example 03");
     h.run(&mut j, &envelope(COMMIT)).await.expect("commit");
     let q = "AQUSER.JMS_TEXTQ";
-    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'Canada'</condition></selector>", "")).await;
+    let r = h
+        .run(
+            &mut j,
+            &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'Canada'</condition></selector>", ""),
+        )
+        .await;
     assert_eq!(fault_code(r), code::NO_MESSAGE);
-    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'USA' AND State LIKE 'Cal%'</condition></selector>", COMMIT)).await.expect("JMS property selector");
+    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'USA' AND \"State\" LIKE 'Cal%'</condition></selector>", COMMIT)).await.expect("JMS property selector");
     let m = &received(&r)[0];
     assert_eq!(m.payload.child("text_data").map(|t| t.text()).as_deref(), Some("All things bright and beautiful"));
 }

@@ -57,7 +57,9 @@ fn send_xml(queue: &str, n: usize, hex: &str) -> String {
     s.push_str("</destination></producer_options><message_set>");
     s.push_str(&format!("<message_count>{n}</message_count>"));
     for i in 1..=n {
-        s.push_str(&format!("<message><message_number>{i}</message_number><message_payload><raw>{hex}</raw></message_payload></message>"));
+        s.push_str(&format!(
+            "<message><message_number>{i}</message_number><message_payload><raw>{hex}</raw></message_payload></message>"
+        ));
     }
     s.push_str("</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>");
     s
@@ -109,7 +111,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let hex = "AB".repeat(args.payload);
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients * 2).build()?;
-    let mk = || Client { http: http.clone(), url: args.url.clone(), user: args.user.clone(), password: args.password.clone(), cookie: None };
+    let mk = || Client {
+        http: http.clone(),
+        url: args.url.clone(),
+        user: args.user.clone(),
+        password: args.password.clone(),
+        cookie: None,
+    };
 
     if args.scenario == Scenario::Receive {
         let mut c = mk();

@@ -70,7 +70,11 @@ const SCAN_BATCH: i64 = 64;
 impl Engine {
     /// Builds the engine: rolls back what a previous process left open, loads the
     /// topology from the store.
-    pub async fn start(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: EngineConfig) -> Result<Arc<Self>, AqError> {
+    pub async fn start(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> Result<Arc<Self>, AqError> {
         let rolled_back = store.recover().await?;
         if rolled_back > 0 {
             tracing::info!(rows = rolled_back, "rolled back transactions of the previous process");
@@ -174,7 +178,10 @@ impl Engine {
             return Err(not_permitted(agent, "enqueue to", &queue.name));
         }
         if !queue.enqueue_enabled {
-            return Err(AqError::client(code::ENQUEUE_DISABLED, format!("enqueue failed, queue {} is disabled for enqueueing", queue.name)));
+            return Err(AqError::client(
+                code::ENQUEUE_DISABLED,
+                format!("enqueue failed, queue {} is disabled for enqueueing", queue.name),
+            ));
         }
         if req.producer.transformation.is_some() {
             return Err(AqError::invalid("transformations are not supported"));
@@ -228,10 +235,10 @@ impl Engine {
         if h.message_state.is_some() || h.delivery_count.is_some() {
             return Err(AqError::invalid("message_state and delivery_count are filled in at dequeue"));
         }
-        if let Some(c) = &h.correlation {
-            if c.chars().count() > 128 {
-                return Err(AqError::invalid("correlation is longer than 128 characters"));
-            }
+        if let Some(c) = &h.correlation
+            && c.chars().count() > 128
+        {
+            return Err(AqError::invalid("correlation is longer than 128 characters"));
         }
         let delay = h.delay.unwrap_or(0);
         if delay < 0 {
@@ -245,16 +252,19 @@ impl Engine {
         let sender = match &h.sender_id {
             Some(a) => {
                 if a.alias.is_some() {
-                    return Err(AqError::client(code::DIRECTORY, "sender_id agent_alias needs the directory, which is not configured"));
+                    return Err(AqError::client(
+                        code::DIRECTORY,
+                        "sender_id agent_alias needs the directory, which is not configured",
+                    ));
                 }
                 Some(agent_json(a))
             }
             None => None,
         };
-        if let Some(eq) = &h.exception_queue {
-            if eq.trim().is_empty() {
-                return Err(AqError::invalid("exception_queue is empty"));
-            }
+        if let Some(eq) = &h.exception_queue
+            && eq.trim().is_empty()
+        {
+            return Err(AqError::invalid("exception_queue is empty"));
         }
         let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
@@ -282,7 +292,10 @@ impl Engine {
                 let mut names = Vec::new();
                 for r in &h.recipient_list {
                     if r.alias.is_some() {
-                        return Err(AqError::client(code::DIRECTORY, "recipient agent_alias needs the directory, which is not configured"));
+                        return Err(AqError::client(
+                            code::DIRECTORY,
+                            "recipient agent_alias needs the directory, which is not configured",
+                        ));
                     }
                     let Some(n) = r.name.as_deref().filter(|n| !n.trim().is_empty()) else {
                         return Err(AqError::invalid("recipient without agent_name"));
@@ -304,12 +317,18 @@ impl Engine {
             }
         } else {
             if !h.recipient_list.is_empty() {
-                return Err(AqError::client(code::NOT_MULTI_CONSUMER, format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name)));
+                return Err(AqError::client(
+                    code::NOT_MULTI_CONSUMER,
+                    format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name),
+                ));
             }
             vec![String::new()]
         };
         if row.consumers.is_empty() {
-            return Err(AqError::client(code::NO_RECIPIENTS, format!("no recipients for message: queue {} has no matching subscriber", queue.name)));
+            return Err(AqError::client(
+                code::NO_RECIPIENTS,
+                format!("no recipients for message: queue {} has no matching subscriber", queue.name),
+            ));
         }
         Ok(row)
     }
@@ -328,7 +347,10 @@ impl Engine {
             return Err(not_permitted(agent, "dequeue from", &queue.name));
         }
         if !queue.dequeue_enabled {
-            return Err(AqError::client(code::DEQUEUE_DISABLED, format!("dequeue failed, queue {} is not enabled for dequeue", queue.name)));
+            return Err(AqError::client(
+                code::DEQUEUE_DISABLED,
+                format!("dequeue failed, queue {} is not enabled for dequeue", queue.name),
+            ));
         }
         let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
         if o.transformation.is_some() {
@@ -350,7 +372,8 @@ impl Engine {
             Some(Selector::MessageId(id)) => filter.msgid = Some(parse_msgid(id)?),
             Some(Selector::Condition(c)) => {
                 filter.condition = Some(
-                    Condition::parse(c).map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?,
+                    Condition::parse(c)
+                        .map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?,
                 )
             }
         }
@@ -379,9 +402,15 @@ impl Engine {
             let _ = tokio::time::timeout_at(until, notified).await;
         }
         if filter.msgid.is_some() {
-            return Err(AqError::client(code::NO_SUCH_MESSAGE_ID, format!("no message in queue {} with the given message ID", queue.name)));
+            return Err(AqError::client(
+                code::NO_SUCH_MESSAGE_ID,
+                format!("no message in queue {} with the given message ID", queue.name),
+            ));
         }
-        Err(AqError::client(code::NO_MESSAGE, format!("timeout or end-of-fetch during message dequeue from {}", queue.name)))
+        Err(AqError::client(
+            code::NO_MESSAGE,
+            format!("timeout or end-of-fetch during message dequeue from {}", queue.name),
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -429,7 +458,12 @@ impl Engine {
                 for m in batch {
                     q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
                     if let Some(c) = &filter.condition {
-                        let ctx = context::MessageContext::for_stored(&m, &queue.name, &queue.payload, &resolved.catalog.types);
+                        let ctx = context::MessageContext::for_stored(
+                            &m,
+                            &queue.name,
+                            &queue.payload,
+                            &resolved.catalog.types,
+                        );
                         if !c.eval(&ctx) {
                             continue;
                         }
@@ -464,6 +498,7 @@ impl Engine {
             woken = tx.commit_session(&session.txn).await?.enqueued_queues;
         }
         tx.commit().await?;
+        session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
         if req.commit {
             session.end_transaction();
         } else if takes_lock {
@@ -472,7 +507,6 @@ impl Engine {
         for q in woken {
             self.wake(q);
         }
-        session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
         let payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
         Ok(Some(Message { number: Some(1), header: header_of(&m, queue, now), payload }))
@@ -508,8 +542,13 @@ impl Engine {
             return Err(AqError::invalid(format!("notify_url '{url}' is not an http(s):// URL or a mailto: address")));
         }
         let mut tx = self.store.begin().await?;
-        tx.upsert_registration(&Registration { queue: qid, consumer, notify_url: url.to_string(), agent: agent.name.clone() })
-            .await?;
+        tx.upsert_registration(&Registration {
+            queue: qid,
+            consumer,
+            notify_url: url.to_string(),
+            agent: agent.name.clone(),
+        })
+        .await?;
         let mut woken = Vec::new();
         if req.commit && session.pending {
             woken = tx.commit_session(&session.txn).await?.enqueued_queues;
@@ -548,10 +587,12 @@ impl Engine {
             for (seq, qid, retries) in released {
                 woken.push(qid);
                 let Some(q) = resolved.names.get(&qid).and_then(|n| resolved.catalog.queues.get(n)) else { continue };
-                if !q.multi_consumer && !q.is_exception_queue && retries > q.max_retries {
-                    if let Some(eq) = resolved.ids.get(&q.exception_queue) {
-                        tx.move_to_exception(seq, *eq).await?;
-                    }
+                if !q.multi_consumer
+                    && !q.is_exception_queue
+                    && retries > q.max_retries
+                    && let Some(eq) = resolved.ids.get(&q.exception_queue)
+                {
+                    tx.move_to_exception(seq, *eq).await?;
                 }
             }
             tx.commit().await?;
@@ -559,7 +600,6 @@ impl Engine {
                 self.wake(q);
             }
         }
-        session.positions.clear();
         session.end_transaction();
         Ok(())
     }
@@ -651,7 +691,10 @@ struct Filter {
 
 fn destination_name(d: &Destination) -> Result<&str, AqError> {
     if d.lookup == LookupType::Ldap {
-        return Err(AqError::client(code::DIRECTORY, format!("lookup_type=\"LDAP\" for destination '{}' needs the directory, which is not configured", d.name)));
+        return Err(AqError::client(
+            code::DIRECTORY,
+            format!("lookup_type=\"LDAP\" for destination '{}' needs the directory, which is not configured", d.name),
+        ));
     }
     Ok(d.name.trim())
 }
@@ -659,15 +702,24 @@ fn destination_name(d: &Destination) -> Result<&str, AqError> {
 fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {
     let name = name.map(str::trim).filter(|n| !n.is_empty());
     match (queue.multi_consumer, name) {
-        (true, None) => Err(AqError::client(code::CONSUMER_REQUIRED, format!("cannot dequeue because CONSUMER_NAME not specified: {} is a multi-consumer queue", queue.name))),
+        (true, None) => Err(AqError::client(
+            code::CONSUMER_REQUIRED,
+            format!("cannot dequeue because CONSUMER_NAME not specified: {} is a multi-consumer queue", queue.name),
+        )),
         (true, Some(n)) => Ok(canon(n)),
-        (false, Some(_)) => Err(AqError::client(code::NOT_MULTI_CONSUMER, format!("consumer_name given, but queue {} is not a multi-consumer queue", queue.name))),
+        (false, Some(_)) => Err(AqError::client(
+            code::NOT_MULTI_CONSUMER,
+            format!("consumer_name given, but queue {} is not a multi-consumer queue", queue.name),
+        )),
         (false, None) => Ok(String::new()),
     }
 }
 
 fn not_permitted(agent: &AgentInfo, what: &str, queue: &str) -> AqError {
-    AqError::client(code::NOT_PERMITTED, format!("insufficient privileges: agent {} may not {what} {queue}", agent.name))
+    AqError::client(
+        code::NOT_PERMITTED,
+        format!("insufficient privileges: agent {} may not {what} {queue}", agent.name),
+    )
 }
 
 fn parse_msgid(id: &str) -> Result<[u8; 16], AqError> {
@@ -734,7 +786,9 @@ pub async fn load_resolved(store: &dyn Store) -> Result<Resolved, AqError> {
 pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology, AqError> {
     let mut t = Topology::default();
     for (kind, name, spec) in rows {
-        let bad = |e: serde_json::Error| AqError::server(code::INTERNAL, format!("stored topology object {kind} {name}: {e}"));
+        let bad = |e: serde_json::Error| {
+            AqError::server(code::INTERNAL, format!("stored topology object {kind} {name}: {e}"))
+        };
         match kind.as_str() {
             "type" => t.types.push(serde_json::from_str(spec).map_err(bad)?),
             "queue_table" => t.queue_tables.push(serde_json::from_str(spec).map_err(bad)?),
@@ -748,6 +802,6 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
     Ok(t)
 }
 
-pub use payload::PayloadKind;
 #[allow(unused_imports)]
 use PayloadView as _;
+pub use payload::PayloadKind;

@@ -43,10 +43,13 @@ impl Session {
         }
     }
 
-    /// Starts a fresh transaction after commit or rollback.
+    /// Starts a fresh transaction after commit or rollback. Navigation starts over too:
+    /// after a transaction boundary, NEXT_MESSAGE sees the queue from its head again, so a
+    /// consumer never misses a message that sorts before its old position.
     pub fn end_transaction(&mut self) {
         self.txn = random_id();
         self.pending = false;
+        self.positions.clear();
     }
 }
 
@@ -113,13 +116,13 @@ impl Sessions {
     /// Forgets a session; `had_work` leaves a tombstone for its client.
     pub fn remove(&self, id: &str, had_work: bool) {
         let mut g = self.lock();
-        if let Some((_, agent)) = g.live.remove(id) {
-            if had_work {
-                if g.tombstones.len() >= TOMBSTONE_LIMIT {
-                    g.tombstones.clear();
-                }
-                g.tombstones.insert(id.to_string(), agent);
+        if let Some((_, agent)) = g.live.remove(id)
+            && had_work
+        {
+            if g.tombstones.len() >= TOMBSTONE_LIMIT {
+                g.tombstones.clear();
             }
+            g.tombstones.insert(id.to_string(), agent);
         }
     }
 }

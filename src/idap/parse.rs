@@ -176,10 +176,7 @@ pub fn check_method_header(value: &str, req: &Request) -> Result<()> {
     let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
     // The method name cannot contain '#', so the last '#' separates it from the URI.
     let Some((uri, method)) = value.rsplit_once('#') else {
-        return Err(CodecError::Invalid(format!(
-            "IDAPMethodName '{}' is not of the form URI#method",
-            snip(value)
-        )));
+        return Err(CodecError::Invalid(format!("IDAPMethodName '{}' is not of the form URI#method", snip(value))));
     };
     if uri != ACCESS_NS {
         return Err(CodecError::WrongNamespace(format!(
@@ -257,10 +254,9 @@ fn ns_string(res: ResolveResult<'_>) -> Result<Option<String>> {
     match res {
         ResolveResult::Unbound => Ok(None),
         ResolveResult::Bound(ns) => Ok(Some(String::from_utf8_lossy(ns.as_ref()).into_owned())),
-        ResolveResult::Unknown(p) => Err(CodecError::Malformed(format!(
-            "undeclared namespace prefix '{}'",
-            snip(&String::from_utf8_lossy(&p))
-        ))),
+        ResolveResult::Unknown(p) => {
+            Err(CodecError::Malformed(format!("undeclared namespace prefix '{}'", snip(&String::from_utf8_lossy(&p)))))
+        }
     }
 }
 
@@ -272,11 +268,7 @@ fn utf8(bytes: &[u8]) -> String {
 /// Reads the whole document into an [`Elem`] tree, enforcing the limits and XML rules.
 fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
     if bytes.len() > limits.max_bytes {
-        return Err(CodecError::TooLarge(format!(
-            "{} bytes, the limit is {}",
-            bytes.len(),
-            limits.max_bytes
-        )));
+        return Err(CodecError::TooLarge(format!("{} bytes, the limit is {}", bytes.len(), limits.max_bytes)));
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| CodecError::Malformed(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
@@ -327,11 +319,7 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
             }
             Event::Text(t) => {
                 let s = t.unescape().map_err(|e| {
-                    CodecError::Malformed(format!(
-                        "{} (near byte {})",
-                        snip(&e.to_string()),
-                        reader.buffer_position()
-                    ))
+                    CodecError::Malformed(format!("{} (near byte {})", snip(&e.to_string()), reader.buffer_position()))
                 })?;
                 match stack.last_mut() {
                     Some(parent) => parent.push_text(&s),
@@ -390,31 +378,16 @@ fn open_elem(
     let mut own = Vec::new();
     for attr in start.attributes() {
         if attrs.len() >= MAX_ATTRIBUTES {
-            return Err(CodecError::TooLarge(format!(
-                "<{}> has more than {MAX_ATTRIBUTES} attributes",
-                snip(&qname)
-            )));
+            return Err(CodecError::TooLarge(format!("<{}> has more than {MAX_ATTRIBUTES} attributes", snip(&qname))));
         }
-        let attr = attr.map_err(|e| {
-            CodecError::Malformed(format!("bad attribute in <{}>: {e}", snip(&qname)))
-        })?;
+        let attr = attr.map_err(|e| CodecError::Malformed(format!("bad attribute in <{}>: {e}", snip(&qname))))?;
         let name = utf8(attr.key.as_ref());
         let value = attr
             .unescape_value()
-            .map_err(|e| {
-                CodecError::Malformed(format!(
-                    "bad attribute {} in <{}>: {e}",
-                    snip(&name),
-                    snip(&qname)
-                ))
-            })?
+            .map_err(|e| CodecError::Malformed(format!("bad attribute {} in <{}>: {e}", snip(&name), snip(&qname))))?
             .into_owned();
         let is_decl = name == "xmlns" || name.starts_with("xmlns:");
-        let ns = if !is_decl && name.contains(':') {
-            ns_string(reader.resolve_attribute(attr.key).0)?
-        } else {
-            None
-        };
+        let ns = if !is_decl && name.contains(':') { ns_string(reader.resolve_attribute(attr.key).0)? } else { None };
         if is_decl {
             // The default namespace is recorded with an empty prefix.
             let prefix = name.strip_prefix("xmlns:").unwrap_or_default();
@@ -499,10 +472,7 @@ fn check_attrs(e: &Elem, allowed: &[&str], path: &str) -> Result<()> {
 }
 
 fn attr<'a>(e: &'a Elem, name: &str) -> Option<&'a str> {
-    e.attrs
-        .iter()
-        .find(|a| !a.is_decl && a.ns.is_none() && a.qname == name)
-        .map(|a| a.value.as_str())
+    e.attrs.iter().find(|a| !a.is_decl && a.ns.is_none() && a.qname == name).map(|a| a.value.as_str())
 }
 
 /// The child elements of a structural element, which may hold no text but whitespace.
@@ -525,10 +495,7 @@ fn leaf(e: &Elem, path: &str) -> Result<String> {
 
 fn leaf_text(e: &Elem, path: &str) -> Result<String> {
     if let Some(c) = e.elements().next() {
-        return Err(invalid(format!(
-            "{path}: expected text only, found element <{}>",
-            snip(&c.qname)
-        )));
+        return Err(invalid(format!("{path}: expected text only, found element <{}>", snip(&c.qname))));
     }
     let mut s = String::new();
     for c in &e.children {
@@ -598,10 +565,7 @@ fn parse_envelope<T>(
     let path = format!("/{}", root.local);
     expect_ns(&root, ENVELOPE_NS, &path)?;
     if root.local != "Envelope" {
-        return Err(invalid(format!(
-            "the root element must be <Envelope>, found <{}>",
-            snip(&root.qname)
-        )));
+        return Err(invalid(format!("the root element must be <Envelope>, found <{}>", snip(&root.qname))));
     }
     check_attrs(&root, &[], &path)?;
 
@@ -614,10 +578,7 @@ fn parse_envelope<T>(
             match &c.ns {
                 Some(ns) if ns != ENVELOPE_NS => continue,
                 _ => {
-                    return Err(invalid(format!(
-                        "{path}: unexpected <{}> after Body",
-                        snip(&c.qname)
-                    )));
+                    return Err(invalid(format!("{path}: unexpected <{}> after Body", snip(&c.qname))));
                 }
             }
         }
@@ -634,10 +595,7 @@ fn parse_envelope<T>(
                     return Err(invalid(format!("{p} is empty")));
                 };
                 if let Some(extra) = children.get(1) {
-                    return Err(invalid(format!(
-                        "{p}: unexpected <{}> after the method element",
-                        snip(&extra.qname)
-                    )));
+                    return Err(invalid(format!("{p}: unexpected <{}> after the method element", snip(&extra.qname))));
                 }
                 body = Some(method(first, &child_path(&p, first), limits)?);
             }
@@ -695,8 +653,7 @@ fn parse_enqueue(e: &Elem, path: &str, limits: &Limits) -> Result<EnqueueRequest
             "producer_options" => set_once(&mut producer, parse_producer(c, &p)?, &p)?,
             "message_set" => {
                 let set = parse_message_set(c, &p, limits, 1)?;
-                let set =
-                    set.into_iter().map(|m| m.with_payload(&p)).collect::<Result<Vec<_>>>()?;
+                let set = set.into_iter().map(|m| m.with_payload(&p)).collect::<Result<Vec<_>>>()?;
                 set_once(&mut messages, set, &p)?;
             }
             "AQXmlCommit" => commit_flag(c, &p, &mut commit, i, children.len())?,
@@ -769,12 +726,7 @@ impl RawMessage {
     }
 }
 
-fn parse_message_set(
-    e: &Elem,
-    path: &str,
-    limits: &Limits,
-    min_messages: usize,
-) -> Result<Vec<RawMessage>> {
+fn parse_message_set(e: &Elem, path: &str, limits: &Limits, min_messages: usize) -> Result<Vec<RawMessage>> {
     check_attrs(e, &[], path)?;
     let mut count: Option<usize> = None;
     let mut messages = Vec::new();
@@ -798,10 +750,7 @@ fn parse_message_set(
     if let Some(n) = count
         && n != messages.len()
     {
-        return Err(invalid(format!(
-            "{path}: message_count is {n} but {} messages are given",
-            messages.len()
-        )));
+        return Err(invalid(format!("{path}: message_count is {n} but {} messages are given", messages.len())));
     }
     if messages.len() < min_messages {
         return Err(invalid(format!("{path} contains no message")));
@@ -831,10 +780,9 @@ fn parse_payload(e: &Elem, path: &str) -> Result<XmlNode> {
     match children.as_slice() {
         [one] => Ok(to_xml_node(one)),
         [] => Err(invalid(format!("{path} must contain one element, found none"))),
-        [_, extra, ..] => Err(invalid(format!(
-            "{path} must contain one element, found another <{}>",
-            snip(&extra.qname)
-        ))),
+        [_, extra, ..] => {
+            Err(invalid(format!("{path} must contain one element, found another <{}>", snip(&extra.qname))))
+        }
     }
 }
 
@@ -937,9 +885,7 @@ fn parse_recipients(e: &Elem, path: &str) -> Result<Vec<AgentRef>> {
     match (wrapped.is_empty(), direct.is_empty()) {
         (_, true) => Ok(wrapped),
         (true, false) => Ok(direct),
-        (false, false) => {
-            Err(invalid(format!("{path}: mixes <recipient> elements with bare agent fields")))
-        }
+        (false, false) => Err(invalid(format!("{path}: mixes <recipient> elements with bare agent fields"))),
     }
 }
 
@@ -967,9 +913,9 @@ fn parse_wait_time(e: &Elem, path: &str) -> Result<Option<u64>> {
     if s.eq_ignore_ascii_case("NO_WAIT") {
         return Ok(Some(0));
     }
-    s.parse().map(Some).map_err(|_| {
-        invalid(format!("{path}: '{}' is not a number of seconds (or FOREVER, NO_WAIT)", snip(&s)))
-    })
+    s.parse()
+        .map(Some)
+        .map_err(|_| invalid(format!("{path}: '{}' is not a number of seconds (or FOREVER, NO_WAIT)", snip(&s))))
 }
 
 fn parse_selector(e: &Elem, path: &str) -> Result<Selector> {
@@ -992,9 +938,9 @@ fn parse_selector(e: &Elem, path: &str) -> Result<Selector> {
         }
         selector = Some((s, &c.local));
     }
-    selector.map(|(s, _)| s).ok_or_else(|| {
-        invalid(format!("{path} must hold one of correlation, message_id, condition"))
-    })
+    selector
+        .map(|(s, _)| s)
+        .ok_or_else(|| invalid(format!("{path} must hold one of correlation, message_id, condition")))
 }
 
 fn parse_consumer(e: &Elem, path: &str) -> Result<ConsumerOptions> {
@@ -1088,11 +1034,7 @@ fn parse_register_options(e: &Elem, path: &str) -> Result<(Destination, Option<S
             _ => return Err(unknown(c, path)),
         }
     }
-    Ok((
-        required(destination, "destination", path)?,
-        consumer_name,
-        required(notify_url, "notify_url", path)?,
-    ))
+    Ok((required(destination, "destination", path)?, consumer_name, required(notify_url, "notify_url", path)?))
 }
 
 // --- responses ----------------------------------------------------------------------------
@@ -1137,11 +1079,7 @@ fn parse_status(e: &Elem, path: &str) -> Result<StatusResponse> {
             _ => return Err(unknown(c, path)),
         }
     }
-    Ok(StatusResponse {
-        status_code: required(status_code, "status_code", path)?,
-        error_code,
-        error_message,
-    })
+    Ok(StatusResponse { status_code: required(status_code, "status_code", path)?, error_code, error_message })
 }
 
 fn parse_status_only(e: &Elem, path: &str) -> Result<StatusResponse> {
@@ -1187,10 +1125,7 @@ impl RawResult {
             .into_iter()
             .map(|m| m.with_payload(&set_path))
             .collect::<Result<Vec<_>>>()?;
-        Ok(ReceiveResult {
-            destination: required(self.destination, "destination", &self.path)?,
-            messages,
-        })
+        Ok(ReceiveResult { destination: required(self.destination, "destination", &self.path)?, messages })
     }
 }
 
@@ -1215,12 +1150,7 @@ fn parse_status_and_result(
 
 fn parse_result(e: &Elem, path: &str, limits: &Limits) -> Result<RawResult> {
     check_attrs(e, &[], path)?;
-    let mut r = RawResult {
-        path: path.to_owned(),
-        destination: None,
-        message_ids: Vec::new(),
-        messages: None,
-    };
+    let mut r = RawResult { path: path.to_owned(), destination: None, message_ids: Vec::new(), messages: None };
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
@@ -1300,16 +1230,13 @@ fn parse_fault(e: &Elem, path: &str) -> Result<Fault> {
     // ("Client") falls back on the detail's error_code.
     let code = match faultcode.parse::<i32>() {
         Ok(code) => code,
-        Err(_) => status.as_ref().and_then(|s| s.error_code).ok_or_else(|| {
-            invalid(format!("{path}/faultcode: '{}' is not an error number", snip(&faultcode)))
-        })?,
+        Err(_) => status
+            .as_ref()
+            .and_then(|s| s.error_code)
+            .ok_or_else(|| invalid(format!("{path}/faultcode: '{}' is not an error number", snip(&faultcode))))?,
     };
     let server = |s: &str| s.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("server"));
-    let kind = if server(&faultstring) || server(&faultcode) {
-        FaultKind::Server
-    } else {
-        FaultKind::Client
-    };
+    let kind = if server(&faultstring) || server(&faultcode) { FaultKind::Server } else { FaultKind::Client };
     let message = match status.and_then(|s| s.error_message) {
         Some(m) => m,
         None => ["Client error:", "Server error:"]
@@ -1358,8 +1285,7 @@ fn convert(e: &Elem) -> XmlNode {
 }
 
 fn used_prefixes<'a>(e: &'a Elem, used: &mut BTreeSet<&'a str>) {
-    let names =
-        std::iter::once(&e.qname).chain(e.attrs.iter().filter(|a| !a.is_decl).map(|a| &a.qname));
+    let names = std::iter::once(&e.qname).chain(e.attrs.iter().filter(|a| !a.is_decl).map(|a| &a.qname));
     for name in names {
         if let Some((prefix, _)) = name.split_once(':') {
             used.insert(prefix);
@@ -1374,37 +1300,23 @@ fn used_prefixes<'a>(e: &'a Elem, used: &mut BTreeSet<&'a str>) {
 mod tests {
     use super::*;
 
-    const EX01: &str =
-        include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
-    const EX02: &str =
-        include_str!("../../../shared/reference/idap-examples/02-publish-adt-multi-consumer.xml");
+    const EX01: &str = include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
+    const EX02: &str = include_str!("../../../shared/reference/idap-examples/02-publish-adt-multi-consumer.xml");
     const EX03: &str = include_str!("../../../shared/reference/idap-examples/03-send-jms-text.xml");
-    const EX04: &str =
-        include_str!("../../../shared/reference/idap-examples/04-publish-and-commit.xml");
-    const EX05: &str =
-        include_str!("../../../shared/reference/idap-examples/05-receive-single-consumer.xml");
-    const EX06: &str = include_str!(
-        "../../../shared/reference/idap-examples/06-receive-condition-multi-consumer.xml"
-    );
-    const EX07: &str =
-        include_str!("../../../shared/reference/idap-examples/07-receive-and-commit.xml");
-    const EX08: &str =
-        include_str!("../../../shared/reference/idap-examples/08-receive-browse.xml");
-    const EX09: &str =
-        include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
+    const EX04: &str = include_str!("../../../shared/reference/idap-examples/04-publish-and-commit.xml");
+    const EX05: &str = include_str!("../../../shared/reference/idap-examples/05-receive-single-consumer.xml");
+    const EX06: &str = include_str!("../../../shared/reference/idap-examples/06-receive-condition-multi-consumer.xml");
+    const EX07: &str = include_str!("../../../shared/reference/idap-examples/07-receive-and-commit.xml");
+    const EX08: &str = include_str!("../../../shared/reference/idap-examples/08-receive-browse.xml");
+    const EX09: &str = include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
     const EX10: &str = include_str!("../../../shared/reference/idap-examples/10-commit.xml");
     const EX11: &str = include_str!("../../../shared/reference/idap-examples/11-rollback.xml");
     const EX12: &str = include_str!("../../../shared/reference/idap-examples/12-response-send.xml");
-    const EX13: &str =
-        include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
-    const EX14: &str =
-        include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
-    const EX15: &str =
-        include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
-    const EX16: &str =
-        include_str!("../../../shared/reference/idap-examples/16-servlet-send-oe-order.xml");
-    const EX17: &str =
-        include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
+    const EX13: &str = include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
+    const EX14: &str = include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
+    const EX15: &str = include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
+    const EX16: &str = include_str!("../../../shared/reference/idap-examples/16-servlet-send-oe-order.xml");
+    const EX17: &str = include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
 
     fn req(xml: &str) -> Request {
         match parse_request(xml.as_bytes(), &Limits::default()) {
@@ -1632,14 +1544,8 @@ mod tests {
 
     #[test]
     fn requests_are_not_responses() {
-        assert!(matches!(
-            parse_response(EX01.as_bytes(), &Limits::default()),
-            Err(CodecError::Invalid(_))
-        ));
-        assert!(matches!(
-            parse_request(EX12.as_bytes(), &Limits::default()),
-            Err(CodecError::Invalid(_))
-        ));
+        assert!(matches!(parse_response(EX01.as_bytes(), &Limits::default()), Err(CodecError::Invalid(_))));
+        assert!(matches!(parse_request(EX12.as_bytes(), &Limits::default()), Err(CodecError::Invalid(_))));
     }
 
     #[test]
@@ -1730,11 +1636,10 @@ mod tests {
                  {body}</consumer_options></AQXmlReceive></Body></Envelope>"
             )
         };
-        let c = receive(req(&xml(
-            "<wait_time> FOREVER </wait_time><selector><message_id>ABCD</message_id></selector>\
+        let c =
+            receive(req(&xml("<wait_time> FOREVER </wait_time><selector><message_id>ABCD</message_id></selector>\
              <navigation_mode>first_message</navigation_mode><dequeue_mode>LOCKED</dequeue_mode>\
-             <visibility>IMMEDIATE</visibility><transformation>T.X</transformation>",
-        )));
+             <visibility>IMMEDIATE</visibility><transformation>T.X</transformation>")));
         assert_eq!(c.wait_time, None);
         assert_eq!(c.selector, Some(Selector::MessageId("ABCD".into())));
         assert_eq!(c.navigation, NavigationMode::FirstMessage);
@@ -1744,24 +1649,15 @@ mod tests {
         assert_eq!(receive(req(&xml("<wait_time>NO_WAIT</wait_time>"))).wait_time, Some(0));
         assert_eq!(receive(req(&xml("<wait_time>30</wait_time>"))).wait_time, Some(30));
         assert!(matches!(req_err(&xml("<wait_time>-5</wait_time>")), CodecError::Invalid(_)));
-        assert!(matches!(
-            req_err(&xml("<dequeue_mode>EAT</dequeue_mode>")),
-            CodecError::Invalid(_)
-        ));
+        assert!(matches!(req_err(&xml("<dequeue_mode>EAT</dequeue_mode>")), CodecError::Invalid(_)));
         assert!(matches!(req_err(&xml("<selector/>")), CodecError::Invalid(_)));
     }
 
     #[test]
     fn method_header() {
         let r = Request::Send(enqueue(req(EX01)));
-        assert_eq!(
-            check_method_header("http://ns.oracle.com/AQ/schemas/access#AQXmlSend", &r),
-            Ok(())
-        );
-        assert_eq!(
-            check_method_header(" \"http://ns.oracle.com/AQ/schemas/access#AQXmlSend\" ", &r),
-            Ok(())
-        );
+        assert_eq!(check_method_header("http://ns.oracle.com/AQ/schemas/access#AQXmlSend", &r), Ok(()));
+        assert_eq!(check_method_header(" \"http://ns.oracle.com/AQ/schemas/access#AQXmlSend\" ", &r), Ok(()));
         assert!(matches!(
             check_method_header("http://ns.oracle.com/AQ/schemas/envelope#AQXmlSend", &r),
             Err(CodecError::WrongNamespace(_))
@@ -1780,20 +1676,13 @@ mod tests {
             </Fault></Body></Envelope>"#;
         assert_eq!(
             resp(fault),
-            Response::Fault(Fault {
-                kind: FaultKind::Client,
-                code: 24010,
-                message: "queue Q does not exist".into()
-            })
+            Response::Fault(Fault { kind: FaultKind::Client, code: 24010, message: "queue Q does not exist".into() })
         );
         let soap = r#"<Envelope><Body><Fault><faultcode>Server</faultcode><faultstring>x</faultstring>
             <detail><status_response xmlns="http://ns.oracle.com/AQ/schemas/access">
             <status_code>-1</status_code><error_code>600</error_code><error_message>boom</error_message>
             </status_response></detail></Fault></Body></Envelope>"#;
-        assert_eq!(
-            resp(soap),
-            Response::Fault(Fault { kind: FaultKind::Server, code: 600, message: "boom".into() })
-        );
+        assert_eq!(resp(soap), Response::Fault(Fault { kind: FaultKind::Server, code: 600, message: "boom".into() }));
         let note = r#"<Envelope><Body><AQXmlNotification xmlns="http://ns.oracle.com/AQ/schemas/access">
             <notification_options><destination>AQUSER.EMP_TOPIC</destination><consumer_name>APP1</consumer_name></notification_options>
             <message_set><message_count>1</message_count><message><message_number>1</message_number>
@@ -1841,9 +1730,7 @@ mod tests {
             ("empty", b"".to_vec(), |e| matches!(e, E::Malformed(_))),
             ("two roots", b"<Envelope/><Envelope/>".to_vec(), |e| matches!(e, E::Malformed(_))),
             ("undeclared prefix", b"<x:Envelope/>".to_vec(), |e| matches!(e, E::Malformed(_))),
-            ("unknown entity", b"<Envelope><Body>&lol;</Body></Envelope>".to_vec(), |e| {
-                matches!(e, E::Malformed(_))
-            }),
+            ("unknown entity", b"<Envelope><Body>&lol;</Body></Envelope>".to_vec(), |e| matches!(e, E::Malformed(_))),
             (
                 "wrong envelope namespace",
                 b"<Envelope xmlns=\"urn:soap\"><Body><AQXmlCommit/></Body></Envelope>".to_vec(),
@@ -1851,16 +1738,13 @@ mod tests {
             ),
             (
                 "wrong method namespace",
-                format!(
-                    "<Envelope xmlns=\"{ENVELOPE_NS}\"><Body><AQXmlCommit xmlns=\"urn:x\"/></Body></Envelope>"
-                )
-                .into_bytes(),
+                format!("<Envelope xmlns=\"{ENVELOPE_NS}\"><Body><AQXmlCommit xmlns=\"urn:x\"/></Body></Envelope>")
+                    .into_bytes(),
                 |e| matches!(e, E::WrongNamespace(_)),
             ),
             (
                 "method inheriting the envelope namespace",
-                format!("<Envelope xmlns=\"{ENVELOPE_NS}\"><Body><AQXmlCommit/></Body></Envelope>")
-                    .into_bytes(),
+                format!("<Envelope xmlns=\"{ENVELOPE_NS}\"><Body><AQXmlCommit/></Body></Envelope>").into_bytes(),
                 |e| matches!(e, E::WrongNamespace(_)),
             ),
             ("doctype", b"<!DOCTYPE Envelope><Envelope/>".to_vec(), |e| matches!(e, E::Doctype)),
@@ -1887,35 +1771,43 @@ mod tests {
                 send(&format!("{dest}<priority>1</priority>"), msg).into_bytes(),
                 |e| matches!(e, E::Invalid(m) if m.contains("producer_options") && m.contains("priority")),
             ),
-            ("empty message_set", send(dest, "").into_bytes(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("no message"))
-            }),
-            ("missing destination", send("", msg).into_bytes(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("destination"))
-            }),
-            ("duplicate destination", send(&format!("{dest}{dest}"), msg).into_bytes(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("duplicate"))
-            }),
+            (
+                "empty message_set",
+                send(dest, "").into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("no message")),
+            ),
+            (
+                "missing destination",
+                send("", msg).into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("destination")),
+            ),
+            (
+                "duplicate destination",
+                send(&format!("{dest}{dest}"), msg).into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("duplicate")),
+            ),
             ("bad lookup_type", send("<destination lookup_type=\"DNS\">Q</destination>", msg).into_bytes(), |e| {
                 matches!(e, E::Invalid(_))
             }),
-            ("unknown attribute", send("<destination kind=\"x\">Q</destination>", msg).into_bytes(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("kind"))
-            }),
+            (
+                "unknown attribute",
+                send("<destination kind=\"x\">Q</destination>", msg).into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("kind")),
+            ),
             (
                 "two payload elements",
                 send(dest, "<message><message_payload><a/><b/></message_payload></message>").into_bytes(),
                 |e| matches!(e, E::Invalid(_)),
             ),
             ("missing payload", send(dest, "<message/>").into_bytes(), |e| matches!(e, E::Invalid(_))),
-            ("two selectors", two_selectors.as_bytes().to_vec(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("exactly one"))
-            }),
             (
-                "text in structure",
-                b"<Envelope><Body><AQXmlCommit>now</AQXmlCommit></Body></Envelope>".to_vec(),
-                |e| matches!(e, E::Invalid(_)),
+                "two selectors",
+                two_selectors.as_bytes().to_vec(),
+                |e| matches!(e, E::Invalid(m) if m.contains("exactly one")),
             ),
+            ("text in structure", b"<Envelope><Body><AQXmlCommit>now</AQXmlCommit></Body></Envelope>".to_vec(), |e| {
+                matches!(e, E::Invalid(_))
+            }),
             (
                 "element after method",
                 b"<Envelope><Body><AQXmlCommit/><AQXmlRollback/></Body></Envelope>".to_vec(),
@@ -1928,19 +1820,21 @@ mod tests {
                     .to_vec(),
                 |e| matches!(e, E::Invalid(_)),
             ),
-            ("unknown method", b"<Envelope><Body><AQXmlDance/></Body></Envelope>".to_vec(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("AQXmlDance"))
-            }),
+            (
+                "unknown method",
+                b"<Envelope><Body><AQXmlDance/></Body></Envelope>".to_vec(),
+                |e| matches!(e, E::Invalid(m) if m.contains("AQXmlDance")),
+            ),
             ("wrong root", b"<Body/>".to_vec(), |e| matches!(e, E::Invalid(_))),
             ("no body", b"<Envelope><Header/></Envelope>".to_vec(), |e| matches!(e, E::Invalid(_))),
-            (
-                "non-utf8 encoding",
-                b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?><Envelope/>".to_vec(),
-                |e| matches!(e, E::Unsupported(_)),
-            ),
-            ("bad number", send(dest, "<message_count>one</message_count>").into_bytes(), |e| {
-                matches!(e, E::Invalid(m) if m.contains("not a valid number"))
+            ("non-utf8 encoding", b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?><Envelope/>".to_vec(), |e| {
+                matches!(e, E::Unsupported(_))
             }),
+            (
+                "bad number",
+                send(dest, "<message_count>one</message_count>").into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("not a valid number")),
+            ),
         ];
         for (name, bytes, check) in cases {
             let err = req_err_with(&bytes, &Limits::default());
@@ -1954,10 +1848,9 @@ mod tests {
         let small = Limits { max_bytes: 100, ..Limits::default() };
         assert!(matches!(req_err_with(EX01.as_bytes(), &small), CodecError::TooLarge(_)));
         let few = Limits { max_messages: 1, ..Limits::default() };
-        let two = EX01.replace("<message_count>1</message_count>", "").replace(
-            "</message>",
-            "</message><message><message_payload><raw>00</raw></message_payload></message>",
-        );
+        let two = EX01
+            .replace("<message_count>1</message_count>", "")
+            .replace("</message>", "</message><message><message_payload><raw>00</raw></message_payload></message>");
         assert!(matches!(req_err_with(two.as_bytes(), &few), CodecError::TooLarge(_)));
         assert_eq!(parse_request(two.as_bytes(), &Limits::default()).map(|_| ()), Ok(()));
         let shallow = Limits { max_depth: 8, ..Limits::default() };

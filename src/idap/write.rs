@@ -423,18 +423,12 @@ mod tests {
     use quick_xml::events::Event;
 
     const EX12: &str = include_str!("../../../shared/reference/idap-examples/12-response-send.xml");
-    const EX13: &str =
-        include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
-    const EX14: &str =
-        include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
-    const EX15: &str =
-        include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
-    const EX17: &str =
-        include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
-    const EX01: &str =
-        include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
-    const EX09: &str =
-        include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
+    const EX13: &str = include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
+    const EX14: &str = include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
+    const EX15: &str = include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
+    const EX17: &str = include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
+    const EX01: &str = include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
+    const EX09: &str = include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
 
     /// An element-name tree (local names only), ignoring text, attributes and layout.
     #[derive(Debug, PartialEq)]
@@ -500,18 +494,12 @@ mod tests {
     fn fault_structure() {
         let env = Envelope {
             headers: vec![],
-            body: Response::Fault(Fault {
-                kind: FaultKind::Server,
-                code: 600,
-                message: "store <down> & out".into(),
-            }),
+            body: Response::Fault(Fault { kind: FaultKind::Server, code: 600, message: "store <down> & out".into() }),
         };
         let xml = write_response(&env);
         assert!(xml.contains("<Fault xmlns=\"http://ns.oracle.com/AQ/schemas/envelope\">"));
         assert!(xml.contains("<faultcode>600</faultcode>"));
-        assert!(
-            xml.contains("<faultstring>Server error: store &lt;down&gt; &amp; out</faultstring>")
-        );
+        assert!(xml.contains("<faultstring>Server error: store &lt;down&gt; &amp; out</faultstring>"));
         assert!(xml.contains("<status_response xmlns=\"http://ns.oracle.com/AQ/schemas/access\">"));
         assert!(xml.contains("<status_code>-1</status_code>"));
         assert_eq!(parse_resp(&xml), env);
@@ -551,8 +539,7 @@ mod tests {
     }
 
     fn name() -> impl Strategy<Value = String> {
-        "[A-Za-z_][A-Za-z0-9_.-]{0,8}"
-            .prop_filter("reserved", |n| !n.to_ascii_lowercase().starts_with("xml"))
+        "[A-Za-z_][A-Za-z0-9_.-]{0,8}".prop_filter("reserved", |n| !n.to_ascii_lowercase().starts_with("xml"))
     }
 
     /// Text as a payload may hold it: kept exactly, so not trimmed.
@@ -585,25 +572,15 @@ mod tests {
     }
 
     fn xml_node() -> impl Strategy<Value = XmlNode> {
-        let leaf = (
-            name(),
-            prop::collection::vec((name(), raw_text()), 0..3),
-            prop::option::of(raw_text()),
-        )
-            .prop_map(|(name, attrs, text)| XmlNode {
-                name,
-                attrs,
-                children: text.into_iter().map(XmlChild::Text).collect(),
-            });
+        let leaf = (name(), prop::collection::vec((name(), raw_text()), 0..3), prop::option::of(raw_text())).prop_map(
+            |(name, attrs, text)| XmlNode { name, attrs, children: text.into_iter().map(XmlChild::Text).collect() },
+        );
         leaf.prop_recursive(4, 24, 4, |inner| {
             (
                 name(),
                 prop::collection::vec((name(), raw_text()), 0..3),
                 prop::collection::vec(
-                    prop_oneof![
-                        inner.prop_map(XmlChild::Element),
-                        raw_text().prop_map(XmlChild::Text)
-                    ],
+                    prop_oneof![inner.prop_map(XmlChild::Element), raw_text().prop_map(XmlChild::Text)],
                     0..4,
                 ),
             )
@@ -613,18 +590,8 @@ mod tests {
     }
 
     fn agent() -> impl Strategy<Value = AgentRef> {
-        (
-            prop::option::of(text()),
-            prop::option::of(text()),
-            prop::option::of(any::<i32>()),
-            prop::option::of(text()),
-        )
-            .prop_map(|(name, address, protocol, alias)| AgentRef {
-                name,
-                address,
-                protocol,
-                alias,
-            })
+        (prop::option::of(text()), prop::option::of(text()), prop::option::of(any::<i32>()), prop::option::of(text()))
+            .prop_map(|(name, address, protocol, alias)| AgentRef { name, address, protocol, alias })
     }
 
     fn header() -> impl Strategy<Value = MessageHeader> {
@@ -664,8 +631,11 @@ mod tests {
     }
 
     fn message() -> impl Strategy<Value = Message> {
-        (prop::option::of(any::<u32>()), header(), xml_node())
-            .prop_map(|(number, header, payload)| Message { number, header, payload })
+        (prop::option::of(any::<u32>()), header(), xml_node()).prop_map(|(number, header, payload)| Message {
+            number,
+            header,
+            payload,
+        })
     }
 
     fn destination() -> impl Strategy<Value = Destination> {
@@ -680,19 +650,11 @@ mod tests {
     }
 
     fn enqueue() -> impl Strategy<Value = EnqueueRequest> {
-        (
-            destination(),
-            visibility_s(),
-            prop::option::of(text()),
-            prop::collection::vec(message(), 1..3),
-            any::<bool>(),
-        )
-            .prop_map(|(destination, visibility, transformation, messages, commit)| {
-                EnqueueRequest {
-                    producer: ProducerOptions { destination, visibility, transformation },
-                    messages,
-                    commit,
-                }
+        (destination(), visibility_s(), prop::option::of(text()), prop::collection::vec(message(), 1..3), any::<bool>())
+            .prop_map(|(destination, visibility, transformation, messages, commit)| EnqueueRequest {
+                producer: ProducerOptions { destination, visibility, transformation },
+                messages,
+                commit,
             })
     }
 
@@ -702,11 +664,7 @@ mod tests {
             hex_id().prop_map(Selector::MessageId),
             text().prop_map(Selector::Condition),
         ];
-        let dequeue = prop_oneof![
-            Just(DequeueMode::Remove),
-            Just(DequeueMode::Browse),
-            Just(DequeueMode::Locked)
-        ];
+        let dequeue = prop_oneof![Just(DequeueMode::Remove), Just(DequeueMode::Browse), Just(DequeueMode::Locked)];
         let navigation = prop_oneof![
             Just(NavigationMode::FirstMessage),
             Just(NavigationMode::NextMessage),
@@ -749,17 +707,11 @@ mod tests {
         prop_oneof![
             enqueue().prop_map(Request::Send),
             enqueue().prop_map(Request::Publish),
-            (consumer(), any::<bool>()).prop_map(|(consumer, commit)| Request::Receive(
-                ReceiveRequest { consumer, commit }
-            )),
+            (consumer(), any::<bool>())
+                .prop_map(|(consumer, commit)| Request::Receive(ReceiveRequest { consumer, commit })),
             (destination(), prop::option::of(text()), non_empty_text(), any::<bool>()).prop_map(
                 |(destination, consumer_name, notify_url, commit)| {
-                    Request::Register(RegisterRequest {
-                        destination,
-                        consumer_name,
-                        notify_url,
-                        commit,
-                    })
+                    Request::Register(RegisterRequest { destination, consumer_name, notify_url, commit })
                 }
             ),
             Just(Request::Commit),
@@ -769,11 +721,7 @@ mod tests {
 
     fn status() -> impl Strategy<Value = StatusResponse> {
         (any::<i32>(), prop::option::of(any::<i32>()), prop::option::of(text())).prop_map(
-            |(status_code, error_code, error_message)| StatusResponse {
-                status_code,
-                error_code,
-                error_message,
-            },
+            |(status_code, error_code, error_message)| StatusResponse { status_code, error_code, error_message },
         )
     }
 
@@ -785,23 +733,18 @@ mod tests {
     fn response() -> impl Strategy<Value = Response> {
         prop_oneof![
             (status(), prop::option::of(enqueue_result())).prop_map(|(s, r)| Response::Send(s, r)),
-            (status(), prop::option::of(enqueue_result()))
-                .prop_map(|(s, r)| Response::Publish(s, r)),
-            (
-                status(),
-                prop::option::of((non_empty_text(), prop::collection::vec(message(), 0..3)))
-            )
-                .prop_map(|(s, r)| Response::Receive(
-                    s,
-                    r.map(|(destination, messages)| ReceiveResult { destination, messages })
-                )),
+            (status(), prop::option::of(enqueue_result())).prop_map(|(s, r)| Response::Publish(s, r)),
+            (status(), prop::option::of((non_empty_text(), prop::collection::vec(message(), 0..3)))).prop_map(
+                |(s, r)| Response::Receive(s, r.map(|(destination, messages)| ReceiveResult { destination, messages }))
+            ),
             status().prop_map(Response::Register),
             status().prop_map(Response::Commit),
             status().prop_map(Response::Rollback),
-            (non_empty_text(), prop::option::of(text()), prop::collection::vec(header(), 0..3))
-                .prop_map(|(destination, consumer_name, messages)| {
+            (non_empty_text(), prop::option::of(text()), prop::collection::vec(header(), 0..3)).prop_map(
+                |(destination, consumer_name, messages)| {
                     Response::Notification(Notification { destination, consumer_name, messages })
-                }),
+                }
+            ),
             (any::<bool>(), any::<i32>(), text()).prop_map(|(server, code, message)| {
                 Response::Fault(Fault {
                     kind: if server { FaultKind::Server } else { FaultKind::Client },

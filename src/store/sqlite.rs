@@ -82,7 +82,8 @@ impl Store for SqliteStore {
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
-        let rows = sqlx::query("SELECT kind, name, spec FROM topology ORDER BY kind, name").fetch_all(&self.pool).await?;
+        let rows =
+            sqlx::query("SELECT kind, name, spec FROM topology ORDER BY kind, name").fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.try_get("kind")?, r.try_get("name")?, r.try_get("spec")?))).collect()
     }
 
@@ -110,7 +111,13 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| Ok(ExpiredMessage { seq: r.try_get("seq")?, queue: r.try_get("queue_id")?, exception_queue: r.try_get("exception_queue")? }))
+            .map(|r| {
+                Ok(ExpiredMessage {
+                    seq: r.try_get("seq")?,
+                    queue: r.try_get("queue_id")?,
+                    exception_queue: r.try_get("exception_queue")?,
+                })
+            })
             .collect()
     }
 
@@ -199,9 +206,12 @@ impl StoreTx for SqliteTx {
             b.push(" AND m.msgid = ").push_bind(id.to_vec());
         }
         if q.include_locked {
-            b.push(" AND NOT (d.lock_kind = 1 AND d.lock_txn = ").push_bind(q.txn.clone()).push(")");
+            // Everything but what this transaction has already removed (NULL-safe).
+            b.push(" AND (d.lock_txn IS NULL OR d.lock_kind <> 1 OR d.lock_txn <> ").push_bind(q.txn.clone()).push(")");
         } else {
-            b.push(" AND (d.lock_txn IS NULL OR (d.lock_kind = 2 AND d.lock_txn = ").push_bind(q.txn.clone()).push("))");
+            b.push(" AND (d.lock_txn IS NULL OR (d.lock_kind = 2 AND d.lock_txn = ")
+                .push_bind(q.txn.clone())
+                .push("))");
         }
         b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(q.limit);
         let rows = b.build().fetch_all(&mut *self.tx).await?;
@@ -242,19 +252,23 @@ impl StoreTx for SqliteTx {
     }
 
     async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
-        let queues: Vec<i64> = sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = ?1 RETURNING queue_id")
-            .bind(txn)
-            .fetch_all(&mut *self.tx)
-            .await?;
-        let removed: Vec<i64> = sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
-            .bind(txn)
-            .fetch_all(&mut *self.tx)
-            .await?;
-        for seq in removed {
-            sqlx::query("DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)")
-                .bind(seq)
-                .execute(&mut *self.tx)
+        let queues: Vec<i64> =
+            sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = ?1 RETURNING queue_id")
+                .bind(txn)
+                .fetch_all(&mut *self.tx)
                 .await?;
+        let removed: Vec<i64> =
+            sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
+                .bind(txn)
+                .fetch_all(&mut *self.tx)
+                .await?;
+        for seq in removed {
+            sqlx::query(
+                "DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)",
+            )
+            .bind(seq)
+            .execute(&mut *self.tx)
+            .await?;
         }
         sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = ?1")
             .bind(txn)
@@ -279,18 +293,18 @@ impl StoreTx for SqliteTx {
             .bind(txn)
             .execute(&mut *self.tx)
             .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?)))
-            .collect()
+        rows.iter().map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?))).collect()
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
         sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1").bind(seq).execute(&mut *self.tx).await?;
-        sqlx::query("UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1")
-            .bind(seq)
-            .bind(to)
-            .execute(&mut *self.tx)
-            .await?;
+        sqlx::query(
+            "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1",
+        )
+        .bind(seq)
+        .bind(to)
+        .execute(&mut *self.tx)
+        .await?;
         sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES (?1, ?2, '', 0)")
             .bind(seq)
             .bind(to)
@@ -324,7 +338,11 @@ impl StoreTx for SqliteTx {
     }
 
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
-        sqlx::query("DELETE FROM topology WHERE kind = ?1 AND name = ?2").bind(kind).bind(name).execute(&mut *self.tx).await?;
+        sqlx::query("DELETE FROM topology WHERE kind = ?1 AND name = ?2")
+            .bind(kind)
+            .bind(name)
+            .execute(&mut *self.tx)
+            .await?;
         Ok(())
     }
 

@@ -38,9 +38,9 @@ pub async fn fresh_pg_url() -> String {
     use sqlx::Connection;
     let admin = pg_admin_url();
     let name = format!("aqgate_t_{}", rand_name());
-    let mut c = sqlx::PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is required for the store suite (scripts/ensure-postgres.sh starts one): {e}"));
+    let mut c = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {admin} is required for the store suite (scripts/ensure-postgres.sh starts one): {e}")
+    });
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await.expect("create database");
     let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).expect("url has a database");
     format!("{base}/{name}")
@@ -89,7 +89,8 @@ impl Harness {
         let url = fresh_url(b).await;
         let store = store_with_topology(&url, topology).await;
         let clock = Arc::new(ManualClock::new(T0));
-        let engine = Engine::start(store, clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
+        let engine =
+            Engine::start(store, clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
         Self { engine, clock, url }
     }
 
