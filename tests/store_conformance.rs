@@ -47,6 +47,7 @@ on_both_backends!(
     too_many_failed_dequeues_move_to_exception_queue,
     payload_conditions_on_adt_and_jms,
     disabled_queues_refuse,
+    consumers_removing_at_once_leave_no_orphans,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -620,4 +621,34 @@ async fn disabled_queues_refuse(b: Backend) {
         code::ENQUEUE_DISABLED,
         "exception queues take no enqueues"
     );
+}
+
+async fn consumers_removing_at_once_leave_no_orphans(b: Backend) {
+    let topo =
+        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"APP2\"\n", aqgate::DEFAULT_TOPOLOGY);
+    let h = std::sync::Arc::new(Harness::with_topology(b, &topo).await);
+    let mut p = h.session("scott");
+    for i in 0..30 {
+        h.run(&mut p, &publish_emp(i % 90, "", COMMIT)).await.expect("publish");
+    }
+    assert_eq!(depth(&h, TOPIC).await, 30);
+    let mut tasks = Vec::new();
+    for (consumer, immediate) in [("APP1", false), ("APP2", false), ("APP1", true), ("APP2", true)] {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = h.session("scott");
+            let vis = if immediate { "<visibility>IMMEDIATE</visibility>" } else { "" };
+            let mut n = 0;
+            while h.run(&mut s, &emp_receive(consumer, vis)).await.is_ok() {
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert_eq!(total, 60, "every consumer got every message once");
+    assert_eq!(depth(&h, TOPIC).await, 0, "the last consumer out deleted each message");
 }

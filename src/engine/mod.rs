@@ -450,11 +450,13 @@ impl Engine {
                 corrid: filter.corrid.clone(),
                 msgid: filter.msgid,
                 include_locked: browse,
-                limit: SCAN_BATCH,
+                // Without a condition the first candidate is normally the answer: fetch one
+                // payload, not a page of them.
+                limit: if filter.condition.is_some() { SCAN_BATCH } else { 1 },
             };
             loop {
                 let batch = tx.candidates(&q).await?;
-                let exhausted = (batch.len() as i64) < SCAN_BATCH;
+                let exhausted = (batch.len() as i64) < q.limit;
                 for m in batch {
                     q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
                     if let Some(c) = &filter.condition {
@@ -471,7 +473,9 @@ impl Engine {
                     let taken = match o.dequeue_mode {
                         DequeueMode::Browse => true,
                         DequeueMode::Locked => tx.lock(m.seq, consumer, &session.txn, LockKind::Locked).await?,
-                        DequeueMode::Remove if remove_now => tx.remove_now(m.seq, consumer, &session.txn).await?,
+                        DequeueMode::Remove if remove_now => {
+                            tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await?
+                        }
                         DequeueMode::Remove => tx.lock(m.seq, consumer, &session.txn, LockKind::Remove).await?,
                     };
                     if taken {

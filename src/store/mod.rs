@@ -174,8 +174,9 @@ pub trait StoreTx: Send {
     async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
 
     /// Removes a delivery now (IMMEDIATE REMOVE); the message goes when no delivery is
-    /// left. False if another session holds it.
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str) -> Result<bool>;
+    /// left. False if another session holds it. `shared`: the message may have other
+    /// consumers' deliveries (multi-consumer queue).
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
 
     /// Publishes `txn`'s enqueues, performs its removes, releases its locks.
     async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome>;

@@ -177,37 +177,77 @@ impl Store for PgStore {
 #[async_trait]
 impl StoreTx for PgTx {
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        // One round trip for the whole message_set: messages and their deliveries from
+        // arrays, and the wake-up signal when the messages are visible at commit.
         let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
+        visible.sort_unstable();
         visible.dedup();
-        notify_queues(&mut self.tx, &visible).await?;
+        let n = msgs.len();
+        let (mut ids, mut queues, mut corrids, mut prios, mut enq, mut delays, mut expires) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut senders, mut excq, mut payloads, mut txns) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for m in msgs {
-            let seq: i64 = sqlx::query_scalar(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq",
-            )
-            .bind(&m.msgid[..])
-            .bind(m.queue)
-            .bind(&m.corrid)
-            .bind(m.priority)
-            .bind(m.enq_time)
-            .bind(m.delay_until)
-            .bind(m.expire_at)
-            .bind(&m.sender)
-            .bind(&m.exception_queue)
-            .bind(&m.payload)
-            .bind(&m.enq_txn)
-            .fetch_one(&mut *self.tx)
-            .await?;
+            ids.push(m.msgid.to_vec());
+            queues.push(m.queue);
+            corrids.push(m.corrid.clone());
+            prios.push(m.priority);
+            enq.push(m.enq_time);
+            delays.push(m.delay_until);
+            expires.push(m.expire_at);
+            senders.push(m.sender.clone());
+            excq.push(m.exception_queue.clone());
+            payloads.push(m.payload.clone());
+            txns.push(m.enq_txn.clone());
             for c in &m.consumers {
-                sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES ($1, $2, $3, $4)")
-                    .bind(seq)
-                    .bind(m.queue)
-                    .bind(c)
-                    .bind(m.prio_key)
-                    .execute(&mut *self.tx)
-                    .await?;
+                d_ids.push(m.msgid.to_vec());
+                d_consumers.push(c.clone());
+                d_queues.push(m.queue);
+                d_prios.push(m.prio_key);
             }
         }
+        sqlx::query(
+            "WITH m AS (
+                INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
+                SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[])
+                RETURNING seq, msgid
+             ), d AS (
+                INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
+                SELECT m.seq, c.queue_id, c.consumer, c.prio_key
+                FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
+             )
+             SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
+        )
+        .bind(ids)
+        .bind(queues)
+        .bind(corrids)
+        .bind(prios)
+        .bind(enq)
+        .bind(delays)
+        .bind(expires)
+        .bind(senders)
+        .bind(excq)
+        .bind(payloads)
+        .bind(txns)
+        .bind(d_ids)
+        .bind(d_consumers)
+        .bind(d_queues)
+        .bind(d_prios)
+        .bind(CHANNEL)
+        .bind(visible)
+        .execute(&mut *self.tx)
+        .await?;
         Ok(())
     }
 
@@ -239,6 +279,10 @@ impl StoreTx for PgTx {
                 .push("))");
         }
         b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(q.limit);
+        if !q.include_locked {
+            // Rows another transaction is claiming right now are skipped, not waited for.
+            b.push(" FOR UPDATE OF d SKIP LOCKED");
+        }
         let rows = b.build().fetch_all(&mut *self.tx).await?;
         rows.iter().map(stored_from_row).collect()
     }
@@ -257,53 +301,63 @@ impl StoreTx for PgTx {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))",
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+        if shared {
+            // Consumers of one message serialise on its row, so the last one out sees that
+            // no delivery is left and deletes the message.
+            sqlx::query("SELECT seq FROM messages WHERE seq = $1 FOR UPDATE").bind(seq).execute(&mut *self.tx).await?;
+        }
+        let removed: Option<i64> = sqlx::query_scalar(
+            "WITH d AS (
+                DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))
+                RETURNING msg_seq
+             ), m AS (
+                DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+                  AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = $1 AND x.consumer <> $2)
+             )
+             SELECT msg_seq FROM d",
         )
         .bind(seq)
         .bind(consumer)
         .bind(txn)
-        .execute(&mut *self.tx)
+        .fetch_optional(&mut *self.tx)
         .await?;
-        if r.rows_affected() != 1 {
-            return Ok(false);
-        }
-        sqlx::query("DELETE FROM messages WHERE seq = $1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = $1)")
-            .bind(seq)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(true)
+        Ok(removed.is_some())
     }
 
     async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
-        let queues: Vec<i64> =
+        let mut queues: Vec<i64> =
             sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id")
                 .bind(txn)
                 .fetch_all(&mut *self.tx)
                 .await?;
-        let removed: Vec<i64> =
-            sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq")
-                .bind(txn)
-                .fetch_all(&mut *self.tx)
-                .await?;
-        for seq in removed {
-            sqlx::query(
-                "DELETE FROM messages WHERE seq = $1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = $1)",
-            )
-            .bind(seq)
-            .execute(&mut *self.tx)
-            .await?;
-        }
+        queues.sort_unstable();
+        queues.dedup();
+        // Lock the messages whose deliveries this transaction removes (in one order, so
+        // concurrent commits cannot deadlock); then a message whose last delivery goes is
+        // deleted exactly once, even when its consumers commit at the same time.
+        sqlx::query(
+            "SELECT m.seq FROM messages m JOIN deliveries d ON d.msg_seq = m.seq
+             WHERE d.lock_txn = $1 AND d.lock_kind = 1 ORDER BY m.seq FOR UPDATE OF m",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query(
+            "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq)
+             DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+               AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
+                               AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1))",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
         sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
             .bind(txn)
             .execute(&mut *self.tx)
             .await?;
-        let mut enqueued_queues = queues;
-        enqueued_queues.sort_unstable();
-        enqueued_queues.dedup();
-        notify_queues(&mut self.tx, &enqueued_queues).await?;
-        Ok(CommitOutcome { enqueued_queues })
+        notify_queues(&mut self.tx, &queues).await?;
+        Ok(CommitOutcome { enqueued_queues: queues })
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {

@@ -155,32 +155,42 @@ impl Store for SqliteStore {
 #[async_trait]
 impl StoreTx for SqliteTx {
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
-        for m in msgs {
-            let seq: i64 = sqlx::query_scalar(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq",
-            )
-            .bind(&m.msgid[..])
-            .bind(m.queue)
-            .bind(&m.corrid)
-            .bind(m.priority)
-            .bind(m.enq_time)
-            .bind(m.delay_until)
-            .bind(m.expire_at)
-            .bind(&m.sender)
-            .bind(&m.exception_queue)
-            .bind(&m.payload)
-            .bind(&m.enq_txn)
-            .fetch_one(&mut *self.tx)
-            .await?;
-            for c in &m.consumers {
-                sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES (?1, ?2, ?3, ?4)")
-                    .bind(seq)
-                    .bind(m.queue)
-                    .bind(c)
-                    .bind(m.prio_key)
-                    .execute(&mut *self.tx)
-                    .await?;
+        // Multi-row inserts, in chunks that stay under SQLite's bound-parameter limit.
+        for chunk in msgs.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn) ",
+            );
+            b.push_values(chunk, |mut row, m| {
+                row.push_bind(m.msgid.to_vec())
+                    .push_bind(m.queue)
+                    .push_bind(m.corrid.clone())
+                    .push_bind(m.priority)
+                    .push_bind(m.enq_time)
+                    .push_bind(m.delay_until)
+                    .push_bind(m.expire_at)
+                    .push_bind(m.sender.clone())
+                    .push_bind(m.exception_queue.clone())
+                    .push_bind(m.payload.clone())
+                    .push_bind(m.enq_txn.clone());
+            });
+            b.push(" RETURNING seq, msgid");
+            let rows = b.build().fetch_all(&mut *self.tx).await?;
+            let mut seqs = std::collections::HashMap::with_capacity(rows.len());
+            for r in &rows {
+                seqs.insert(msgid_from(r.try_get("msgid")?)?, r.try_get::<i64, _>("seq")?);
+            }
+            let deliveries: Vec<(i64, &NewMessage, &String)> = chunk
+                .iter()
+                .flat_map(|m| m.consumers.iter().map(move |c| (m, c)))
+                .filter_map(|(m, c)| seqs.get(&m.msgid).map(|s| (*s, m, c)))
+                .collect();
+            for part in deliveries.chunks(2000) {
+                let mut b: QueryBuilder<Sqlite> =
+                    QueryBuilder::new("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) ");
+                b.push_values(part, |mut row, (seq, m, c)| {
+                    row.push_bind(*seq).push_bind(m.queue).push_bind((*c).clone()).push_bind(m.prio_key);
+                });
+                b.build().execute(&mut *self.tx).await?;
             }
         }
         Ok(())
@@ -232,7 +242,8 @@ impl StoreTx for SqliteTx {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str) -> Result<bool> {
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, _shared: bool) -> Result<bool> {
+        // One writer at a time: no other consumer can interleave here.
         let r = sqlx::query(
             "DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2 AND (lock_txn IS NULL OR (lock_txn = ?3 AND lock_kind = 2))",
         )
