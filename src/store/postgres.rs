@@ -22,7 +22,11 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` and runs the migrations.
     pub async fn open(url: &str) -> Result<Self> {
-        let opts = PgConnectOptions::from_str(url)?;
+        // Queue tables grow and shrink faster than autovacuum's statistics follow; with
+        // stale statistics the planner sorts a whole queue to find its head instead of
+        // walking the (queue, consumer, priority, seq) index. Every ordered query of ours
+        // has an index that serves its order, so sorting is made a last resort.
+        let opts = PgConnectOptions::from_str(url)?.options([("enable_sort", "off")]);
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(30))
