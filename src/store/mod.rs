@@ -12,6 +12,7 @@
 //! invisible to others until [`StoreTx::commit_session`] clears the tags. A restart runs
 //! [`Store::recover`], which rolls back every tagged row.
 
+pub mod group;
 pub mod postgres;
 pub mod sqlite;
 
@@ -195,6 +196,11 @@ pub trait StoreTx: Send {
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
     async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
 
+    /// Savepoints, for group commit: one request's work inside a shared transaction.
+    async fn savepoint(&mut self) -> Result<()>;
+    async fn release_savepoint(&mut self) -> Result<()>;
+    async fn rollback_to_savepoint(&mut self) -> Result<()>;
+
     async fn commit(self: Box<Self>) -> Result<()>;
 }
 
@@ -204,6 +210,8 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(std::sync::Arc::new(postgres::PgStore::open(url).await?))
     } else {
-        Ok(std::sync::Arc::new(sqlite::SqliteStore::open(url).await?))
+        let sqlite: std::sync::Arc<dyn Store> = std::sync::Arc::new(sqlite::SqliteStore::open(url).await?);
+        // One writer, one disk sync per commit: concurrent requests share commits.
+        Ok(std::sync::Arc::new(group::GroupCommitStore::new(sqlite, 256)))
     }
 }

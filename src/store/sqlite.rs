@@ -365,6 +365,22 @@ impl StoreTx for SqliteTx {
         Ok(sqlx::query_scalar("SELECT id FROM queues WHERE name = ?1").bind(name).fetch_one(&mut *self.tx).await?)
     }
 
+    async fn savepoint(&mut self) -> Result<()> {
+        sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    async fn release_savepoint(&mut self) -> Result<()> {
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    async fn rollback_to_savepoint(&mut self) -> Result<()> {
+        sqlx::query("ROLLBACK TO SAVEPOINT aq_request").execute(&mut *self.tx).await?;
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> Result<()> {
         self.tx.commit().await?;
         Ok(())

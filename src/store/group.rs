@@ -1,0 +1,260 @@
+//! Group commit: concurrent requests share one database transaction, and so one fsync.
+//!
+//! SQLite has one writer and pays a disk sync per commit; with `synchronous=FULL` that
+//! sync, not SQL, bounds throughput. [`GroupCommitStore`] wraps a store: each request
+//! runs inside a savepoint of a shared transaction (so a failing request still undoes only
+//! its own work), and the last request of a run of concurrent ones commits the transaction
+//! for all of them. No request returns before the commit that makes its work durable, so
+//! "200 means committed" holds; if that commit fails, every request of the batch fails.
+//!
+//! Requests of one batch see each other's writes before the batch commits. That is safe
+//! because none of them answers before the batch is durable, and the batch commits or
+//! fails as a whole.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use tokio::sync::{Mutex, OwnedMutexGuard, watch};
+
+use super::*;
+
+type Outcome = Option<std::result::Result<(), String>>;
+
+#[derive(Default)]
+struct Batch {
+    tx: Option<Box<dyn StoreTx>>,
+    /// Requests whose work is in the open transaction, waiting for its commit.
+    members: usize,
+    /// A request left without releasing or rolling back its savepoint.
+    dangling: bool,
+    done: Option<watch::Sender<Outcome>>,
+}
+
+struct Lane {
+    batch: Arc<Mutex<Batch>>,
+    waiting: AtomicUsize,
+    max_batch: usize,
+}
+
+pub struct GroupCommitStore {
+    inner: Arc<dyn Store>,
+    lane: Arc<Lane>,
+}
+
+impl GroupCommitStore {
+    pub fn new(inner: Arc<dyn Store>, max_batch: usize) -> Self {
+        let lane = Lane { batch: Arc::new(Mutex::new(Batch::default())), waiting: AtomicUsize::new(0), max_batch };
+        Self { inner, lane: Arc::new(lane) }
+    }
+}
+
+impl Lane {
+    /// A member is done with the open transaction: commit it when nobody else is queued
+    /// for it (or it is full), else hand it to the next member.
+    async fn leave(&self, mut g: OwnedMutexGuard<Batch>) -> Option<watch::Receiver<Outcome>> {
+        let rx = g.done.as_ref().map(watch::Sender::subscribe);
+        if self.waiting.load(Ordering::SeqCst) == 0 || g.members >= self.max_batch {
+            let tx = g.tx.take();
+            let done = g.done.take();
+            g.members = 0;
+            g.dangling = false;
+            let result = match tx {
+                Some(tx) => tx.commit().await.map_err(|e| e.to_string()),
+                None => Ok(()),
+            };
+            if let Some(d) = done {
+                let _ = d.send(Some(result));
+            }
+        }
+        rx
+    }
+
+    /// Gives up the open transaction: everything in it is rolled back and its members fail.
+    fn abort(&self, g: &mut Batch, why: &str) {
+        g.tx = None; // dropping a sqlx transaction rolls it back
+        g.members = 0;
+        g.dangling = false;
+        if let Some(d) = g.done.take() {
+            let _ = d.send(Some(Err(why.to_string())));
+        }
+    }
+
+    /// Undoes what a request left behind without committing.
+    async fn settle(&self, g: &mut Batch) {
+        if !g.dangling {
+            return;
+        }
+        g.dangling = false;
+        let ok = match g.tx.as_mut() {
+            Some(tx) => tx.rollback_to_savepoint().await.is_ok(),
+            None => true,
+        };
+        if !ok {
+            self.abort(g, "rolling back a request inside a group commit failed");
+        }
+    }
+}
+
+#[async_trait]
+impl Store for GroupCommitStore {
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        let lane = self.lane.clone();
+        lane.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut g = lane.batch.clone().lock_owned().await;
+        lane.waiting.fetch_sub(1, Ordering::SeqCst);
+        lane.settle(&mut g).await;
+        if g.tx.is_none() {
+            match self.inner.begin().await {
+                Ok(tx) => {
+                    g.tx = Some(tx);
+                    g.done = Some(watch::channel(None).0);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let sp = match g.tx.as_mut() {
+            Some(tx) => tx.savepoint().await,
+            None => Err(StoreError::Corrupt("group commit lost its transaction".into())),
+        };
+        if let Err(e) = sp {
+            lane.abort(&mut g, "could not open a savepoint");
+            return Err(e);
+        }
+        g.dangling = true;
+        Ok(Box::new(GroupTx { guard: Some(g), lane }))
+    }
+
+    async fn recover(&self) -> Result<u64> {
+        self.inner.recover().await
+    }
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
+        self.inner.load_topology().await
+    }
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
+        self.inner.queue_ids().await
+    }
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
+        self.inner.queue_depths().await
+    }
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
+        self.inner.due_expirations(now, limit).await
+    }
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
+        self.inner.next_delay_end(queue, now).await
+    }
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
+        self.inner.registrations(queue).await
+    }
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
+        self.inner.listen().await
+    }
+}
+
+/// One request's part of a shared transaction.
+struct GroupTx {
+    guard: Option<OwnedMutexGuard<Batch>>,
+    lane: Arc<Lane>,
+}
+
+impl GroupTx {
+    fn tx(&mut self) -> Result<&mut Box<dyn StoreTx>> {
+        self.guard
+            .as_mut()
+            .and_then(|g| g.tx.as_mut())
+            .ok_or_else(|| StoreError::Corrupt("group commit transaction is gone".into()))
+    }
+}
+
+impl Drop for GroupTx {
+    fn drop(&mut self) {
+        // Left without commit (a fault, or a read that found nothing): roll back this
+        // request's savepoint and let the batch go on or commit.
+        if let Some(g) = self.guard.take() {
+            let lane = self.lane.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(async move {
+                        let mut g = g;
+                        lane.settle(&mut g).await;
+                        let _ = lane.leave(g).await;
+                    });
+                }
+                // No runtime: the next request settles the savepoint.
+                Err(_) => drop(g),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl StoreTx for GroupTx {
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        self.tx()?.insert_messages(msgs).await
+    }
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
+        self.tx()?.candidates(q).await
+    }
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        self.tx()?.lock(seq, consumer, txn, kind).await
+    }
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+        self.tx()?.remove_now(seq, consumer, txn, shared).await
+    }
+    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+        self.tx()?.commit_session(txn).await
+    }
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+        self.tx()?.rollback_session(txn).await
+    }
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        self.tx()?.move_to_exception(seq, to).await
+    }
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
+        self.tx()?.upsert_registration(r).await
+    }
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
+        self.tx()?.put_topology_object(kind, name, spec).await
+    }
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
+        self.tx()?.delete_topology_object(kind, name).await
+    }
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
+        self.tx()?.ensure_queue(name).await
+    }
+    async fn savepoint(&mut self) -> Result<()> {
+        Err(StoreError::Corrupt("nested group commit".into()))
+    }
+    async fn release_savepoint(&mut self) -> Result<()> {
+        Err(StoreError::Corrupt("nested group commit".into()))
+    }
+    async fn rollback_to_savepoint(&mut self) -> Result<()> {
+        Err(StoreError::Corrupt("nested group commit".into()))
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        let Some(mut g) = self.guard.take() else {
+            return Err(StoreError::Corrupt("group commit transaction is gone".into()));
+        };
+        let released = match g.tx.as_mut() {
+            Some(tx) => tx.release_savepoint().await,
+            None => Err(StoreError::Corrupt("group commit transaction is gone".into())),
+        };
+        if let Err(e) = released {
+            // The request's work cannot be told apart from the others': fail them all.
+            self.lane.abort(&mut g, "releasing a savepoint failed");
+            return Err(e);
+        }
+        g.dangling = false;
+        g.members += 1;
+        let Some(mut rx) = self.lane.leave(g).await else {
+            return Err(StoreError::Corrupt("group commit lost its outcome".into()));
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
+        match outcome {
+            Ok(Some(Ok(()))) => Ok(()),
+            Ok(Some(Err(e))) => Err(StoreError::Corrupt(format!("group commit failed: {e}"))),
+            _ => Err(StoreError::Corrupt("group commit was abandoned".into())),
+        }
+    }
+}
