@@ -41,6 +41,21 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
+    #[cfg(unix)]
+    {
+        // SIGHUP reloads the topology, e.g. after `aqgate admin apply` from another process.
+        let engine = engine.clone();
+        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    match engine.reload().await {
+                        Ok(()) => tracing::info!("topology reloaded"),
+                        Err(e) => tracing::warn!(error = %e, "topology reload failed; keeping the old one"),
+                    }
+                }
+            });
+        }
+    }
     let state = AppState { engine, limits: cfg.limits };
     tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;

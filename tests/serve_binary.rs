@@ -140,3 +140,59 @@ fn admin_apply_is_idempotent_and_lists_queues() {
     assert!(err.contains("queues[0]") && err.contains("grants[0]"), "{err}");
     let _ = std::fs::remove_file(bad);
 }
+
+fn signal(s: &Serve, sig: &str) {
+    let ok = Command::new("kill").args([sig, &s.child.id().to_string()]).status().expect("kill").success();
+    assert!(ok, "kill {sig}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_topology_applied_by_another_process() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let s = Serve::start(&db, port);
+    let send = raw_send("AQUSER.LATE_QUE", &[("", "0A")], COMMIT);
+    let mut cookie = None;
+    assert!(
+        matches!(post(port, &mut cookie, &send).await, Response::Fault(ref f) if f.code == aqgate::error::code::NO_SUCH_QUEUE)
+    );
+    let file = std::env::temp_dir().join(format!("aqgate-topo-{}.toml", std::process::id()));
+    let extra = "\n[[queues]]\nname = \"AQUSER.LATE_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
+    std::fs::write(&file, format!("{}{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    let out = admin(&["apply", file.to_str().expect("utf-8 path"), "--database", &db]);
+    assert!(out.contains("+ queue AQUSER.LATE_QUE"), "{out}");
+    signal(&s, "-HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match post(port, &mut cookie, &send).await {
+            Response::Send(..) => break,
+            other => assert!(Instant::now() < deadline, "not reloaded: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_file(file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let mut s = Serve::start(&db, port);
+    let waiting = tokio::spawn(async move {
+        let mut cookie = None;
+        post(port, &mut cookie, &receive("AQUSER.RAW_QUE", "<wait_time>2</wait_time>", COMMIT)).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    signal(&s, "-TERM");
+    let r = waiting.await.expect("in-flight request answered");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = s.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -48,6 +48,8 @@ on_both_backends!(
     payload_conditions_on_adt_and_jms,
     disabled_queues_refuse,
     consumers_removing_at_once_leave_no_orphans,
+    xml_and_jms_map_payloads_round_trip,
+    many_open_sessions_share_few_connections,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -660,4 +662,115 @@ async fn consumers_removing_at_once_leave_no_orphans(b: Backend) {
     }
     assert_eq!(total, 60, "every consumer got every message once");
     assert_eq!(depth(&h, TOPIC).await, 0, "the last consumer out deleted each message");
+}
+
+fn send_payload(dest: &str, payload: &str) -> String {
+    envelope(&format!(
+        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{dest}</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_payload>{payload}</message_payload></message></message_set><AQXmlCommit/></AQXmlSend>"#
+    ))
+}
+
+async fn xml_and_jms_map_payloads_round_trip(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    let doc = r#"<po:order xmlns:po="urn:example:po" id="7"><po:note>mixed <b>bold</b> &amp; text</po:note><po:qty>3</po:qty></po:order>"#;
+    h.run(&mut s, &send_payload("AQUSER.XML_QUE", doc)).await.expect("XMLType send");
+    let r =
+        h.run(&mut s, &receive("AQUSER.XML_QUE", "<wait_time>0</wait_time>", COMMIT)).await.expect("XMLType receive");
+    let m = &received(&r)[0];
+    assert_eq!(m.payload.name, "po:order");
+    assert!(m.payload.attrs.contains(&("id".to_string(), "7".to_string())));
+    let mut out = String::new();
+    aqgate::idap::write_node(&mut out, &m.payload);
+    assert!(out.contains("mixed <b>bold</b> &amp; text"), "{out}");
+
+    let map = r#"<jms_map_message><user_properties><property><name>kind</name><string_value>order</string_value></property></user_properties><map_data><item><name>qty</name><int_value>3</int_value></item><item><name>sku</name><string_value>A-1</string_value></item></map_data></jms_map_message>"#;
+    h.run(&mut s, &send_payload("AQUSER.JMS_MAPQ", map)).await.expect("JMS map send");
+    let r = h
+        .run(&mut s, &send_payload("AQUSER.JMS_MAPQ", "<jms_text_message><text_data>x</text_data></jms_text_message>"))
+        .await;
+    assert_eq!(fault_code(r), code::PAYLOAD_MISMATCH, "a text message on a map queue");
+    let r = h
+        .run(
+            &mut s,
+            &receive(
+                "AQUSER.JMS_MAPQ",
+                "<wait_time>0</wait_time><selector><condition>kind = 'order'</condition></selector>",
+                COMMIT,
+            ),
+        )
+        .await
+        .expect("JMS map receive");
+    let m = &received(&r)[0];
+    let items: Vec<String> = m
+        .payload
+        .child("map_data")
+        .expect("map_data")
+        .elements()
+        .map(|i| i.child("name").map(|n| n.text()).unwrap_or_default())
+        .collect();
+    assert_eq!(items, ["qty", "sku"]);
+}
+
+/// 10,000 sessions with open transactions hold no database connection between requests.
+async fn many_open_sessions_share_few_connections(b: Backend) {
+    let h = Harness::new(b).await;
+    let n = 10_000;
+    let mut sessions = Vec::with_capacity(n);
+    let xml = raw_send(RAWQ, &[("", "01")], "");
+    let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+    for _ in 0..n {
+        let (_, s) = h.engine.sessions.create("SCOTT", h.clock.now());
+        {
+            let mut g = s.lock().await;
+            h.exec(&mut g, req.clone()).await.expect("open send");
+        }
+        sessions.push(s);
+    }
+    assert_eq!(h.engine.sessions.len(), n);
+    assert_eq!(depth(&h, RAWQ).await, 0, "nothing committed yet");
+    if let Backend::Postgres = b {
+        let db = h.url.rsplit('/').next().expect("db name").to_string();
+        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&pg_admin_url()).await.expect("connect");
+        let used: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&db)
+            .fetch_one(&mut c)
+            .await
+            .expect("pg_stat_activity");
+        assert!(used <= 20, "{used} connections for {n} open sessions");
+    }
+    // Every other session commits; the rest roll back.
+    for (i, s) in sessions.iter().enumerate() {
+        let mut g = s.lock().await;
+        let x = if i % 2 == 0 { COMMIT } else { ROLLBACK };
+        h.run(&mut g, &envelope(x)).await.expect("end transaction");
+    }
+    assert_eq!(depth(&h, RAWQ).await, i64::try_from(n / 2).expect("fits"));
+}
+
+/// A commit in one process wakes a long-poll in another (PostgreSQL LISTEN/NOTIFY).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_in_another_process_wakes_a_long_poll() {
+    let a = std::sync::Arc::new(Harness::new(Backend::Postgres).await);
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(a.engine.clone().run_background(Duration::from_secs(3600), rx));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let store = aqgate::store::open(&a.url).await.expect("second process store");
+    let clock = a.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    let b = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("second engine");
+    let a2 = a.clone();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let mut c = a2.session("scott");
+        a2.run(&mut c, &receive(RAWQ, "<wait_time>30</wait_time>", COMMIT)).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut p = aqgate::engine::Session::new("SCOTT", 0);
+    let req = aqgate::idap::parse_request(raw_send(RAWQ, &[("", "5A")], COMMIT).as_bytes(), &Default::default())
+        .expect("parse")
+        .body;
+    b.execute(&mut p, req).await.expect("send in the other process");
+    let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken by NOTIFY").expect("task");
+    assert_eq!(raw_of(&received(&r.expect("message"))[0]), "5A");
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
