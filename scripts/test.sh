@@ -4,8 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "test.sh: cargo not found: install the Rust toolchain 1.95 or newer (rustup) first" >&2
+  exit 1
+fi
+
 export AQGATE_TEST_PG_URL="${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 scripts/ensure-postgres.sh
+
+# Each test makes its own database / SQLite file; drop what earlier runs left behind.
+psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'aqgate\_t\_%'" |
+  while read -r db; do psql "$AQGATE_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null; done
+rm -f "${TMPDIR:-/tmp}"/aqgate-test-*.db*
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
