@@ -199,14 +199,20 @@ impl Engine {
             ids.push(hex::encode_upper(row.msgid));
             rows.push(row);
         }
-        let mut tx = self.store.begin().await?;
-        tx.insert_messages(&rows).await?;
         let mut woken = vec![qid];
-        if req.commit && !immediate && session.pending {
-            woken.extend(tx.commit_session(&session.txn).await?.enqueued_queues);
+        let commit_session = req.commit && session.pending;
+        if commit_now && !commit_session {
+            // Nothing else to commit: one atomic write where the backend can.
+            self.store.insert_committed(&rows).await?;
+        } else {
+            let mut tx = self.store.begin().await?;
+            tx.insert_messages(&rows).await?;
+            if commit_session {
+                woken.extend(tx.commit_session(&session.txn).await?.enqueued_queues);
+            }
+            tx.commit().await?;
         }
-        tx.commit().await?;
-        if req.commit && !immediate {
+        if req.commit {
             session.end_transaction();
         } else if !immediate {
             session.pending = true;
@@ -435,6 +441,33 @@ impl Engine {
         // A REMOVE that commits at once (IMMEDIATE, or a trailing AQXmlCommit with nothing
         // else pending) deletes the delivery directly instead of locking it first.
         let remove_now = o.visibility == Visibility::Immediate || (req.commit && !session.pending);
+        if o.dequeue_mode == DequeueMode::Remove
+            && remove_now
+            && !session.pending
+            && start.is_none()
+            && filter.condition.is_none()
+            && !queue.multi_consumer
+        {
+            // The common consumer loop — take the head, commit — in one atomic step.
+            let q = CandidateQuery {
+                queue: qid,
+                consumer: consumer.to_string(),
+                txn: session.txn.clone(),
+                now,
+                after: None,
+                corrid: filter.corrid.clone(),
+                msgid: filter.msgid,
+                include_locked: false,
+                limit: 1,
+            };
+            let Some(m) = self.store.take_head(&q).await? else { return Ok(None) };
+            if req.commit {
+                session.end_transaction();
+            } else {
+                session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+            }
+            return self.message_out(resolved, queue, &m, now).map(Some);
+        }
         let mut tx = self.store.begin().await?;
         // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
         // never starves on messages sorted before its position (e.g. higher priority).
@@ -511,9 +544,19 @@ impl Engine {
         for q in woken {
             self.wake(q);
         }
+        self.message_out(resolved, queue, &m, now).map(Some)
+    }
+
+    fn message_out(
+        &self,
+        resolved: &Resolved,
+        queue: &QueueInfo,
+        m: &StoredMessage,
+        now: Micros,
+    ) -> Result<Message, AqError> {
         let payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
-        Ok(Some(Message { number: Some(1), header: header_of(&m, queue, now), payload }))
+        Ok(Message { number: Some(1), header: header_of(m, queue, now), payload })
     }
 
     async fn register(

@@ -161,6 +161,29 @@ pub trait Store: Send + Sync + 'static {
     /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+
+    /// Inserts committed messages as one atomic step (no session work involved).
+    async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
+        let mut tx = self.begin().await?;
+        tx.insert_messages(msgs).await?;
+        tx.commit().await
+    }
+
+    /// Takes the first committed, unlocked delivery matching `q` and removes it, as one
+    /// atomic step: a single-consumer REMOVE that commits at once.
+    async fn take_head(&self, q: &CandidateQuery) -> Result<Option<StoredMessage>> {
+        let mut tx = self.begin().await?;
+        let mut q = q.clone();
+        q.limit = 1;
+        loop {
+            let Some(m) = tx.candidates(&q).await?.into_iter().next() else { return Ok(None) };
+            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
+                tx.commit().await?;
+                return Ok(Some(m));
+            }
+            q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
+        }
+    }
 }
 
 #[async_trait]

@@ -152,6 +152,46 @@ impl Store for PgStore {
             .collect()
     }
 
+    async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
+        // A single statement is atomic on its own: no BEGIN/COMMIT round trips.
+        if !msgs.is_empty() {
+            insert_query(msgs).execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn take_head(&self, q: &CandidateQuery) -> Result<Option<StoredMessage>> {
+        // Claim, delete the delivery and its (single-consumer) message, and return it, in
+        // one statement; rows other consumers are claiming are skipped, not waited for.
+        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
+            "WITH c AS (SELECT d.msg_seq FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
+        );
+        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        b.push(" AND m.enq_txn IS NULL AND d.lock_txn IS NULL");
+        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
+        if let Some(c) = &q.corrid {
+            b.push(" AND m.corrid = ").push_bind(c.clone());
+        }
+        if let Some(id) = &q.msgid {
+            b.push(" AND m.msgid = ").push_bind(id.to_vec());
+        }
+        b.push(
+            " ORDER BY d.prio_key, d.msg_seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED),
+             d AS (DELETE FROM deliveries x USING c WHERE x.msg_seq = c.msg_seq AND x.consumer = ",
+        );
+        b.push_bind(q.consumer.clone());
+        b.push(
+            " RETURNING x.msg_seq, x.consumer, x.prio_key, x.retry_count),
+             m AS (DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d) RETURNING *)
+             SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
+                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
+             FROM m JOIN d ON d.msg_seq = m.seq",
+        );
+        let row = b.build().fetch_optional(&self.pool).await?;
+        row.as_ref().map(stored_from_row).transpose()
+    }
+
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(CHANNEL).await?;
@@ -181,77 +221,9 @@ impl Store for PgStore {
 #[async_trait]
 impl StoreTx for PgTx {
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
-        if msgs.is_empty() {
-            return Ok(());
+        if !msgs.is_empty() {
+            insert_query(msgs).execute(&mut *self.tx).await?;
         }
-        // One round trip for the whole message_set: messages and their deliveries from
-        // arrays, and the wake-up signal when the messages are visible at commit.
-        let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
-        visible.sort_unstable();
-        visible.dedup();
-        let n = msgs.len();
-        let (mut ids, mut queues, mut corrids, mut prios, mut enq, mut delays, mut expires) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let (mut senders, mut excq, mut payloads, mut txns) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for m in msgs {
-            ids.push(m.msgid.to_vec());
-            queues.push(m.queue);
-            corrids.push(m.corrid.clone());
-            prios.push(m.priority);
-            enq.push(m.enq_time);
-            delays.push(m.delay_until);
-            expires.push(m.expire_at);
-            senders.push(m.sender.clone());
-            excq.push(m.exception_queue.clone());
-            payloads.push(m.payload.clone());
-            txns.push(m.enq_txn.clone());
-            for c in &m.consumers {
-                d_ids.push(m.msgid.to_vec());
-                d_consumers.push(c.clone());
-                d_queues.push(m.queue);
-                d_prios.push(m.prio_key);
-            }
-        }
-        sqlx::query(
-            "WITH m AS (
-                INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
-                SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[])
-                RETURNING seq, msgid
-             ), d AS (
-                INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
-                SELECT m.seq, c.queue_id, c.consumer, c.prio_key
-                FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
-             )
-             SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
-        )
-        .bind(ids)
-        .bind(queues)
-        .bind(corrids)
-        .bind(prios)
-        .bind(enq)
-        .bind(delays)
-        .bind(expires)
-        .bind(senders)
-        .bind(excq)
-        .bind(payloads)
-        .bind(txns)
-        .bind(d_ids)
-        .bind(d_consumers)
-        .bind(d_queues)
-        .bind(d_prios)
-        .bind(CHANNEL)
-        .bind(visible)
-        .execute(&mut *self.tx)
-        .await?;
         Ok(())
     }
 
@@ -458,6 +430,75 @@ impl StoreTx for PgTx {
         self.tx.commit().await?;
         Ok(())
     }
+}
+
+/// One statement for a whole message_set: messages and their deliveries from arrays, and
+/// the wake-up signal for the messages that are visible at commit.
+fn insert_query(msgs: &[NewMessage]) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+    let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
+    visible.sort_unstable();
+    visible.dedup();
+    let n = msgs.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut queues = Vec::with_capacity(n);
+    let mut corrids = Vec::with_capacity(n);
+    let mut prios = Vec::with_capacity(n);
+    let mut enq = Vec::with_capacity(n);
+    let mut delays = Vec::with_capacity(n);
+    let mut expires = Vec::with_capacity(n);
+    let mut senders = Vec::with_capacity(n);
+    let mut excq = Vec::with_capacity(n);
+    let mut payloads = Vec::with_capacity(n);
+    let mut txns = Vec::with_capacity(n);
+    let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for m in msgs {
+        ids.push(m.msgid.to_vec());
+        queues.push(m.queue);
+        corrids.push(m.corrid.clone());
+        prios.push(m.priority);
+        enq.push(m.enq_time);
+        delays.push(m.delay_until);
+        expires.push(m.expire_at);
+        senders.push(m.sender.clone());
+        excq.push(m.exception_queue.clone());
+        payloads.push(m.payload.clone());
+        txns.push(m.enq_txn.clone());
+        for c in &m.consumers {
+            d_ids.push(m.msgid.to_vec());
+            d_consumers.push(c.clone());
+            d_queues.push(m.queue);
+            d_prios.push(m.prio_key);
+        }
+    }
+    sqlx::query(
+        "WITH m AS (
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[])
+            RETURNING seq, msgid
+         ), d AS (
+            INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
+            SELECT m.seq, c.queue_id, c.consumer, c.prio_key
+            FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
+         )
+         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
+    )
+    .bind(ids)
+    .bind(queues)
+    .bind(corrids)
+    .bind(prios)
+    .bind(enq)
+    .bind(delays)
+    .bind(expires)
+    .bind(senders)
+    .bind(excq)
+    .bind(payloads)
+    .bind(txns)
+    .bind(d_ids)
+    .bind(d_consumers)
+    .bind(d_queues)
+    .bind(d_prios)
+    .bind(CHANNEL)
+    .bind(visible)
 }
 
 /// Tells other processes (and our own listener) that `queues` have new visible messages;
