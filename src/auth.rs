@@ -20,6 +20,55 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     }
 }
 
+/// Remembers credentials that passed argon2 for a while, so that clients which send Basic
+/// credentials on every request (curl without a cookie jar, the SMTP gateway) do not pay
+/// a deliberately slow hash each time. Only a keyed BLAKE2b MAC of the password is kept,
+/// under a random key that never leaves the process.
+pub struct CredentialCache {
+    key: [u8; 32],
+    ttl: std::time::Duration,
+    entries: std::sync::Mutex<std::collections::HashMap<String, ([u8; 32], std::time::Instant)>>,
+}
+
+impl CredentialCache {
+    pub fn new(ttl: std::time::Duration) -> Self {
+        use rand::RngCore;
+        let mut key = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut key);
+        Self { key, ttl, entries: std::sync::Mutex::new(std::collections::HashMap::new()) }
+    }
+
+    fn mac(&self, user: &str, password: &str) -> Option<[u8; 32]> {
+        use blake2::digest::{Mac, consts::U32};
+        let mut m = blake2::Blake2bMac::<U32>::new_from_slice(&self.key).ok()?;
+        m.update(user.as_bytes());
+        m.update(&[0]);
+        m.update(password.as_bytes());
+        Some(m.finalize().into_bytes().into())
+    }
+
+    /// Whether (user, password) passed verification recently.
+    pub fn check(&self, user: &str, password: &str) -> bool {
+        let Some(mac) = self.mac(user, password) else { return false };
+        let g = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(user).is_some_and(|(m, at)| *m == mac && at.elapsed() < self.ttl)
+    }
+
+    pub fn remember(&self, user: &str, password: &str) {
+        let Some(mac) = self.mac(user, password) else { return };
+        let mut g = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() > 100_000 {
+            g.clear();
+        }
+        g.insert(user.to_string(), (mac, std::time::Instant::now()));
+    }
+
+    /// Forgets everything (after a topology reload: passwords may have changed).
+    pub fn clear(&self) {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
 /// Decodes an `Authorization: Basic …` value into (user, password).
 pub fn parse_basic(value: &str) -> Option<(String, String)> {
     use base64::Engine as _;
@@ -44,6 +93,21 @@ mod tests {
         assert!(verify_password("tiger", &h));
         assert!(!verify_password("Tiger", &h));
         assert!(!verify_password("tiger", "not-a-hash"));
+    }
+
+    #[test]
+    fn credential_cache_matches_only_the_same_password() {
+        let c = CredentialCache::new(std::time::Duration::from_secs(60));
+        assert!(!c.check("SCOTT", "tiger"));
+        c.remember("SCOTT", "tiger");
+        assert!(c.check("SCOTT", "tiger"));
+        assert!(!c.check("SCOTT", "tiger2"));
+        assert!(!c.check("JOHN", "tiger"));
+        c.clear();
+        assert!(!c.check("SCOTT", "tiger"));
+        let expired = CredentialCache::new(std::time::Duration::ZERO);
+        expired.remember("SCOTT", "tiger");
+        assert!(!expired.check("SCOTT", "tiger"));
     }
 
     #[test]

@@ -41,22 +41,26 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
+    let state = AppState::new(engine.clone(), cfg.limits);
     #[cfg(unix)]
     {
         // SIGHUP reloads the topology, e.g. after `aqgate admin apply` from another process.
         let engine = engine.clone();
+        let credentials = state.credentials.clone();
         if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
             tokio::spawn(async move {
                 while hup.recv().await.is_some() {
                     match engine.reload().await {
-                        Ok(()) => tracing::info!("topology reloaded"),
+                        Ok(()) => {
+                            credentials.clear();
+                            tracing::info!("topology reloaded");
+                        }
                         Err(e) => tracing::warn!(error = %e, "topology reload failed; keeping the old one"),
                     }
                 }
             });
         }
     }
-    let state = AppState { engine, limits: cfg.limits };
     tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);

@@ -32,6 +32,14 @@ pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub limits: Limits,
+    /// Recently verified Basic credentials (see [`auth::CredentialCache`]).
+    pub credentials: Arc<auth::CredentialCache>,
+}
+
+impl AppState {
+    pub fn new(engine: Arc<Engine>, limits: Limits) -> Self {
+        Self { engine, limits, credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))) }
+    }
 }
 
 pub fn app(state: AppState) -> Router {
@@ -113,9 +121,13 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
     let Some((user, password)) = basic else { return Err(unauthorized()) };
     let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
     let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
-    let ok = tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash)).await.unwrap_or(false);
-    if !ok {
-        return Err(unauthorized());
+    if !s.credentials.check(&agent.name, &password) {
+        let p = password.clone();
+        let ok = tokio::task::spawn_blocking(move || auth::verify_password(&p, &hash)).await.unwrap_or(false);
+        if !ok {
+            return Err(unauthorized());
+        }
+        s.credentials.remember(&agent.name, &password);
     }
     let effective = match on_behalf {
         None => {

@@ -40,7 +40,7 @@ impl Server {
         let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let router = app(AppState { engine: engine.clone(), limits });
+        let router = app(AppState::new(engine.clone(), limits));
         tokio::spawn(async move { axum::serve(listener, router).await });
         Self { addr, engine, http: reqwest::Client::new() }
     }
