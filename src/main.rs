@@ -50,6 +50,9 @@ enum Command {
         /// Largest request body, in bytes (larger: 413).
         #[arg(long, env = "AQGATE_MAX_BODY", default_value_t = 4 * 1024 * 1024)]
         max_body: usize,
+        /// Open sessions beyond this are refused with 503.
+        #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
+        max_sessions: usize,
     },
     /// Administration.
     Admin {
@@ -104,7 +107,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, topology, no_topology, session_timeout, max_wait, max_body } => {
+        Command::Serve { db, listen, topology, no_topology, session_timeout, max_wait, max_body, max_sessions } => {
             let topology = match (topology, no_topology) {
                 (_, true) => None,
                 (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
@@ -120,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),
+                max_sessions,
             };
             let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
             serve(cfg, listener, shutdown_signal()).await

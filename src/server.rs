@@ -22,6 +22,7 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     pub limits: Limits,
     pub tick: Duration,
+    pub max_sessions: usize,
 }
 
 /// Runs until `shutdown` resolves; in-flight requests finish first.
@@ -41,7 +42,8 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
-    let state = AppState::new(engine.clone(), cfg.limits);
+    let mut state = AppState::new(engine.clone(), cfg.limits);
+    state.max_sessions = cfg.max_sessions;
     #[cfg(unix)]
     {
         // SIGHUP reloads the topology, e.g. after `aqgate admin apply` from another process.

@@ -34,11 +34,18 @@ pub struct AppState {
     pub limits: Limits,
     /// Recently verified Basic credentials (see [`auth::CredentialCache`]).
     pub credentials: Arc<auth::CredentialCache>,
+    /// Open sessions beyond this get 503 (each holds memory until it times out).
+    pub max_sessions: usize,
 }
 
 impl AppState {
     pub fn new(engine: Arc<Engine>, limits: Limits) -> Self {
-        Self { engine, limits, credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))) }
+        Self {
+            engine,
+            limits,
+            credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
+            max_sessions: 100_000,
+        }
     }
 }
 
@@ -185,6 +192,10 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
     let (session, new_cookie) = match who {
         Who::Session(sess) => (sess, None),
         Who::New(agent) => {
+            if s.engine.sessions.len() >= s.max_sessions {
+                return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "too many open sessions\n")
+                    .into_response();
+            }
             let (id, sess) = s.engine.sessions.create(&agent, s.engine.now());
             (sess, Some(id))
         }
@@ -211,7 +222,18 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
     }
     let mut guard = session.lock().await;
     let result = s.engine.execute(&mut guard, envelope.body).await;
+    // A session opened by this request that holds nothing (no open work, no navigation
+    // position) is not kept: clients that never send the cookie back must not pile up
+    // sessions. The next request simply opens a new one.
+    let stateless = !guard.pending && guard.positions.is_empty();
     drop(guard);
+    let cookie = match new_cookie.as_deref() {
+        Some(id) if stateless => {
+            s.engine.sessions.remove(id, false);
+            None
+        }
+        other => other,
+    };
     match result {
         Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie),
         Err(e) => fault(&e, cookie),

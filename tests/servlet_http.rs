@@ -226,10 +226,17 @@ async fn sessions_carry_transactions_and_cookies_cannot_be_chosen() {
     assert_eq!(s.depth_total().await, 0, "not committed yet");
     // A client-invented session id is ignored: a new session, which has nothing to commit.
     let mut forger = Client::new(&s, "scott", "tiger");
-    forger.cookie = Some("AQSESSIONID=00000000000000000000000000000000".into());
+    let forged = "AQSESSIONID=00000000000000000000000000000000";
+    forger.cookie = Some(forged.into());
     let r = forger.post(&envelope(COMMIT)).await;
-    assert!(r.set_cookie.is_some(), "a fresh server-issued id");
+    assert!(r.set_cookie.is_none(), "a session with nothing in it is not kept");
+    assert!(matches!(r.idap(), Response::Commit(_)));
     assert_eq!(s.depth_total().await, 0);
+    forger.cookie = Some(forged.into());
+    let r = forger.post(&raw_send("AQUSER.RAW_QUE", &[("", "02")], "")).await;
+    let issued = r.set_cookie.expect("open work gets a session cookie");
+    assert!(!issued.starts_with(forged), "the server issues its own id: {issued}");
+    forger.post(&envelope(ROLLBACK)).await.idap();
     // Another agent's credentials with a's cookie do not get a's session.
     let mut thief = Client::new(&s, "john", "welcome");
     thief.cookie = a.cookie.clone();
@@ -258,6 +265,43 @@ async fn gateway_acts_on_behalf_of_agents() {
     // database users, so on its own it may not touch the queue.
     let mut gw3 = Client::new(&s, "aqgateway", "gw-secret");
     assert_eq!(gw3.post(&example("05")).await.fault_code(), code::NOT_PERMITTED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
+    let s = Server::start(Backend::Sqlite).await;
+    for _ in 0..50 {
+        let mut c = Client::new(&s, "scott", "tiger");
+        assert_eq!(
+            c.post(&receive("AQUSER.RAW_QUE", "<wait_time>0</wait_time>", COMMIT)).await.fault_code(),
+            code::NO_MESSAGE
+        );
+    }
+    assert_eq!(s.engine.sessions.len(), 0, "no session kept for requests that left nothing open");
+    // At the cap, new sessions are refused with 503 (transport level).
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut state = AppState::new(engine.clone(), Limits::default());
+    state.max_sessions = 2;
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let capped = Server { addr, engine, http: reqwest::Client::new() };
+    let mut open = Vec::new();
+    for i in 0..2 {
+        let mut c = Client::new(&capped, "scott", "tiger");
+        assert!(
+            matches!(c.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await.idap(), Response::Send(..)),
+            "session {i}"
+        );
+        open.push(c);
+    }
+    let mut third = Client::new(&capped, "scott", "tiger");
+    let r = third.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await;
+    assert_eq!(r.status, 503);
+    // Existing sessions carry on.
+    assert!(matches!(open[0].post(&envelope(COMMIT)).await.idap(), Response::Commit(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
