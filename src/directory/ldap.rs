@@ -273,6 +273,14 @@ impl LdapDirectory {
                 let e = DirectoryError::Unavailable(format!("LDAP search: result code {}: {}", res.1.rc, res.1.text));
                 return Err((e, reused));
             }
+            // inappropriateAuthentication, invalidCredentials, insufficientAccessRights
+            48..=50 => {
+                let e = DirectoryError::Config(format!(
+                    "LDAP search under {:?} refused (result code {}: {}); check bind_dn and the server's access rules",
+                    q.base, res.1.rc, res.1.text
+                ));
+                return Err((e, false));
+            }
             rc => {
                 return Err((
                     DirectoryError::Unavailable(format!("LDAP search: result code {rc}: {}", res.1.text)),

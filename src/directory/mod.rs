@@ -385,7 +385,8 @@ async fn certificates<B: Backend + ?Sized>(b: &B, at: &CertificateLocation) -> R
             }
         }
         CertificateLocation::Mail(addr) => {
-            let found = lookup(b, "inetOrgPerson", "mail", addr, Matching::CaseIgnore, &["mail", ATTRS[0]]).await?;
+            const MAIL_ATTRS: &[&str] = &["mail", "userCertificate;binary"];
+            let found = lookup(b, "inetOrgPerson", "mail", addr, Matching::CaseIgnore, MAIL_ATTRS).await?;
             if found.is_empty() {
                 return Err(DirectoryError::NotFound(format!("no entry with mail {addr:?}")));
             }
