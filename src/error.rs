@@ -36,8 +36,11 @@ pub mod code {
     pub const BAD_CONDITION: i32 = 25200;
     /// ORA-25254 time-out in LISTEN / session expired; aqgate: the session's work was rolled back.
     pub const SESSION_EXPIRED: i32 = 25254;
-    /// aqgate: the directory (LDAP) is needed but not available.
+    /// aqgate: a name (agent alias, …) is not in the directory, or the directory is not
+    /// configured.
     pub const DIRECTORY: i32 = 24047;
+    /// aqgate: the directory is temporarily unreachable or too slow; retry later.
+    pub const DIRECTORY_UNAVAILABLE: i32 = 24048;
     /// ORA-00600 internal error (store failure); details are logged, not returned.
     pub const INTERNAL: i32 = 600;
 }
@@ -65,6 +68,24 @@ impl AqError {
     }
     pub fn to_fault(&self) -> Fault {
         Fault { kind: self.kind, code: self.code, message: self.message.clone() }
+    }
+}
+
+impl AqError {
+    /// A directory failure, as a fault. `what` says what was being resolved.
+    pub fn directory(e: crate::directory::DirectoryError, what: &str) -> Self {
+        use crate::directory::DirectoryError as D;
+        match e {
+            D::NotFound(n) => AqError::client(code::DIRECTORY, format!("{what}: not found in the directory: {n}")),
+            D::Unavailable(why) => AqError::server(
+                code::DIRECTORY_UNAVAILABLE,
+                format!("{what}: the directory is temporarily unavailable ({why}); retry later"),
+            ),
+            D::Malformed(why) => {
+                AqError::server(code::DIRECTORY, format!("{what}: the directory holds a malformed entry: {why}"))
+            }
+            D::Config(why) => AqError::server(code::DIRECTORY, format!("{what}: directory configuration: {why}")),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 pub mod clock;
+pub mod directory;
 pub mod engine;
 pub mod error;
 pub mod idap;

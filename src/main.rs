@@ -26,7 +26,59 @@ struct Db {
     database: String,
 }
 
+/// Where agent aliases, LDAP destinations and certificates are looked up.
+#[derive(clap::Args, Clone)]
+struct DirectoryArgs {
+    /// LDAP server: `ldaps://host`, `ldap://host/????!StartTLS`, or plain `ldap://` on
+    /// loopback. Without it, the embedded LDIF directory (`--ldif`, or the built-in demo one).
+    #[arg(long, env = "AQGATE_LDAP_URL")]
+    ldap_url: Option<String>,
+    /// Base DN of the searches.
+    #[arg(long, env = "AQGATE_LDAP_BASE_DN", default_value = aqgate::directory::DEFAULT_BASE_DN)]
+    ldap_base_dn: String,
+    /// Simple bind DN (anonymous when absent).
+    #[arg(long, env = "AQGATE_LDAP_BIND_DN")]
+    ldap_bind_dn: Option<String>,
+    /// File holding the bind password (or set AQGATE_LDAP_PASSWORD); never logged.
+    #[arg(long, env = "AQGATE_LDAP_PASSWORD_FILE")]
+    ldap_password_file: Option<PathBuf>,
+    /// PEM file of CA certificates trusted for the LDAP server.
+    #[arg(long, env = "AQGATE_LDAP_CA_FILE")]
+    ldap_ca_file: Option<PathBuf>,
+    /// Seconds one directory operation may take before it fails as temporary.
+    #[arg(long, env = "AQGATE_LDAP_TIMEOUT", default_value_t = 5)]
+    ldap_timeout: u64,
+    /// LDIF file for the embedded directory (default: the built-in demo directory).
+    #[arg(long, env = "AQGATE_LDIF")]
+    ldif: Option<PathBuf>,
+}
+
+impl DirectoryArgs {
+    fn config(&self) -> anyhow::Result<aqgate::directory::DirectoryConfig> {
+        let bind_password = match (&self.ldap_password_file, std::env::var("AQGATE_LDAP_PASSWORD").ok()) {
+            (Some(f), _) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string(),
+            ),
+            (None, p) => p,
+        };
+        Ok(aqgate::directory::DirectoryConfig {
+            url: self.ldap_url.clone(),
+            base_dn: self.ldap_base_dn.clone(),
+            bind_dn: self.ldap_bind_dn.clone(),
+            bind_password,
+            ldif_path: self.ldif.clone(),
+            timeout: Duration::from_secs(self.ldap_timeout),
+            ca_file: self.ldap_ca_file.clone(),
+            ..Default::default()
+        })
+    }
+}
+
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once at start
 enum Command {
     /// Run the AQ servlet (and background duties) in one process.
     Serve {
@@ -53,6 +105,8 @@ enum Command {
         /// Open sessions beyond this are refused with 503.
         #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
         max_sessions: usize,
+        #[command(flatten)]
+        directory: DirectoryArgs,
     },
     /// Administration.
     Admin {
@@ -107,7 +161,19 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, topology, no_topology, session_timeout, max_wait, max_body, max_sessions } => {
+        Command::Serve {
+            db,
+            listen,
+            topology,
+            no_topology,
+            session_timeout,
+            max_wait,
+            max_body,
+            max_sessions,
+            directory,
+        } => {
+            let directory =
+                aqgate::directory::open(&directory.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let topology = match (topology, no_topology) {
                 (_, true) => None,
                 (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
@@ -120,6 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 engine: EngineConfig {
                     max_wait: Duration::from_secs(max_wait),
                     session_timeout: Duration::from_secs(session_timeout),
+                    directory: Some(directory),
                 },
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),

@@ -63,8 +63,7 @@ pub fn parse_dn(dn: &str) -> Result<Vec<Vec<Ava>>, String> {
         }
         let ty = dn[start..i].trim();
         let ty_ok = !ty.is_empty()
-            && (ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && ty.as_bytes()[0].is_ascii_alphabetic()
+            && (ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && ty.as_bytes()[0].is_ascii_alphabetic()
                 || ty.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
         if !ty_ok {
             return Err(format!("{dn:?}: bad attribute type {ty:?}"));
@@ -82,7 +81,7 @@ pub fn parse_dn(dn: &str) -> Result<Vec<Vec<Ava>>, String> {
                 i += 1;
             }
             let hex = &dn[start..i];
-            if hex.is_empty() || hex.len() % 2 != 0 {
+            if hex.is_empty() || !hex.len().is_multiple_of(2) {
                 return Err(format!("{dn:?}: bad #hex value"));
             }
             let der: Vec<u8> = (0..hex.len())

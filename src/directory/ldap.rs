@@ -89,7 +89,11 @@ pub(crate) fn parse_url(url: &str) -> Result<Endpoint, DirectoryError> {
         }
         _ => return Err(bad("expected ldap:// or ldaps://")),
     };
-    let hostport = if host.contains(':') { format!("[{host}]{}", port.map(|p| format!(":{p}")).unwrap_or_default()) } else { hostport.to_string() };
+    let hostport = if host.contains(':') {
+        format!("[{host}]{}", port.map(|p| format!(":{p}")).unwrap_or_default())
+    } else {
+        hostport.to_string()
+    };
     Ok(Endpoint { url: format!("{scheme}://{hostport}"), tls })
 }
 
@@ -213,7 +217,8 @@ impl LdapDirectory {
         });
         if let Some((dn, pw)) = &self.bind {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let res = ldap.with_timeout(remaining).simple_bind(dn, pw).await.map_err(|e| self.unavailable("bind", &e))?;
+            let res =
+                ldap.with_timeout(remaining).simple_bind(dn, pw).await.map_err(|e| self.unavailable("bind", &e))?;
             match res.rc {
                 0 => {}
                 // invalidCredentials, inappropriateAuthentication, insufficientAccessRights
@@ -223,7 +228,12 @@ impl LdapDirectory {
                         res.rc, res.text
                     )));
                 }
-                rc => return Err(DirectoryError::Unavailable(format!("LDAP bind failed (result code {rc}: {})", res.text))),
+                rc => {
+                    return Err(DirectoryError::Unavailable(format!(
+                        "LDAP bind failed (result code {rc}: {})",
+                        res.text
+                    )));
+                }
             }
         }
         let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;

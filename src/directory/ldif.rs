@@ -112,7 +112,9 @@ fn parse_line(lineno: usize, line: &str) -> Result<(String, Vec<u8>), String> {
     };
     let name = &line[..colon];
     let valid_name = !name.is_empty()
-        && name.split(';').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'));
+        && name
+            .split(';')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'));
     if !valid_name {
         return Err(format!("line {lineno}: bad attribute description {name:?}"));
     }

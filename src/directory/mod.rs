@@ -220,10 +220,7 @@ pub(crate) struct Entry {
 impl Entry {
     /// Values of an attribute, with any options (`;binary`); `name` lower-case.
     pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
-        self.attrs
-            .iter()
-            .filter(move |(k, _)| k.split(';').next() == Some(name))
-            .flat_map(|(_, v)| v.iter())
+        self.attrs.iter().filter(move |(k, _)| k.split(';').next() == Some(name)).flat_map(|(_, v)| v.iter())
     }
 
     /// The first value of an attribute as text.
@@ -353,7 +350,7 @@ async fn resolve_agent_alias<B: Backend + ?Sized>(b: &B, alias: &str) -> Result<
 /// Checks that `der` is exactly one DER X.509 certificate.
 pub fn check_certificate(der: &[u8]) -> Result<(), String> {
     match x509_parser::parse_x509_certificate(der) {
-        Ok((rest, _)) if rest.is_empty() => Ok(()),
+        Ok(([], _)) => Ok(()),
         Ok((rest, _)) => Err(format!("{} bytes after the certificate", rest.len())),
         Err(e) => Err(e.to_string()),
     }
@@ -414,7 +411,10 @@ async fn resolve_notification_alias<B: Backend + ?Sized>(b: &B, alias: &str) -> 
     let target = required(&e, "aqgatenotificationtarget")?;
     let is_mailto = target.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("mailto:"));
     if !is_mailto || target.len() == 7 || target.chars().any(char::is_control) {
-        return Err(DirectoryError::Malformed(format!("{:?}: notification target {target:?} is not a mailto: URL", e.dn)));
+        return Err(DirectoryError::Malformed(format!(
+            "{:?}: notification target {target:?} is not a mailto: URL",
+            e.dn
+        )));
     }
     Ok(target)
 }

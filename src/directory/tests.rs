@@ -187,7 +187,9 @@ fn url_rules() {
 #[tokio::test]
 async fn open_checks_the_configuration() {
     let err = |cfg: DirectoryConfig| async move { open(&cfg).await.err().unwrap() };
-    assert!(matches!(err(ldap_cfg("ldap://ldap.example.com")).await, DirectoryError::Config(m) if m.contains("loopback")));
+    assert!(
+        matches!(err(ldap_cfg("ldap://ldap.example.com")).await, DirectoryError::Config(m) if m.contains("loopback"))
+    );
     let mut cfg = ldap_cfg("ldap://127.0.0.1:1");
     cfg.bind_dn = Some(BIND_DN.to_string());
     assert!(matches!(err(cfg.clone()).await, DirectoryError::Config(_)), "bind DN without password");
@@ -356,7 +358,10 @@ async fn conformance(d: &dyn Directory) {
     let by_dn = |dn: &str| CertificateLocation::Dn(dn.to_string());
     let by_mail = |m: &str| CertificateLocation::Mail(m.to_string());
     assert_eq!(d.certificates(&by_dn("uid=scott,ou=people,dc=aqgate,dc=example")).await, Ok(vec![SCOTT_DER.to_vec()]));
-    assert_eq!(d.certificates(&by_dn("UID=Scott, OU=People, DC=aqgate, DC=example")).await, Ok(vec![SCOTT_DER.to_vec()]));
+    assert_eq!(
+        d.certificates(&by_dn("UID=Scott, OU=People, DC=aqgate, DC=example")).await,
+        Ok(vec![SCOTT_DER.to_vec()])
+    );
     assert_eq!(d.certificates(&by_mail("john@example.com")).await, Ok(vec![JOHN_DER.to_vec()]));
     assert_eq!(d.certificates(&by_mail("John@Example.COM")).await, Ok(vec![JOHN_DER.to_vec()]));
     not_found(d.certificates(&by_dn("uid=nomail,ou=people,dc=aqgate,dc=example")).await, "entry without certificate");
@@ -485,6 +490,20 @@ async fn conformance_ldap() {
     let d = open(&cfg).await.unwrap();
     conformance(d.as_ref()).await;
     hostile(d.as_ref()).await;
+    // many concurrent operations share the one connection
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let d = d.clone();
+            tokio::spawn(async move {
+                let (name, db) =
+                    if i % 2 == 0 { ("NEW_ORDERS", "QS.NEW_ORDERS_QUE") } else { ("RAW", "AQUSER.RAW_QUE") };
+                assert_eq!(d.resolve_queue(name).await, Ok(db.to_string()));
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -560,6 +579,30 @@ async fn ldap_server_stops_and_comes_back() {
     slapd.restart();
     d.invalidate();
     assert_eq!(d.resolve_queue("RAW").await, Ok("AQUSER.RAW_QUE".into()));
+}
+
+/// slapd frozen (SIGSTOP) under an open connection: the search times out (Unavailable within
+/// the timeout), the wedged connection is dropped, and the same object recovers after SIGCONT.
+#[tokio::test]
+async fn ldap_server_frozen_then_thawed() {
+    let slapd = Slapd::start();
+    let timeout = Duration::from_millis(800);
+    let cfg = DirectoryConfig { timeout, cache_ttl: Duration::ZERO, ..slapd.config(&slapd.url) };
+    let d = open(&cfg).await.unwrap();
+    assert_eq!(d.resolve_queue("EMPLOYEES").await, Ok("AQUSER.EMP_TOPIC".into()));
+    let pid = std::fs::read_to_string(slapd.dir.join("slapd.pid")).unwrap().trim().to_string();
+    let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    signal("-STOP");
+    let start = Instant::now();
+    let r = d.resolve_queue("EMPLOYEES").await;
+    let took = start.elapsed();
+    signal("-CONT");
+    eprintln!("slapd frozen: {r:?} after {} ms", took.as_millis());
+    assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
+    assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(300), "{took:?}");
+    let start = Instant::now();
+    assert_eq!(d.resolve_queue("EMPLOYEES").await, Ok("AQUSER.EMP_TOPIC".into()));
+    eprintln!("after thaw: answered in {} ms", start.elapsed().as_millis());
 }
 
 /// A server that accepts connections and never answers: Unavailable after the timeout, not a hang.

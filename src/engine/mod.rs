@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, MICROS_PER_SEC, Micros};
+use crate::directory::Directory;
 use crate::error::{AqError, code};
 use crate::idap::model::*;
 use crate::payload::{self, PayloadView};
@@ -25,17 +26,30 @@ use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, Topol
 pub use session::{Lookup, Session, SessionRef, Sessions};
 
 /// Tunables of the engine.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineConfig {
     /// Longest a receive may wait (`wait_time` is capped to this; absent means this).
     pub max_wait: Duration,
     /// Idle sessions roll back after this long.
     pub session_timeout: Duration,
+    /// Resolves `lookup_type="LDAP"` destinations and `agent_alias`es; without one they
+    /// get a fault.
+    pub directory: Option<Arc<dyn Directory>>,
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("max_wait", &self.max_wait)
+            .field("session_timeout", &self.session_timeout)
+            .field("directory", &self.directory.is_some())
+            .finish()
+    }
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_wait: Duration::from_secs(60), session_timeout: Duration::from_secs(300) }
+        Self { max_wait: Duration::from_secs(60), session_timeout: Duration::from_secs(300), directory: None }
     }
 }
 
@@ -172,8 +186,12 @@ impl Engine {
         agent: &AgentInfo,
         req: EnqueueRequest,
     ) -> Result<EnqueueResult, AqError> {
-        let dest = destination_name(&req.producer.destination)?;
-        let (queue, qid) = resolved.queue(dest)?;
+        let dest = self.destination_name(&req.producer.destination).await?;
+        let (queue, qid) = resolved.queue(&dest)?;
+        let mut req = req;
+        for m in &mut req.messages {
+            self.resolve_aliases(&mut m.header).await?;
+        }
         if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
             return Err(not_permitted(agent, "enqueue to", &queue.name));
         }
@@ -347,8 +365,8 @@ impl Engine {
         req: ReceiveRequest,
     ) -> Result<ReceiveResult, AqError> {
         let o = &req.consumer;
-        let dest = destination_name(&o.destination)?;
-        let (queue, qid) = resolved.queue(dest)?;
+        let dest = self.destination_name(&o.destination).await?;
+        let (queue, qid) = resolved.queue(&dest)?;
         if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
             return Err(not_permitted(agent, "dequeue from", &queue.name));
         }
@@ -566,8 +584,8 @@ impl Engine {
         agent: &AgentInfo,
         req: RegisterRequest,
     ) -> Result<(), AqError> {
-        let dest = destination_name(&req.destination)?;
-        let (queue, qid) = resolved.queue(dest)?;
+        let dest = self.destination_name(&req.destination).await?;
+        let (queue, qid) = resolved.queue(&dest)?;
         if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
             return Err(not_permitted(agent, "register for notifications on", &queue.name));
         }
@@ -730,20 +748,56 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The database queue name a destination stands for: as written, or resolved through
+    /// the directory for `lookup_type="LDAP"`.
+    async fn destination_name(&self, d: &Destination) -> Result<String, AqError> {
+        let name = d.name.trim();
+        if d.lookup == LookupType::Database {
+            return Ok(name.to_string());
+        }
+        let Some(dir) = &self.config.directory else {
+            return Err(AqError::client(
+                code::DIRECTORY,
+                format!("lookup_type=\"LDAP\" for destination '{name}' needs a directory, and none is configured"),
+            ));
+        };
+        match dir.resolve_queue(name).await {
+            Ok(q) => Ok(q),
+            Err(crate::directory::DirectoryError::NotFound(_)) => {
+                Err(AqError::client(code::NO_SUCH_QUEUE, format!("queue {name} not found in the directory")))
+            }
+            Err(e) => Err(AqError::directory(e, &format!("destination {name}"))),
+        }
+    }
+
+    /// Replaces `agent_alias` in sender_id and recipient_list by the agent it names.
+    async fn resolve_aliases(&self, h: &mut MessageHeader) -> Result<(), AqError> {
+        let agents = h.sender_id.iter_mut().chain(h.recipient_list.iter_mut());
+        for a in agents {
+            let Some(alias) = a.alias.take() else { continue };
+            let Some(dir) = &self.config.directory else {
+                return Err(AqError::client(
+                    code::DIRECTORY,
+                    format!("agent_alias '{alias}' needs a directory, and none is configured"),
+                ));
+            };
+            let e = dir
+                .resolve_agent_alias(alias.trim())
+                .await
+                .map_err(|e| AqError::directory(e, &format!("agent_alias {alias}")))?;
+            a.name = Some(e.name);
+            a.address = e.address;
+            a.protocol = e.protocol;
+        }
+        Ok(())
+    }
+}
+
 struct Filter {
     corrid: Option<String>,
     msgid: Option<[u8; 16]>,
     condition: Option<Condition>,
-}
-
-fn destination_name(d: &Destination) -> Result<&str, AqError> {
-    if d.lookup == LookupType::Ldap {
-        return Err(AqError::client(
-            code::DIRECTORY,
-            format!("lookup_type=\"LDAP\" for destination '{}' needs the directory, which is not configured", d.name),
-        ));
-    }
-    Ok(d.name.trim())
 }
 
 fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {
