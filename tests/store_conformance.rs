@@ -50,6 +50,7 @@ on_both_backends!(
     consumers_removing_at_once_leave_no_orphans,
     xml_and_jms_map_payloads_round_trip,
     many_open_sessions_share_few_connections,
+    directory_destinations_and_agent_aliases,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -773,4 +774,50 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken by NOTIFY").expect("task");
     assert_eq!(raw_of(&received(&r.expect("message"))[0]), "5A");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+async fn directory_destinations_and_agent_aliases(b: Backend) {
+    // Without a directory: a clear fault.
+    let plain = Harness::new(b).await;
+    let mut s = plain.session("scott");
+    let (c, msg) = plain.run(&mut s, &example01_via_directory()).await.expect_err("no directory");
+    assert_eq!(c, code::DIRECTORY);
+    assert!(msg.contains("NEW_ORDERS"), "{msg}");
+
+    let h = Harness::with_directory(b).await;
+    let mut s = h.session("scott");
+    let r = h.run(&mut s, &example01_via_directory()).await.expect("LDAP destination + agent_alias");
+    assert!(matches!(&r, Response::Send(_, Some(x)) if x.destination == "QS.NEW_ORDERS_QUE"), "{r:?}");
+    h.run(&mut s, &envelope(COMMIT)).await.expect("commit");
+    let recv = example("05").replace(
+        "<destination>QS.NEW_ORDERS_QUE</destination>",
+        r#"<destination lookup_type="LDAP">new_orders</destination>"#,
+    );
+    let r = h.run(&mut s, &recv).await.expect("receive through the directory name (case-insensitive)");
+    let sender = received(&r)[0].header.sender_id.clone().expect("sender");
+    assert_eq!(sender.name.as_deref(), Some("scott"));
+    assert_eq!(sender.address.as_deref(), Some("AQUSER.EMP_TOPIC"));
+    assert_eq!(sender.protocol, Some(0));
+
+    // Unknown names: faults that name what was not found.
+    let (c, msg) = h
+        .run(&mut s, &example01_via_directory().replace(">NEW_ORDERS<", ">NO_SUCH_Q<"))
+        .await
+        .expect_err("unknown queue");
+    assert_eq!(c, code::NO_SUCH_QUEUE);
+    assert!(msg.contains("NO_SUCH_Q"), "{msg}");
+    let (c, msg) =
+        h.run(&mut s, &example01_via_directory().replace("SCOTT_ALIAS", "NOBODY*")).await.expect_err("unknown alias");
+    assert_eq!(c, code::DIRECTORY);
+    assert!(msg.contains("NOBODY*"), "{msg}");
+
+    // A recipient given by alias becomes that agent as consumer.
+    let publish = publish_emp(
+        42,
+        "<recipient_list><recipient><agent_alias>SCOTT_ALIAS</agent_alias></recipient></recipient_list>",
+        COMMIT,
+    );
+    h.run(&mut s, &publish).await.expect("publish to an aliased recipient");
+    let r = h.run(&mut s, &emp_receive("SCOTT", "")).await.expect("the alias's agent receives it");
+    assert_eq!(deptno_of(&r), "42");
 }

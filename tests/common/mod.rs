@@ -86,11 +86,21 @@ impl Harness {
     }
 
     pub async fn with_topology(b: Backend, topology: &str) -> Self {
+        Self::with_config(b, topology, EngineConfig::default()).await
+    }
+
+    /// With the embedded (LDIF) demo directory.
+    pub async fn with_directory(b: Backend) -> Self {
+        let dir = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
+        Self::with_config(b, aqgate::DEFAULT_TOPOLOGY, EngineConfig { directory: Some(dir), ..Default::default() })
+            .await
+    }
+
+    pub async fn with_config(b: Backend, topology: &str, config: EngineConfig) -> Self {
         let url = fresh_url(b).await;
         let store = store_with_topology(&url, topology).await;
         let clock = Arc::new(ManualClock::new(T0));
-        let engine =
-            Engine::start(store, clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
+        let engine = Engine::start(store, clock.clone() as Arc<dyn Clock>, config).await.expect("engine");
         Self { engine, clock, url }
     }
 
@@ -156,4 +166,15 @@ pub fn sent_ids(r: &Response) -> Vec<String> {
         Response::Send(_, Some(res)) | Response::Publish(_, Some(res)) => res.message_ids.clone(),
         other => panic!("not an enqueue result: {other:?}"),
     }
+}
+
+/// Example 01 with its destination looked up in the directory (`NEW_ORDERS` names
+/// QS.NEW_ORDERS_QUE there) and its sender given as an agent alias.
+pub fn example01_via_directory() -> String {
+    example("01")
+        .replace(
+            "<destination>QS.NEW_ORDERS_QUE</destination>",
+            r#"<destination lookup_type="LDAP">NEW_ORDERS</destination>"#,
+        )
+        .replace("<agent_name>scott</agent_name>", "<agent_alias>SCOTT_ALIAS</agent_alias>")
 }
