@@ -165,3 +165,38 @@ pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
         })
         .collect())
 }
+
+/// One row of `admin agents`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRow {
+    pub name: String,
+    pub protocols: String,
+    pub db_users: String,
+    pub gateway: bool,
+    pub certificate_location: Option<String>,
+}
+
+pub async fn agents(store: &dyn Store) -> Result<Vec<AgentRow>, AqError> {
+    let resolved = crate::engine::load_resolved(store).await?;
+    Ok(resolved
+        .catalog
+        .agents
+        .values()
+        .map(|a| {
+            let mut protocols = Vec::new();
+            if a.http {
+                protocols.push("http");
+            }
+            if a.smtp {
+                protocols.push("smtp");
+            }
+            AgentRow {
+                name: a.name.clone(),
+                protocols: protocols.join(","),
+                db_users: a.db_users.join(","),
+                gateway: a.gateway,
+                certificate_location: a.certificate_location.clone(),
+            }
+        })
+        .collect())
+}

@@ -131,6 +131,11 @@ enum AdminCommand {
         #[command(flatten)]
         db: Db,
     },
+    /// List agents: protocols, database users, gateway flag, certificate location.
+    Agents {
+        #[command(flatten)]
+        db: Db,
+    },
     /// Print an argon2 hash of the password read from standard input (for `password_hash`).
     HashPassword,
 }
@@ -215,6 +220,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
                 for q in aqgate::admin::queues(store.as_ref()).await? {
                     println!("{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
+                }
+                Ok(())
+            }
+            AdminCommand::Agents { db } => {
+                let store = aqgate::store::open(&db.database).await?;
+                println!(
+                    "{:<16} {:<10} {:<20} {:<8} CERTIFICATE_LOCATION",
+                    "AGENT", "PROTOCOLS", "DB_USERS", "GATEWAY"
+                );
+                for a in aqgate::admin::agents(store.as_ref()).await? {
+                    println!(
+                        "{:<16} {:<10} {:<20} {:<8} {}",
+                        a.name,
+                        a.protocols,
+                        a.db_users,
+                        if a.gateway { "yes" } else { "no" },
+                        a.certificate_location.as_deref().unwrap_or("-")
+                    );
                 }
                 Ok(())
             }

@@ -125,6 +125,9 @@ fn admin_apply_is_idempotent_and_lists_queues() {
     assert!(first.contains("+ agent SCOTT"), "{first}");
     let second = admin(&["apply", file, "--database", &db]);
     assert_eq!(second.trim(), "no changes");
+    let agents = admin(&["agents", "--database", &db]);
+    let scott = agents.lines().find(|l| l.starts_with("SCOTT")).unwrap_or_else(|| panic!("{agents}"));
+    assert!(scott.contains("http,smtp") && scott.contains("uid=scott,ou=people,dc=aqgate,dc=example"), "{scott}");
     let listing = admin(&["queues", "--database", &db]);
     for q in
         ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$ORDERS_SQTAB_E"]
