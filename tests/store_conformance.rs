@@ -51,6 +51,7 @@ on_both_backends!(
     xml_and_jms_map_payloads_round_trip,
     many_open_sessions_share_few_connections,
     directory_destinations_and_agent_aliases,
+    mail_spool_stores_dedupes_and_retries,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -820,4 +821,46 @@ async fn directory_destinations_and_agent_aliases(b: Backend) {
     h.run(&mut s, &publish).await.expect("publish to an aliased recipient");
     let r = h.run(&mut s, &emp_receive("SCOTT", "")).await.expect("the alias's agent receives it");
     assert_eq!(deptno_of(&r), "42");
+}
+
+async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
+    use aqgate::store::{SpoolPut, SpooledMail};
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let mail = SpooledMail {
+        id: 0,
+        received_at: T0,
+        agent: "SCOTT".into(),
+        message_id: "<m1@example.com>".into(),
+        reply_to: "scott@example.com".into(),
+        subject: Some("order".into()),
+        idap: b"<Envelope/>".to_vec(),
+        state: String::new(),
+        attempts: 0,
+        response: None,
+        last_error: None,
+        replies_wanted: 0,
+        replies_sent: 0,
+    };
+    let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put") else { panic!("first copy is new") };
+    assert_eq!(store.spool_put(&mail).await.expect("put again"), SpoolPut::Duplicate(id));
+    let other = SpooledMail { message_id: "<m2@example.com>".into(), ..mail.clone() };
+    assert!(matches!(store.spool_put(&other).await.expect("put"), SpoolPut::New(i) if i != id));
+    let due = store.spool_due(T0, 10).await.expect("due");
+    assert_eq!(due.len(), 2);
+    assert_eq!(due[0].replies_wanted, 2, "one reply per copy received");
+    // A failed attempt waits for its retry time.
+    store.spool_attempted(id, None, Some("servlet down"), Some(T0 + 5_000_000)).await.expect("retry");
+    assert_eq!(store.spool_due(T0 + 1, 10).await.expect("due").len(), 1);
+    let again = store.spool_due(T0 + 5_000_000, 10).await.expect("due");
+    assert_eq!(
+        again.iter().find(|m| m.id == id).map(|m| (m.attempts, m.last_error.clone())),
+        Some((1, Some("servlet down".into())))
+    );
+    // Forwarded: the response is kept; due again only while replies are owed.
+    store.spool_attempted(id, Some(b"<resp/>"), None, None).await.expect("done");
+    let m = store.spool_get(id).await.expect("get").expect("row");
+    assert_eq!((m.state.as_str(), m.response.as_deref()), ("done", Some(&b"<resp/>"[..])));
+    store.spool_replied(id, 2).await.expect("replied");
+    assert!(store.spool_due(T0 + 10_000_000, 10).await.expect("due").iter().all(|m| m.id != id));
 }

@@ -149,6 +149,27 @@ impl Store for GroupCommitStore {
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         self.inner.listen().await
     }
+    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
+        self.inner.spool_put(m).await
+    }
+    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
+        self.inner.spool_due(now, limit).await
+    }
+    async fn spool_attempted(
+        &self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        self.inner.spool_attempted(id, response, error, next_attempt_at).await
+    }
+    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
+        self.inner.spool_replied(id, replies_sent).await
+    }
+    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
+        self.inner.spool_get(id).await
+    }
 }
 
 /// One request's part of a shared transaction.

@@ -131,6 +131,37 @@ pub struct ExpiredMessage {
     pub exception_queue: Option<String>,
 }
 
+/// A mail accepted by the SMTP filter: stored (committed) before the 250, then forwarded
+/// to the servlet and answered by the worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpooledMail {
+    pub id: i64,
+    pub received_at: Micros,
+    /// The verified agent the mail was signed by.
+    pub agent: String,
+    pub message_id: String,
+    pub reply_to: String,
+    pub subject: Option<String>,
+    pub idap: Vec<u8>,
+    /// `new` (to forward), `done` (forwarded; `response` set), `failed` (given up).
+    pub state: String,
+    pub attempts: i64,
+    pub response: Option<Vec<u8>>,
+    pub last_error: Option<String>,
+    /// Replies owed: 1, plus one for every re-sent copy of the same mail.
+    pub replies_wanted: i64,
+    pub replies_sent: i64,
+}
+
+/// What storing a mail did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpoolPut {
+    New(i64),
+    /// The same signer sent the same Message-ID before: not forwarded again; one more reply
+    /// with the original response is owed.
+    Duplicate(i64),
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
@@ -161,6 +192,27 @@ pub trait Store: Send + Sync + 'static {
     /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+
+    /// Stores an accepted mail (committed when this returns), or counts a duplicate.
+    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut>;
+
+    /// Mails to forward or answer now.
+    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;
+
+    /// Records the outcome of a forwarding attempt: `response` when forwarded, else the
+    /// error and when to try again (`next_attempt_at = None`: give up, state `failed`).
+    async fn spool_attempted(
+        &self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()>;
+
+    /// Records that `replies_sent` replies have gone out.
+    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()>;
+
+    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
 
     /// Inserts committed messages as one atomic step (no session work involved).
     async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {

@@ -147,6 +147,87 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1)
+             ON CONFLICT (agent, message_id) DO NOTHING RETURNING id",
+        )
+        .bind(m.received_at)
+        .bind(&m.agent)
+        .bind(&m.message_id)
+        .bind(&m.reply_to)
+        .bind(&m.subject)
+        .bind(&m.idap)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(id) = id {
+            return Ok(SpoolPut::New(id));
+        }
+        let id: i64 = sqlx::query_scalar(
+            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?3
+             WHERE agent = ?1 AND message_id = ?2 RETURNING id",
+        )
+        .bind(&m.agent)
+        .bind(&m.message_id)
+        .bind(m.received_at)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(SpoolPut::Duplicate(id))
+    }
+
+    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
+        let rows = sqlx::query(
+            "SELECT * FROM mail_spool WHERE (state = 'new' OR (state <> 'new' AND replies_sent < replies_wanted))
+               AND next_attempt_at <= ?1 ORDER BY id LIMIT ?2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(spool_from_row).collect()
+    }
+
+    async fn spool_attempted(
+        &self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        let state = match (response, next_attempt_at) {
+            (Some(_), _) => "done",
+            (None, Some(_)) => "new",
+            (None, None) => "failed",
+        };
+        sqlx::query(
+            "UPDATE mail_spool SET state = ?2, attempts = attempts + 1, response = COALESCE(?3, response),
+               last_error = ?4, next_attempt_at = COALESCE(?5, next_attempt_at) WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(response)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
+        sqlx::query("UPDATE mail_spool SET replies_sent = ?2 WHERE id = ?1")
+            .bind(id)
+            .bind(replies_sent)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
+        let row = sqlx::query("SELECT * FROM mail_spool WHERE id = ?1").bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(spool_from_row).transpose()
+    }
+
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         Ok(None)
     }
@@ -385,4 +466,22 @@ impl StoreTx for SqliteTx {
         self.tx.commit().await?;
         Ok(())
     }
+}
+
+fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
+    Ok(SpooledMail {
+        id: r.try_get("id")?,
+        received_at: r.try_get("received_at")?,
+        agent: r.try_get("agent")?,
+        message_id: r.try_get("message_id")?,
+        reply_to: r.try_get("reply_to")?,
+        subject: r.try_get("subject")?,
+        idap: r.try_get("idap")?,
+        state: r.try_get("state")?,
+        attempts: r.try_get("attempts")?,
+        response: r.try_get("response")?,
+        last_error: r.try_get("last_error")?,
+        replies_wanted: r.try_get("replies_wanted")?,
+        replies_sent: r.try_get("replies_sent")?,
+    })
 }

@@ -1,0 +1,19 @@
+-- Accepted mail, durably stored before the SMTP 250; worked off by the forwarding worker.
+CREATE TABLE mail_spool (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    received_at     INTEGER NOT NULL,
+    agent           TEXT NOT NULL,
+    message_id      TEXT NOT NULL,
+    reply_to        TEXT NOT NULL,
+    subject         TEXT,
+    idap            BLOB NOT NULL,
+    state           TEXT NOT NULL DEFAULT 'new',
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    response        BLOB,
+    last_error      TEXT,
+    replies_wanted  INTEGER NOT NULL DEFAULT 1,
+    replies_sent    INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (agent, message_id)
+);
+CREATE INDEX mail_spool_due ON mail_spool(next_attempt_at) WHERE state = 'new' OR replies_sent < replies_wanted;
