@@ -11,6 +11,7 @@ pub mod directory;
 pub mod engine;
 pub mod error;
 pub mod idap;
+pub mod mail;
 pub mod payload;
 pub mod selector;
 pub mod server;

@@ -1,0 +1,5 @@
+//! The mail path: the SMTP ingestion filter (`smtp`), S/MIME verification, the spool and
+//! the forwarding worker that posts verified IDAP requests to the servlet and mails the
+//! responses back.
+
+pub mod smtp;

@@ -1,0 +1,352 @@
+//! The SMTP receiving side: a session loop generic over its stream, with smtp-proto parsing
+//! the commands. The session knows SMTP; what happens to a complete message (verify, spool)
+//! is the [`Acceptor`]'s business, and its answer is sent at the end of DATA.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use smtp_proto::request::receiver::{DataReceiver, RequestReceiver};
+use smtp_proto::{Error as ProtoError, Request};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// An SMTP reply: code, enhanced status, text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub code: u16,
+    /// Enhanced status code (RFC 3463), or empty.
+    pub status: &'static str,
+    pub text: String,
+    /// Further lines of a multi-line reply (EHLO's keywords).
+    pub more: Vec<String>,
+}
+
+impl Reply {
+    pub fn new(code: u16, status: &'static str, text: impl Into<String>) -> Self {
+        Self { code, status, text: text.into(), more: Vec::new() }
+    }
+
+    fn render(&self) -> String {
+        // Control characters in a reason must not inject further replies.
+        let clean = |t: &str| -> String { t.chars().map(|c| if c.is_control() { ' ' } else { c }).collect() };
+        let mut lines = vec![match self.status {
+            "" => clean(&self.text),
+            st => format!("{st} {}", clean(&self.text)),
+        }];
+        lines.extend(self.more.iter().map(|l| clean(l)));
+        let last = lines.len() - 1;
+        let mut out = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            let sep = if i == last { ' ' } else { '-' };
+            out.push_str(&format!("{}{sep}{l}\r\n", self.code));
+        }
+        out
+    }
+}
+
+/// Decides about a complete message at the end of DATA.
+#[async_trait]
+pub trait Acceptor: Send + Sync {
+    async fn accept(&self, raw: &[u8]) -> Reply;
+}
+
+#[derive(Debug, Clone)]
+pub struct SmtpConfig {
+    pub hostname: String,
+    /// Addresses this gateway takes mail for (lower-case); others get 550.
+    pub gateway_addresses: Vec<String>,
+    /// Largest message accepted (bytes); larger gets 552.
+    pub max_message_size: usize,
+    /// A client silent for this long is disconnected (421).
+    pub idle_timeout: Duration,
+}
+
+impl Default for SmtpConfig {
+    fn default() -> Self {
+        Self {
+            hostname: "localhost".into(),
+            gateway_addresses: vec!["aq@localhost".into()],
+            max_message_size: 10 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Envelope {
+    helo: bool,
+    mail_from: Option<String>,
+    rcpts: Vec<String>,
+}
+
+enum Mode {
+    Command,
+    Data { buf: Vec<u8>, receiver: DataReceiver, too_big: bool },
+}
+
+/// Runs one SMTP session until QUIT, disconnect or idle timeout.
+pub async fn run_session<S>(mut stream: S, cfg: &SmtpConfig, acceptor: &dyn Acceptor) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes()).await?;
+    let mut env = Envelope::default();
+    let mut receiver = RequestReceiver::default();
+    let mut mode = Mode::Command;
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = match tokio::time::timeout(cfg.idle_timeout, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                stream.write_all(b"421 4.4.2 idle too long, closing\r\n").await?;
+                return Ok(());
+            }
+        };
+        let mut bytes = chunk[..n].iter();
+        let mut out = String::new();
+        loop {
+            match &mut mode {
+                Mode::Data { buf, receiver: data, too_big } => {
+                    let done = data.ingest(&mut bytes, buf);
+                    if buf.len() > cfg.max_message_size {
+                        // Keep reading to the end of DATA, but keep nothing.
+                        *too_big = true;
+                        buf.clear();
+                    }
+                    if !done {
+                        break;
+                    }
+                    let reply = if *too_big {
+                        Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size))
+                    } else {
+                        acceptor.accept(buf).await
+                    };
+                    out.push_str(&reply.render());
+                    env.mail_from = None;
+                    env.rcpts.clear();
+                    mode = Mode::Command;
+                }
+                Mode::Command => {
+                    if bytes.as_slice().is_empty() {
+                        break;
+                    }
+                    let (reply, next) = match receiver.ingest(&mut bytes) {
+                        Ok(req) => command(req, &mut env, cfg),
+                        Err(ProtoError::NeedsMoreData { .. }) => break,
+                        Err(ProtoError::ResponseTooLong) => (Reply::new(500, "5.5.2", "line too long"), Next::Stay),
+                        Err(ProtoError::UnknownCommand) => {
+                            (Reply::new(502, "5.5.1", "command not implemented"), Next::Stay)
+                        }
+                        Err(e) => (Reply::new(501, "5.5.4", format!("syntax error: {e:?}")), Next::Stay),
+                    };
+                    out.push_str(&reply.render());
+                    match next {
+                        Next::Stay => {}
+                        Next::Data => {
+                            mode = Mode::Data { buf: Vec::new(), receiver: DataReceiver::new(), too_big: false }
+                        }
+                        Next::Quit => {
+                            stream.write_all(out.as_bytes()).await?;
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            stream.write_all(out.as_bytes()).await?;
+            stream.flush().await?;
+        }
+    }
+}
+
+enum Next {
+    Stay,
+    Data,
+    Quit,
+}
+
+fn command(req: Request<std::borrow::Cow<'_, str>>, env: &mut Envelope, cfg: &SmtpConfig) -> (Reply, Next) {
+    match req {
+        Request::Ehlo { host } | Request::Lhlo { host } => {
+            env.helo = true;
+            env.mail_from = None;
+            env.rcpts.clear();
+            let mut r = Reply::new(250, "", format!("{} greets {host}", cfg.hostname));
+            r.more = vec![format!("SIZE {}", cfg.max_message_size), "8BITMIME".into(), "ENHANCEDSTATUSCODES".into()];
+            (r, Next::Stay)
+        }
+        Request::Helo { host } => {
+            env.helo = true;
+            (Reply::new(250, "2.0.0", format!("{} greets {host}", cfg.hostname)), Next::Stay)
+        }
+        Request::Mail { from } => {
+            if !env.helo {
+                return (Reply::new(503, "5.5.1", "say EHLO first"), Next::Stay);
+            }
+            if env.mail_from.is_some() {
+                return (Reply::new(503, "5.5.1", "nested MAIL command"), Next::Stay);
+            }
+            if from.size > cfg.max_message_size {
+                return (
+                    Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size)),
+                    Next::Stay,
+                );
+            }
+            env.mail_from = Some(from.address.to_string());
+            (Reply::new(250, "2.1.0", "sender ok"), Next::Stay)
+        }
+        Request::Rcpt { to } => {
+            if env.mail_from.is_none() {
+                return (Reply::new(503, "5.5.1", "need MAIL before RCPT"), Next::Stay);
+            }
+            let addr = to.address.to_ascii_lowercase();
+            if !cfg.gateway_addresses.contains(&addr) {
+                return (Reply::new(550, "5.1.1", format!("<{addr}>: not an AQ gateway address here")), Next::Stay);
+            }
+            if env.rcpts.len() >= 100 {
+                return (Reply::new(452, "4.5.3", "too many recipients"), Next::Stay);
+            }
+            env.rcpts.push(addr);
+            (Reply::new(250, "2.1.5", "recipient ok"), Next::Stay)
+        }
+        Request::Data => {
+            if env.rcpts.is_empty() {
+                return (Reply::new(503, "5.5.1", "need RCPT before DATA"), Next::Stay);
+            }
+            (Reply::new(354, "", "end data with <CR><LF>.<CR><LF>"), Next::Data)
+        }
+        Request::Rset => {
+            env.mail_from = None;
+            env.rcpts.clear();
+            (Reply::new(250, "2.0.0", "reset"), Next::Stay)
+        }
+        Request::Noop { .. } => (Reply::new(250, "2.0.0", "ok"), Next::Stay),
+        Request::Vrfy { .. } => (Reply::new(252, "2.5.0", "cannot verify"), Next::Stay),
+        Request::Quit => (Reply::new(221, "2.0.0", "bye"), Next::Quit),
+        Request::StartTls => (Reply::new(454, "4.7.0", "TLS not available"), Next::Stay),
+        Request::Bdat { .. } => (Reply::new(502, "5.5.1", "BDAT not supported; use DATA"), Next::Stay),
+        Request::Auth { .. } => {
+            (Reply::new(502, "5.5.1", "AUTH not supported: mail is authenticated by its S/MIME signature"), Next::Stay)
+        }
+        _ => (Reply::new(502, "5.5.1", "command not implemented"), Next::Stay),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Accepts everything, remembering what it saw.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<Vec<u8>>>);
+
+    #[async_trait]
+    impl Acceptor for Recorder {
+        async fn accept(&self, raw: &[u8]) -> Reply {
+            self.0.lock().expect("lock").push(raw.to_vec());
+            if raw.windows(6).any(|w| w == b"REJECT") {
+                Reply::new(550, "5.7.1", "signature does not verify")
+            } else {
+                Reply::new(250, "2.0.0", "queued")
+            }
+        }
+    }
+
+    /// Plays a client script against a session over an in-memory stream; returns the
+    /// server's whole output.
+    async fn converse(cfg: &SmtpConfig, acc: &Recorder, client: &[&str]) -> String {
+        let (mut c, s) = tokio::io::duplex(1 << 20);
+        let server = async { run_session(s, cfg, acc).await.expect("session") };
+        let script = async {
+            let mut out = Vec::new();
+            let mut buf = vec![0u8; 1 << 16];
+            for line in client {
+                c.write_all(line.as_bytes()).await.expect("write");
+                // Let the server answer before the next command (no pipelining assumed).
+                let n = c.read(&mut buf).await.expect("read");
+                out.extend_from_slice(&buf[..n]);
+            }
+            drop(c);
+            String::from_utf8_lossy(&out).to_string()
+        };
+        let (_, out) = tokio::join!(server, script);
+        out
+    }
+
+    fn codes(out: &str) -> Vec<&str> {
+        out.lines().filter(|l| l.len() >= 4 && &l[3..4] == " ").map(|l| &l[..3]).collect()
+    }
+
+    #[tokio::test]
+    async fn a_mail_to_the_gateway_is_handed_to_the_acceptor() {
+        let cfg = SmtpConfig::default();
+        let acc = Recorder::default();
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "EHLO client\r\n",
+                "MAIL FROM:<scott@example.com>\r\n",
+                "RCPT TO:<nobody@localhost>\r\n",
+                "RCPT TO:<AQ@localhost>\r\n",
+                "DATA\r\n",
+                "Subject: x\r\n\r\nhello\r\n..dot\r\n.\r\n",
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(codes(&out), ["220", "250", "250", "550", "250", "354", "250", "221"], "{out}");
+        assert!(out.contains("250-SIZE"), "{out}");
+        let seen = acc.0.lock().expect("lock");
+        assert_eq!(seen.len(), 1);
+        assert!(
+            String::from_utf8_lossy(&seen[0]).contains("hello\r\n.dot"),
+            "dot-unstuffed: {:?}",
+            String::from_utf8_lossy(&seen[0])
+        );
+    }
+
+    #[tokio::test]
+    async fn sequence_errors_oversize_and_rejections() {
+        let cfg = SmtpConfig { max_message_size: 64, ..SmtpConfig::default() };
+        let acc = Recorder::default();
+        let big = format!("{}\r\n.\r\n", "x".repeat(200));
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "MAIL FROM:<a@b>\r\n",
+                "HELO c\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                "MAIL FROM:<a@b> SIZE=1000\r\n",
+                "MAIL FROM:<a@b>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                &big,
+                "MAIL FROM:<a@b>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                "REJECT\r\n.\r\n",
+                "BOGUS\r\n",
+                "STARTTLS\r\n",
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(
+            codes(&out),
+            [
+                "220", "503", "250", "503", "503", "552", "250", "250", "354", "552", "250", "250", "354", "550",
+                "502", "454", "221"
+            ],
+            "{out}"
+        );
+        assert_eq!(acc.0.lock().expect("lock").len(), 1, "the oversized message never reached the acceptor");
+    }
+}
