@@ -14,14 +14,6 @@ use aqgate::idap::{self, Limits, Response};
 use aqgate::servlet::{AppState, app};
 use common::*;
 
-const GATEWAY_AGENT: &str = r#"
-[[agents]]
-name = "aqgateway"
-password = "gw-secret"
-protocols = ["http"]
-gateway = true
-"#;
-
 struct Server {
     addr: SocketAddr,
     engine: Arc<Engine>,
@@ -35,8 +27,7 @@ impl Server {
 
     async fn start_with(b: Backend, limits: Limits) -> Self {
         let url = fresh_url(b).await;
-        let topo = format!("{}{GATEWAY_AGENT}", aqgate::DEFAULT_TOPOLOGY);
-        let store = store_with_topology(&url, &topo).await;
+        let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
         let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -250,20 +241,20 @@ async fn sessions_carry_transactions_and_cookies_cannot_be_chosen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_acts_on_behalf_of_agents() {
     let s = Server::start(Backend::Sqlite).await;
-    let mut gw = Client::new(&s, "aqgateway", "gw-secret");
+    let mut gw = Client::new(&s, "aqgateway", "gateway-demo");
     let r = gw.post_with(&example("01"), &[("AQ-On-Behalf-Of", "scott")]).await;
     assert!(matches!(r.idap(), Response::Send(..)));
     assert!(matches!(gw.post_with(&example("10"), &[("AQ-On-Behalf-Of", "scott")]).await.idap(), Response::Commit(_)));
     assert_eq!(s.depth_total().await, 1);
     // The gateway acts with scott's privileges, not its own: john may not dequeue QS's queue.
-    let mut gw2 = Client::new(&s, "aqgateway", "gw-secret");
+    let mut gw2 = Client::new(&s, "aqgateway", "gateway-demo");
     assert_eq!(gw2.post_with(&example("05"), &[("AQ-On-Behalf-Of", "john")]).await.fault_code(), code::NOT_PERMITTED);
     // An ordinary agent may not act for another.
     let mut john = Client::new(&s, "john", "welcome");
     assert_eq!(john.post_with(&example("05"), &[("AQ-On-Behalf-Of", "scott")]).await.fault_code(), code::NOT_PERMITTED);
     // The gateway itself is not enabled for… anything but acting for others? It has no
     // database users, so on its own it may not touch the queue.
-    let mut gw3 = Client::new(&s, "aqgateway", "gw-secret");
+    let mut gw3 = Client::new(&s, "aqgateway", "gateway-demo");
     assert_eq!(gw3.post(&example("05")).await.fault_code(), code::NOT_PERMITTED);
 }
 

@@ -3,3 +3,4 @@
 //! responses back.
 
 pub mod smtp;
+pub mod worker;

@@ -1,0 +1,149 @@
+//! Finding the IDAP document inside the signed MIME entity of a verified mail. Pure: bytes in,
+//! bytes out.
+//!
+//! The IDAP document is the one part of the entity's MIME tree that is `text/xml` or
+//! `application/xml`, or that is named (Content-Disposition `filename` or Content-Type `name`)
+//! with a name containing `IDAP_MESSAGE` (ASCII case-insensitive). One part may match both
+//! rules. Zero matches or more than one distinct match is an error: an ambiguous request is
+//! refused rather than guessed at. Parts inside an attached `message/rfc822` are not looked at.
+//!
+//! The body is returned with only its Content-Transfer-Encoding removed (base64,
+//! quoted-printable), never charset-converted: an XML document declares its own encoding.
+
+use mail_parser::decoders::base64::base64_decode;
+use mail_parser::decoders::quoted_printable::quoted_printable_decode;
+use mail_parser::{Encoding, MessageParser, MessagePart, MimeHeaders, PartType};
+
+/// The marker in an attachment's file name that makes it the IDAP document.
+pub const IDAP_ATTACHMENT_MARKER: &str = "IDAP_MESSAGE";
+
+/// The IDAP document in `entity` (a MIME entity: headers, blank line, body — the content a
+/// signature covers). `Err` says why none could be chosen.
+pub fn idap_document(entity: &[u8]) -> Result<Vec<u8>, String> {
+    let message = MessageParser::default().parse(entity).ok_or_else(|| "the signed content is not MIME".to_string())?;
+    let candidates: Vec<&MessagePart<'_>> = message.parts.iter().filter(|part| is_idap_part(part)).collect();
+    match candidates.as_slice() {
+        [] => Err(format!(
+            "the signed content holds no IDAP document (a text/xml or application/xml part, or an attachment \
+             named *{IDAP_ATTACHMENT_MARKER}*)"
+        )),
+        [part] => decode_body(entity, part),
+        more => Err(format!("the signed content holds {} candidate IDAP documents; exactly one is allowed", more.len())),
+    }
+}
+
+fn is_idap_part(part: &MessagePart<'_>) -> bool {
+    if matches!(part.body, PartType::Multipart(_) | PartType::Message(_)) {
+        return false;
+    }
+    let is_xml = part.content_type().is_some_and(|ct| {
+        let subtype = ct.subtype().unwrap_or_default();
+        (ct.ctype().eq_ignore_ascii_case("text") || ct.ctype().eq_ignore_ascii_case("application"))
+            && subtype.eq_ignore_ascii_case("xml")
+    });
+    let is_named = part
+        .attachment_name()
+        .is_some_and(|name| name.to_ascii_uppercase().contains(IDAP_ATTACHMENT_MARKER));
+    is_xml || is_named
+}
+
+/// The part's body bytes with the transfer encoding undone (mail-parser's own decoded text would
+/// be charset-converted and lossy for text/* parts).
+fn decode_body(entity: &[u8], part: &MessagePart<'_>) -> Result<Vec<u8>, String> {
+    if part.is_encoding_problem {
+        return Err("the IDAP part has a broken Content-Transfer-Encoding".to_string());
+    }
+    let raw = usize::try_from(part.offset_body)
+        .ok()
+        .zip(usize::try_from(part.offset_end).ok())
+        .and_then(|(start, end)| entity.get(start..end))
+        .ok_or_else(|| "the IDAP part's body lies outside the message".to_string())?;
+    let body = match part.encoding {
+        Encoding::Base64 => {
+            base64_decode(raw).ok_or_else(|| "the IDAP part's base64 body does not decode".to_string())?
+        }
+        Encoding::QuotedPrintable => quoted_printable_decode(raw)
+            .ok_or_else(|| "the IDAP part's quoted-printable body does not decode".to_string())?,
+        Encoding::None => raw.to_vec(),
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err("the IDAP part is empty".to_string());
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XML: &str = "<?xml version=\"1.0\"?>\r\n<Envelope><Body>\u{e9}</Body></Envelope>";
+
+    fn b64(bytes: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn single_text_xml_entity() {
+        let entity = format!("Content-Type: text/xml; charset=utf-8\r\n\r\n{XML}");
+        assert_eq!(idap_document(entity.as_bytes()).as_deref(), Ok(XML.as_bytes()));
+    }
+
+    #[test]
+    fn application_xml_base64_in_multipart_is_not_charset_converted() {
+        let latin1: Vec<u8> = b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?><a>\xe9</a>".to_vec();
+        let entity = format!(
+            "Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\n--b1\r\nContent-Type: text/plain\r\n\r\nhello\r\n\
+             --b1\r\nContent-Type: application/xml; charset=iso-8859-1\r\nContent-Transfer-Encoding: base64\r\n\r\n{}\r\n\
+             --b1--\r\n",
+            b64(&latin1)
+        );
+        assert_eq!(idap_document(entity.as_bytes()), Ok(latin1));
+    }
+
+    #[test]
+    fn quoted_printable_text_xml() {
+        let entity = "Content-Type: text/xml\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<a x=3D\"1\">=C3=A9</a>";
+        assert_eq!(idap_document(entity.as_bytes()).as_deref(), Ok("<a x=\"1\">\u{e9}</a>".as_bytes()));
+    }
+
+    #[test]
+    fn attachment_named_idap_message() {
+        let entity = format!(
+            "Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\n--b1\r\nContent-Type: text/plain\r\n\r\nsee attachment\r\n\
+             --b1\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\
+             Content-Disposition: attachment; filename=\"scott_IDAP_MESSAGE.txt\"\r\n\r\n{}\r\n--b1--\r\n",
+            b64(XML.as_bytes())
+        );
+        assert_eq!(idap_document(entity.as_bytes()).as_deref(), Ok(XML.as_bytes()));
+    }
+
+    #[test]
+    fn nested_multipart_is_walked() {
+        let entity = format!(
+            "Content-Type: multipart/mixed; boundary=\"o\"\r\n\r\n--o\r\nContent-Type: multipart/alternative; \
+             boundary=\"i\"\r\n\r\n--i\r\nContent-Type: text/plain\r\n\r\nx\r\n--i\r\nContent-Type: text/xml\r\n\r\n{XML}\r\n\
+             --i--\r\n\r\n--o--\r\n"
+        );
+        let got = idap_document(entity.as_bytes()).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(&got).trim_end(), XML);
+    }
+
+    #[test]
+    fn none_or_two_candidates_are_refused() {
+        let none = "Content-Type: text/plain\r\n\r\n<a/>";
+        assert!(idap_document(none.as_bytes()).is_err_and(|e| e.contains("no IDAP document")));
+        let two = "Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/xml\r\n\r\n<a/>\r\n\
+                   --b\r\nContent-Type: application/xml\r\n\r\n<b/>\r\n--b--\r\n";
+        assert!(idap_document(two.as_bytes()).is_err_and(|e| e.contains("2 candidate")));
+        let empty = "Content-Type: text/xml\r\n\r\n\r\n";
+        assert!(idap_document(empty.as_bytes()).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = idap_document(&bytes);
+        }
+    }
+}

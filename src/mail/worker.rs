@@ -1,0 +1,256 @@
+//! The forwarding worker: takes verified mails from the spool, posts each IDAP request to
+//! the servlet over HTTP as the gateway agent on behalf of the verified agent, and mails
+//! the response (or Fault) back. Retries with backoff while the servlet is unreachable;
+//! a mail is forwarded once (its spool row records the response), and a re-sent copy gets
+//! the original response again.
+//!
+//! Each mail is its own session: what it commits stays committed; open ON_COMMIT work it
+//! leaves is rolled back right after, and the reply says so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
+use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, MICROS_PER_SEC};
+use crate::servlet::{ON_BEHALF_HEADER, SESSION_COOKIE};
+use crate::store::{SpooledMail, Store};
+
+/// Where replies go.
+#[derive(Clone)]
+pub enum ReplyTransport {
+    /// `.eml` files in a directory (the default: nothing leaves the machine).
+    Files(std::path::PathBuf),
+    /// An SMTP relay (`smtp://host:port`, plain, for a local MTA such as Postfix).
+    Relay(String),
+}
+
+#[derive(Clone)]
+pub struct WorkerConfig {
+    /// The servlet's IDAP endpoint, e.g. `http://127.0.0.1:8470/aqserv`.
+    pub servlet_url: String,
+    pub gateway_agent: String,
+    pub gateway_password: String,
+    /// The From address of replies.
+    pub reply_from: String,
+    pub transport: ReplyTransport,
+    /// Give up forwarding after this many failed attempts (the mail is then `failed`,
+    /// visible in the spool, and its sender gets a Fault reply).
+    pub max_attempts: i64,
+}
+
+impl std::fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("servlet_url", &self.servlet_url)
+            .field("gateway_agent", &self.gateway_agent)
+            .field("reply_from", &self.reply_from)
+            .finish_non_exhaustive()
+    }
+}
+
+pub struct Worker {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    cfg: WorkerConfig,
+    http: reqwest::Client,
+    /// Rung when a mail is spooled.
+    pub wake: Arc<Notify>,
+}
+
+/// Outcome of one forwarding attempt.
+enum Forwarded {
+    /// The servlet answered (IDAP response or Fault); `rolled_back`: open work undone.
+    Answer { body: Vec<u8>, rolled_back: bool },
+    /// Try again later.
+    Retry(String),
+    /// Will never work (e.g. the gateway's credentials are refused).
+    Permanent(String),
+}
+
+const ROLLBACK: &str = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRollback xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body></Envelope>"#;
+
+impl Worker {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, cfg: WorkerConfig) -> Self {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap_or_default();
+        Self { store, clock, cfg, http, wake: Arc::new(Notify::new()) }
+    }
+
+    /// Works the spool until `shutdown` resolves.
+    pub async fn run(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let worked = match self.run_once().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "mail worker");
+                    0
+                }
+            };
+            if worked > 0 {
+                continue;
+            }
+            let notified = self.wake.notified();
+            tokio::select! {
+                _ = notified => {}
+                // Retries come due without a wake-up.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Forwards and answers what is due now; returns how many mails it handled.
+    pub async fn run_once(&self) -> Result<usize, crate::store::StoreError> {
+        let due = self.store.spool_due(self.clock.now(), 32).await?;
+        for m in &due {
+            self.handle(m).await?;
+        }
+        Ok(due.len())
+    }
+
+    async fn handle(&self, m: &SpooledMail) -> Result<(), crate::store::StoreError> {
+        let mut m = m.clone();
+        if m.state == "new" {
+            match self.forward(&m).await {
+                Forwarded::Answer { body, rolled_back } => {
+                    let body = if rolled_back { annotate_rollback(&body) } else { body };
+                    self.store.spool_attempted(m.id, Some(&body), None, None).await?;
+                    m.response = Some(body);
+                }
+                Forwarded::Retry(why) if m.attempts + 1 < self.cfg.max_attempts => {
+                    let backoff = 2_i64.saturating_pow(u32::try_from(m.attempts.clamp(0, 8)).unwrap_or(8)).min(300);
+                    tracing::info!(mail = m.id, attempt = m.attempts + 1, error = %why, "servlet unreachable; will retry");
+                    let at = self.clock.now() + backoff * MICROS_PER_SEC;
+                    return self.store.spool_attempted(m.id, None, Some(&why), Some(at)).await;
+                }
+                Forwarded::Retry(why) | Forwarded::Permanent(why) => {
+                    tracing::warn!(mail = m.id, error = %why, "forwarding failed for good");
+                    let fault = fault_xml(&why);
+                    self.store.spool_attempted(m.id, Some(fault.as_bytes()), Some(&why), None).await?;
+                    m.response = Some(fault.into_bytes());
+                }
+            }
+        }
+        let Some(response) = m.response.clone() else { return Ok(()) };
+        let mut sent = m.replies_sent;
+        while sent < m.replies_wanted {
+            if let Err(e) = self.reply(&m, &response).await {
+                // The reply stays owed; the spool row is retried.
+                tracing::warn!(mail = m.id, error = %e, "reply not sent; will retry");
+                let at = self.clock.now() + 30 * MICROS_PER_SEC;
+                self.store.spool_attempted(m.id, None, Some(&e), Some(at)).await?;
+                break;
+            }
+            sent += 1;
+            self.store.spool_replied(m.id, sent).await?;
+        }
+        Ok(())
+    }
+
+    async fn forward(&self, m: &SpooledMail) -> Forwarded {
+        let post = |body: Vec<u8>, cookie: Option<&str>| {
+            let mut rb = self
+                .http
+                .post(&self.cfg.servlet_url)
+                .basic_auth(&self.cfg.gateway_agent, Some(&self.cfg.gateway_password))
+                .header("content-type", "text/xml")
+                .header(ON_BEHALF_HEADER, m.agent.clone())
+                .body(body);
+            if let Some(c) = cookie {
+                rb = rb.header("cookie", c.to_string());
+            }
+            rb.send()
+        };
+        let resp = match post(m.idap.clone(), None).await {
+            Ok(r) => r,
+            Err(e) => return Forwarded::Retry(format!("servlet unreachable: {e}")),
+        };
+        let status = resp.status();
+        let cookie = resp
+            .headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .filter(|c| c.starts_with(SESSION_COOKIE))
+            .map(String::from);
+        let body = match resp.bytes().await {
+            Ok(b) => b.to_vec(),
+            Err(e) => return Forwarded::Retry(format!("servlet answer lost: {e}")),
+        };
+        if status.is_server_error() {
+            return Forwarded::Retry(format!("servlet answered HTTP {status}"));
+        }
+        if !status.is_success() {
+            return Forwarded::Permanent(format!("servlet refused the gateway: HTTP {status}"));
+        }
+        // A kept session means open work (or a browse position): this mail's session ends
+        // here, so roll it back.
+        let rolled_back = match cookie {
+            Some(c) => post(ROLLBACK.as_bytes().to_vec(), Some(&c)).await.is_ok(),
+            None => false,
+        };
+        Forwarded::Answer { body, rolled_back }
+    }
+
+    async fn reply(&self, m: &SpooledMail, response: &[u8]) -> Result<(), String> {
+        let subject = match m.subject.as_deref() {
+            Some(s) if s.to_ascii_lowercase().starts_with("re:") => s.to_string(),
+            Some(s) => format!("Re: {s}"),
+            None => "Re: AQ request".to_string(),
+        };
+        let from = self.cfg.reply_from.parse().map_err(|e| format!("reply_from: {e}"))?;
+        let to = m.reply_to.parse().map_err(|e| format!("reply address {}: {e}", m.reply_to))?;
+        let mut b = Message::builder().from(from).to(to).subject(subject);
+        if !m.message_id.is_empty() {
+            b = b.in_reply_to(m.message_id.clone()).references(m.message_id.clone());
+        }
+        let msg = b
+            .header(ContentType::parse("text/xml; charset=utf-8").map_err(|e| e.to_string())?)
+            .body(String::from_utf8_lossy(response).to_string())
+            .map_err(|e| format!("reply: {e}"))?;
+        let mut msg = msg;
+        msg.headers_mut()
+            .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
+        match &self.cfg.transport {
+            ReplyTransport::Files(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| format!("outbox {}: {e}", dir.display()))?;
+                AsyncFileTransport::<Tokio1Executor>::new(dir).send(msg).await.map(|_| ()).map_err(|e| e.to_string())
+            }
+            ReplyTransport::Relay(url) => {
+                let t = lettre::AsyncSmtpTransport::<Tokio1Executor>::from_url(url).map_err(|e| e.to_string())?.build();
+                t.send(msg).await.map(|_| ()).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Marks a response whose mail left ON_COMMIT work open: that work was rolled back.
+fn annotate_rollback(body: &[u8]) -> Vec<u8> {
+    let note = b"<!-- aqgate: this request left uncommitted work; it was rolled back when the mail's session ended. Add <AQXmlCommit/> to commit it. -->\n";
+    let text = String::from_utf8_lossy(body);
+    // After the XML declaration, if any, so the document stays well-formed.
+    match text.strip_prefix("<?xml").and_then(|rest| rest.find("?>").map(|i| i + 7)) {
+        Some(end) => {
+            let mut out = body[..end].to_vec();
+            out.push(b'\n');
+            out.extend_from_slice(note);
+            out.extend_from_slice(&body[end..]);
+            out
+        }
+        None => [note.as_slice(), body].concat(),
+    }
+}
+
+fn fault_xml(why: &str) -> String {
+    use crate::idap::{Envelope, Fault, FaultKind, Response, write_response};
+    write_response(&Envelope {
+        headers: Vec::new(),
+        body: Response::Fault(Fault {
+            kind: FaultKind::Server,
+            code: crate::error::code::INTERNAL,
+            message: why.to_string(),
+        }),
+    })
+}

@@ -1,0 +1,118 @@
+//! The forwarding worker against a real servlet over HTTP: a spooled mail is posted once
+//! on behalf of its agent, the response is mailed back (lettre file transport), a re-sent
+//! copy gets the original response again, open work is rolled back and the reply says
+//! so, and an unreachable servlet is retried with backoff.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use aqgate::clock::{Clock, ManualClock};
+use aqgate::engine::{Engine, EngineConfig};
+use aqgate::idap::Limits;
+use aqgate::mail::worker::{ReplyTransport, Worker, WorkerConfig};
+use aqgate::servlet::{AppState, app};
+use aqgate::store::{SpoolPut, SpooledMail, Store};
+use common::*;
+
+fn spooled(message_id: &str, idap: &str) -> SpooledMail {
+    SpooledMail {
+        id: 0,
+        received_at: T0,
+        agent: "SCOTT".into(),
+        message_id: message_id.into(),
+        reply_to: "scott@example.com".into(),
+        subject: Some("new order".into()),
+        idap: idap.as_bytes().to_vec(),
+        state: String::new(),
+        attempts: 0,
+        response: None,
+        last_error: None,
+        replies_wanted: 0,
+        replies_sent: 0,
+    }
+}
+
+fn replies(dir: &Path) -> Vec<String> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "eml")).collect())
+        .unwrap_or_default();
+    v.sort_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    v.iter().map(|e| std::fs::read_to_string(e.path()).expect("read eml")).collect()
+}
+
+async fn depth(store: &dyn Store, q: &str) -> i64 {
+    aqgate::admin::queues(store)
+        .await
+        .expect("queues")
+        .into_iter()
+        .find(|x| x.name == q)
+        .map(|x| x.depth)
+        .expect("queue")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spooled_mail_is_forwarded_once_and_answered() {
+    let url = fresh_sqlite_url();
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let engine =
+        Engine::start(store.clone(), clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let servlet_url = format!("http://{}/aqserv", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app(AppState::new(engine, Limits::default()))).await });
+    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate::engine::session::random_id()));
+    let cfg = |servlet_url: &str| WorkerConfig {
+        servlet_url: servlet_url.to_string(),
+        gateway_agent: "aqgateway".into(),
+        gateway_password: "gateway-demo".into(),
+        reply_from: "aq@localhost".into(),
+        transport: ReplyTransport::Files(outbox.clone()),
+        max_attempts: 5,
+    };
+
+    // The servlet is unreachable at first: the mail waits, with backoff.
+    let dead = Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg("http://127.0.0.1:9/aqserv"));
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let SpoolPut::New(id) = store.spool_put(&spooled("<order-1@example.com>", &send)).await.expect("spool") else {
+        panic!("new mail")
+    };
+    assert_eq!(dead.run_once().await.expect("run"), 1);
+    let m = store.spool_get(id).await.expect("get").expect("row");
+    assert_eq!((m.state.as_str(), m.attempts), ("new", 1));
+    assert!(m.last_error.as_deref().is_some_and(|e| e.contains("unreachable")), "{m:?}");
+    assert_eq!(dead.run_once().await.expect("run"), 0, "not due before its backoff");
+
+    // The servlet is there: forwarded on behalf of scott, answered by mail.
+    let worker = Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg(&servlet_url));
+    clock.advance_secs(2);
+    assert_eq!(worker.run_once().await.expect("run"), 1);
+    assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1);
+    let r = replies(&outbox);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("AQXmlSendResponse") && r[0].contains("QS.NEW_ORDERS_QUE"), "{}", r[0]);
+    assert!(r[0].contains("In-Reply-To: <order-1@example.com>") && r[0].contains("Subject: Re: new order"), "{}", r[0]);
+    assert!(r[0].contains("To: scott@example.com") && r[0].contains("text/xml"), "{}", r[0]);
+
+    // The same mail again: not forwarded twice, answered again with the same response.
+    assert_eq!(
+        store.spool_put(&spooled("<order-1@example.com>", &send)).await.expect("spool"),
+        SpoolPut::Duplicate(id)
+    );
+    assert_eq!(worker.run_once().await.expect("run"), 1);
+    assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1, "forwarded once");
+    let r = replies(&outbox);
+    assert_eq!(r.len(), 2);
+    let id_of = |s: &str| s.split("<message_id>").nth(1).and_then(|x| x.split('<').next()).map(String::from);
+    assert_eq!(id_of(&r[0]), id_of(&r[1]), "the original response again");
+
+    // A mail that leaves ON_COMMIT work open: rolled back, and the reply says so.
+    store.spool_put(&spooled("<order-2@example.com>", &example("01"))).await.expect("spool");
+    assert_eq!(worker.run_once().await.expect("run"), 1);
+    assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1, "the uncommitted send was rolled back");
+    let r = replies(&outbox);
+    assert!(r[2].contains("rolled back"), "{}", r[2]);
+    assert_eq!(worker.run_once().await.expect("run"), 0, "nothing left to do");
+    let _ = std::fs::remove_dir_all(&outbox);
+}
