@@ -11,6 +11,7 @@ fi
 
 export AQGATE_TEST_PG_URL="${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 scripts/ensure-postgres.sh
+scripts/ensure-tools.sh
 
 # Each test makes its own database / SQLite file; drop what earlier runs left behind.
 psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'aqgate\_t\_%'" |

@@ -26,6 +26,45 @@ struct Db {
     database: String,
 }
 
+/// The SMTP ingestion filter.
+#[derive(clap::Args, Clone)]
+struct MailArgs {
+    /// Address of the SMTP filter.
+    #[arg(long, env = "AQGATE_SMTP_LISTEN", default_value = "127.0.0.1:2525")]
+    smtp_listen: SocketAddr,
+    /// Run without the SMTP filter.
+    #[arg(long)]
+    no_smtp: bool,
+    /// The name the SMTP filter greets with.
+    #[arg(long, env = "AQGATE_SMTP_HOSTNAME", default_value = "localhost")]
+    smtp_hostname: String,
+    /// Addresses the filter accepts mail for (repeatable); the first is the From of replies.
+    #[arg(long = "gateway-address", env = "AQGATE_GATEWAY_ADDRESS", default_value = "aq@localhost")]
+    gateway_addresses: Vec<String>,
+    /// Largest mail accepted, in bytes (larger: 552).
+    #[arg(long, env = "AQGATE_SMTP_MAX_SIZE", default_value_t = 10 * 1024 * 1024)]
+    smtp_max_size: usize,
+    /// PEM file of CA certificates that agent certificates must chain to (repeatable).
+    /// Default with the embedded directory: the TEST ONLY CA in certs/ca.pem.
+    #[arg(long = "smime-ca", env = "AQGATE_SMIME_CA")]
+    smime_ca: Vec<PathBuf>,
+    /// PEM CRL files checked for revoked certificates (repeatable).
+    #[arg(long = "smime-crl", env = "AQGATE_SMIME_CRL")]
+    smime_crl: Vec<PathBuf>,
+    /// Directory where replies are written as .eml files (when no relay is given).
+    #[arg(long, env = "AQGATE_MAIL_OUTBOX", default_value = "aqgate-outbox")]
+    mail_outbox: PathBuf,
+    /// Send replies through this SMTP relay instead (e.g. smtp://127.0.0.1:25).
+    #[arg(long, env = "AQGATE_MAIL_RELAY")]
+    mail_relay: Option<String>,
+    /// The agent the filter posts to the servlet as (it needs `gateway = true`).
+    #[arg(long, env = "AQGATE_GATEWAY_AGENT", default_value = "aqgateway")]
+    gateway_agent: String,
+    /// File holding the gateway agent's password (or AQGATE_GATEWAY_PASSWORD).
+    #[arg(long, env = "AQGATE_GATEWAY_PASSWORD_FILE")]
+    gateway_password_file: Option<PathBuf>,
+}
+
 /// Where agent aliases, LDAP destinations and certificates are looked up.
 #[derive(clap::Args, Clone)]
 struct DirectoryArgs {
@@ -107,11 +146,40 @@ enum Command {
         max_sessions: usize,
         #[command(flatten)]
         directory: DirectoryArgs,
+        #[command(flatten)]
+        mail: MailArgs,
     },
     /// Administration.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
+    },
+    /// Mail helpers for clients.
+    Mail {
+        #[command(subcommand)]
+        command: MailCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MailCommand {
+    /// Wrap an IDAP file into an S/MIME-signed mail (multipart/signed) on standard output,
+    /// ready for sendmail or `swaks --data -`.
+    Sign {
+        /// The IDAP request (XML).
+        file: PathBuf,
+        /// The signer's certificate (PEM).
+        #[arg(long)]
+        cert: PathBuf,
+        /// The signer's private key (PEM).
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        from: String,
+        #[arg(long, default_value = "aq@localhost")]
+        to: String,
+        #[arg(long, default_value = "AQ request")]
+        subject: String,
     },
 }
 
@@ -175,10 +243,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_wait,
             max_body,
             max_sessions,
-            directory,
+            directory: directory_args,
+            mail: mail_args,
         } => {
-            let directory =
-                aqgate::directory::open(&directory.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+            let directory = aqgate::directory::open(&directory_args.config()?)
+                .await
+                .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let topology = match (topology, no_topology) {
                 (_, true) => None,
                 (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
@@ -191,14 +261,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 engine: EngineConfig {
                     max_wait: Duration::from_secs(max_wait),
                     session_timeout: Duration::from_secs(session_timeout),
-                    directory: Some(directory),
+                    directory: Some(directory.clone()),
                 },
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),
                 max_sessions,
             };
             let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
-            serve(cfg, listener, shutdown_signal()).await
+            let mail = if mail_args.no_smtp {
+                None
+            } else {
+                Some(mail_config(&mail_args, directory_args.ldap_url.is_some(), directory.clone()).await?)
+            };
+            serve(cfg, listener, mail, shutdown_signal()).await
+        }
+        Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
+            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            let mail = aqgate::mail::smime::sign(&read(&file)?, &read(&cert)?, &read(&key)?, &from, &to, &subject)
+                .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
+            use std::io::Write as _;
+            std::io::stdout().write_all(&mail)?;
+            Ok(())
         }
         Command::Admin { command } => match command {
             AdminCommand::Apply { file, db, dry_run } => {
@@ -251,6 +334,62 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
     }
+}
+
+/// The TEST ONLY CA and CRL that sign the demo agents' certificates (certs/).
+const DEMO_CA: &[u8] = include_bytes!("../certs/ca.pem");
+const DEMO_CRL: &[u8] = include_bytes!("../certs/ca.crl");
+
+async fn mail_config(
+    a: &MailArgs,
+    real_directory: bool,
+    directory: std::sync::Arc<dyn aqgate::directory::Directory>,
+) -> anyhow::Result<aqgate::server::MailConfig> {
+    use aqgate::mail::smime::TrustStore;
+    let trust = if a.smime_ca.is_empty() {
+        // The demo CA is only a default next to the demo directory: a real directory needs
+        // a real CA, said explicitly.
+        anyhow::ensure!(
+            !real_directory,
+            "--ldap-url needs --smime-ca (the CA agent certificates chain to), or --no-smtp"
+        );
+        tracing::warn!("SMTP filter trusts the TEST ONLY demo CA (certs/ca.pem); use --smime-ca in production");
+        TrustStore::from_pem(&[DEMO_CA], &[DEMO_CRL]).map_err(|e| anyhow::anyhow!("demo CA: {e}"))?
+    } else {
+        TrustStore::from_pem_files(&a.smime_ca, &a.smime_crl).map_err(|e| anyhow::anyhow!("S/MIME trust: {e}"))?
+    };
+    let gateway_password = match (&a.gateway_password_file, std::env::var("AQGATE_GATEWAY_PASSWORD").ok()) {
+        (Some(f), _) => std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?
+            .trim_end_matches(['\r', '\n'])
+            .to_string(),
+        (None, Some(p)) => p,
+        (None, None) => {
+            tracing::warn!("SMTP filter uses the DEMO gateway password; set AQGATE_GATEWAY_PASSWORD");
+            "gateway-demo".to_string()
+        }
+    };
+    let addresses: Vec<String> = a.gateway_addresses.iter().map(|x| x.trim().to_ascii_lowercase()).collect();
+    let reply_from = addresses.first().cloned().ok_or_else(|| anyhow::anyhow!("--gateway-address is empty"))?;
+    let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
+    Ok(aqgate::server::MailConfig {
+        smtp_listener,
+        smtp: aqgate::mail::smtp::SmtpConfig {
+            hostname: a.smtp_hostname.clone(),
+            gateway_addresses: addresses,
+            max_message_size: a.smtp_max_size,
+            idle_timeout: Duration::from_secs(300),
+        },
+        trust,
+        directory,
+        gateway_agent: a.gateway_agent.clone(),
+        gateway_password,
+        reply_from,
+        transport: match &a.mail_relay {
+            Some(url) => aqgate::mail::worker::ReplyTransport::Relay(url.clone()),
+            None => aqgate::mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
+        },
+    })
 }
 
 async fn shutdown_signal() {

@@ -13,6 +13,18 @@ use crate::idap::Limits;
 use crate::servlet::{AppState, app};
 use crate::topology::Topology;
 
+/// The SMTP ingestion filter and its forwarding worker.
+pub struct MailConfig {
+    pub smtp_listener: TcpListener,
+    pub smtp: crate::mail::smtp::SmtpConfig,
+    pub trust: crate::mail::smime::TrustStore,
+    pub directory: Arc<dyn crate::directory::Directory>,
+    pub gateway_agent: String,
+    pub gateway_password: String,
+    pub reply_from: String,
+    pub transport: crate::mail::worker::ReplyTransport,
+}
+
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
@@ -29,6 +41,7 @@ pub struct ServeConfig {
 pub async fn serve(
     cfg: ServeConfig,
     listener: TcpListener,
+    mail: Option<MailConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = crate::store::open(&cfg.database_url).await?;
@@ -41,7 +54,41 @@ pub async fn serve(
     }
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx));
+    let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx.clone()));
+    let mut mail_tasks = Vec::new();
+    if let Some(m) = mail {
+        let http = listener.local_addr()?;
+        let host = if http.ip().is_unspecified() { "127.0.0.1".to_string() } else { http.ip().to_string() };
+        let servlet_url = format!("http://{host}:{}/aqserv", http.port());
+        let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
+        let worker = Arc::new(crate::mail::worker::Worker::new(
+            engine.store().clone(),
+            clock.clone(),
+            crate::mail::worker::WorkerConfig {
+                servlet_url,
+                gateway_agent: m.gateway_agent,
+                gateway_password: m.gateway_password,
+                reply_from: m.reply_from,
+                transport: m.transport,
+                max_attempts: 20,
+            },
+        ));
+        let gateway = crate::mail::gateway::Gateway {
+            engine: engine.clone(),
+            directory: m.directory,
+            trust: m.trust,
+            clock,
+            wake: worker.wake.clone(),
+        };
+        tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
+        mail_tasks.push(tokio::spawn(crate::mail::gateway::serve_smtp(
+            m.smtp_listener,
+            m.smtp,
+            Arc::new(gateway),
+            stop_rx.clone(),
+        )));
+        mail_tasks.push(tokio::spawn(worker.run(stop_rx.clone())));
+    }
     let mut state = AppState::new(engine.clone(), cfg.limits);
     state.max_sessions = cfg.max_sessions;
     #[cfg(unix)]
@@ -67,5 +114,8 @@ pub async fn serve(
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = bg.await;
+    for t in mail_tasks {
+        let _ = t.await;
+    }
     Ok(())
 }

@@ -22,7 +22,7 @@ struct Serve {
 impl Serve {
     fn start(db: &str, port: u16) -> Self {
         let child = Command::new(BIN)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
+            .args(["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -28,7 +28,9 @@ pub fn idap_document(entity: &[u8]) -> Result<Vec<u8>, String> {
              named *{IDAP_ATTACHMENT_MARKER}*)"
         )),
         [part] => decode_body(entity, part),
-        more => Err(format!("the signed content holds {} candidate IDAP documents; exactly one is allowed", more.len())),
+        more => {
+            Err(format!("the signed content holds {} candidate IDAP documents; exactly one is allowed", more.len()))
+        }
     }
 }
 
@@ -41,9 +43,8 @@ fn is_idap_part(part: &MessagePart<'_>) -> bool {
         (ct.ctype().eq_ignore_ascii_case("text") || ct.ctype().eq_ignore_ascii_case("application"))
             && subtype.eq_ignore_ascii_case("xml")
     });
-    let is_named = part
-        .attachment_name()
-        .is_some_and(|name| name.to_ascii_uppercase().contains(IDAP_ATTACHMENT_MARKER));
+    let is_named =
+        part.attachment_name().is_some_and(|name| name.to_ascii_uppercase().contains(IDAP_ATTACHMENT_MARKER));
     is_xml || is_named
 }
 
@@ -103,7 +104,8 @@ mod tests {
 
     #[test]
     fn quoted_printable_text_xml() {
-        let entity = "Content-Type: text/xml\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<a x=3D\"1\">=C3=A9</a>";
+        let entity =
+            "Content-Type: text/xml\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<a x=3D\"1\">=C3=A9</a>";
         assert_eq!(idap_document(entity.as_bytes()).as_deref(), Ok("<a x=\"1\">\u{e9}</a>".as_bytes()));
     }
 

@@ -2,5 +2,8 @@
 //! the forwarding worker that posts verified IDAP requests to the servlet and mails the
 //! responses back.
 
+pub mod extract;
+pub mod gateway;
+pub mod smime;
 pub mod smtp;
 pub mod worker;

@@ -107,8 +107,10 @@ impl TrustStore {
     pub fn from_pem(cas: &[&[u8]], crls: &[&[u8]]) -> Result<Self, String> {
         let mut ca_certs = Vec::new();
         for (i, bytes) in cas.iter().enumerate() {
-            let parsed = if is_pem(bytes) { X509::stack_from_pem(bytes) } else { X509::from_der(bytes).map(|c| vec![c]) };
-            let parsed = parsed.map_err(|e| format!("trusted CA #{}: not a certificate: {}", i + 1, first_error(&e)))?;
+            let parsed =
+                if is_pem(bytes) { X509::stack_from_pem(bytes) } else { X509::from_der(bytes).map(|c| vec![c]) };
+            let parsed =
+                parsed.map_err(|e| format!("trusted CA #{}: not a certificate: {}", i + 1, first_error(&e)))?;
             if parsed.is_empty() {
                 return Err(format!("trusted CA #{}: no certificate found", i + 1));
             }
@@ -127,7 +129,11 @@ impl TrustStore {
                             && ca.public_key().and_then(|key| crl.verify(&key)).unwrap_or(false)
                     })
                     .ok_or_else(|| {
-                        format!("CRL #{} (issuer {}) is not signed by a trusted CA", i + 1, name_string(crl.issuer_name()))
+                        format!(
+                            "CRL #{} (issuer {}) is not signed by a trusted CA",
+                            i + 1,
+                            name_string(crl.issuer_name())
+                        )
                     })?;
                 let issuer_der = issuer.to_der().map_err(|e| format!("CRL #{}: {}", i + 1, first_error(&e)))?;
                 trusted_crls.push(TrustedCrl { crl, issuer_der });
@@ -161,7 +167,9 @@ pub fn sender_address(raw: &[u8]) -> Result<String, String> {
     let message = MessageParser::default().parse_headers(raw).ok_or_else(|| "unparsable message header".to_string())?;
     let addresses: Vec<&mail_parser::Addr<'_>> = match message.from() {
         Some(Address::List(list)) => list.iter().collect(),
-        Some(Address::Group(_)) => return Err("the From header is a group; exactly one mailbox is required".to_string()),
+        Some(Address::Group(_)) => {
+            return Err("the From header is a group; exactly one mailbox is required".to_string());
+        }
         None => Vec::new(),
     };
     match addresses.as_slice() {
@@ -233,12 +241,15 @@ fn verify_inner(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i6
     }
     let mut directory = Stack::new().map_err(|e| temp(first_error(&e)))?;
     for (i, der) in agent_certs.iter().enumerate() {
-        let cert = X509::from_der(der)
-            .map_err(|e| temp(format!("directory certificate #{} for {from} is unreadable: {}", i + 1, first_error(&e))))?;
+        let cert = X509::from_der(der).map_err(|e| {
+            temp(format!("directory certificate #{} for {from} is unreadable: {}", i + 1, first_error(&e)))
+        })?;
         directory.push(cert).map_err(|e| temp(first_error(&e)))?;
     }
     let signers = p7.signers(&directory, Pkcs7Flags::NOINTERN).map_err(|_| {
-        fail(format!("signed with a certificate that is not {from}'s certificate in the directory (forged or another agent)"))
+        fail(format!(
+            "signed with a certificate that is not {from}'s certificate in the directory (forged or another agent)"
+        ))
     })?;
     let signer = match signers.iter().next() {
         Some(signer) if signers.len() == 1 => signer.to_owned(),
@@ -292,8 +303,7 @@ fn signed_shape(message: &mail_parser::Message<'_>) -> Result<Shape, Verdict> {
             }
         }
         ("application", "pkcs7-mime" | "x-pkcs7-mime") => {
-            let smime_type =
-                root.content_type().and_then(|ct| ct.attribute("smime-type")).map(str::to_ascii_lowercase);
+            let smime_type = root.content_type().and_then(|ct| ct.attribute("smime-type")).map(str::to_ascii_lowercase);
             match smime_type.as_deref() {
                 None | Some("signed-data") => Ok(Shape::Opaque),
                 Some(other) => Err(fail(format!("not signed: S/MIME {other}; only signed-data is accepted"))),
@@ -455,7 +465,14 @@ fn der_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
 /// `aqgate mail sign`: a complete RFC 5322 message (From, To, Subject, Date, Message-ID, MIME-Version) whose body is an S/MIME multipart/signed (detached) wrapping a text/xml part with the IDAP document; CRLF line endings.
 ///
 /// The Date header is the system time: this is the CLI edge. [`sign_at`] takes the time.
-pub fn sign(idap: &[u8], cert_pem: &[u8], key_pem: &[u8], from: &str, to: &str, subject: &str) -> Result<Vec<u8>, String> {
+pub fn sign(
+    idap: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    from: &str,
+    to: &str,
+    subject: &str,
+) -> Result<Vec<u8>, String> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     sign_at(idap, cert_pem, key_pem, from, to, subject, i64::try_from(now).unwrap_or(i64::MAX))
 }
@@ -491,7 +508,8 @@ pub fn sign_at(
         return Err(format!("from: {from} is not the certificate's e-mail address ({})", emails.join(", ")));
     }
 
-    let inner = format!("Content-Type: text/xml\r\nContent-Transfer-Encoding: base64\r\n\r\n{}", base64_lines(idap, 76));
+    let inner =
+        format!("Content-Type: text/xml\r\nContent-Transfer-Encoding: base64\r\n\r\n{}", base64_lines(idap, 76));
     let no_extra_certs = Stack::new().map_err(|e| first_error(&e))?;
     let p7 = Pkcs7::sign(&cert, &key, &no_extra_certs, inner.as_bytes(), Pkcs7Flags::DETACHED | Pkcs7Flags::BINARY)
         .map_err(|e| format!("signing failed: {}", first_error(&e)))?;
@@ -517,11 +535,8 @@ pub fn sign_at(
 /// Base64 in lines of `width` characters joined by CRLF (no trailing CRLF).
 fn base64_lines(bytes: &[u8], width: usize) -> String {
     let encoded = BASE64.encode(bytes);
-    let lines: Vec<&str> = encoded
-        .as_bytes()
-        .chunks(width)
-        .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
-        .collect();
+    let lines: Vec<&str> =
+        encoded.as_bytes().chunks(width).map(|chunk| std::str::from_utf8(chunk).unwrap_or_default()).collect();
     lines.join("\r\n")
 }
 
@@ -569,12 +584,7 @@ fn rfc5322_date(now: i64) -> String {
     let year = yoe + era * 400 + i64::from(month <= 2);
     let weekday = DAYS.get(usize::try_from(days.rem_euclid(7)).unwrap_or(0)).copied().unwrap_or("Thu");
     let month_name = MONTHS.get(usize::try_from(month - 1).unwrap_or(0)).copied().unwrap_or("Jan");
-    format!(
-        "{weekday}, {day} {month_name} {year} {:02}:{:02}:{:02} +0000",
-        secs / 3600,
-        (secs % 3600) / 60,
-        secs % 60
-    )
+    format!("{weekday}, {day} {month_name} {year} {:02}:{:02}:{:02} +0000", secs / 3600, (secs % 3600) / 60, secs % 60)
 }
 
 /// `local@domain` with no whitespace, controls or address punctuation.
@@ -655,4 +665,601 @@ fn first_error(stack: &openssl::error::ErrorStack) -> String {
         })
         .collect();
     if reasons.is_empty() { "unknown OpenSSL error".to_string() } else { reasons.join("; ") }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const CA_PEM: &[u8] = include_bytes!("../../certs/ca.pem");
+    const CA_CRL: &[u8] = include_bytes!("../../certs/ca.crl");
+    const CA_KEY: &[u8] = include_bytes!("../../certs/ca.key.pem");
+    const OTHER_CA_PEM: &[u8] = include_bytes!("../../certs/other-ca.pem");
+    const OTHER_CA_KEY: &[u8] = include_bytes!("../../certs/other-ca.key.pem");
+    const SCOTT_PEM: &[u8] = include_bytes!("../../certs/scott.pem");
+    const SCOTT_KEY: &[u8] = include_bytes!("../../certs/scott.key.pem");
+    const SCOTT_DER: &[u8] = include_bytes!("../../certs/scott.der");
+    const JOHN_PEM: &[u8] = include_bytes!("../../certs/john.pem");
+    const JOHN_KEY: &[u8] = include_bytes!("../../certs/john.key.pem");
+    const JOHN_DER: &[u8] = include_bytes!("../../certs/john.der");
+    const EXPIRED_PEM: &[u8] = include_bytes!("../../certs/expired.pem");
+    const EXPIRED_KEY: &[u8] = include_bytes!("../../certs/expired.key.pem");
+    const EXPIRED_DER: &[u8] = include_bytes!("../../certs/expired.der");
+    const WRONG_EKU_PEM: &[u8] = include_bytes!("../../certs/wrong-eku.pem");
+    const WRONG_EKU_KEY: &[u8] = include_bytes!("../../certs/wrong-eku.key.pem");
+    const WRONG_EKU_DER: &[u8] = include_bytes!("../../certs/wrong-eku.der");
+    const REVOKED_PEM: &[u8] = include_bytes!("../../certs/revoked.pem");
+    const REVOKED_KEY: &[u8] = include_bytes!("../../certs/revoked.key.pem");
+    const REVOKED_DER: &[u8] = include_bytes!("../../certs/revoked.der");
+    const OTHER_SCOTT_PEM: &[u8] = include_bytes!("../../certs/other-ca-scott.pem");
+    const OTHER_SCOTT_KEY: &[u8] = include_bytes!("../../certs/other-ca-scott.key.pem");
+    const OTHER_SCOTT_DER: &[u8] = include_bytes!("../../certs/other-ca-scott.der");
+    const GATEWAY_TLS_PEM: &[u8] = include_bytes!("../../certs/gateway-tls.pem");
+
+    const IDAP: &str = "<?xml version=\"1.0\"?>\r\n<Envelope xmlns=\"http://schemas.xmlsoap.org/soap/envelope/\">\r\n\
+                        <Body><AQXmlSend xmlns=\"http://ns.oracle.com/AQ/schemas/access\"><queue_name>scott_queue\
+                        </queue_name></AQXmlSend></Body></Envelope>";
+    const HEADERS: &str = "From: Scott <scott@example.com>\nTo: aq@example.com\nSubject: IDAP request\n\
+                           Message-ID: <req-1@example.com>\nReply-To: replies@example.com\n";
+
+    /// Inside every test certificate's validity and after the CRL's lastUpdate, derived from the
+    /// files so that regenerating them keeps the tests valid.
+    fn now() -> i64 {
+        let crl = X509Crl::from_pem(CA_CRL).unwrap();
+        let mut latest = unix(crl.last_update());
+        for pem in [SCOTT_PEM, JOHN_PEM, WRONG_EKU_PEM, REVOKED_PEM, OTHER_SCOTT_PEM] {
+            latest = latest.max(unix(X509::from_pem(pem).unwrap().not_before()));
+        }
+        latest + 3600
+    }
+
+    fn unix(time: &openssl::asn1::Asn1TimeRef) -> i64 {
+        let diff = Asn1Time::from_unix(0).unwrap().diff(time).unwrap();
+        i64::from(diff.days) * 86_400 + i64::from(diff.secs)
+    }
+
+    fn trust() -> TrustStore {
+        TrustStore::from_pem(&[CA_PEM], &[CA_CRL]).unwrap()
+    }
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::SeqCst);
+            let dir = std::env::temp_dir().join(format!("aqgate-smime-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn run(program: &str, args: &[&Path], what: &str, env: &[(&str, &Path)]) -> Vec<u8> {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let mut command = Command::new(program);
+        command.args(&args).stdin(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = command.output().unwrap_or_else(|e| panic!("{what}: cannot run {program}: {e}"));
+        assert!(output.status.success(), "{what}: {program} failed: {}", String::from_utf8_lossy(&output.stderr));
+        output.stdout
+    }
+
+    fn p(s: &str) -> &Path {
+        Path::new(s)
+    }
+
+    fn entity() -> Vec<u8> {
+        format!("Content-Type: text/xml; charset=utf-8\r\n\r\n{IDAP}").into_bytes()
+    }
+
+    /// `openssl <tool> -sign` of `entity` by `signer`; `extra` are further arguments.
+    fn openssl_sign(tool: &str, signers: &[(&[u8], &[u8])], entity: &[u8], extra: &[&str]) -> Vec<u8> {
+        let dir = TempDir::new();
+        let input = dir.file("in.eml", entity);
+        let mut args: Vec<PathBuf> = vec![tool.into(), "-sign".into(), "-in".into(), input];
+        for (i, (cert, key)) in signers.iter().enumerate() {
+            args.push("-signer".into());
+            args.push(dir.file(&format!("signer{i}.pem"), cert));
+            args.push("-inkey".into());
+            args.push(dir.file(&format!("signer{i}.key.pem"), key));
+        }
+        args.extend(extra.iter().map(PathBuf::from));
+        let args: Vec<&Path> = args.iter().map(PathBuf::as_path).collect();
+        run("openssl", &args, "openssl sign", &[])
+    }
+
+    fn mail(headers: &str, smime: &[u8]) -> Vec<u8> {
+        let mut out = headers.as_bytes().to_vec();
+        out.extend_from_slice(smime);
+        out
+    }
+
+    fn scott_detached() -> Vec<u8> {
+        mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]))
+    }
+
+    fn verify_as(raw: &[u8], cert: &[u8]) -> Verdict {
+        verify(raw, &[cert.to_vec()], &trust(), now())
+    }
+
+    fn assert_pass(verdict: Verdict) -> Verified {
+        match verdict {
+            Verdict::Pass(verified) => {
+                assert_eq!(verified.from, "scott@example.com");
+                assert_eq!(String::from_utf8_lossy(&verified.idap).trim_end(), IDAP);
+                verified
+            }
+            other => panic!("expected Pass, got {other:?}"),
+        }
+    }
+
+    fn assert_fail(verdict: Verdict, needle: &str) {
+        match verdict {
+            Verdict::Fail(reason) => assert!(reason.contains(needle), "reason {reason:?} lacks {needle:?}"),
+            other => panic!("expected Fail containing {needle:?}, got {other:?}"),
+        }
+    }
+
+    /// gpgsm (GnuPG's S/MIME) with a throwaway home: scott's key imported, the test CA trusted.
+    /// Returns base64 (no PEM armour) of the signature of `entity`.
+    fn gpgsm_sign(entity: &[u8], detached: bool) -> String {
+        let dir = TempDir::new();
+        let home = dir.0.join("gnupg");
+        std::fs::create_dir_all(&home).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        std::fs::write(home.join("gpg-agent.conf"), "allow-loopback-pinentry\n").unwrap();
+        let fingerprint = X509::from_pem(CA_PEM).unwrap().digest(openssl::hash::MessageDigest::sha1()).unwrap();
+        let fingerprint: Vec<String> = fingerprint.iter().map(|b| format!("{b:02X}")).collect();
+        std::fs::write(home.join("trustlist.txt"), format!("{} S relax\n", fingerprint.join(":"))).unwrap();
+        let cert = dir.file("scott.pem", SCOTT_PEM);
+        let key = dir.file("scott.key.pem", SCOTT_KEY);
+        let p12 = dir.0.join("scott.p12");
+        // gpgsm 2.2 reads only the classic PKCS#12 encryption; empty password, no prompt.
+        run(
+            "openssl",
+            &[
+                p("pkcs12"),
+                p("-export"),
+                p("-in"),
+                &cert,
+                p("-inkey"),
+                &key,
+                p("-out"),
+                &p12,
+                p("-passout"),
+                p("pass:"),
+                p("-certpbe"),
+                p("PBE-SHA1-3DES"),
+                p("-keypbe"),
+                p("PBE-SHA1-3DES"),
+                p("-macalg"),
+                p("sha1"),
+            ],
+            "pkcs12 export",
+            &[],
+        );
+        let env = [("GNUPGHOME", home.as_path())];
+        let ca = dir.file("ca.pem", CA_PEM);
+        run("gpgsm", &[p("--batch"), p("--import"), &ca], "gpgsm import CA", &env);
+        // gpgsm exits 2 after a successful PKCS#12 import (it ignores the agent's passphrase
+        // inquiries); the signing below proves the key is there.
+        let status = Command::new("gpgsm")
+            .args([p("--batch"), p("--pinentry-mode"), p("loopback"), p("--import"), &p12])
+            .env("GNUPGHOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .expect("gpgsm must be installed (GnuPG's S/MIME implementation)");
+        let _ = status;
+        let input = dir.file("in.eml", entity);
+        let out = dir.0.join("sig.b64");
+        let mode = if detached { "--detach-sign" } else { "--sign" };
+        run(
+            "gpgsm",
+            &[
+                p("--batch"),
+                p("--pinentry-mode"),
+                p("loopback"),
+                p("--disable-crl-checks"),
+                p("--disable-policy-checks"),
+                p("--local-user"),
+                p("scott@example.com"),
+                p("--base64"),
+                p("--output"),
+                &out,
+                p(mode),
+                &input,
+            ],
+            "gpgsm sign",
+            &env,
+        );
+        let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", &home).output();
+        String::from_utf8(std::fs::read(&out).unwrap()).unwrap()
+    }
+
+    // ---- passing mail -------------------------------------------------------------------------
+
+    #[test]
+    fn openssl_detached_passes_with_headers() {
+        let verified = assert_pass(verify_as(&scott_detached(), SCOTT_DER));
+        assert_eq!(verified.message_id.as_deref(), Some("req-1@example.com"));
+        assert_eq!(verified.reply_to.as_deref(), Some("replies@example.com"));
+        assert_eq!(verified.subject.as_deref(), Some("IDAP request"));
+    }
+
+    #[test]
+    fn openssl_detached_without_embedded_certificate_passes() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nocerts"]));
+        assert_pass(verify_as(&raw, SCOTT_DER));
+    }
+
+    #[test]
+    fn openssl_opaque_passes() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nodetach"]));
+        assert!(String::from_utf8_lossy(&raw).contains("application/x-pkcs7-mime"));
+        assert_pass(verify_as(&raw, SCOTT_DER));
+    }
+
+    #[test]
+    fn crlf_mail_passes() {
+        let raw = String::from_utf8(scott_detached()).unwrap().replace("\r\n", "\n").replace('\n', "\r\n");
+        assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+    }
+
+    #[test]
+    fn gpgsm_opaque_passes() {
+        let signature = gpgsm_sign(&entity(), false);
+        let raw = format!(
+            "{HEADERS}MIME-Version: 1.0\nContent-Type: application/pkcs7-mime; smime-type=signed-data; \
+             name=\"smime.p7m\"\nContent-Transfer-Encoding: base64\nContent-Disposition: attachment; \
+             filename=\"smime.p7m\"\n\n{signature}"
+        );
+        assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+    }
+
+    #[test]
+    fn gpgsm_detached_passes() {
+        let signature = gpgsm_sign(&entity(), true);
+        let raw = format!(
+            "{HEADERS}MIME-Version: 1.0\r\nContent-Type: multipart/signed; protocol=\"application/pkcs7-signature\"; \
+             micalg=sha-256; boundary=\"gpgsm-b\"\r\n\r\n--gpgsm-b\r\n{}\r\n--gpgsm-b\r\nContent-Type: \
+             application/pkcs7-signature\r\nContent-Transfer-Encoding: base64\r\n\r\n{signature}\r\n--gpgsm-b--\r\n",
+            String::from_utf8(entity()).unwrap()
+        );
+        assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+    }
+
+    #[test]
+    fn own_sign_output_passes_here_and_in_openssl_cli() {
+        let raw = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "Grüße").unwrap();
+        let text = String::from_utf8(raw.clone()).unwrap();
+        assert!(text.replace("\r\n", "").find('\n').is_none(), "CRLF line endings only");
+        for header in ["From: ", "To: ", "Subject: ", "Date: ", "Message-ID: <", "MIME-Version: 1.0"] {
+            assert!(text.contains(&format!("\r\n{header}")) || text.starts_with(header), "{header} missing");
+        }
+        let verified = assert_pass(verify_as(&raw, SCOTT_DER));
+        assert_eq!(verified.idap, IDAP.as_bytes());
+        assert_eq!(verified.subject.as_deref(), Some("Grüße"));
+        // A second implementation agrees.
+        let dir = TempDir::new();
+        let mail = dir.file("signed.eml", &raw);
+        let ca = dir.file("ca.pem", CA_PEM);
+        let content = run(
+            "openssl",
+            &[p("smime"), p("-verify"), p("-in"), &mail, p("-CAfile"), &ca, p("-purpose"), p("smimesign")],
+            "openssl smime -verify of sign() output",
+            &[],
+        );
+        assert!(String::from_utf8_lossy(&content).contains("Content-Type: text/xml"));
+    }
+
+    #[test]
+    fn sign_refuses_a_from_that_is_not_the_certificates() {
+        let err = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "john@example.com", "aq@example.com", "x").unwrap_err();
+        assert!(err.contains("not the certificate's e-mail"), "{err}");
+        assert!(sign(IDAP.as_bytes(), SCOTT_PEM, JOHN_KEY, "scott@example.com", "aq@example.com", "x").is_err());
+        assert!(sign(b"", SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "x").is_err());
+        assert!(sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "a\r\nBcc: x", "x").is_err());
+    }
+
+    #[test]
+    fn idap_message_attachment_passes() {
+        let entity = format!(
+            "Content-Type: multipart/mixed; boundary=\"inner\"\r\n\r\n--inner\r\nContent-Type: text/plain\r\n\r\n\
+             The request is attached.\r\n--inner\r\nContent-Type: application/octet-stream\r\n\
+             Content-Transfer-Encoding: base64\r\nContent-Disposition: attachment; filename=\"IDAP_MESSAGE.dat\"\r\n\r\n\
+             {}\r\n--inner--\r\n",
+            base64_lines(IDAP.as_bytes(), 76)
+        );
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], entity.as_bytes(), &[]));
+        let verified = assert_pass(verify_as(&raw, SCOTT_DER));
+        assert_eq!(verified.idap, IDAP.as_bytes());
+    }
+
+    #[test]
+    fn from_is_compared_case_insensitively_and_lower_cased() {
+        let headers = HEADERS.replace("scott@example.com", "Scott@EXAMPLE.com");
+        let raw = mail(&headers, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]));
+        assert_pass(verify_as(&raw, SCOTT_DER));
+    }
+
+    #[test]
+    fn passes_when_the_sender_has_several_directory_certificates() {
+        let verdict = verify(&scott_detached(), &[JOHN_DER.to_vec(), SCOTT_DER.to_vec()], &trust(), now());
+        assert_pass(verdict);
+    }
+
+    // ---- refused mail --------------------------------------------------------------------------
+
+    #[test]
+    fn tampered_detached_body_fails() {
+        let raw = String::from_utf8(scott_detached()).unwrap().replace("scott_queue", "scott_queuf");
+        assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "signature does not verify");
+    }
+
+    #[test]
+    fn tampered_opaque_content_fails() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nodetach"]));
+        let text = String::from_utf8(raw).unwrap();
+        let (head, body) = text.split_once("\n\n").unwrap();
+        let mut der = BASE64.decode(body.replace(['\n', '\r'], "")).unwrap();
+        let at = der.windows(11).position(|w| w == b"scott_queue").unwrap();
+        der[at + 10] = b'f';
+        let raw = format!("{head}\n\n{}\n", base64_lines(&der, 64));
+        assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "signature does not verify");
+    }
+
+    #[test]
+    fn unsigned_mail_fails() {
+        let raw = format!("{HEADERS}MIME-Version: 1.0\nContent-Type: text/xml\n\n{IDAP}");
+        assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "not signed");
+        let raw = format!("{HEADERS}\n{IDAP}");
+        assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "not signed");
+    }
+
+    #[test]
+    fn encrypted_only_mail_fails() {
+        let dir = TempDir::new();
+        let input = dir.file("in.eml", &entity());
+        let recipient = dir.file("scott.pem", SCOTT_PEM);
+        let smime = run("openssl", &[p("smime"), p("-encrypt"), p("-in"), &input, &recipient], "encrypt", &[]);
+        assert_fail(verify_as(&mail(HEADERS, &smime), SCOTT_DER), "not signed");
+    }
+
+    #[test]
+    fn signed_by_another_agent_fails() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(JOHN_PEM, JOHN_KEY)], &entity(), &[]));
+        assert_fail(verify_as(&raw, SCOTT_DER), "not scott@example.com's certificate in the directory");
+    }
+
+    #[test]
+    fn from_mismatch_fails() {
+        let headers = HEADERS.replace("scott@example.com", "john@example.com");
+        let raw = mail(&headers, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]));
+        assert_fail(verify_as(&raw, SCOTT_DER), "From address john@example.com is not the signer certificate's");
+    }
+
+    #[test]
+    fn two_from_headers_fail() {
+        let raw = mail("From: john@example.com\n", &scott_detached());
+        assert_fail(verify_as(&raw, SCOTT_DER), "2 From headers");
+        assert!(sender_address(&raw).is_err_and(|e| e.contains("2 From headers")));
+        let obsolete = mail("FROM : john@example.com\n", &scott_detached());
+        assert!(sender_address(&obsolete).is_err());
+    }
+
+    #[test]
+    fn sender_address_rules() {
+        assert_eq!(sender_address(&scott_detached()), Ok("scott@example.com".to_string()));
+        assert!(sender_address(b"From: a@example.com, b@example.com\n\nx").is_err_and(|e| e.contains("2 addresses")));
+        assert!(sender_address(b"To: a@example.com\n\nx").is_err_and(|e| e.contains("no From")));
+        assert!(sender_address(b"From: undisclosed\n\nx").is_err());
+        assert!(sender_address(b"From: group: a@example.com;\n\nx").is_err());
+        // A From line in the body is not a header.
+        assert!(sender_address(b"From: a@example.com\n\nFrom: b@example.com\n").is_ok());
+    }
+
+    #[test]
+    fn expired_certificate_fails() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(EXPIRED_PEM, EXPIRED_KEY)], &entity(), &[]));
+        assert_fail(verify_as(&raw, EXPIRED_DER), "certificate has expired");
+    }
+
+    #[test]
+    fn validity_is_checked_at_the_injected_time() {
+        let raw = scott_detached();
+        // 2021-06-01: before scott's certificate was issued.
+        assert_fail(verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 1_622_505_600), "not yet valid");
+        // A minute after scott's certificate ends (no CRL, whose own validity would speak first).
+        let after = unix(X509::from_pem(SCOTT_PEM).unwrap().not_after()) + 60;
+        let no_crl = TrustStore::from_pem(&[CA_PEM], &[]).unwrap();
+        assert_fail(verify(&raw, &[SCOTT_DER.to_vec()], &no_crl, after), "certificate has expired");
+        assert_pass(verify(&raw, &[SCOTT_DER.to_vec()], &no_crl, now()));
+    }
+
+    #[test]
+    fn revoked_certificate_fails() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(REVOKED_PEM, REVOKED_KEY)], &entity(), &[]));
+        assert_fail(verify_as(&raw, REVOKED_DER), "is revoked");
+    }
+
+    #[test]
+    fn stale_crl_is_a_temporary_error() {
+        let ca = X509::from_pem(CA_PEM).unwrap();
+        let ca_key = PKey::private_key_from_pem(CA_KEY).unwrap();
+        let mut builder = openssl::x509::X509CrlBuilder::new().unwrap();
+        builder.set_issuer_name(ca.subject_name()).unwrap();
+        builder.set_last_update(&Asn1Time::from_unix(now() - 7200).unwrap()).unwrap();
+        builder.set_next_update(&Asn1Time::from_unix(now() - 3600).unwrap()).unwrap();
+        // authorityKeyIdentifier = SEQUENCE { [0] keyIdentifier } with the CA's key id.
+        let key_id = ca.subject_key_id().unwrap().as_slice().to_vec();
+        let mut aki = vec![0x30, u8::try_from(key_id.len() + 2).unwrap(), 0x80, u8::try_from(key_id.len()).unwrap()];
+        aki.extend_from_slice(&key_id);
+        let oid = openssl::asn1::Asn1Object::from_str("2.5.29.35").unwrap();
+        let aki = openssl::asn1::Asn1OctetString::new_from_bytes(&aki).unwrap();
+        builder.append_extension(openssl::x509::X509Extension::new_from_der(&oid, false, &aki).unwrap()).unwrap();
+        let oid = openssl::asn1::Asn1Object::from_str("2.5.29.20").unwrap();
+        let number = openssl::asn1::Asn1OctetString::new_from_bytes(&[0x02, 0x01, 0x01]).unwrap();
+        builder.append_extension(openssl::x509::X509Extension::new_from_der(&oid, false, &number).unwrap()).unwrap();
+        builder.sign(&ca_key, openssl::hash::MessageDigest::sha256()).unwrap();
+        let stale = builder.build().unwrap().to_pem().unwrap();
+        let trust = TrustStore::from_pem(&[CA_PEM], &[&stale]).unwrap();
+        let verdict = verify(&scott_detached(), &[SCOTT_DER.to_vec()], &trust, now());
+        assert!(
+            matches!(&verdict, Verdict::TempError(reason) if reason.contains("revocation status unknown")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn wrong_eku_fails() {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(WRONG_EKU_PEM, WRONG_EKU_KEY)], &entity(), &[]));
+        assert_fail(verify_as(&raw, WRONG_EKU_DER), "emailProtection");
+    }
+
+    #[test]
+    fn untrusted_ca_fails_even_when_the_mail_carries_that_ca() {
+        let dir = TempDir::new();
+        let other_ca = dir.file("other-ca.pem", OTHER_CA_PEM);
+        let other_ca = other_ca.to_str().unwrap();
+        for extra in [&[][..], &["-certfile", other_ca][..]] {
+            let raw = mail(HEADERS, &openssl_sign("smime", &[(OTHER_SCOTT_PEM, OTHER_SCOTT_KEY)], &entity(), extra));
+            assert_fail(verify_as(&raw, OTHER_SCOTT_DER), "unable to get local issuer certificate");
+        }
+    }
+
+    #[test]
+    fn signed_part_wrapped_in_multipart_mixed_fails() {
+        let signed = openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]);
+        let raw = format!(
+            "{HEADERS}MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"outer\"\n\n--outer\n\
+             Content-Type: text/xml\n\n<evil/>\n--outer\n{}\n--outer--\n",
+            String::from_utf8(signed).unwrap().replace("MIME-Version: 1.0\n", "")
+        );
+        assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "does not cover the whole message");
+    }
+
+    #[test]
+    fn two_signers_fail() {
+        let raw = mail(HEADERS, &openssl_sign("cms", &[(SCOTT_PEM, SCOTT_KEY), (JOHN_PEM, JOHN_KEY)], &entity(), &[]));
+        assert_fail(verify(&raw, &[SCOTT_DER.to_vec(), JOHN_DER.to_vec()], &trust(), now()), "2 signers");
+    }
+
+    #[test]
+    fn directory_without_certificate_fails_and_unreadable_one_is_temporary() {
+        assert_fail(verify(&scott_detached(), &[], &trust(), now()), "no certificate");
+        assert!(matches!(
+            verify(&scott_detached(), &[b"not DER".to_vec()], &trust(), now()),
+            Verdict::TempError(reason) if reason.contains("unreadable")
+        ));
+    }
+
+    #[test]
+    fn no_idap_document_is_a_permanent_error() {
+        let entity = b"Content-Type: text/plain\r\n\r\nhello";
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], entity, &[]));
+        assert!(matches!(verify_as(&raw, SCOTT_DER), Verdict::PermError(reason) if reason.contains("no IDAP")));
+    }
+
+    #[test]
+    fn garbage_signature_is_a_permanent_error() {
+        let raw = format!(
+            "{HEADERS}MIME-Version: 1.0\nContent-Type: application/pkcs7-mime; smime-type=signed-data\n\
+             Content-Transfer-Encoding: base64\n\nAAAA\n"
+        );
+        assert!(matches!(verify_as(raw.as_bytes(), SCOTT_DER), Verdict::PermError(_)));
+    }
+
+    // ---- trust store and helpers --------------------------------------------------------------
+
+    #[test]
+    fn trust_store_rules() {
+        assert!(TrustStore::from_pem(&[], &[]).is_err());
+        assert!(TrustStore::from_pem(&[b"junk"], &[]).is_err());
+        // The CRL must come from a trusted CA.
+        assert!(
+            TrustStore::from_pem(&[OTHER_CA_PEM], &[CA_CRL]).is_err_and(|e| e.contains("not signed by a trusted CA"))
+        );
+        assert!(TrustStore::from_pem(&[OTHER_CA_PEM, CA_PEM], &[CA_CRL]).is_ok());
+        assert!(TrustStore::from_pem(&[include_bytes!("../../certs/ca.der")], &[]).is_ok());
+        assert!(TrustStore::from_pem_files(&[PathBuf::from("/nonexistent/ca.pem")], &[]).is_err());
+        let dir = TempDir::new();
+        let ca = dir.file("ca.pem", CA_PEM);
+        let crl = dir.file("ca.crl", CA_CRL);
+        assert!(TrustStore::from_pem_files(&[ca], &[crl]).is_ok());
+        let _ = OTHER_CA_KEY;
+    }
+
+    #[test]
+    fn trust_store_and_verdict_are_shareable_across_tasks() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<TrustStore>();
+        assert_send_sync::<Verdict>();
+    }
+
+    #[test]
+    fn gateway_tls_certificate_is_for_localhost_server_auth() {
+        let cert = X509::from_pem(GATEWAY_TLS_PEM).unwrap();
+        assert!(cert.extended_key_usage().unwrap().contains(X509ExtendedKeyUsage::SSL_SERVER));
+        let names: Vec<String> = cert
+            .subject_alt_names()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.dnsname().map(str::to_string).or_else(|| n.ipaddress().map(|ip| format!("{ip:?}"))))
+            .collect();
+        assert!(names.contains(&"localhost".to_string()), "{names:?}");
+        assert!(names.contains(&"[127, 0, 0, 1]".to_string()), "{names:?}");
+    }
+
+    #[test]
+    fn rfc5322_dates() {
+        assert_eq!(rfc5322_date(0), "Thu, 1 Jan 1970 00:00:00 +0000");
+        assert_eq!(rfc5322_date(1_798_761_600), "Fri, 1 Jan 2027 00:00:00 +0000");
+        assert_eq!(rfc5322_date(951_827_696), "Tue, 29 Feb 2000 12:34:56 +0000");
+    }
+
+    #[test]
+    fn signer_count_rejects_truncated_der() {
+        assert!(signer_info_count(&[]).is_err());
+        assert!(signer_info_count(&[0x30, 0x80, 0, 0]).is_err());
+        assert!(signer_info_count(&[0x30, 0x05, 0x06]).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn verify_never_panics_on_mutated_mail(at in 0usize..4000, byte in proptest::num::u8::ANY, cut in 0usize..4000) {
+            let mut raw = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "x").unwrap();
+            if let Some(b) = raw.get_mut(at) { *b = byte; }
+            raw.truncate(cut.max(1));
+            let _ = verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 1_800_000_000);
+            let _ = sender_address(&raw);
+        }
+
+        #[test]
+        fn verify_never_panics_on_garbage(raw in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 0);
+        }
+    }
 }

@@ -204,7 +204,8 @@ impl Worker {
         let to = m.reply_to.parse().map_err(|e| format!("reply address {}: {e}", m.reply_to))?;
         let mut b = Message::builder().from(from).to(to).subject(subject);
         if !m.message_id.is_empty() {
-            b = b.in_reply_to(m.message_id.clone()).references(m.message_id.clone());
+            let id = m.message_id.trim_start_matches('<').trim_end_matches('>');
+            b = b.in_reply_to(format!("<{id}>")).references(format!("<{id}>"));
         }
         let msg = b
             .header(ContentType::parse("text/xml; charset=utf-8").map_err(|e| e.to_string())?)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the tools the test suite drives (Debian packages): swaks (SMTP client), gpgsm
+# (a second S/MIME implementation), the openssl CLI, and the headers the openssl crate
+# builds against. slapd is installed by scripts/slapd.sh, PostgreSQL by ensure-postgres.sh.
+set -euo pipefail
+need=()
+command -v swaks >/dev/null 2>&1 || need+=(swaks)
+command -v gpgsm >/dev/null 2>&1 || need+=(gpgsm)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "ensure-tools: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+echo "ensure-tools: ok"

@@ -1,0 +1,172 @@
+//! The SMTP filter's decision at the end of DATA: who signed this mail (the agent whose
+//! directory mail address is the From address), does the signature verify against that
+//! agent's certificate from the directory, and if so, store it durably (the spool) before
+//! answering 250. Rejections are SMTP replies (5.7.x), never reply mails (backscatter);
+//! a directory or store that is unavailable gives 4.x.x so the sender retries.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, MICROS_PER_SEC};
+use crate::directory::{CertificateLocation, Directory, DirectoryError};
+use crate::engine::Engine;
+use crate::mail::smime::{self, TrustStore, Verdict};
+use crate::mail::smtp::{Acceptor, Reply};
+use crate::store::{SpoolPut, SpooledMail};
+use crate::topology::AgentInfo;
+
+pub struct Gateway {
+    pub engine: Arc<Engine>,
+    pub directory: Arc<dyn Directory>,
+    pub trust: TrustStore,
+    pub clock: Arc<dyn Clock>,
+    /// Rung when a mail was spooled (the worker waits on it).
+    pub wake: Arc<Notify>,
+}
+
+fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
+    match e {
+        DirectoryError::NotFound(n) => Reply::new(550, "5.7.1", format!("{what}: not in the directory: {n}")),
+        DirectoryError::Unavailable(why) => {
+            Reply::new(451, "4.4.3", format!("directory unavailable, try again later ({why})"))
+        }
+        DirectoryError::Malformed(why) => {
+            Reply::new(451, "4.7.5", format!("{what}: the directory holds a malformed entry ({why})"))
+        }
+        DirectoryError::Config(why) => Reply::new(451, "4.3.5", format!("directory configuration problem ({why})")),
+    }
+}
+
+impl Gateway {
+    /// The SMTP-enabled agent whose directory mail address is `from`.
+    async fn agent_for(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
+        let resolved = self.engine.resolved();
+        for a in resolved.catalog.agents.values().filter(|a| !a.gateway) {
+            match self.directory.mail_address(&a.name).await {
+                Ok(Some(m)) if m.eq_ignore_ascii_case(from) => return Ok(Some(a.clone())),
+                Ok(_) | Err(DirectoryError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl Acceptor for Gateway {
+    async fn accept(&self, raw: &[u8]) -> Reply {
+        let from = match smime::sender_address(raw) {
+            Ok(f) => f,
+            Err(e) => return Reply::new(550, "5.7.1", format!("rejected: {e}")),
+        };
+        let agent = match self.agent_for(&from).await {
+            Ok(Some(a)) => a,
+            Ok(None) => return Reply::new(550, "5.7.1", format!("rejected: no AQ agent has the address {from}")),
+            Err(e) => return directory_reply(&e, &format!("sender {from}")),
+        };
+        if !agent.smtp {
+            return Reply::new(550, "5.7.1", format!("rejected: agent {} is not enabled for SMTP", agent.name));
+        }
+        let at = match &agent.certificate_location {
+            Some(dn) => CertificateLocation::Dn(dn.clone()),
+            None => CertificateLocation::Mail(from.clone()),
+        };
+        let certs = match self.directory.certificates(&at).await {
+            Ok(c) if !c.is_empty() => c,
+            Ok(_) => {
+                return Reply::new(
+                    550,
+                    "5.7.1",
+                    format!("rejected: no certificate for agent {} in the directory", agent.name),
+                );
+            }
+            Err(e) => return directory_reply(&e, &format!("certificate of agent {}", agent.name)),
+        };
+        let now = self.clock.now();
+        let verified = match smime::verify(raw, &certs, &self.trust, now / MICROS_PER_SEC) {
+            Verdict::Pass(v) => v,
+            Verdict::Fail(why) => return Reply::new(550, "5.7.1", format!("signature rejected: {why}")),
+            Verdict::PermError(why) => {
+                return Reply::new(550, "5.7.1", format!("not an acceptable S/MIME message: {why}"));
+            }
+            Verdict::TempError(why) => return Reply::new(451, "4.7.0", format!("cannot verify now: {why}")),
+        };
+        let mail = SpooledMail {
+            id: 0,
+            received_at: now,
+            agent: agent.name.clone(),
+            // Without a Message-ID the mail cannot be recognised when re-sent: it gets a
+            // unique key of its own.
+            message_id: verified
+                .message_id
+                .clone()
+                .unwrap_or_else(|| format!("{}@aqgate.invalid", crate::engine::session::random_id())),
+            reply_to: verified.reply_to.clone().unwrap_or_else(|| verified.from.clone()),
+            subject: verified.subject.clone(),
+            idap: verified.idap,
+            state: String::new(),
+            attempts: 0,
+            response: None,
+            last_error: None,
+            replies_wanted: 1,
+            replies_sent: 0,
+        };
+        match self.engine.store().spool_put(&mail).await {
+            Ok(SpoolPut::New(id)) => {
+                self.wake.notify_one();
+                Reply::new(250, "2.0.0", format!("verified for agent {}; queued as request {id}", agent.name))
+            }
+            Ok(SpoolPut::Duplicate(id)) => {
+                self.wake.notify_one();
+                Reply::new(250, "2.0.0", format!("already have this request ({id}); its response will be sent again"))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "spooling a verified mail failed");
+                Reply::new(451, "4.3.0", "temporary failure storing the mail; try again later")
+            }
+        }
+    }
+}
+
+/// Accepts SMTP connections until `shutdown` changes; one task per connection.
+pub async fn serve_smtp(
+    listener: tokio::net::TcpListener,
+    cfg: crate::mail::smtp::SmtpConfig,
+    acceptor: Arc<dyn Acceptor>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let cfg = Arc::new(cfg);
+    let limit = Arc::new(tokio::sync::Semaphore::new(256));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "SMTP accept");
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            // Too many sessions: say so and hang up.
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut s = stream;
+                let _ = s.write_all(b"421 4.3.2 too many connections, try again later\r\n").await;
+            });
+            continue;
+        };
+        let cfg = cfg.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::mail::smtp::run_session(stream, &cfg, acceptor.as_ref()).await {
+                tracing::debug!(%peer, error = %e, "SMTP session ended");
+            }
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,178 @@
+//! The mail path through the real binary: swaks delivers an S/MIME-signed IDAP request to
+//! aqgate's SMTP filter; the signature is verified against the agent's certificate from the
+//! directory, the request is performed, the response is mailed back (outbox .eml), and an
+//! HTTP receive sees the message. Forged, unsigned and mismatched mail is refused at SMTP
+//! time and changes nothing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aqgate::idap::{self, Limits, Response};
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "port {port} never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sign(dir: &Path, name: &str, idap: &str, agent: &str, from: &str) -> PathBuf {
+    let req = dir.join(format!("{name}.xml"));
+    std::fs::write(&req, idap).expect("write request");
+    let out = Command::new(BIN)
+        .args(["mail", "sign"])
+        .arg(&req)
+        .args(["--cert", &format!("{ROOT}/certs/{agent}.pem"), "--key", &format!("{ROOT}/certs/{agent}.key.pem")])
+        .args(["--from", from, "--to", "aq@localhost", "--subject", "new order"])
+        .output()
+        .expect("aqgate mail sign");
+    assert!(out.status.success(), "sign: {}", String::from_utf8_lossy(&out.stderr));
+    let eml = dir.join(format!("{name}.eml"));
+    std::fs::write(&eml, out.stdout).expect("write mail");
+    eml
+}
+
+/// swaks' exit status and transcript.
+fn swaks(port: u16, from: &str, mail: &Path) -> (bool, String) {
+    let out = Command::new("swaks")
+        .args([
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "--from",
+            from,
+            "--to",
+            "aq@localhost",
+            "--helo",
+            "client.test",
+        ])
+        .arg("--data")
+        .arg(mail)
+        .stdin(Stdio::null())
+        .output()
+        .expect("swaks (scripts/test.sh installs it)");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+fn outbox(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).collect())
+        .unwrap_or_default()
+}
+
+async fn http(port: u16, body: &str) -> Response {
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/aqserv"))
+        .basic_auth("scott", Some("tiger"))
+        .header("content-type", "text/xml")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
+    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
+    let work = std::env::temp_dir().join(format!("aqgate-smtp-{}", aqgate::engine::session::random_id()));
+    let out_dir = work.join("outbox");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let (hp, sp) = (free_port(), free_port());
+    let db = fresh_sqlite_url();
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{hp}"),
+            "--smtp-listen",
+            &format!("127.0.0.1:{sp}"),
+            "--database",
+            &db,
+        ])
+        .arg("--mail-outbox")
+        .arg(&out_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let _serve = Serve(child);
+    wait_port(hp);
+    wait_port(sp);
+
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let good = sign(&work, "good", &send, "scott", "scott@example.com");
+    let (ok, transcript) = swaks(sp, "scott@example.com", &good);
+    assert!(ok, "{transcript}");
+    assert!(transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
+
+    // The response comes back by mail.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reply = loop {
+        if let Some(r) = outbox(&out_dir).into_iter().next() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no reply mail");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reply.contains("AQXmlSendResponse") && reply.contains("QS.NEW_ORDERS_QUE"), "{reply}");
+    assert!(reply.contains("To: scott@example.com") && reply.contains("Subject: Re: new order"), "{reply}");
+
+    // Refused at SMTP time, nothing enqueued: tampered, unsigned, From mismatch.
+    let text = std::fs::read_to_string(&good).expect("mail");
+    let tampered = work.join("tampered.eml");
+    // Flip one character of the signed part's (base64) body.
+    let marker = "Content-Transfer-Encoding: base64\r\n\r\n";
+    let at = text.find(marker).expect("signed part") + marker.len() + 10;
+    let flipped = if &text[at..=at] == "A" { "B" } else { "A" };
+    std::fs::write(&tampered, format!("{}{flipped}{}", &text[..at], &text[at + 1..])).expect("write");
+    let unsigned = work.join("unsigned.eml");
+    std::fs::write(
+        &unsigned,
+        format!("From: scott@example.com\r\nTo: aq@localhost\r\nSubject: x\r\nContent-Type: text/xml\r\n\r\n{send}"),
+    )
+    .expect("write");
+    // john signs, and the From header claims scott.
+    let johns = sign(&work, "johns", &send, "john", "john@example.com");
+    let forged: String = std::fs::read_to_string(&johns)
+        .expect("mail")
+        .split_inclusive('\n')
+        .map(|l| if l.starts_with("From:") { "From: scott@example.com\r\n".to_string() } else { l.to_string() })
+        .collect();
+    std::fs::write(&johns, forged).expect("write");
+    for (what, mail) in [("tampered", &tampered), ("unsigned", &unsigned), ("signed by john as scott", &johns)] {
+        let (ok, transcript) = swaks(sp, "scott@example.com", mail);
+        assert!(!ok, "{what} was accepted:\n{transcript}");
+        assert!(transcript.contains("550 5.7.1"), "{what}:\n{transcript}");
+    }
+
+    // Exactly the one good request was performed.
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
+    let r = http(hp, &example("07")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    assert_eq!(outbox(&out_dir).len(), 1, "no reply mail for refused mail (no backscatter)");
+    let _ = std::fs::remove_dir_all(&work);
+}
