@@ -154,6 +154,19 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Run only the SMTP filter and its forwarding worker, posting to a servlet elsewhere
+    /// (sharing its database).
+    Smtp {
+        #[command(flatten)]
+        db: Db,
+        /// The servlet's IDAP endpoint.
+        #[arg(long, env = "AQGATE_SERVLET_URL", default_value = "http://127.0.0.1:8470/aqserv")]
+        servlet_url: String,
+        #[command(flatten)]
+        directory: DirectoryArgs,
+        #[command(flatten)]
+        mail: MailArgs,
+    },
     /// Mail helpers for clients.
     Mail {
         #[command(subcommand)]
@@ -274,6 +287,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(mail_config(&mail_args, directory_args.ldap_url.is_some(), directory.clone()).await?)
             };
             serve(cfg, listener, mail, shutdown_signal()).await
+        }
+        Command::Smtp { db, servlet_url, directory: directory_args, mail: mail_args } => {
+            let directory = aqgate::directory::open(&directory_args.config()?)
+                .await
+                .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+            let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
+            aqgate::server::smtp_only(&db.database, servlet_url, mail, shutdown_signal()).await
         }
         Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));

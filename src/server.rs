@@ -60,34 +60,7 @@ pub async fn serve(
         let http = listener.local_addr()?;
         let host = if http.ip().is_unspecified() { "127.0.0.1".to_string() } else { http.ip().to_string() };
         let servlet_url = format!("http://{host}:{}/aqserv", http.port());
-        let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
-        let worker = Arc::new(crate::mail::worker::Worker::new(
-            engine.store().clone(),
-            clock.clone(),
-            crate::mail::worker::WorkerConfig {
-                servlet_url,
-                gateway_agent: m.gateway_agent,
-                gateway_password: m.gateway_password,
-                reply_from: m.reply_from,
-                transport: m.transport,
-                max_attempts: 20,
-            },
-        ));
-        let gateway = crate::mail::gateway::Gateway {
-            engine: engine.clone(),
-            directory: m.directory,
-            trust: m.trust,
-            clock,
-            wake: worker.wake.clone(),
-        };
-        tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
-        mail_tasks.push(tokio::spawn(crate::mail::gateway::serve_smtp(
-            m.smtp_listener,
-            m.smtp,
-            Arc::new(gateway),
-            stop_rx.clone(),
-        )));
-        mail_tasks.push(tokio::spawn(worker.run(stop_rx.clone())));
+        mail_tasks = start_mail(engine.clone(), servlet_url, m, stop_rx.clone())?;
     }
     let mut state = AppState::new(engine.clone(), cfg.limits);
     state.max_sessions = cfg.max_sessions;
@@ -115,6 +88,60 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = bg.await;
     for t in mail_tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Starts the SMTP filter and its forwarding worker; they stop when `stop` changes.
+pub fn start_mail(
+    engine: Arc<Engine>,
+    servlet_url: String,
+    m: MailConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
+    let worker = Arc::new(crate::mail::worker::Worker::new(
+        engine.store().clone(),
+        clock.clone(),
+        crate::mail::worker::WorkerConfig {
+            servlet_url,
+            gateway_agent: m.gateway_agent,
+            gateway_password: m.gateway_password,
+            reply_from: m.reply_from,
+            transport: m.transport,
+            max_attempts: 20,
+        },
+    ));
+    let gateway = crate::mail::gateway::Gateway {
+        engine,
+        directory: m.directory,
+        trust: m.trust,
+        clock,
+        wake: worker.wake.clone(),
+    };
+    tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
+    Ok(vec![
+        tokio::spawn(crate::mail::gateway::serve_smtp(m.smtp_listener, m.smtp, Arc::new(gateway), stop.clone())),
+        tokio::spawn(worker.run(stop)),
+    ])
+}
+
+/// `aqgate smtp`: the SMTP filter and worker alone, posting to a servlet elsewhere. The
+/// process shares the store (spool, topology) with that servlet.
+pub async fn smtp_only(
+    database_url: &str,
+    servlet_url: String,
+    mail: MailConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = crate::store::open(database_url).await?;
+    let engine = Engine::attach(store, Arc::new(SystemClock), EngineConfig::default()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tasks = start_mail(engine, servlet_url, mail, stop_rx)?;
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
         let _ = t.await;
     }
     Ok(())

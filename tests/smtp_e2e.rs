@@ -176,3 +176,69 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     assert_eq!(outbox(&out_dir).len(), 1, "no reply mail for refused mail (no backscatter)");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+fn spawn(args: &[&str]) -> Serve {
+    Serve(Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn aqgate"))
+}
+
+/// kill -9 after the 250 and before forwarding: after restart the request is performed
+/// exactly once. `aqgate smtp` runs alone, posting to a servlet that is not up yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
+    let work = std::env::temp_dir().join(format!("aqgate-crash-{}", aqgate::engine::session::random_id()));
+    let out_dir = work.join("outbox");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let db = fresh_sqlite_url();
+    let topo = format!("{ROOT}/config/topology.toml");
+    let st = Command::new(BIN).args(["admin", "apply", &topo, "--database", &db]).output().expect("admin apply");
+    assert!(st.status.success());
+    let (hp, sp) = (free_port(), free_port());
+    let servlet_url = format!("http://127.0.0.1:{hp}/aqserv");
+    let out = out_dir.to_str().expect("utf-8 path").to_string();
+    let smtp_args = [
+        "smtp",
+        "--database",
+        &db,
+        "--servlet-url",
+        &servlet_url,
+        "--smtp-listen",
+        &format!("127.0.0.1:{sp}"),
+        "--mail-outbox",
+        &out,
+    ];
+
+    let mut smtp = spawn(&smtp_args);
+    wait_port(sp);
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let good = sign(&work, "good", &send, "scott", "scott@example.com");
+    let (ok, transcript) = swaks(sp, "scott@example.com", &good);
+    assert!(ok && transcript.contains("250 2.0.0 verified"), "{transcript}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = Command::new("kill").args(["-9", &smtp.0.id().to_string()]).status();
+    let _ = smtp.0.wait();
+    assert!(outbox(&out_dir).is_empty(), "nothing could have been answered yet");
+
+    let _serve = spawn(&["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{hp}"), "--database", &db]);
+    wait_port(hp);
+    let _smtp2 = spawn(&smtp_args);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while outbox(&out_dir).is_empty() {
+        assert!(Instant::now() < deadline, "the spooled mail was not processed after restart");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let replies = outbox(&out_dir);
+    assert_eq!(replies.len(), 1, "answered once");
+    assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        "performed exactly once: {r:?}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

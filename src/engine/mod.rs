@@ -93,6 +93,16 @@ impl Engine {
         if rolled_back > 0 {
             tracing::info!(rows = rolled_back, "rolled back transactions of the previous process");
         }
+        Self::attach(store, clock, config).await
+    }
+
+    /// An engine for a process that shares the store with a running servlet (e.g. `aqgate
+    /// smtp`): it must not roll back the servlet's open sessions, so it skips recovery.
+    pub async fn attach(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> Result<Arc<Self>, AqError> {
         let engine = Arc::new(Self {
             store,
             clock,

@@ -40,8 +40,19 @@ fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
 }
 
 impl Gateway {
-    /// The SMTP-enabled agent whose directory mail address is `from`.
+    /// The agent whose directory mail address is `from`. The topology may have changed in
+    /// another process (`admin apply`): an unknown sender reloads it once before giving up.
     async fn agent_for(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
+        if let Some(a) = self.find_agent(from).await? {
+            return Ok(Some(a));
+        }
+        if let Err(e) = self.engine.reload().await {
+            tracing::warn!(error = %e, "topology reload");
+        }
+        self.find_agent(from).await
+    }
+
+    async fn find_agent(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
         let resolved = self.engine.resolved();
         for a in resolved.catalog.agents.values().filter(|a| !a.gateway) {
             match self.directory.mail_address(&a.name).await {
