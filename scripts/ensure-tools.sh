@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the tools the test suite drives (Debian packages): swaks (SMTP client), gpgsm
+# Installs the tools the test suite drives (Debian packages): swaks (SMTP client, with TLS), gpgsm
 # (a second S/MIME implementation), the openssl CLI, and the headers the openssl crate
 # builds against. slapd is installed by scripts/slapd.sh, PostgreSQL by ensure-postgres.sh.
 set -euo pipefail
@@ -9,6 +9,7 @@ command -v gpgsm >/dev/null 2>&1 || need+=(gpgsm)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+perl -MNet::SSLeay -e1 >/dev/null 2>&1 || need+=(libnet-ssleay-perl)   # swaks --tls
 if [ ${#need[@]} -gt 0 ]; then
   echo "ensure-tools: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -41,6 +41,12 @@ struct MailArgs {
     /// Addresses the filter accepts mail for (repeatable); the first is the From of replies.
     #[arg(long = "gateway-address", env = "AQGATE_GATEWAY_ADDRESS", default_value = "aq@localhost")]
     gateway_addresses: Vec<String>,
+    /// PEM certificate chain for STARTTLS (with --smtp-tls-key); without it no STARTTLS.
+    #[arg(long, env = "AQGATE_SMTP_TLS_CERT", requires = "smtp_tls_key")]
+    smtp_tls_cert: Option<PathBuf>,
+    /// PEM private key for STARTTLS.
+    #[arg(long, env = "AQGATE_SMTP_TLS_KEY", requires = "smtp_tls_cert")]
+    smtp_tls_key: Option<PathBuf>,
     /// Largest mail accepted, in bytes (larger: 552).
     #[arg(long, env = "AQGATE_SMTP_MAX_SIZE", default_value_t = 10 * 1024 * 1024)]
     smtp_max_size: usize,
@@ -391,6 +397,13 @@ async fn mail_config(
     };
     let addresses: Vec<String> = a.gateway_addresses.iter().map(|x| x.trim().to_ascii_lowercase()).collect();
     let reply_from = addresses.first().cloned().ok_or_else(|| anyhow::anyhow!("--gateway-address is empty"))?;
+    let tls = match (&a.smtp_tls_cert, &a.smtp_tls_key) {
+        (Some(c), Some(k)) => {
+            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            Some(aqgate::mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => None,
+    };
     let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
     Ok(aqgate::server::MailConfig {
         smtp_listener,
@@ -399,7 +412,9 @@ async fn mail_config(
             gateway_addresses: addresses,
             max_message_size: a.smtp_max_size,
             idle_timeout: Duration::from_secs(300),
+            starttls: tls.is_some(),
         },
+        tls,
         trust,
         directory,
         gateway_agent: a.gateway_agent.clone(),

@@ -17,6 +17,8 @@ use crate::topology::Topology;
 pub struct MailConfig {
     pub smtp_listener: TcpListener,
     pub smtp: crate::mail::smtp::SmtpConfig,
+    /// STARTTLS is offered when set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub trust: crate::mail::smime::TrustStore,
     pub directory: Arc<dyn crate::directory::Directory>,
     pub gateway_agent: String,
@@ -122,7 +124,7 @@ pub fn start_mail(
     };
     tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
     Ok(vec![
-        tokio::spawn(crate::mail::gateway::serve_smtp(m.smtp_listener, m.smtp, Arc::new(gateway), stop.clone())),
+        tokio::spawn(crate::mail::gateway::serve_smtp(m.smtp_listener, m.smtp, m.tls, Arc::new(gateway), stop.clone())),
         tokio::spawn(worker.run(stop)),
     ])
 }

@@ -55,6 +55,10 @@ fn sign(dir: &Path, name: &str, idap: &str, agent: &str, from: &str) -> PathBuf 
 
 /// swaks' exit status and transcript.
 fn swaks(port: u16, from: &str, mail: &Path) -> (bool, String) {
+    swaks_with(port, from, mail, &[])
+}
+
+fn swaks_with(port: u16, from: &str, mail: &Path, extra: &[&str]) -> (bool, String) {
     let out = Command::new("swaks")
         .args([
             "--server",
@@ -66,6 +70,7 @@ fn swaks(port: u16, from: &str, mail: &Path) -> (bool, String) {
             "--helo",
             "client.test",
         ])
+        .args(extra)
         .arg("--data")
         .arg(mail)
         .stdin(Stdio::null())
@@ -109,6 +114,8 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
             "--database",
             &db,
         ])
+        .args(["--smtp-tls-cert", &format!("{ROOT}/certs/gateway-tls.pem")])
+        .args(["--smtp-tls-key", &format!("{ROOT}/certs/gateway-tls.key.pem")])
         .arg("--mail-outbox")
         .arg(&out_dir)
         .stdout(Stdio::null())
@@ -121,8 +128,10 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
 
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let good = sign(&work, "good", &send, "scott", "scott@example.com");
-    let (ok, transcript) = swaks(sp, "scott@example.com", &good);
+    // Over STARTTLS (the gateway's TEST ONLY certificate; swaks does not verify it).
+    let (ok, transcript) = swaks_with(sp, "scott@example.com", &good, &["--tls"]);
     assert!(ok, "{transcript}");
+    assert!(transcript.contains("STARTTLS") && transcript.contains("TLS started"), "{transcript}");
     assert!(transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
 
     // The response comes back by mail.

@@ -145,9 +145,12 @@ impl Acceptor for Gateway {
 pub async fn serve_smtp(
     listener: tokio::net::TcpListener,
     cfg: crate::mail::smtp::SmtpConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     acceptor: Arc<dyn Acceptor>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let mut cfg = cfg;
+    cfg.starttls = tls.is_some();
     let cfg = Arc::new(cfg);
     let limit = Arc::new(tokio::sync::Semaphore::new(256));
     loop {
@@ -173,11 +176,43 @@ pub async fn serve_smtp(
         };
         let cfg = cfg.clone();
         let acceptor = acceptor.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::mail::smtp::run_session(stream, &cfg, acceptor.as_ref()).await {
-                tracing::debug!(%peer, error = %e, "SMTP session ended");
+            use crate::mail::smtp::{Ended, run_session};
+            match run_session(stream, &cfg, acceptor.as_ref(), false).await {
+                Ok(Ended::StartTls(plain)) => {
+                    if let Some(t) = tls {
+                        match t.accept(plain).await {
+                            Ok(secure) => {
+                                if let Err(e) = run_session(secure, &cfg, acceptor.as_ref(), true).await {
+                                    tracing::debug!(%peer, error = %e, "SMTP session ended");
+                                }
+                            }
+                            Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        }
+                    }
+                }
+                Ok(Ended::Closed) => {}
+                Err(e) => tracing::debug!(%peer, error = %e, "SMTP session ended"),
             }
             drop(permit);
         });
     }
+}
+
+/// A TLS server configuration (ring provider) from PEM certificate chain and key files.
+pub fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| format!("certificate: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("key: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("TLS: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

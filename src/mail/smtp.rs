@@ -49,6 +49,15 @@ pub trait Acceptor: Send + Sync {
     async fn accept(&self, raw: &[u8]) -> Reply;
 }
 
+/// How a session ended.
+pub enum Ended<S> {
+    Closed,
+    /// The client asked for STARTTLS and was told to go ahead: the caller performs the TLS
+    /// handshake on this stream and runs a new session on it (RFC 3207: everything said
+    /// before, EHLO included, is forgotten, and bytes pipelined after STARTTLS were dropped).
+    StartTls(S),
+}
+
 #[derive(Debug, Clone)]
 pub struct SmtpConfig {
     pub hostname: String,
@@ -58,6 +67,8 @@ pub struct SmtpConfig {
     pub max_message_size: usize,
     /// A client silent for this long is disconnected (421).
     pub idle_timeout: Duration,
+    /// Whether STARTTLS is offered (the caller holds a TLS configuration).
+    pub starttls: bool,
 }
 
 impl Default for SmtpConfig {
@@ -67,6 +78,7 @@ impl Default for SmtpConfig {
             gateway_addresses: vec!["aq@localhost".into()],
             max_message_size: 10 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),
+            starttls: false,
         }
     }
 }
@@ -83,24 +95,33 @@ enum Mode {
     Data { buf: Vec<u8>, receiver: DataReceiver, too_big: bool },
 }
 
-/// Runs one SMTP session until QUIT, disconnect or idle timeout.
-pub async fn run_session<S>(mut stream: S, cfg: &SmtpConfig, acceptor: &dyn Acceptor) -> std::io::Result<()>
+/// Runs one SMTP session until QUIT, disconnect, idle timeout or STARTTLS. `tls`: the
+/// stream is already encrypted (no greeting is sent again, STARTTLS is not offered).
+pub async fn run_session<S>(
+    mut stream: S,
+    cfg: &SmtpConfig,
+    acceptor: &dyn Acceptor,
+    tls: bool,
+) -> std::io::Result<Ended<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    stream.write_all(format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes()).await?;
+    if !tls {
+        stream.write_all(format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes()).await?;
+    }
+    let offer_tls = cfg.starttls && !tls;
     let mut env = Envelope::default();
     let mut receiver = RequestReceiver::default();
     let mut mode = Mode::Command;
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         let n = match tokio::time::timeout(cfg.idle_timeout, stream.read(&mut chunk)).await {
-            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(0)) => return Ok(Ended::Closed),
             Ok(Ok(n)) => n,
             Ok(Err(e)) => return Err(e),
             Err(_) => {
                 stream.write_all(b"421 4.4.2 idle too long, closing\r\n").await?;
-                return Ok(());
+                return Ok(Ended::Closed);
             }
         };
         let mut bytes = chunk[..n].iter();
@@ -132,7 +153,7 @@ where
                         break;
                     }
                     let (reply, next) = match receiver.ingest(&mut bytes) {
-                        Ok(req) => command(req, &mut env, cfg),
+                        Ok(req) => command(req, &mut env, cfg, offer_tls),
                         Err(ProtoError::NeedsMoreData { .. }) => break,
                         Err(ProtoError::ResponseTooLong) => (Reply::new(500, "5.5.2", "line too long"), Next::Stay),
                         Err(ProtoError::UnknownCommand) => {
@@ -148,7 +169,14 @@ where
                         }
                         Next::Quit => {
                             stream.write_all(out.as_bytes()).await?;
-                            return Ok(());
+                            return Ok(Ended::Closed);
+                        }
+                        Next::StartTls => {
+                            // Whatever the client pipelined after STARTTLS is discarded: it
+                            // was sent in the clear and must not be taken as if encrypted.
+                            stream.write_all(out.as_bytes()).await?;
+                            stream.flush().await?;
+                            return Ok(Ended::StartTls(stream));
                         }
                     }
                 }
@@ -165,9 +193,15 @@ enum Next {
     Stay,
     Data,
     Quit,
+    StartTls,
 }
 
-fn command(req: Request<std::borrow::Cow<'_, str>>, env: &mut Envelope, cfg: &SmtpConfig) -> (Reply, Next) {
+fn command(
+    req: Request<std::borrow::Cow<'_, str>>,
+    env: &mut Envelope,
+    cfg: &SmtpConfig,
+    offer_tls: bool,
+) -> (Reply, Next) {
     match req {
         Request::Ehlo { host } | Request::Lhlo { host } => {
             env.helo = true;
@@ -175,6 +209,9 @@ fn command(req: Request<std::borrow::Cow<'_, str>>, env: &mut Envelope, cfg: &Sm
             env.rcpts.clear();
             let mut r = Reply::new(250, "", format!("{} greets {host}", cfg.hostname));
             r.more = vec![format!("SIZE {}", cfg.max_message_size), "8BITMIME".into(), "ENHANCEDSTATUSCODES".into()];
+            if offer_tls {
+                r.more.push("STARTTLS".into());
+            }
             (r, Next::Stay)
         }
         Request::Helo { host } => {
@@ -225,6 +262,7 @@ fn command(req: Request<std::borrow::Cow<'_, str>>, env: &mut Envelope, cfg: &Sm
         Request::Noop { .. } => (Reply::new(250, "2.0.0", "ok"), Next::Stay),
         Request::Vrfy { .. } => (Reply::new(252, "2.5.0", "cannot verify"), Next::Stay),
         Request::Quit => (Reply::new(221, "2.0.0", "bye"), Next::Quit),
+        Request::StartTls if offer_tls => (Reply::new(220, "2.0.0", "ready to start TLS"), Next::StartTls),
         Request::StartTls => (Reply::new(454, "4.7.0", "TLS not available"), Next::Stay),
         Request::Bdat { .. } => (Reply::new(502, "5.5.1", "BDAT not supported; use DATA"), Next::Stay),
         Request::Auth { .. } => {
@@ -259,7 +297,9 @@ mod tests {
     /// server's whole output.
     async fn converse(cfg: &SmtpConfig, acc: &Recorder, client: &[&str]) -> String {
         let (mut c, s) = tokio::io::duplex(1 << 20);
-        let server = async { run_session(s, cfg, acc).await.expect("session") };
+        let server = async {
+            let _ = run_session(s, cfg, acc, false).await.expect("session");
+        };
         let script = async {
             let mut out = Vec::new();
             let mut buf = vec![0u8; 1 << 16];
@@ -308,6 +348,32 @@ mod tests {
             "dot-unstuffed: {:?}",
             String::from_utf8_lossy(&seen[0])
         );
+    }
+
+    #[tokio::test]
+    async fn starttls_drops_what_was_pipelined_before_the_handshake() {
+        let cfg = SmtpConfig { starttls: true, ..SmtpConfig::default() };
+        let acc = Recorder::default();
+        let (mut c, s) = tokio::io::duplex(1 << 16);
+        let server = async { run_session(s, &cfg, &acc, false).await.expect("session") };
+        let client = async {
+            let mut buf = vec![0u8; 4096];
+            let mut out = Vec::new();
+            let n = c.read(&mut buf).await.expect("greeting");
+            out.extend_from_slice(&buf[..n]);
+            c.write_all(b"EHLO c\r\n").await.expect("write");
+            let n = c.read(&mut buf).await.expect("ehlo");
+            out.extend_from_slice(&buf[..n]);
+            // An attacker's command rides along in the same packet as STARTTLS.
+            c.write_all(b"STARTTLS\r\nMAIL FROM:<evil@x>\r\n").await.expect("write");
+            let n = c.read(&mut buf).await.expect("starttls");
+            out.extend_from_slice(&buf[..n]);
+            String::from_utf8_lossy(&out).to_string()
+        };
+        let (ended, out) = tokio::join!(server, client);
+        assert!(out.contains("250-STARTTLS") || out.contains("250 STARTTLS"), "{out}");
+        assert!(out.ends_with("220 2.0.0 ready to start TLS\r\n"), "nothing answered the pipelined MAIL: {out}");
+        assert!(matches!(ended, Ended::StartTls(_)), "the caller gets the stream for the handshake");
     }
 
     #[tokio::test]
