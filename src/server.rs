@@ -68,7 +68,8 @@ pub async fn serve(
     state.max_sessions = cfg.max_sessions;
     #[cfg(unix)]
     {
-        // SIGHUP reloads the topology, e.g. after `aqgate admin apply` from another process.
+        // SIGHUP reloads the topology (e.g. after `aqgate admin apply` from another process)
+        // and drops the directory cache.
         let engine = engine.clone();
         let credentials = state.credentials.clone();
         if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
@@ -77,7 +78,10 @@ pub async fn serve(
                     match engine.reload().await {
                         Ok(()) => {
                             credentials.clear();
-                            tracing::info!("topology reloaded");
+                            if let Some(d) = &engine.config().directory {
+                                d.invalidate();
+                            }
+                            tracing::info!("topology reloaded, directory cache dropped");
                         }
                         Err(e) => tracing::warn!(error = %e, "topology reload failed; keeping the old one"),
                     }

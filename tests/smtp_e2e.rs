@@ -174,15 +174,26 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
         assert!(transcript.contains("550 5.7.1"), "{what}:\n{transcript}");
     }
 
-    // Exactly the one good request was performed.
-    let r = http(hp, &example("07")).await;
+    assert_eq!(outbox(&out_dir).len(), 1, "no reply mail for refused mail (no backscatter)");
+
+    // A receive by mail: the reply carries the message (exactly the one good order).
+    let recv = sign(&work, "recv", &example("07"), "scott", "scott@example.com");
+    let (ok, transcript) = swaks(sp, "scott@example.com", &recv);
+    assert!(ok, "{transcript}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reply = loop {
+        if let Some(r) = outbox(&out_dir).into_iter().find(|r| r.contains("AQXmlReceiveResponse")) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no reply to the receive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
-        "{r:?}"
+        reply.contains("<correlation>ORDER1</correlation>") && reply.contains("<CITY>REDWOOD CITY</CITY>"),
+        "{reply}"
     );
     let r = http(hp, &example("07")).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
-    assert_eq!(outbox(&out_dir).len(), 1, "no reply mail for refused mail (no backscatter)");
     let _ = std::fs::remove_dir_all(&work);
 }
 
