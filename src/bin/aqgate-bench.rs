@@ -7,6 +7,9 @@
 //! - `batch`: a message_set of `--batch` messages, with a trailing AQXmlCommit;
 //! - `receive`: AQXmlReceive (REMOVE) with a trailing AQXmlCommit; the queue is filled
 //!   first (in batches) with enough messages for the run.
+//! - `smtp`: signed mails (`--mail`, e.g. from `aqgate mail sign`) over SMTP to `--smtp`;
+//!   each gets a fresh Message-ID (outside the signed part, so the signature still holds);
+//!   latency is end of DATA → the 250.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +22,7 @@ enum Scenario {
     Send,
     Batch,
     Receive,
+    Smtp,
 }
 
 #[derive(Parser, Debug)]
@@ -48,6 +52,14 @@ struct Args {
     /// Messages to enqueue before a receive run.
     #[arg(long, default_value_t = 60_000)]
     prefill: usize,
+    /// SMTP server for the smtp scenario.
+    #[arg(long, default_value = "127.0.0.1:2525")]
+    smtp: String,
+    /// A signed mail (RFC 5322) for the smtp scenario.
+    #[arg(long)]
+    mail: Option<std::path::PathBuf>,
+    #[arg(long, default_value = "scott@example.com")]
+    mail_from: String,
 }
 
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
@@ -106,9 +118,109 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
     Duration::from_micros(sorted[i.min(sorted.len() - 1)])
 }
 
+/// One SMTP client: a connection kept open, one mail after another.
+async fn smtp_client(
+    addr: String,
+    from: String,
+    mail: Arc<String>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(Vec<u64>, u64)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let stream = tokio::net::TcpStream::connect(&addr).await?;
+    stream.set_nodelay(true)?;
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    // Reads one (possibly multi-line) reply; returns its code.
+    async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> anyhow::Result<u16> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            anyhow::ensure!(r.read_line(&mut line).await? > 0, "connection closed");
+            if line.as_bytes().get(3) != Some(&b'-') {
+                return Ok(line.get(..3).and_then(|c| c.parse().ok()).unwrap_or(0));
+            }
+        }
+    }
+    reply(&mut r).await?;
+    w.write_all(b"EHLO bench\r\n").await?;
+    reply(&mut r).await?;
+    let (mut lat, mut refused) = (Vec::new(), 0);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        w.write_all(format!("MAIL FROM:<{from}>\r\nRCPT TO:<aq@localhost>\r\nDATA\r\n").as_bytes()).await?;
+        for _ in 0..3 {
+            reply(&mut r).await?;
+        }
+        let id = format!(
+            "Message-ID: <bench-{n}-{}@example.com>",
+            std::process::id() as u64 * 1_000_000 + u64::from(rand_u32())
+        );
+        let body: String = mail
+            .lines()
+            .map(|l| {
+                if l.starts_with("Message-ID:") {
+                    id.clone()
+                } else if l.starts_with('.') {
+                    format!(".{l}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        w.write_all(body.as_bytes()).await?;
+        let t = Instant::now();
+        w.write_all(b"\r\n.\r\n").await?;
+        let code = reply(&mut r).await?;
+        if code == 250 {
+            lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+        } else {
+            refused += 1;
+        }
+    }
+    let _ = w.write_all(b"QUIT\r\n").await;
+    Ok((lat, refused))
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::try_from(Instant::now().elapsed().as_nanos()).unwrap_or(0));
+    u32::try_from(h.finish() & 0xFFFF_FFFF).unwrap_or(0)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.scenario == Scenario::Smtp {
+        let path = args.mail.clone().ok_or_else(|| anyhow::anyhow!("--mail FILE is required for the smtp scenario"))?;
+        let mail = Arc::new(std::fs::read_to_string(&path)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..args.clients)
+            .map(|_| tokio::spawn(smtp_client(args.smtp.clone(), args.mail_from.clone(), mail.clone(), stop.clone())))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+        stop.store(true, Ordering::Relaxed);
+        let (mut all, mut refused) = (Vec::new(), 0);
+        for t in tasks {
+            let (l, r) = t.await??;
+            all.extend(l);
+            refused += r;
+        }
+        all.sort_unstable();
+        #[allow(clippy::cast_precision_loss)]
+        let rate = all.len() as f64 / start.elapsed().as_secs_f64();
+        println!(
+            "scenario=Smtp clients={} accepted={} refused={refused} mails/s={rate:.0} p50_to_250={:.2}ms p99_to_250={:.2}ms",
+            args.clients,
+            all.len(),
+            percentile(&all, 0.50).as_secs_f64() * 1000.0,
+            percentile(&all, 0.99).as_secs_f64() * 1000.0,
+        );
+        return Ok(());
+    }
     let hex = "AB".repeat(args.payload);
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients * 2).build()?;
     let mk = || Client {
@@ -137,7 +249,7 @@ async fn main() -> anyhow::Result<()> {
     let body = Arc::new(match args.scenario {
         Scenario::Send => send_xml(&args.queue, 1, &hex),
         Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
-        Scenario::Receive => receive_xml(&args.queue),
+        Scenario::Receive | Scenario::Smtp => receive_xml(&args.queue),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));

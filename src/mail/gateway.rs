@@ -165,6 +165,8 @@ pub async fn serve_smtp(
                 continue;
             }
         };
+        // Replies are small and each one waits for the client: no Nagle delay.
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             // Too many sessions: say so and hang up.
             tokio::spawn(async move {
