@@ -73,7 +73,7 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
     };
 
     // The servlet is unreachable at first: the mail waits, with backoff.
-    let dead = Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg("http://127.0.0.1:9/aqserv"));
+    let dead = Arc::new(Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg("http://127.0.0.1:9/aqserv")));
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let SpoolPut::New(id) = store.spool_put(&spooled("<order-1@example.com>", &send)).await.expect("spool") else {
         panic!("new mail")
@@ -85,7 +85,7 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
     assert_eq!(dead.run_once().await.expect("run"), 0, "not due before its backoff");
 
     // The servlet is there: forwarded on behalf of scott, answered by mail.
-    let worker = Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg(&servlet_url));
+    let worker = Arc::new(Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg(&servlet_url)));
     clock.advance_secs(2);
     assert_eq!(worker.run_once().await.expect("run"), 1);
     assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1);

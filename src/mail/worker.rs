@@ -101,13 +101,25 @@ impl Worker {
         }
     }
 
-    /// Forwards and answers what is due now; returns how many mails it handled.
-    pub async fn run_once(&self) -> Result<usize, crate::store::StoreError> {
+    /// Forwards and answers what is due now, up to 8 mails at a time (each is its own
+    /// session); returns how many mails it handled.
+    pub async fn run_once(self: &Arc<Self>) -> Result<usize, crate::store::StoreError> {
         let due = self.store.spool_due(self.clock.now(), 32).await?;
-        for m in &due {
-            self.handle(m).await?;
+        let n = due.len();
+        let mut set = tokio::task::JoinSet::new();
+        for m in due {
+            if set.len() >= 8
+                && let Some(r) = set.join_next().await
+            {
+                r.map_err(|e| crate::store::StoreError::Corrupt(format!("mail worker task: {e}")))??;
+            }
+            let me = self.clone();
+            set.spawn(async move { me.handle(&m).await });
         }
-        Ok(due.len())
+        while let Some(r) = set.join_next().await {
+            r.map_err(|e| crate::store::StoreError::Corrupt(format!("mail worker task: {e}")))??;
+        }
+        Ok(n)
     }
 
     async fn handle(&self, m: &SpooledMail) -> Result<(), crate::store::StoreError> {
