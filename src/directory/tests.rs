@@ -562,7 +562,7 @@ async fn ldap_server_stops_and_comes_back() {
         eprintln!("slapd stopped: {r:?} after {} ms", took.as_millis());
         assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
         assert!(r.unwrap_err().is_transient());
-        assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
+        assert!(took < timeout + Duration::from_millis(1500), "took {took:?}");
     }
     let r = d.certificates(&CertificateLocation::Mail("scott@example.com".into())).await;
     assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
@@ -599,7 +599,7 @@ async fn ldap_server_frozen_then_thawed() {
     signal("-CONT");
     eprintln!("slapd frozen: {r:?} after {} ms", took.as_millis());
     assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
-    assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(300), "{took:?}");
+    assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(1500), "{took:?}");
     let start = Instant::now();
     assert_eq!(d.resolve_queue("EMPLOYEES").await, Ok("AQUSER.EMP_TOPIC".into()));
     eprintln!("after thaw: answered in {} ms", start.elapsed().as_millis());
@@ -631,7 +631,7 @@ async fn ldap_silent_server_times_out() {
         let took = start.elapsed();
         eprintln!("silent server: {r:?} after {} ms", took.as_millis());
         assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
-        assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(300), "{took:?}");
+        assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(1500), "{took:?}");
     }
     // Anonymous: the search itself hangs (no bind step).
     let cfg = DirectoryConfig { bind_dn: None, bind_password: None, ..cfg };
@@ -639,7 +639,7 @@ async fn ldap_silent_server_times_out() {
     let start = Instant::now();
     let r = d.resolve_queue("NEW_ORDERS").await;
     assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
-    assert!(start.elapsed() < timeout + Duration::from_millis(300));
+    assert!(start.elapsed() < timeout + Duration::from_millis(1500));
     hold.abort();
 }
 
