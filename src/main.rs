@@ -223,6 +223,12 @@ enum AdminCommand {
         #[command(flatten)]
         db: Db,
     },
+    /// Mail the SMTP filter accepted and has not finished: to forward, replies owed, or
+    /// failed for good.
+    Spool {
+        #[command(flatten)]
+        db: Db,
+    },
     /// Print an argon2 hash of the password read from standard input (for `password_hash`).
     HashPassword,
 }
@@ -346,6 +352,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         a.db_users,
                         if a.gateway { "yes" } else { "no" },
                         a.certificate_location.as_deref().unwrap_or("-")
+                    );
+                }
+                Ok(())
+            }
+            AdminCommand::Spool { db } => {
+                let store = aqgate::store::open(&db.database).await?;
+                let rows = store.spool_pending(1000).await?;
+                if rows.is_empty() {
+                    println!("spool empty: every accepted mail was forwarded and answered");
+                }
+                println!(
+                    "{:>6} {:<8} {:<10} {:>8} {:>7}  {:<40} LAST_ERROR",
+                    "ID", "STATE", "AGENT", "ATTEMPTS", "REPLIES", "MESSAGE_ID"
+                );
+                for m in rows {
+                    println!(
+                        "{:>6} {:<8} {:<10} {:>8} {:>3}/{:<3}  {:<40} {}",
+                        m.id,
+                        m.state,
+                        m.agent,
+                        m.attempts,
+                        m.replies_sent,
+                        m.replies_wanted,
+                        m.message_id,
+                        m.last_error.as_deref().unwrap_or("-")
                     );
                 }
                 Ok(())

@@ -237,6 +237,16 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
     let _ = Command::new("kill").args(["-9", &smtp.0.id().to_string()]).status();
     let _ = smtp.0.wait();
     assert!(outbox(&out_dir).is_empty(), "nothing could have been answered yet");
+    let spool = |db: &str| {
+        let out = Command::new(BIN).args(["admin", "spool", "--database", db]).output().expect("admin spool");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let pending = spool(&db);
+    assert!(
+        pending.lines().any(|l| l.contains(" new ") && l.contains("SCOTT")),
+        "the accepted mail is visible: {pending}"
+    );
 
     let _serve = spawn(&["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{hp}"), "--database", &db]);
     wait_port(hp);
@@ -260,5 +270,6 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
         matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
         "performed exactly once: {r:?}"
     );
+    assert!(spool(&db).contains("spool empty"), "forwarded and answered");
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -861,6 +861,8 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     store.spool_attempted(id, Some(b"<resp/>"), None, None).await.expect("done");
     let m = store.spool_get(id).await.expect("get").expect("row");
     assert_eq!((m.state.as_str(), m.response.as_deref()), ("done", Some(&b"<resp/>"[..])));
+    assert_eq!(store.spool_pending(10).await.expect("pending").len(), 2, "replies still owed");
     store.spool_replied(id, 2).await.expect("replied");
+    assert!(store.spool_pending(10).await.expect("pending").iter().all(|m| m.id != id), "finished mail is not pending");
     assert!(store.spool_due(T0 + 10_000_000, 10).await.expect("due").iter().all(|m| m.id != id));
 }

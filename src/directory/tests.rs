@@ -631,7 +631,10 @@ async fn ldap_silent_server_times_out() {
         let took = start.elapsed();
         eprintln!("silent server: {r:?} after {} ms", took.as_millis());
         assert!(matches!(r, Err(DirectoryError::Unavailable(_))), "{r:?}");
-        assert!(took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(1500), "{took:?}");
+        assert!(
+            took >= timeout - Duration::from_millis(50) && took < timeout + Duration::from_millis(1500),
+            "{took:?}"
+        );
     }
     // Anonymous: the search itself hangs (no bind step).
     let cfg = DirectoryConfig { bind_dn: None, bind_password: None, ..cfg };

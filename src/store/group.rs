@@ -170,6 +170,9 @@ impl Store for GroupCommitStore {
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
         self.inner.spool_get(id).await
     }
+    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
+        self.inner.spool_pending(limit).await
+    }
 }
 
 /// One request's part of a shared transaction.

@@ -214,6 +214,9 @@ pub trait Store: Send + Sync + 'static {
 
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
 
+    /// Mails that are not finished (to forward, replies owed, or failed), oldest first.
+    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
+
     /// Inserts committed messages as one atomic step (no session work involved).
     async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
         let mut tx = self.begin().await?;

@@ -268,6 +268,16 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
+        let rows = sqlx::query(
+            "SELECT * FROM mail_spool WHERE state <> 'done' OR replies_sent < replies_wanted ORDER BY id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(spool_from_row).collect()
+    }
+
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
         let row = sqlx::query("SELECT * FROM mail_spool WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(spool_from_row).transpose()
