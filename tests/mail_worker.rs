@@ -116,3 +116,91 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
     assert_eq!(worker.run_once().await.expect("run"), 0, "nothing left to do");
     let _ = std::fs::remove_dir_all(&outbox);
 }
+
+/// A directory that fails in a chosen way, over the embedded demo directory otherwise.
+struct FailingDirectory {
+    inner: Arc<dyn aqgate::directory::Directory>,
+    mail: Option<aqgate::directory::DirectoryError>,
+    certs: Option<aqgate::directory::DirectoryError>,
+}
+
+#[async_trait::async_trait]
+impl aqgate::directory::Directory for FailingDirectory {
+    async fn resolve_queue(&self, name: &str) -> Result<String, aqgate::directory::DirectoryError> {
+        self.inner.resolve_queue(name).await
+    }
+    async fn resolve_agent_alias(
+        &self,
+        alias: &str,
+    ) -> Result<aqgate::directory::AgentEntry, aqgate::directory::DirectoryError> {
+        self.inner.resolve_agent_alias(alias).await
+    }
+    async fn certificates(
+        &self,
+        at: &aqgate::directory::CertificateLocation,
+    ) -> Result<Vec<Vec<u8>>, aqgate::directory::DirectoryError> {
+        match &self.certs {
+            Some(e) => Err(e.clone()),
+            None => self.inner.certificates(at).await,
+        }
+    }
+    async fn mail_address(&self, agent: &str) -> Result<Option<String>, aqgate::directory::DirectoryError> {
+        match &self.mail {
+            Some(e) => Err(e.clone()),
+            None => self.inner.mail_address(agent).await,
+        }
+    }
+    async fn resolve_notification_alias(&self, alias: &str) -> Result<String, aqgate::directory::DirectoryError> {
+        self.inner.resolve_notification_alias(alias).await
+    }
+    fn invalidate(&self) {}
+}
+
+/// The SMTP decision when the directory misbehaves: temporary problems are 4xx (the
+/// sender retries), a sender the directory does not know is 5xx; nothing is spooled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_maps_directory_failures_to_smtp_replies() {
+    use aqgate::directory::DirectoryError as D;
+    use aqgate::mail::smtp::Acceptor;
+    let url = fresh_sqlite_url();
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
+    let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |f: &str| std::fs::read(format!("{root}/certs/{f}")).expect("cert file");
+    let trust = aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust");
+    let send = example("04");
+    let mail = aqgate::mail::smime::sign(
+        send.as_bytes(),
+        &read("scott.pem"),
+        &read("scott.key.pem"),
+        "scott@example.com",
+        "aq@localhost",
+        "x",
+    )
+    .expect("sign");
+    let embedded = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
+    let cases: Vec<(Option<D>, Option<D>, u16, &str)> = vec![
+        (Some(D::Unavailable("ldap down".into())), None, 451, "4.4.3"),
+        (None, Some(D::Unavailable("ldap down".into())), 451, "4.4.3"),
+        (None, Some(D::Malformed("not X.509".into())), 451, "4.7.5"),
+        (None, Some(D::NotFound("uid=scott".into())), 550, "5.7.1"),
+        (Some(D::NotFound("scott".into())), None, 550, "5.7.1"),
+        (None, None, 250, "2.0.0"),
+    ];
+    for (mail_err, cert_err, code, status) in cases {
+        let what = format!("{mail_err:?} / {cert_err:?}");
+        let gateway = aqgate::mail::gateway::Gateway {
+            engine: engine.clone(),
+            directory: Arc::new(FailingDirectory { inner: embedded.clone(), mail: mail_err, certs: cert_err }),
+            trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+            clock: clock.clone(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        };
+        let reply = gateway.accept(&mail).await;
+        assert_eq!((reply.code, reply.status), (code, status), "{what}: {}", reply.text);
+        let spooled = store.spool_pending(10).await.expect("pending").len();
+        assert_eq!(spooled, usize::from(code == 250), "{what}: spooled only when accepted");
+    }
+    drop(trust);
+}
