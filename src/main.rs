@@ -444,6 +444,7 @@ async fn mail_config(
             max_message_size: a.smtp_max_size,
             idle_timeout: Duration::from_secs(300),
             starttls: tls.is_some(),
+            max_session: Duration::from_secs(1800),
         },
         tls,
         trust,

@@ -172,18 +172,20 @@ fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String
     Ok(target.name)
 }
 
+/// Only XML is accepted: a browser cannot send `text/xml` cross-site without a CORS
+/// preflight, so a hostile page cannot replay a victim's cached Basic credentials with a
+/// "simple" (form-encoded or untyped) request.
 fn content_type_ok(headers: &HeaderMap) -> bool {
     let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
-        // curl --data without -H sends form encoding; a missing type is accepted as XML.
-        return true;
+        return false;
     };
     let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    matches!(mime.as_str(), "text/xml" | "application/xml" | "application/x-www-form-urlencoded")
+    matches!(mime.as_str(), "text/xml" | "application/xml")
 }
 
 async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     if !content_type_ok(&headers) {
-        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml\n").into_response();
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
     }
     let (who, expired) = match authenticate(&s, &headers).await {
         Ok(w) => w,
@@ -201,11 +203,15 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
         }
     };
     if expired {
+        // The client learns once that its work is gone; its next request starts afresh.
+        if let Some(id) = &new_cookie {
+            s.engine.sessions.remove(id, false);
+        }
         let e = AqError::client(
             code::SESSION_EXPIRED,
-            "the session timed out and its uncommitted work was rolled back; a new session has been opened",
+            "the session timed out and its uncommitted work was rolled back; send the request again",
         );
-        return fault(&e, new_cookie.as_deref());
+        return fault(&e, None);
     }
     let cookie = new_cookie.as_deref();
     let envelope = match idap::parse_request(&body, &s.limits) {
@@ -220,13 +226,34 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
             return fault(&e, cookie);
         }
     }
-    let mut guard = session.lock().await;
-    let result = s.engine.execute(&mut guard, envelope.body).await;
-    // A session opened by this request that holds nothing (no open work, no navigation
-    // position) is not kept: clients that never send the cookie back must not pile up
-    // sessions. The next request simply opens a new one.
-    let stateless = !guard.pending && guard.positions.is_empty();
-    drop(guard);
+    // The request runs to its end in its own task even if the client goes away: a request
+    // cancelled between its database commit and the session's bookkeeping would leave
+    // tagged rows the session no longer knows about.
+    let engine = s.engine.clone();
+    let task = tokio::spawn(async move {
+        let mut guard = session.lock_owned().await;
+        if guard.closed {
+            return (
+                Err(AqError::client(
+                    code::SESSION_EXPIRED,
+                    "the session timed out and its uncommitted work was rolled back",
+                )),
+                true,
+            );
+        }
+        let result = engine.execute(&mut guard, envelope.body).await;
+        // A session opened by this request that holds nothing (no open work, no navigation
+        // position) is not kept: clients that never send the cookie back must not pile up
+        // sessions. The next request simply opens a new one.
+        (result, !guard.pending && guard.positions.is_empty())
+    });
+    let (result, stateless) = match task.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "request task failed");
+            (Err(AqError::server(code::INTERNAL, "internal error; the request may not have been performed")), false)
+        }
+    };
     let cookie = match new_cookie.as_deref() {
         Some(id) if stateless => {
             s.engine.sessions.remove(id, false);

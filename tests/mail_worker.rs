@@ -22,6 +22,7 @@ fn spooled(message_id: &str, idap: &str) -> SpooledMail {
         received_at: T0,
         agent: "SCOTT".into(),
         message_id: message_id.into(),
+        dedupe_key: format!("digest-of-{message_id}"),
         reply_to: "scott@example.com".into(),
         subject: Some("new order".into()),
         idap: idap.as_bytes().to_vec(),

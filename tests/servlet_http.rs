@@ -330,6 +330,14 @@ async fn bad_input_gets_the_documented_answer_and_changes_nothing() {
         .await
         .expect("http");
     assert_eq!(r.status().as_u16(), 415);
+    // No "simple" cross-site requests: a form-encoded or untyped body is refused too.
+    for ct in [Some("application/x-www-form-urlencoded"), Some("text/plain"), None] {
+        let mut rb = s.http.post(s.url()).basic_auth("scott", Some("tiger")).body(good.clone());
+        if let Some(ct) = ct {
+            rb = rb.header("content-type", ct);
+        }
+        assert_eq!(rb.send().await.expect("http").status().as_u16(), 415, "{ct:?}");
+    }
     let big = format!("{}{}", good, " ".repeat(300 * 1024));
     let r = c.post(&big).await;
     assert_eq!(r.status, 413);

@@ -176,6 +176,32 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
 
     assert_eq!(outbox(&out_dir).len(), 1, "no reply mail for refused mail (no backscatter)");
 
+    // A replay with new outer headers (Message-ID, Reply-To are not signed): recognised as
+    // the same request, not performed again; the original response goes to the signer.
+    let replay = work.join("replay.eml");
+    let replayed: String = text
+        .split_inclusive('\n')
+        .map(|l| {
+            if l.starts_with("Message-ID:") {
+                "Message-ID: <replay-1@evil.example>\r\nReply-To: attacker@evil.example\r\n".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&replay, replayed).expect("write");
+    let (ok, transcript) = swaks(sp, "scott@example.com", &replay);
+    assert!(ok && transcript.contains("already have this request"), "{transcript}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while outbox(&out_dir).len() < 2 {
+        assert!(Instant::now() < deadline, "the original response was not sent again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for r in outbox(&out_dir) {
+        assert!(r.contains("To: scott@example.com") && !r.contains("evil.example"), "{r}");
+        assert!(r.contains("AQXmlSendResponse"), "{r}");
+    }
+
     // A receive by mail: the reply carries the message (exactly the one good order).
     let recv = sign(&work, "recv", &example("07"), "scott", "scott@example.com");
     let (ok, transcript) = swaks(sp, "scott@example.com", &recv);

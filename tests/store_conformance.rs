@@ -832,6 +832,7 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
         received_at: T0,
         agent: "SCOTT".into(),
         message_id: "<m1@example.com>".into(),
+        dedupe_key: "d1".into(),
         reply_to: "scott@example.com".into(),
         subject: Some("order".into()),
         idap: b"<Envelope/>".to_vec(),
@@ -844,7 +845,7 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     };
     let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put") else { panic!("first copy is new") };
     assert_eq!(store.spool_put(&mail).await.expect("put again"), SpoolPut::Duplicate(id));
-    let other = SpooledMail { message_id: "<m2@example.com>".into(), ..mail.clone() };
+    let other = SpooledMail { message_id: "<m2@example.com>".into(), dedupe_key: "d2".into(), ..mail.clone() };
     assert!(matches!(store.spool_put(&other).await.expect("put"), SpoolPut::New(i) if i != id));
     let due = store.spool_due(T0, 10).await.expect("due");
     assert_eq!(due.len(), 2);

@@ -4,6 +4,9 @@ CREATE TABLE mail_spool (
     received_at     INTEGER NOT NULL,
     agent           TEXT NOT NULL,
     message_id      TEXT NOT NULL,
+    -- What recognises a re-sent copy: a digest of the mail body (the signed part and its
+    -- signature), which outer headers such as Message-ID cannot change.
+    dedupe_key      TEXT NOT NULL,
     reply_to        TEXT NOT NULL,
     subject         TEXT,
     idap            BLOB NOT NULL,
@@ -14,6 +17,6 @@ CREATE TABLE mail_spool (
     last_error      TEXT,
     replies_wanted  INTEGER NOT NULL DEFAULT 1,
     replies_sent    INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (agent, message_id)
+    UNIQUE (agent, dedupe_key)
 );
 CREATE INDEX mail_spool_due ON mail_spool(next_attempt_at) WHERE state = 'new' OR replies_sent < replies_wanted;

@@ -696,6 +696,7 @@ impl Engine {
                 tracing::warn!(error = %e, "rolling back an idle session failed; will retry");
                 continue;
             }
+            g.closed = true;
             self.sessions.remove(&g.id, had_work);
             n += 1;
         }

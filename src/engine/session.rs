@@ -29,6 +29,9 @@ pub struct Session {
     pub pending: bool,
     pub positions: HashMap<(QueueId, String), Position>,
     pub last_used: Micros,
+    /// Set when the session timed out and was rolled back: a request that was already on
+    /// its way must not use it.
+    pub closed: bool,
 }
 
 impl Session {
@@ -40,6 +43,7 @@ impl Session {
             pending: false,
             positions: HashMap::new(),
             last_used: now,
+            closed: false,
         }
     }
 

@@ -54,14 +54,24 @@ impl Gateway {
 
     async fn find_agent(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
         let resolved = self.engine.resolved();
+        let mut found: Option<AgentInfo> = None;
         for a in resolved.catalog.agents.values().filter(|a| !a.gateway) {
             match self.directory.mail_address(&a.name).await {
-                Ok(Some(m)) if m.eq_ignore_ascii_case(from) => return Ok(Some(a.clone())),
+                Ok(Some(m)) if m.eq_ignore_ascii_case(from) => {
+                    if let Some(first) = &found {
+                        // Which agent would act is not clear: refuse rather than guess.
+                        return Err(DirectoryError::Malformed(format!(
+                            "agents {} and {} both have the address {from}",
+                            first.name, a.name
+                        )));
+                    }
+                    found = Some(a.clone());
+                }
                 Ok(_) | Err(DirectoryError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(None)
+        Ok(found)
     }
 }
 
@@ -114,7 +124,10 @@ impl Acceptor for Gateway {
                 .message_id
                 .clone()
                 .unwrap_or_else(|| format!("{}@aqgate.invalid", crate::engine::session::random_id())),
-            reply_to: verified.reply_to.clone().unwrap_or_else(|| verified.from.clone()),
+            dedupe_key: body_digest(raw),
+            // Only the verified From: outer headers such as Reply-To are not covered by the
+            // signature, and a replayed mail must not redirect the response elsewhere.
+            reply_to: verified.from.clone(),
             subject: verified.subject.clone(),
             idap: verified.idap,
             state: String::new(),
@@ -139,6 +152,20 @@ impl Acceptor for Gateway {
             }
         }
     }
+}
+
+/// SHA-256 (hex) of a mail's body — for S/MIME, the signed content and its signature. A
+/// replay with new outer headers (Message-ID, Reply-To) has the same digest.
+fn body_digest(raw: &[u8]) -> String {
+    let start = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4)
+        .or_else(|| raw.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
+        .unwrap_or(0);
+    // Line endings may be rewritten in transit; they do not make a different mail.
+    let body: Vec<u8> = raw[start..].iter().copied().filter(|b| *b != b'\r').collect();
+    hex::encode(openssl::sha::sha256(&body))
 }
 
 /// Accepts SMTP connections until `shutdown` changes; one task per connection.
@@ -184,13 +211,14 @@ pub async fn serve_smtp(
             match run_session(stream, &cfg, acceptor.as_ref(), false).await {
                 Ok(Ended::StartTls(plain)) => {
                     if let Some(t) = tls {
-                        match t.accept(plain).await {
-                            Ok(secure) => {
+                        match tokio::time::timeout(cfg.idle_timeout, t.accept(plain)).await {
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                            Ok(Ok(secure)) => {
                                 if let Err(e) = run_session(secure, &cfg, acceptor.as_ref(), true).await {
                                     tracing::debug!(%peer, error = %e, "SMTP session ended");
                                 }
                             }
-                            Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         }
                     }
                 }

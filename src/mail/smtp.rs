@@ -69,6 +69,8 @@ pub struct SmtpConfig {
     pub idle_timeout: Duration,
     /// Whether STARTTLS is offered (the caller holds a TLS configuration).
     pub starttls: bool,
+    /// Longest a whole session may last (421 after it).
+    pub max_session: Duration,
 }
 
 impl Default for SmtpConfig {
@@ -79,6 +81,7 @@ impl Default for SmtpConfig {
             max_message_size: 10 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),
             starttls: false,
+            max_session: Duration::from_secs(1800),
         }
     }
 }
@@ -110,17 +113,21 @@ where
         stream.write_all(format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes()).await?;
     }
     let offer_tls = cfg.starttls && !tls;
+    // Besides the per-read idle timeout, a whole session is bounded: a client trickling a
+    // byte now and then cannot hold a connection slot for ever.
+    let deadline = tokio::time::Instant::now() + cfg.max_session;
     let mut env = Envelope::default();
     let mut receiver = RequestReceiver::default();
     let mut mode = Mode::Command;
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
-        let n = match tokio::time::timeout(cfg.idle_timeout, stream.read(&mut chunk)).await {
+        let wait = cfg.idle_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let n = match tokio::time::timeout(wait, stream.read(&mut chunk)).await {
             Ok(Ok(0)) => return Ok(Ended::Closed),
             Ok(Ok(n)) => n,
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                stream.write_all(b"421 4.4.2 idle too long, closing\r\n").await?;
+                stream.write_all(b"421 4.4.2 timeout, closing\r\n").await?;
                 return Ok(Ended::Closed);
             }
         };

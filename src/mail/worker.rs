@@ -177,7 +177,15 @@ impl Worker {
         };
         let resp = match post(m.idap.clone(), None).await {
             Ok(r) => r,
-            Err(e) => return Forwarded::Retry(format!("servlet unreachable: {e}")),
+            // Not connected: the request was certainly not performed; try again later.
+            Err(e) if e.is_connect() => return Forwarded::Retry(format!("servlet unreachable: {e}")),
+            // Sent, but the answer was lost: it may have been performed. Forwarding again
+            // could perform it twice, so this mail is not retried; its sender is told.
+            Err(e) => {
+                return Forwarded::Permanent(format!(
+                    "the servlet's answer was lost, the request may or may not have been performed: {e}"
+                ));
+            }
         };
         let status = resp.status();
         let cookie = resp
@@ -189,10 +197,18 @@ impl Worker {
             .map(String::from);
         let body = match resp.bytes().await {
             Ok(b) => b.to_vec(),
-            Err(e) => return Forwarded::Retry(format!("servlet answer lost: {e}")),
+            Err(e) => {
+                return Forwarded::Permanent(format!(
+                    "the servlet's answer was lost, the request may or may not have been performed: {e}"
+                ));
+            }
         };
-        if status.is_server_error() {
+        if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            // Refused before anything was done (e.g. too many sessions): safe to retry.
             return Forwarded::Retry(format!("servlet answered HTTP {status}"));
+        }
+        if status.is_server_error() {
+            return Forwarded::Permanent(format!("servlet answered HTTP {status}"));
         }
         if !status.is_success() {
             return Forwarded::Permanent(format!("servlet refused the gateway: HTTP {status}"));

@@ -100,9 +100,12 @@ impl Lane {
 impl Store for GroupCommitStore {
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let lane = self.lane.clone();
-        lane.waiting.fetch_add(1, Ordering::SeqCst);
-        let mut g = lane.batch.clone().lock_owned().await;
-        lane.waiting.fetch_sub(1, Ordering::SeqCst);
+        let mut g = {
+            // Counted while queued; a request dropped while waiting (client gone) must not
+            // leave the count up, or the batch would never see "nobody waiting" again.
+            let _queued = Queued::new(&lane.waiting);
+            lane.batch.clone().lock_owned().await
+        };
         lane.settle(&mut g).await;
         if g.tx.is_none() {
             match self.inner.begin().await {
@@ -172,6 +175,22 @@ impl Store for GroupCommitStore {
     }
     async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_pending(limit).await
+    }
+}
+
+/// Counts a request queued for the batch, for as long as it waits.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Self(n)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

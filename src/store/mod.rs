@@ -140,6 +140,8 @@ pub struct SpooledMail {
     /// The verified agent the mail was signed by.
     pub agent: String,
     pub message_id: String,
+    /// Recognises a re-sent copy of the same signed mail (with the agent).
+    pub dedupe_key: String,
     pub reply_to: String,
     pub subject: Option<String>,
     pub idap: Vec<u8>,
@@ -157,8 +159,8 @@ pub struct SpooledMail {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpoolPut {
     New(i64),
-    /// The same signer sent the same Message-ID before: not forwarded again; one more reply
-    /// with the original response is owed.
+    /// The same signer sent the same signed mail before: not forwarded again; one more
+    /// reply with the original response is owed.
     Duplicate(i64),
 }
 

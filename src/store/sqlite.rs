@@ -149,9 +149,9 @@ impl Store for SqliteStore {
 
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
         let id: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1)
-             ON CONFLICT (agent, message_id) DO NOTHING RETURNING id",
+            "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7)
+             ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id",
         )
         .bind(m.received_at)
         .bind(&m.agent)
@@ -159,6 +159,7 @@ impl Store for SqliteStore {
         .bind(&m.reply_to)
         .bind(&m.subject)
         .bind(&m.idap)
+        .bind(&m.dedupe_key)
         .fetch_optional(&self.pool)
         .await?;
         if let Some(id) = id {
@@ -166,10 +167,10 @@ impl Store for SqliteStore {
         }
         let id: i64 = sqlx::query_scalar(
             "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?3
-             WHERE agent = ?1 AND message_id = ?2 RETURNING id",
+             WHERE agent = ?1 AND dedupe_key = ?2 RETURNING id",
         )
         .bind(&m.agent)
-        .bind(&m.message_id)
+        .bind(&m.dedupe_key)
         .bind(m.received_at)
         .fetch_one(&self.pool)
         .await?;
@@ -484,6 +485,7 @@ fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
         received_at: r.try_get("received_at")?,
         agent: r.try_get("agent")?,
         message_id: r.try_get("message_id")?,
+        dedupe_key: r.try_get("dedupe_key")?,
         reply_to: r.try_get("reply_to")?,
         subject: r.try_get("subject")?,
         idap: r.try_get("idap")?,
