@@ -6,7 +6,7 @@
 //! Parsing validates the file as a whole and reports every problem with its key path.
 //! [`Topology::resolve`] turns it into the runtime [`Catalog`] the engine uses.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -264,7 +264,7 @@ impl Topology {
         }
 
         let mut queues = BTreeMap::new();
-        for (table_name, (t, payload, sort)) in &tables {
+        for (table_name, (_, payload, sort)) in &tables {
             let eq = exception_queue_name(table_name);
             queues.insert(
                 eq.clone(),
@@ -282,7 +282,6 @@ impl Topology {
                     subscribers: Vec::new(),
                 },
             );
-            let _ = t;
         }
         for (i, q) in self.queues.iter().enumerate() {
             let key = format!("queues[{i}] ({})", q.name);
@@ -399,9 +398,6 @@ impl Topology {
             e.0 |= enq;
             e.1 |= deq;
         }
-
-        let users: BTreeSet<_> = agents.values().flat_map(|a| a.db_users.iter().cloned()).collect();
-        let _ = users;
 
         if errors.is_empty() { Ok(Catalog { types, queues, agents, grants }) } else { Err(errors) }
     }

@@ -18,7 +18,7 @@ use crate::clock::{Clock, MICROS_PER_SEC, Micros};
 use crate::directory::Directory;
 use crate::error::{AqError, code};
 use crate::idap::model::*;
-use crate::payload::{self, PayloadView};
+use crate::payload;
 use crate::selector::Condition;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, Topology, canon};
@@ -913,7 +913,3 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
     }
     Ok(t)
 }
-
-#[allow(unused_imports)]
-use PayloadView as _;
-pub use payload::PayloadKind;
