@@ -13,27 +13,8 @@ use aqgate::engine::{Engine, EngineConfig};
 use aqgate::idap::Limits;
 use aqgate::mail::worker::{ReplyTransport, Worker, WorkerConfig};
 use aqgate::servlet::{AppState, app};
-use aqgate::store::{SpoolPut, SpooledMail, Store};
+use aqgate::store::{SpoolPut, Store};
 use common::*;
-
-fn spooled(message_id: &str, idap: &str) -> SpooledMail {
-    SpooledMail {
-        id: 0,
-        received_at: T0,
-        agent: "SCOTT".into(),
-        message_id: message_id.into(),
-        dedupe_key: format!("digest-of-{message_id}"),
-        reply_to: "scott@example.com".into(),
-        subject: Some("new order".into()),
-        idap: idap.as_bytes().to_vec(),
-        state: String::new(),
-        attempts: 0,
-        response: None,
-        last_error: None,
-        replies_wanted: 0,
-        replies_sent: 0,
-    }
-}
 
 fn replies(dir: &Path) -> Vec<String> {
     let mut v: Vec<_> = std::fs::read_dir(dir)

@@ -824,28 +824,13 @@ async fn directory_destinations_and_agent_aliases(b: Backend) {
 }
 
 async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
-    use aqgate::store::{SpoolPut, SpooledMail};
+    use aqgate::store::SpoolPut;
     let h = Harness::new(b).await;
     let store = h.engine.store().clone();
-    let mail = SpooledMail {
-        id: 0,
-        received_at: T0,
-        agent: "SCOTT".into(),
-        message_id: "<m1@example.com>".into(),
-        dedupe_key: "d1".into(),
-        reply_to: "scott@example.com".into(),
-        subject: Some("order".into()),
-        idap: b"<Envelope/>".to_vec(),
-        state: String::new(),
-        attempts: 0,
-        response: None,
-        last_error: None,
-        replies_wanted: 0,
-        replies_sent: 0,
-    };
+    let mail = spooled("<m1@example.com>", "<Envelope/>");
     let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put") else { panic!("first copy is new") };
     assert_eq!(store.spool_put(&mail).await.expect("put again"), SpoolPut::Duplicate(id));
-    let other = SpooledMail { message_id: "<m2@example.com>".into(), dedupe_key: "d2".into(), ..mail.clone() };
+    let other = spooled("<m2@example.com>", "<Envelope/>");
     assert!(matches!(store.spool_put(&other).await.expect("put"), SpoolPut::New(i) if i != id));
     let due = store.spool_due(T0, 10).await.expect("due");
     assert_eq!(due.len(), 2);

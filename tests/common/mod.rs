@@ -178,3 +178,23 @@ pub fn example01_via_directory() -> String {
         )
         .replace("<agent_name>scott</agent_name>", "<agent_alias>SCOTT_ALIAS</agent_alias>")
 }
+
+/// A spooled mail from scott, as the SMTP filter would store it.
+pub fn spooled(message_id: &str, idap: &str) -> aqgate::store::SpooledMail {
+    aqgate::store::SpooledMail {
+        id: 0,
+        received_at: T0,
+        agent: "SCOTT".into(),
+        message_id: message_id.into(),
+        dedupe_key: format!("digest-of-{message_id}"),
+        reply_to: "scott@example.com".into(),
+        subject: Some("new order".into()),
+        idap: idap.as_bytes().to_vec(),
+        state: String::new(),
+        attempts: 0,
+        response: None,
+        last_error: None,
+        replies_wanted: 0,
+        replies_sent: 0,
+    }
+}
