@@ -241,7 +241,7 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
                 true,
             );
         }
-        let result = engine.execute(&mut guard, envelope.body).await;
+        let result = engine.execute_envelope(&mut guard, envelope).await;
         // A session opened by this request that holds nothing (no open work, no navigation
         // position) is not kept: clients that never send the cookie back must not pile up
         // sessions. The next request simply opens a new one.

@@ -296,6 +296,17 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idap_header_entries_are_accepted() {
+    let s = Server::start(Backend::Sqlite).await;
+    let mut c = Client::new(&s, "scott", "tiger");
+    let doc = raw_send("AQUSER.RAW_QUE", &[("", "0C")], COMMIT)
+        .replace("<Body>", r#"<Header><transaction_id xmlns="urn:example:txn">T-42</transaction_id></Header><Body>"#);
+    assert!(doc.contains("<Header>"));
+    assert!(matches!(c.post(&doc).await.idap(), Response::Send(..)));
+    assert_eq!(s.depth_total().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints() {
     let s = Server::start(Backend::Sqlite).await;
     let r = s.http.get(format!("http://{}/healthz", s.addr)).send().await.expect("healthz");

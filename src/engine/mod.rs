@@ -152,6 +152,25 @@ impl Engine {
         self.waker(queue).notify_waiters();
     }
 
+    /// Performs one IDAP document: its header entries (e.g. a transaction id) are kept on
+    /// the session for the duration of the request, then the method runs.
+    pub async fn execute_envelope(
+        &self,
+        session: &mut Session,
+        envelope: Envelope<Request>,
+    ) -> Result<Response, AqError> {
+        session.headers = envelope.headers;
+        if !session.headers.is_empty() {
+            tracing::debug!(
+                headers = ?session.headers.iter().map(|h| h.local_name().to_string()).collect::<Vec<_>>(),
+                "IDAP header entries"
+            );
+        }
+        let result = self.execute(session, envelope.body).await;
+        session.headers.clear();
+        result
+    }
+
     /// Performs one IDAP request in `session` for `agent`.
     pub async fn execute(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
         session.last_used = self.now();

@@ -32,6 +32,8 @@ pub struct Session {
     /// Set when the session timed out and was rolled back: a request that was already on
     /// its way must not use it.
     pub closed: bool,
+    /// `IDAP:Header` entries of the request being performed.
+    pub headers: Vec<crate::idap::model::XmlNode>,
 }
 
 impl Session {
@@ -44,6 +46,7 @@ impl Session {
             positions: HashMap::new(),
             last_used: now,
             closed: false,
+            headers: Vec::new(),
         }
     }
 
