@@ -47,6 +47,9 @@ struct MailArgs {
     /// PEM private key for STARTTLS.
     #[arg(long, env = "AQGATE_SMTP_TLS_KEY", requires = "smtp_tls_cert")]
     smtp_tls_key: Option<PathBuf>,
+    /// Speak LMTP instead of SMTP on --smtp-listen (e.g. for a Postfix lmtp: content filter).
+    #[arg(long, env = "AQGATE_LMTP")]
+    lmtp: bool,
     /// Largest mail accepted, in bytes (larger: 552).
     #[arg(long, env = "AQGATE_SMTP_MAX_SIZE", default_value_t = 10 * 1024 * 1024)]
     smtp_max_size: usize,
@@ -445,6 +448,7 @@ async fn mail_config(
             idle_timeout: Duration::from_secs(300),
             starttls: tls.is_some(),
             max_session: Duration::from_secs(1800),
+            lmtp: a.lmtp,
         },
         tls,
         trust,

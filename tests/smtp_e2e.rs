@@ -299,3 +299,39 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
     assert!(spool(&db).contains("spool empty"), "forwarded and answered");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// The filter speaking LMTP (as behind a Postfix `lmtp:` content filter), driven by swaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmtp_delivery_is_verified_and_answered() {
+    let work = std::env::temp_dir().join(format!("aqgate-lmtp-{}", aqgate::engine::session::random_id()));
+    let out_dir = work.join("outbox");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let (hp, sp) = (free_port(), free_port());
+    let db = fresh_sqlite_url();
+    let out = out_dir.to_str().expect("utf-8 path").to_string();
+    let _serve = spawn(&[
+        "serve",
+        "--lmtp",
+        "--listen",
+        &format!("127.0.0.1:{hp}"),
+        "--smtp-listen",
+        &format!("127.0.0.1:{sp}"),
+        "--database",
+        &db,
+        "--mail-outbox",
+        &out,
+    ]);
+    wait_port(hp);
+    wait_port(sp);
+    let mail = sign(&work, "m", &example("04"), "scott", "scott@example.com");
+    let (ok, transcript) = swaks_with(sp, "scott@example.com", &mail, &["--protocol", "LMTP"]);
+    assert!(ok, "{transcript}");
+    assert!(transcript.contains("LHLO") && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while outbox(&out_dir).is_empty() {
+        assert!(Instant::now() < deadline, "no reply");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(outbox(&out_dir)[0].contains("AQXmlPublishResponse"));
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -71,6 +71,9 @@ pub struct SmtpConfig {
     pub starttls: bool,
     /// Longest a whole session may last (421 after it).
     pub max_session: Duration,
+    /// Speak LMTP (RFC 2033: LHLO, one reply per recipient after DATA) instead of SMTP,
+    /// e.g. behind a Postfix `lmtp:` content filter.
+    pub lmtp: bool,
 }
 
 impl Default for SmtpConfig {
@@ -82,6 +85,7 @@ impl Default for SmtpConfig {
             idle_timeout: Duration::from_secs(300),
             starttls: false,
             max_session: Duration::from_secs(1800),
+            lmtp: false,
         }
     }
 }
@@ -89,6 +93,8 @@ impl Default for SmtpConfig {
 #[derive(Default)]
 struct Envelope {
     helo: bool,
+    /// The client said LHLO: LMTP replies after DATA.
+    lmtp: bool,
     mail_from: Option<String>,
     rcpts: Vec<String>,
 }
@@ -150,7 +156,12 @@ where
                     } else {
                         acceptor.accept(buf).await
                     };
-                    out.push_str(&reply.render());
+                    // LMTP answers once per accepted recipient (RFC 2033); the decision is
+                    // about the message, so every recipient gets the same answer.
+                    let times = if env.lmtp { env.rcpts.len().max(1) } else { 1 };
+                    for _ in 0..times {
+                        out.push_str(&reply.render());
+                    }
                     env.mail_from = None;
                     env.rcpts.clear();
                     mode = Mode::Command;
@@ -210,8 +221,13 @@ fn command(
     offer_tls: bool,
 ) -> (Reply, Next) {
     match req {
+        Request::Lhlo { .. } if !cfg.lmtp => (Reply::new(500, "5.5.1", "this is SMTP; say EHLO"), Next::Stay),
+        Request::Ehlo { .. } | Request::Helo { .. } if cfg.lmtp => {
+            (Reply::new(500, "5.5.1", "this is LMTP; say LHLO"), Next::Stay)
+        }
         Request::Ehlo { host } | Request::Lhlo { host } => {
             env.helo = true;
+            env.lmtp = cfg.lmtp;
             env.mail_from = None;
             env.rcpts.clear();
             let mut r = Reply::new(250, "", format!("{} greets {host}", cfg.hostname));
@@ -381,6 +397,34 @@ mod tests {
         assert!(out.contains("250-STARTTLS") || out.contains("250 STARTTLS"), "{out}");
         assert!(out.ends_with("220 2.0.0 ready to start TLS\r\n"), "nothing answered the pipelined MAIL: {out}");
         assert!(matches!(ended, Ended::StartTls(_)), "the caller gets the stream for the handshake");
+    }
+
+    #[tokio::test]
+    async fn lmtp_answers_once_per_recipient() {
+        let cfg = SmtpConfig {
+            lmtp: true,
+            gateway_addresses: vec!["aq@localhost".into(), "aq2@localhost".into()],
+            ..SmtpConfig::default()
+        };
+        let acc = Recorder::default();
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "EHLO c\r\n",
+                "LHLO c\r\n",
+                "MAIL FROM:<scott@example.com>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "RCPT TO:<aq2@localhost>\r\n",
+                "DATA\r\n",
+                "Subject: x\r\n\r\nhi\r\n.\r\n",
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(codes(&out), ["220", "500", "250", "250", "250", "250", "354", "250", "250", "221"], "{out}");
+        assert_eq!(acc.0.lock().expect("lock").len(), 1, "one message, decided once");
     }
 
     #[tokio::test]
