@@ -569,7 +569,7 @@ impl Engine {
             }
         }
         let Some(m) = found else {
-            drop(tx);
+            tx.rollback().await?;
             if browse && o.navigation == NavigationMode::NextMessage {
                 // End of fetch: the next browse starts from the beginning again.
                 session.positions.remove(&key);

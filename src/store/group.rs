@@ -275,6 +275,17 @@ impl StoreTx for GroupTx {
         Err(StoreError::Corrupt("nested group commit".into()))
     }
 
+    async fn rollback(mut self: Box<Self>) -> Result<()> {
+        // This request's savepoint goes; the shared transaction goes on (or commits for
+        // the others) right away, not from a spawned task.
+        if let Some(mut g) = self.guard.take() {
+            self.lane.settle(&mut g).await;
+            // Nothing of this request needs the batch's commit: no need to wait for it.
+            let _ = self.lane.leave(g).await;
+        }
+        Ok(())
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<()> {
         let Some(mut g) = self.guard.take() else {
             return Err(StoreError::Corrupt("group commit transaction is gone".into()));

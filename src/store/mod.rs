@@ -233,7 +233,10 @@ pub trait Store: Send + Sync + 'static {
         let mut q = q.clone();
         q.limit = 1;
         loop {
-            let Some(m) = tx.candidates(&q).await?.into_iter().next() else { return Ok(None) };
+            let Some(m) = tx.candidates(&q).await?.into_iter().next() else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
             if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
                 tx.commit().await?;
                 return Ok(Some(m));
@@ -282,6 +285,11 @@ pub trait StoreTx: Send {
     async fn rollback_to_savepoint(&mut self) -> Result<()>;
 
     async fn commit(self: Box<Self>) -> Result<()>;
+
+    /// Ends the transaction without keeping anything. Dropping it would too, but only
+    /// when its connection is next used — until then its row locks (e.g. from
+    /// `FOR UPDATE`) would hide rows from other consumers.
+    async fn rollback(self: Box<Self>) -> Result<()>;
 }
 
 /// Opens the store named by `url`: `sqlite://path` (created if missing), `sqlite::memory:`,

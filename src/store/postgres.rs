@@ -522,6 +522,11 @@ impl StoreTx for PgTx {
         self.tx.commit().await?;
         Ok(())
     }
+
+    async fn rollback(self: Box<Self>) -> Result<()> {
+        self.tx.rollback().await?;
+        Ok(())
+    }
 }
 
 /// One statement for a whole message_set: messages and their deliveries from arrays, and

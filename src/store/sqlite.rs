@@ -477,6 +477,11 @@ impl StoreTx for SqliteTx {
         self.tx.commit().await?;
         Ok(())
     }
+
+    async fn rollback(self: Box<Self>) -> Result<()> {
+        self.tx.rollback().await?;
+        Ok(())
+    }
 }
 
 fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
