@@ -57,7 +57,7 @@ async fn post(http: &reqwest::Client, url: &str, body: &str) -> Response {
 async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
     let dir = std::env::temp_dir().join(format!("aqgate-slapd-{}", aqgate::engine::session::random_id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let _guard = Slapd(dir.clone());
+    let guard = Slapd(dir.clone());
     let ldap_url = Slapd::start(&dir);
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("slapd file").trim().to_string();
     let cfg = DirectoryConfig {
@@ -111,5 +111,8 @@ async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
     assert_eq!(received(&r).len(), 1, "exactly the one message sent after recovery");
     let r = post(&http, &url, &recv).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == code::NO_MESSAGE), "{r:?}");
+    // Stop slapd before its directory (which holds its pid file) goes.
+    Slapd::stop(&dir);
+    drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }
