@@ -114,10 +114,9 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
         match s.engine.sessions.get(&id) {
             Lookup::Live(sess, agent) => {
                 // A cookie is bound to its agent; credentials for someone else start afresh.
-                let same =
-                    basic.as_ref().is_none_or(|(u, _)| on_behalf.is_some() || crate::topology::canon(u) == agent);
-                let same = same && on_behalf.as_ref().is_none_or(|o| crate::topology::canon(o) == agent);
-                if same {
+                // The agent this request speaks for: the on-behalf-of agent, else the user.
+                let claimed = on_behalf.as_deref().or(basic.as_ref().map(|(u, _)| u.as_str()));
+                if claimed.is_none_or(|c| crate::topology::canon(c) == agent) {
                     return Ok((Who::Session(sess), false));
                 }
             }

@@ -99,30 +99,29 @@ async fn http(port: u16, body: &str) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
-    let work = std::env::temp_dir().join(format!("aqgate-smtp-{}", aqgate::engine::session::random_id()));
-    let out_dir = work.join("outbox");
-    std::fs::create_dir_all(&work).expect("mkdir");
+    let (work, out_dir) = scratch("smtp");
     let (hp, sp) = (free_port(), free_port());
     let db = fresh_sqlite_url();
-    let child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{hp}"),
-            "--smtp-listen",
-            &format!("127.0.0.1:{sp}"),
-            "--database",
-            &db,
-        ])
-        .args(["--smtp-tls-cert", &format!("{ROOT}/certs/gateway-tls.pem")])
-        .args(["--smtp-tls-key", &format!("{ROOT}/certs/gateway-tls.key.pem")])
-        .arg("--mail-outbox")
-        .arg(&out_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let _serve = Serve(child);
+    let (cert, key, out) = (
+        format!("{ROOT}/certs/gateway-tls.pem"),
+        format!("{ROOT}/certs/gateway-tls.key.pem"),
+        out_dir.to_str().expect("utf-8 path").to_string(),
+    );
+    let _serve = spawn(&[
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{hp}"),
+        "--smtp-listen",
+        &format!("127.0.0.1:{sp}"),
+        "--database",
+        &db,
+        "--smtp-tls-cert",
+        &cert,
+        "--smtp-tls-key",
+        &key,
+        "--mail-outbox",
+        &out,
+    ]);
     wait_port(hp);
     wait_port(sp);
 
@@ -223,6 +222,14 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// A fresh work directory and its reply outbox.
+fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", aqgate::engine::session::random_id()));
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let out = work.join("outbox");
+    (work, out)
+}
+
 fn spawn(args: &[&str]) -> Serve {
     Serve(Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn aqgate"))
 }
@@ -231,9 +238,7 @@ fn spawn(args: &[&str]) -> Serve {
 /// exactly once. `aqgate smtp` runs alone, posting to a servlet that is not up yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
-    let work = std::env::temp_dir().join(format!("aqgate-crash-{}", aqgate::engine::session::random_id()));
-    let out_dir = work.join("outbox");
-    std::fs::create_dir_all(&work).expect("mkdir");
+    let (work, out_dir) = scratch("crash");
     let db = fresh_sqlite_url();
     let topo = format!("{ROOT}/config/topology.toml");
     let st = Command::new(BIN).args(["admin", "apply", &topo, "--database", &db]).output().expect("admin apply");
@@ -303,9 +308,7 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
 /// The filter speaking LMTP (as behind a Postfix `lmtp:` content filter), driven by swaks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lmtp_delivery_is_verified_and_answered() {
-    let work = std::env::temp_dir().join(format!("aqgate-lmtp-{}", aqgate::engine::session::random_id()));
-    let out_dir = work.join("outbox");
-    std::fs::create_dir_all(&work).expect("mkdir");
+    let (work, out_dir) = scratch("lmtp");
     let (hp, sp) = (free_port(), free_port());
     let db = fresh_sqlite_url();
     let out = out_dir.to_str().expect("utf-8 path").to_string();

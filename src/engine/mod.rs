@@ -415,9 +415,6 @@ impl Engine {
         if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
             return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
         }
-        if o.dequeue_mode == DequeueMode::Browse && o.visibility == Visibility::Immediate {
-            // Browsing takes no lock; visibility does not apply. Accepted as Oracle does.
-        }
         let mut filter = Filter { corrid: None, msgid: None, condition: None };
         match &o.selector {
             None => {}
