@@ -12,6 +12,7 @@ pub mod engine;
 pub mod error;
 pub mod idap;
 pub mod mail;
+pub mod notify;
 pub mod payload;
 pub mod selector;
 pub mod server;

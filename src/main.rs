@@ -74,6 +74,62 @@ struct MailArgs {
     gateway_password_file: Option<PathBuf>,
 }
 
+/// The notification dispatcher (AQXmlNotification to registered http(s):// and mailto: targets).
+#[derive(clap::Args, Clone)]
+struct NotifyArgs {
+    /// Run without the dispatcher (notifications wait in the outbox for `aqgate notify`).
+    #[arg(long)]
+    no_notify: bool,
+    /// Allowed HTTP targets (repeatable or comma-separated): `public` (globally routable
+    /// addresses), a CIDR block or IP (`10.1.0.0/16`, `127.0.0.1`), a host name or
+    /// `*.suffix`. Private, loopback and link-local addresses need an explicit rule.
+    #[arg(long = "notify-allow", env = "AQGATE_NOTIFY_ALLOW", value_delimiter = ',', default_value = "public")]
+    notify_allow: Vec<String>,
+    /// Seconds one HTTP notification may take.
+    #[arg(long, env = "AQGATE_NOTIFY_TIMEOUT", default_value_t = 10)]
+    notify_timeout: u64,
+    /// Failed attempts (with exponential backoff from 1 s to 5 min) before a notification
+    /// is parked.
+    #[arg(long, env = "AQGATE_NOTIFY_MAX_ATTEMPTS", default_value_t = 15)]
+    notify_max_attempts: i64,
+    /// Notifications in flight at once.
+    #[arg(long, env = "AQGATE_NOTIFY_CONCURRENCY", default_value_t = 64)]
+    notify_concurrency: usize,
+    /// From address of mailto: notifications (default: the first --gateway-address).
+    #[arg(long, env = "AQGATE_NOTIFY_FROM")]
+    notify_from: Option<String>,
+}
+
+impl NotifyArgs {
+    fn config(
+        &self,
+        mail: &MailArgs,
+        directory: std::sync::Arc<dyn aqgate::directory::Directory>,
+    ) -> anyhow::Result<aqgate::notify::NotifyConfig> {
+        let policy = aqgate::notify::Policy::parse(&self.notify_allow).map_err(|e| anyhow::anyhow!(e))?;
+        let from = match &self.notify_from {
+            Some(f) => f.clone(),
+            None => mail.gateway_addresses.first().cloned().unwrap_or_else(|| "aq@localhost".into()),
+        };
+        Ok(aqgate::notify::NotifyConfig {
+            policy: std::sync::Arc::new(policy),
+            http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
+            concurrency: self.notify_concurrency.max(1),
+            max_attempts: self.notify_max_attempts.max(1),
+            mail: Some((mail_transport(mail), from)),
+            directory: Some(directory),
+            ..Default::default()
+        })
+    }
+}
+
+fn mail_transport(a: &MailArgs) -> aqgate::mail::worker::ReplyTransport {
+    match &a.mail_relay {
+        Some(url) => aqgate::mail::worker::ReplyTransport::Relay(url.clone()),
+        None => aqgate::mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
+    }
+}
+
 /// Where agent aliases, LDAP destinations and certificates are looked up.
 #[derive(clap::Args, Clone)]
 struct DirectoryArgs {
@@ -157,6 +213,22 @@ enum Command {
         directory: DirectoryArgs,
         #[command(flatten)]
         mail: MailArgs,
+        #[command(flatten)]
+        notify: NotifyArgs,
+    },
+    /// Run only the notification dispatcher, on the database a servlet elsewhere writes.
+    Notify {
+        #[command(flatten)]
+        db: Db,
+        /// On SQLite (no cross-process signal), look for new notifications this often (ms).
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+        #[command(flatten)]
+        directory: DirectoryArgs,
+        #[command(flatten)]
+        mail: MailArgs,
+        #[command(flatten)]
+        notify: NotifyArgs,
     },
     /// Administration.
     Admin {
@@ -232,6 +304,25 @@ enum AdminCommand {
         #[command(flatten)]
         db: Db,
     },
+    /// Notifications not yet delivered (pending retries and parked ones), or put parked
+    /// ones back in line.
+    Notifications {
+        #[command(flatten)]
+        db: Db,
+        /// Put every parked notification back in line (due now, attempts reset).
+        #[arg(long)]
+        retry_parked: bool,
+    },
+    /// List registrations, or set the HMAC secret of one (read from standard input, or
+    /// AQGATE_NOTIFY_SECRET; an empty secret removes it).
+    Registrations {
+        #[command(flatten)]
+        db: Db,
+        /// Set the secret of the registration QUEUE CONSUMER AGENT (CONSUMER `-` on a
+        /// single-consumer queue).
+        #[arg(long, num_args = 3, value_names = ["QUEUE", "CONSUMER", "AGENT"])]
+        set_secret: Option<Vec<String>>,
+    },
     /// Print an argon2 hash of the password read from standard input (for `password_hash`).
     HashPassword,
 }
@@ -273,6 +364,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_sessions,
             directory: directory_args,
             mail: mail_args,
+            notify: notify_args,
         } => {
             let directory = aqgate::directory::open(&directory_args.config()?)
                 .await
@@ -290,10 +382,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     max_wait: Duration::from_secs(max_wait),
                     session_timeout: Duration::from_secs(session_timeout),
                     directory: Some(directory.clone()),
+                    notify_policy: std::sync::Arc::new(
+                        aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
+                    ),
                 },
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),
                 max_sessions,
+                notify: if notify_args.no_notify {
+                    None
+                } else {
+                    Some(notify_args.config(&mail_args, directory.clone())?)
+                },
             };
             let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
             let mail = if mail_args.no_smtp {
@@ -309,6 +409,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
             aqgate::server::smtp_only(&db.database, servlet_url, mail, shutdown_signal()).await
+        }
+        Command::Notify { db, poll_ms, directory: directory_args, mail: mail_args, notify: notify_args } => {
+            let directory = aqgate::directory::open(&directory_args.config()?)
+                .await
+                .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+            let cfg = notify_args.config(&mail_args, directory)?;
+            aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), shutdown_signal())
+                .await
         }
         Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
@@ -380,6 +488,77 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         m.replies_wanted,
                         m.message_id,
                         m.last_error.as_deref().unwrap_or("-")
+                    );
+                }
+                Ok(())
+            }
+            AdminCommand::Notifications { db, retry_parked } => {
+                let store = aqgate::store::open(&db.database).await?;
+                if retry_parked {
+                    let n = store.notify_unpark(aqgate::clock::Clock::now(&aqgate::clock::SystemClock)).await?;
+                    println!("{n} parked notification(s) put back in line");
+                    return Ok(());
+                }
+                let names: std::collections::HashMap<_, _> =
+                    store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
+                let (pending, parked) = store.notify_counts().await?;
+                println!("{pending} pending, {parked} parked");
+                println!(
+                    "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} LAST_ERROR",
+                    "NOTIFICATION_ID", "STATE", "ATTEMPTS", "QUEUE", "CONSUMER", "TARGET"
+                );
+                for e in store.notify_pending(1000).await? {
+                    println!(
+                        "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} {}",
+                        e.notification_id(),
+                        e.state,
+                        e.attempts,
+                        names.get(&e.queue).map_or("?", String::as_str),
+                        if e.consumer.is_empty() { "-" } else { &e.consumer },
+                        aqgate::notify::redact_url(&e.notify_url),
+                        e.last_error.as_deref().unwrap_or("-")
+                    );
+                }
+                Ok(())
+            }
+            AdminCommand::Registrations { db, set_secret } => {
+                let store = aqgate::store::open(&db.database).await?;
+                let ids: std::collections::HashMap<_, _> = store.queue_ids().await?.into_iter().collect();
+                if let Some(args) = set_secret {
+                    let [queue, consumer, agent] = args.as_slice() else {
+                        anyhow::bail!("--set-secret takes QUEUE CONSUMER AGENT");
+                    };
+                    let queue = aqgate::topology::canon(queue);
+                    let qid = *ids.get(&queue).ok_or_else(|| anyhow::anyhow!("no queue {queue}"))?;
+                    let consumer = if consumer == "-" { String::new() } else { aqgate::topology::canon(consumer) };
+                    let secret = match std::env::var("AQGATE_NOTIFY_SECRET") {
+                        Ok(s) => s,
+                        Err(_) => {
+                            let mut line = String::new();
+                            std::io::stdin().read_line(&mut line)?;
+                            line.trim_end_matches(['\r', '\n']).to_string()
+                        }
+                    };
+                    let secret = (!secret.is_empty()).then_some(secret.as_str());
+                    let agent = aqgate::topology::canon(agent);
+                    if !store.set_registration_secret(qid, &consumer, &agent, secret).await? {
+                        anyhow::bail!("no registration of agent {agent} for {queue} consumer {consumer:?}");
+                    }
+                    println!(
+                        "secret {} for {queue} {consumer:?} {agent}",
+                        if secret.is_some() { "set" } else { "removed" }
+                    );
+                    return Ok(());
+                }
+                let names: std::collections::HashMap<_, _> = ids.into_iter().map(|(n, id)| (id, n)).collect();
+                println!("{:<28} {:<16} {:<16} NOTIFY_URL", "QUEUE", "CONSUMER", "AGENT");
+                for r in store.all_registrations().await? {
+                    println!(
+                        "{:<28} {:<16} {:<16} {}",
+                        names.get(&r.queue).map_or("?", String::as_str),
+                        if r.consumer.is_empty() { "-" } else { &r.consumer },
+                        r.agent,
+                        aqgate::notify::redact_url(&r.notify_url)
                     );
                 }
                 Ok(())

@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub tick: Duration,
     pub max_sessions: usize,
+    /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
+    pub notify: Option<crate::notify::NotifyConfig>,
 }
 
 /// Runs until `shutdown` resolves; in-flight requests finish first.
@@ -57,6 +59,13 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx.clone()));
+    let notifier = match cfg.notify.clone() {
+        Some(n) => {
+            let d = crate::notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
+            Some(tokio::spawn(d.run(stop_rx.clone())))
+        }
+        None => None,
+    };
     let mut mail_tasks = Vec::new();
     if let Some(m) = mail {
         let http = listener.local_addr()?;
@@ -93,6 +102,9 @@ pub async fn serve(
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = bg.await;
+    if let Some(n) = notifier {
+        let _ = n.await;
+    }
     for t in mail_tasks {
         let _ = t.await;
     }
@@ -150,5 +162,38 @@ pub async fn smtp_only(
     for t in tasks {
         let _ = t.await;
     }
+    Ok(())
+}
+
+/// `aqgate notify`: the notification dispatcher alone, on a store a servlet elsewhere
+/// writes. On PostgreSQL commits of other processes wake it (LISTEN/NOTIFY); on SQLite,
+/// which has no such channel between processes, it also looks every `poll`.
+pub async fn notify_only(
+    database_url: &str,
+    cfg: crate::notify::NotifyConfig,
+    poll: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = crate::store::open(database_url).await?;
+    let engine = Engine::attach(store.clone(), Arc::new(SystemClock), EngineConfig::default()).await?;
+    let mut cfg = cfg;
+    match store.listen().await? {
+        Some(mut rx) => {
+            let e = engine.clone();
+            tokio::spawn(async move {
+                while let Some(q) = rx.recv().await {
+                    e.wake(q);
+                }
+            });
+        }
+        None => cfg.fallback_poll = Some(poll),
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let d = crate::notify::Dispatcher::new(engine, cfg).map_err(|e| anyhow::anyhow!(e))?;
+    let task = tokio::spawn(d.run(stop_rx));
+    tracing::info!("aqgate notification dispatcher running");
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    let _ = task.await;
     Ok(())
 }

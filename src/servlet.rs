@@ -56,8 +56,59 @@ pub fn app(state: AppState) -> Router {
         .route("/aqserv/servlet/{name}", post(idap_post))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
+}
+
+/// Prometheus text: notification counters of this process and the outbox as the store
+/// has it (pending and parked notifications, also those of other processes).
+async fn metrics(State(s): State<AppState>) -> Response {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &crate::notify::METRICS;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, v: String| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
+    };
+    metric(
+        "aqgate_notifications_delivered_total",
+        "counter",
+        "Notifications delivered by this process.",
+        m.delivered.load(Relaxed).to_string(),
+    );
+    metric(
+        "aqgate_notification_failures_total",
+        "counter",
+        "Failed notification attempts in this process.",
+        m.failed_attempts.load(Relaxed).to_string(),
+    );
+    metric(
+        "aqgate_notifications_parked_total",
+        "counter",
+        "Notifications this process parked after failing too often.",
+        m.parked.load(Relaxed).to_string(),
+    );
+    match s.engine.store().notify_counts().await {
+        Ok((pending, parked)) => {
+            metric(
+                "aqgate_notify_outbox_pending",
+                "gauge",
+                "Committed notifications not yet delivered.",
+                pending.to_string(),
+            );
+            metric(
+                "aqgate_notify_outbox_parked",
+                "gauge",
+                "Notifications parked, waiting for an operator.",
+                parked.to_string(),
+            );
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: outbox counts");
+            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+        }
+    }
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {

@@ -43,6 +43,11 @@ on_both_backends!(
     adt_payload_round_trips_examples,
     privileges_are_enforced,
     registrations,
+    notification_aliases_resolve_through_the_directory,
+    notification_outbox_is_transactional,
+    notification_outbox_survives_restart_but_not_open_work,
+    notification_retries_park_and_unpark,
+    multi_consumer_notifications_follow_deliveries,
     long_poll_wakes_on_commit,
     too_many_failed_dequeues_move_to_exception_queue,
     payload_conditions_on_adt_and_jms,
@@ -527,28 +532,202 @@ async fn privileges_are_enforced(b: Backend) {
     assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("XML_ADT_SINGLE_ENQ"));
 }
 
+fn register(dest: &str, consumer: &str, url: &str) -> String {
+    let consumer =
+        if consumer.is_empty() { String::new() } else { format!("<consumer_name>{consumer}</consumer_name>") };
+    envelope(&format!(
+        r#"<AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{dest}</destination>{consumer}<notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister>"#
+    ))
+}
+
 async fn registrations(b: Backend) {
     let h = Harness::new(b).await;
     let mut s = h.session("scott");
-    let reg = |url: &str| {
-        envelope(&format!(
-            r#"<AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>AQUSER.EMP_TOPIC</destination><consumer_name>APP1</consumer_name><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister>"#
-        ))
-    };
+    let reg = |url: &str| register("AQUSER.EMP_TOPIC", "APP1", url);
     assert!(matches!(h.run(&mut s, &reg("mailto:app1@example.com")).await, Ok(Response::Register(_))));
-    assert!(matches!(h.run(&mut s, &reg("http://127.0.0.1:9/notify")).await, Ok(Response::Register(_))));
-    h.run(&mut s, &reg("mailto:app1@example.com")).await.expect("registering again replaces");
+    // Registering again (same queue, consumer, agent) replaces the URL.
+    assert!(matches!(h.run(&mut s, &reg("http://93.184.216.34/notify")).await, Ok(Response::Register(_))));
+    let qid = h.engine.resolved().ids["AQUSER.EMP_TOPIC"];
+    let regs = h.engine.store().registrations(qid).await.expect("registrations");
+    assert_eq!(regs.len(), 1, "{regs:?}");
+    assert_eq!((regs[0].consumer.as_str(), regs[0].agent.as_str()), ("APP1", "SCOTT"));
+    assert_eq!(regs[0].notify_url, "http://93.184.216.34/notify");
+    // Another agent's registration is its own.
+    let mut j = h.session("john");
+    let r = h.run(&mut j, &reg("mailto:john@example.com")).await;
+    assert!(matches!(r, Ok(Response::Register(_))), "{r:?}");
+    let regs = h.engine.store().registrations(qid).await.expect("registrations");
+    assert_eq!(regs.iter().map(|r| r.agent.as_str()).collect::<Vec<_>>(), ["JOHN", "SCOTT"]);
+    // Refused: loopback and private targets (no allow rule), credentials in the URL,
+    // other schemes, the reference's placeholder, a bad address.
+    assert_eq!(fault_code(h.run(&mut s, &reg("http://127.0.0.1:9/notify")).await), code::NOT_PERMITTED);
+    assert_eq!(fault_code(h.run(&mut s, &reg("http://localhost/notify")).await), code::NOT_PERMITTED);
+    assert_eq!(fault_code(h.run(&mut s, &reg("https://169.254.169.254/latest")).await), code::NOT_PERMITTED);
+    assert_eq!(fault_code(h.run(&mut s, &reg("http://[::ffff:10.0.0.1]/x")).await), code::NOT_PERMITTED);
+    assert_eq!(fault_code(h.run(&mut s, &reg("https://user:pw@93.184.216.34/x")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("plsql://aq.notify_proc")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("ftp://x")).await), code::INVALID_VALUE);
+    assert_eq!(fault_code(h.run(&mut s, &reg("mailto:a@@b")).await), code::INVALID_VALUE);
     assert_eq!(
         fault_code(h.run(&mut s, &example("09")).await),
         code::INVALID_VALUE,
         "mailto:[e-mail] is a placeholder"
     );
-    let qid = h.engine.resolved().ids["AQUSER.EMP_TOPIC"];
+    // An alias needs the directory (none here).
+    assert_eq!(fault_code(h.run(&mut s, &reg("mailto:ORDERS_DESK")).await), code::DIRECTORY);
+    // A refused registration changed nothing.
     let regs = h.engine.store().registrations(qid).await.expect("registrations");
-    assert_eq!(regs.len(), 2);
-    assert!(regs.iter().all(|r| r.consumer == "APP1" && r.agent == "SCOTT"));
+    assert!(regs.iter().any(|r| r.agent == "SCOTT" && r.notify_url == "http://93.184.216.34/notify"));
+    // The documented unregister form: an empty notify_url.
+    assert!(matches!(h.run(&mut s, &reg("")).await, Ok(Response::Register(_))));
+    let regs = h.engine.store().registrations(qid).await.expect("registrations");
+    assert!(regs.iter().all(|r| r.agent != "SCOTT"), "{regs:?}");
+    assert!(matches!(h.run(&mut s, &reg("")).await, Ok(Response::Register(_))), "unregistering twice is fine");
+}
+
+async fn notification_aliases_resolve_through_the_directory(b: Backend) {
+    let h = Harness::with_directory(b).await;
+    let mut s = h.session("scott");
+    let r = h.run(&mut s, &register("AQUSER.EMP_TOPIC", "APP1", "mailto:ORDERS_DESK")).await;
+    assert!(matches!(r, Ok(Response::Register(_))), "{r:?}");
+    let r = h.run(&mut s, &register("AQUSER.EMP_TOPIC", "APP1", "mailto:NO_SUCH_ALIAS")).await;
+    assert_eq!(fault_code(r), code::DIRECTORY);
+}
+
+/// Outbox entries due now (claimed with a lease of 60 s).
+async fn claim(h: &Harness) -> Vec<aqgate::store::OutboxEntry> {
+    let now = h.clock.now();
+    h.engine.store().notify_claim(now, now + 60_000_000, 100).await.expect("claim")
+}
+
+async fn notification_outbox_is_transactional(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(RAWQ, "", "http://93.184.216.34/hook")).await.expect("register");
+    // ON_COMMIT work: no notification until it commits; none at all when rolled back.
+    h.run(&mut s, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open send");
+    assert!(claim(&h).await.is_empty(), "uncommitted enqueue must not notify");
+    assert_eq!(h.engine.store().notify_counts().await.expect("counts"), (0, 0));
+    h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
+    assert!(claim(&h).await.is_empty(), "rolled-back enqueue notifies nobody");
+    let sent =
+        sent_ids(&h.run(&mut s, &raw_send(RAWQ, &[("<correlation>C1</correlation>", "02")], "")).await.expect("send"));
+    assert!(claim(&h).await.is_empty());
+    h.run(&mut s, &envelope(COMMIT)).await.expect("commit");
+    let got = claim(&h).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    let e = &got[0];
+    assert_eq!(hex::encode_upper(e.msgid), sent[0]);
+    assert_eq!((e.consumer.as_str(), e.agent.as_str(), e.corrid.as_deref()), ("", "SCOTT", Some("C1")));
+    assert_eq!(e.notify_url, "http://93.184.216.34/hook");
+    assert_eq!(e.attempts, 1);
+    assert!(e.notification_id().starts_with(&sent[0]));
+    // Claimed: leased, not handed out again until the lease ends.
+    assert!(claim(&h).await.is_empty());
+    h.clock.advance_secs(61);
+    let again = claim(&h).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].id, again[0].attempts), (e.id, 2), "same notification, same id, one more attempt");
+    h.engine.store().notify_delivered(&[e.id]).await.expect("delivered");
+    h.clock.advance_secs(120);
+    assert!(claim(&h).await.is_empty(), "delivered notifications are gone");
+    // A committed message_set of three, and an IMMEDIATE send: one notification each.
+    h.run(&mut s, &raw_send(RAWQ, &[("", "03"), ("", "04"), ("", "05")], COMMIT)).await.expect("set");
+    let imm =
+        raw_send(RAWQ, &[("", "06")], "").replace("</destination>", "</destination><visibility>IMMEDIATE</visibility>");
+    h.run(&mut s, &imm).await.expect("immediate");
+    assert_eq!(claim(&h).await.len(), 4);
+    // The consumer taking the message first does not cancel its notification: the
+    // properties were copied.
+    h.run(&mut s, &raw_send(RAWQ, &[("<correlation>GONE</correlation>", "07")], COMMIT)).await.expect("send");
+    recv_raw(&h, &mut s, "", COMMIT).await.expect("receive");
+    let got = claim(&h).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].corrid.as_deref(), Some("GONE"));
+}
+
+async fn notification_outbox_survives_restart_but_not_open_work(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(RAWQ, "", "http://93.184.216.34/hook")).await.expect("register");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
+    // A new process: the committed notification is still owed, the open one is gone —
+    // even if the old session's transaction id were committed now.
+    let store = aqgate::store::open(&h.url).await.expect("reopen");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    let e2 = aqgate::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
+    let mut tx = store.begin().await.expect("begin");
+    tx.commit_session(&s.txn).await.expect("commit the dead session's txn");
+    tx.commit().await.expect("commit");
+    let now = h.clock.now();
+    let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
+    assert_eq!(got.len(), 1, "{got:?}");
+}
+
+async fn notification_retries_park_and_unpark(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(RAWQ, "", "http://93.184.216.34/hook")).await.expect("register");
+    let qid = h.engine.resolved().ids[RAWQ];
+    assert!(store.set_registration_secret(qid, "", "SCOTT", Some("s3cret")).await.expect("secret"));
+    assert!(!store.set_registration_secret(qid, "", "JOHN", Some("x")).await.expect("no such registration"));
+    h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
+    let e = claim(&h).await.pop().expect("one due");
+    assert_eq!(e.secret.as_deref(), Some("s3cret"));
+    assert!(!format!("{e:?}").contains("s3cret"), "secrets stay out of Debug output");
+    let later = h.clock.now() + 5_000_000;
+    store.notify_failed(e.id, "HTTP 503", Some(later)).await.expect("failed");
+    assert_eq!(store.notify_next_due().await.expect("next"), Some(later));
+    assert!(claim(&h).await.is_empty(), "not due before its retry time");
+    h.clock.advance_secs(5);
+    let e = claim(&h).await.pop().expect("due again");
+    assert_eq!(e.attempts, 2);
+    store.notify_failed(e.id, "HTTP 500", None).await.expect("park");
+    assert_eq!(store.notify_counts().await.expect("counts"), (0, 1));
+    let pending = store.notify_pending(10).await.expect("pending");
+    assert_eq!((pending[0].state.as_str(), pending[0].last_error.as_deref()), ("parked", Some("HTTP 500")));
+    h.clock.advance_secs(3600);
+    assert!(claim(&h).await.is_empty(), "parked notifications wait for an operator");
+    assert_eq!(store.notify_unpark(h.clock.now()).await.expect("unpark"), 1);
+    let e = claim(&h).await.pop().expect("back in line");
+    assert_eq!(e.attempts, 1);
+    store.notify_delivered(&[e.id]).await.expect("delivered");
+    assert_eq!(store.notify_counts().await.expect("counts"), (0, 0));
+    // Delayed messages notify when they become visible.
+    h.run(&mut s, &raw_send(RAWQ, &[("<delay>10</delay>", "02")], COMMIT)).await.expect("delayed");
+    assert!(claim(&h).await.is_empty());
+    assert_eq!(store.notify_next_due().await.expect("next"), Some(h.clock.now() + 10_000_000));
+    // Unregistering drops what is still owed.
+    h.run(&mut s, &register(RAWQ, "", "")).await.expect("unregister");
+    assert_eq!(store.notify_next_due().await.expect("next"), None);
+}
+
+async fn multi_consumer_notifications_follow_deliveries(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(TOPIC, "APP1", "http://93.184.216.34/app1")).await.expect("register APP1");
+    h.run(&mut s, &register(TOPIC, "OTHER", "http://93.184.216.34/other")).await.expect("register OTHER");
+    h.run(&mut s, &publish_emp(10, "", COMMIT)).await.expect("to the subscribers (APP1)");
+    let got = claim(&h).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].consumer, "APP1");
+    let r = h
+        .run(
+            &mut s,
+            &publish_emp(
+                20,
+                "<recipient_list><recipient><agent_name>OTHER</agent_name></recipient></recipient_list>",
+                COMMIT,
+            ),
+        )
+        .await
+        .expect("to OTHER only");
+    assert_eq!(sent_ids(&r).len(), 1);
+    let got = claim(&h).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].consumer, "OTHER");
 }
 
 async fn long_poll_wakes_on_commit(b: Backend) {

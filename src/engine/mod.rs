@@ -35,6 +35,8 @@ pub struct EngineConfig {
     /// Resolves `lookup_type="LDAP"` destinations and `agent_alias`es; without one they
     /// get a fault.
     pub directory: Option<Arc<dyn Directory>>,
+    /// Which HTTP notification targets a registration may name.
+    pub notify_policy: Arc<crate::notify::Policy>,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -43,13 +45,19 @@ impl std::fmt::Debug for EngineConfig {
             .field("max_wait", &self.max_wait)
             .field("session_timeout", &self.session_timeout)
             .field("directory", &self.directory.is_some())
+            .field("notify_policy", &self.notify_policy)
             .finish()
     }
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_wait: Duration::from_secs(60), session_timeout: Duration::from_secs(300), directory: None }
+        Self {
+            max_wait: Duration::from_secs(60),
+            session_timeout: Duration::from_secs(300),
+            directory: None,
+            notify_policy: Arc::new(crate::notify::Policy::default()),
+        }
     }
 }
 
@@ -75,6 +83,8 @@ pub struct Engine {
     config: EngineConfig,
     resolved: RwLock<Arc<Resolved>>,
     wakers: StdMutex<HashMap<QueueId, Arc<Notify>>>,
+    /// Rung on every commit that makes messages visible (the notification dispatcher).
+    commits: Arc<Notify>,
     pub sessions: Sessions,
 }
 
@@ -109,6 +119,7 @@ impl Engine {
             config,
             resolved: RwLock::new(Arc::new(Resolved::default())),
             wakers: StdMutex::new(HashMap::new()),
+            commits: Arc::new(Notify::new()),
             sessions: Sessions::default(),
         });
         engine.reload().await?;
@@ -147,9 +158,17 @@ impl Engine {
         w.entry(queue).or_insert_with(|| Arc::new(Notify::new())).clone()
     }
 
-    /// Wakes long-polls waiting on `queue`.
+    /// Wakes long-polls waiting on `queue`, and the notification dispatcher.
     pub fn wake(&self, queue: QueueId) {
         self.waker(queue).notify_waiters();
+        // A stored permit: a dispatcher busy when the commit lands still sees it.
+        self.commits.notify_one();
+    }
+
+    /// Rung on every commit that makes messages visible (in this process, or in another
+    /// one on PostgreSQL, through LISTEN/NOTIFY).
+    pub fn commit_signal(&self) -> Arc<Notify> {
+        self.commits.clone()
     }
 
     /// Performs one IDAP document: its header entries (e.g. a transaction id) are kept on
@@ -617,29 +636,22 @@ impl Engine {
         }
         let consumer = consumer_for(queue, req.consumer_name.as_deref())?;
         let url = req.notify_url.trim();
-        let lower = url.to_ascii_lowercase();
-        if lower.starts_with("plsql://") {
-            return Err(AqError::invalid("plsql:// notifications are not supported: use http(s):// or mailto:"));
-        }
-        let ok = if lower.starts_with("http://") || lower.starts_with("https://") {
-            url.len() > lower.find("://").map_or(0, |i| i + 3)
-        } else if let Some(addr) = lower.strip_prefix("mailto:") {
-            let addr = addr.trim_start_matches("//");
-            addr.contains('@') && !addr.starts_with('@') && !addr.ends_with('@')
-        } else {
-            false
-        };
-        if !ok {
-            return Err(AqError::invalid(format!("notify_url '{url}' is not an http(s):// URL or a mailto: address")));
+        if !url.is_empty() {
+            self.check_notify_url(url).await?;
         }
         let mut tx = self.store.begin().await?;
-        tx.upsert_registration(&Registration {
-            queue: qid,
-            consumer,
-            notify_url: url.to_string(),
-            agent: agent.name.clone(),
-        })
-        .await?;
+        if url.is_empty() {
+            // `<notify_url/>` (empty): unregister. Undelivered notifications go with it.
+            tx.delete_registration(qid, &consumer, &agent.name).await?;
+        } else {
+            tx.upsert_registration(&Registration {
+                queue: qid,
+                consumer,
+                notify_url: url.to_string(),
+                agent: agent.name.clone(),
+            })
+            .await?;
+        }
         let mut woken = Vec::new();
         if req.commit && session.pending {
             woken = tx.commit_session(&session.txn).await?.enqueued_queues;
@@ -795,6 +807,60 @@ impl Engine {
                 Err(AqError::client(code::NO_SUCH_QUEUE, format!("queue {name} not found in the directory")))
             }
             Err(e) => Err(AqError::directory(e, &format!("destination {name}"))),
+        }
+    }
+
+    /// Checks a registration's notify_url: `http(s)://` allowed by the notification policy,
+    /// or `mailto:` with an address or a directory notification alias.
+    async fn check_notify_url(&self, url: &str) -> Result<(), AqError> {
+        let lower = url.to_ascii_lowercase();
+        if lower.starts_with("plsql://") {
+            return Err(AqError::invalid("plsql:// notifications are not supported: use http(s):// or mailto:"));
+        }
+        if url.len() > 2048 {
+            return Err(AqError::invalid("notify_url is longer than 2048 characters"));
+        }
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            let u = reqwest::Url::parse(url)
+                .map_err(|e| AqError::invalid(format!("notify_url '{url}' is not a valid URL: {e}")))?;
+            let Some(host) = u.host_str() else {
+                return Err(AqError::invalid(format!("notify_url '{url}' has no host")));
+            };
+            if !u.username().is_empty() || u.password().is_some() {
+                return Err(AqError::invalid(
+                    "notify_url must not carry credentials; set a signing secret for the registration instead",
+                ));
+            }
+            return self.config.notify_policy.check_host(host).map_err(|e| AqError::client(code::NOT_PERMITTED, e));
+        }
+        let Some(addr) = lower.strip_prefix("mailto:").map(|a| a.trim_start_matches("//").trim()) else {
+            return Err(AqError::invalid(format!("notify_url '{url}' is not an http(s):// URL or a mailto: address")));
+        };
+        if addr.contains('@') {
+            if addr.starts_with('@') || addr.ends_with('@') || addr.parse::<lettre::Address>().is_err() {
+                return Err(AqError::invalid(format!("notify_url '{url}' is not a valid mailto: address")));
+            }
+            return Ok(());
+        }
+        // No '@': a notification alias the directory resolves (again at each delivery).
+        let alias = url["mailto:".len()..].trim_start_matches("//").trim();
+        if alias.is_empty() || !alias.chars().all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            return Err(AqError::invalid(format!(
+                "notify_url '{url}' is neither a mailto: address nor a notification alias (letters, digits, . _ -)"
+            )));
+        }
+        let Some(dir) = &self.config.directory else {
+            return Err(AqError::client(
+                code::DIRECTORY,
+                format!("mailto:{alias} is a notification alias, and no directory is configured"),
+            ));
+        };
+        match dir.resolve_notification_alias(alias).await {
+            Ok(_) => Ok(()),
+            Err(crate::directory::DirectoryError::NotFound(_)) => {
+                Err(AqError::client(code::DIRECTORY, format!("notification alias {alias} not found in the directory")))
+            }
+            Err(e) => Err(AqError::directory(e, &format!("notification alias {alias}"))),
         }
     }
 

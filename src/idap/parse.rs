@@ -1030,7 +1030,8 @@ fn parse_register_options(e: &Elem, path: &str) -> Result<(Destination, Option<S
         match c.local.as_str() {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
             "consumer_name" => set_once(&mut consumer_name, leaf(c, &p)?, &p)?,
-            "notify_url" => set_once(&mut notify_url, non_empty(c, &p)?, &p)?,
+            // Empty means "unregister" (aqgate's documented form).
+            "notify_url" => set_once(&mut notify_url, leaf(c, &p)?, &p)?,
             _ => return Err(unknown(c, path)),
         }
     }

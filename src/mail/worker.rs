@@ -242,15 +242,20 @@ impl Worker {
         let mut msg = msg;
         msg.headers_mut()
             .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
-        match &self.cfg.transport {
-            ReplyTransport::Files(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("outbox {}: {e}", dir.display()))?;
-                AsyncFileTransport::<Tokio1Executor>::new(dir).send(msg).await.map(|_| ()).map_err(|e| e.to_string())
-            }
-            ReplyTransport::Relay(url) => {
-                let t = lettre::AsyncSmtpTransport::<Tokio1Executor>::from_url(url).map_err(|e| e.to_string())?.build();
-                t.send(msg).await.map(|_| ()).map_err(|e| e.to_string())
-            }
+        send_mail(&self.cfg.transport, msg).await
+    }
+}
+
+/// Sends one message through `transport` (also used for `mailto:` notifications).
+pub async fn send_mail(transport: &ReplyTransport, msg: Message) -> Result<(), String> {
+    match transport {
+        ReplyTransport::Files(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("outbox {}: {e}", dir.display()))?;
+            AsyncFileTransport::<Tokio1Executor>::new(dir).send(msg).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+        ReplyTransport::Relay(url) => {
+            let t = lettre::AsyncSmtpTransport::<Tokio1Executor>::from_url(url).map_err(|e| e.to_string())?.build();
+            t.send(msg).await.map(|_| ()).map_err(|e| e.to_string())
         }
     }
 }

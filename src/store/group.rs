@@ -155,6 +155,39 @@ impl Store for GroupCommitStore {
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
         self.inner.spool_put(m).await
     }
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        self.inner.all_registrations().await
+    }
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        self.inner.set_registration_secret(queue, consumer, agent, secret).await
+    }
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_claim(now, lease_until, limit).await
+    }
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        self.inner.notify_delivered(ids).await
+    }
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        self.inner.notify_failed(id, error, next_attempt_at).await
+    }
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        self.inner.notify_next_due().await
+    }
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_pending(limit).await
+    }
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        self.inner.notify_counts().await
+    }
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        self.inner.notify_unpark(now).await
+    }
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_due(now, limit).await
     }
@@ -255,6 +288,9 @@ impl StoreTx for GroupTx {
     }
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
         self.tx()?.upsert_registration(r).await
+    }
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        self.tx()?.delete_registration(queue, consumer, agent).await
     }
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
         self.tx()?.put_topology_object(kind, name, spec).await

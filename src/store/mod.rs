@@ -114,13 +114,66 @@ pub struct CommitOutcome {
     pub enqueued_queues: Vec<QueueId>,
 }
 
-/// A registration for notifications (AQXmlRegister).
+/// A registration for notifications (AQXmlRegister): one per (queue, consumer, agent);
+/// registering again replaces the URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
     pub queue: QueueId,
     pub consumer: String,
     pub notify_url: String,
     pub agent: String,
+}
+
+/// A notification in the transactional outbox: one per (message, registration), with the
+/// message's properties as they were at enqueue.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub queue: QueueId,
+    pub consumer: String,
+    pub agent: String,
+    pub notify_url: String,
+    /// The registration's HMAC secret (HTTP targets), if one is set.
+    pub secret: Option<String>,
+    pub msgid: [u8; 16],
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    /// `new` (to deliver) or `parked` (gave up; waits for `admin notifications --retry`).
+    pub state: String,
+    /// Delivery attempts started (counted when claimed).
+    pub attempts: i64,
+    pub next_attempt_at: Micros,
+    pub last_error: Option<String>,
+}
+
+impl OutboxEntry {
+    /// The notification's stable id (the same on every retry): receivers drop duplicates by it.
+    pub fn notification_id(&self) -> String {
+        format!("{}-{}", hex::encode_upper(self.msgid), self.id)
+    }
+}
+
+impl std::fmt::Debug for OutboxEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxEntry")
+            .field("id", &self.id)
+            .field("queue", &self.queue)
+            .field("consumer", &self.consumer)
+            .field("agent", &self.agent)
+            .field("notify_url", &self.notify_url)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("msgid", &hex::encode_upper(self.msgid))
+            .field("state", &self.state)
+            .field("attempts", &self.attempts)
+            .field("next_attempt_at", &self.next_attempt_at)
+            .field("last_error", &self.last_error)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An expired message moved by the time manager.
@@ -219,6 +272,41 @@ pub trait Store: Send + Sync + 'static {
     /// Mails that are not finished (to forward, replies owed, or failed), oldest first.
     async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
 
+    /// Every registration (for `admin registrations`).
+    async fn all_registrations(&self) -> Result<Vec<Registration>>;
+
+    /// Sets (or clears) the HMAC secret of a registration. False if there is none.
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool>;
+
+    /// Claims up to `limit` notifications due at `now`: their next attempt moves to
+    /// `lease_until` (so no one else takes them meanwhile; a crashed dispatcher's claims come
+    /// due again then) and their attempt count goes up.
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>>;
+
+    /// Removes delivered notifications.
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()>;
+
+    /// Records a failed attempt: try again at `next_attempt_at`, or park (`None`).
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()>;
+
+    /// When the next committed, unparked notification is due.
+    async fn notify_next_due(&self) -> Result<Option<Micros>>;
+
+    /// Notifications not yet delivered (pending and parked), oldest first.
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>>;
+
+    /// Counts of (pending, parked) committed notifications.
+    async fn notify_counts(&self) -> Result<(i64, i64)>;
+
+    /// Puts parked notifications back in line (due at `now`, attempts reset). Returns how many.
+    async fn notify_unpark(&self, now: Micros) -> Result<u64>;
+
     /// Inserts committed messages as one atomic step (no session work involved).
     async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
         let mut tx = self.begin().await?;
@@ -248,6 +336,8 @@ pub trait Store: Send + Sync + 'static {
 
 #[async_trait]
 pub trait StoreTx: Send {
+    /// Inserts messages with their deliveries, and — in the same transaction — one outbox
+    /// notification per delivery whose (queue, consumer) has registrations.
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
 
     /// Deliveries matching `q`, in queue order, starting after `q.after`.
@@ -272,7 +362,12 @@ pub trait StoreTx: Send {
     /// Moves a message to `to` (an exception queue) in state 3 with one delivery.
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()>;
 
+    /// Creates or replaces the registration of (queue, consumer, agent).
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
+
+    /// Removes the registration of (queue, consumer, agent) and its undelivered
+    /// notifications. False if there was none.
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool>;
 
     /// Topology: replace the stored object set; queue ids are created for new queue names.
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;

@@ -82,6 +82,7 @@ impl Store for PgStore {
         let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(a.rows_affected() + b.rows_affected())
     }
@@ -136,7 +137,7 @@ impl Store for PgStore {
     }
 
     async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = $1 ORDER BY consumer, notify_url")
+        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = $1 ORDER BY consumer, agent")
             .bind(queue)
             .fetch_all(&self.pool)
             .await?;
@@ -150,6 +151,123 @@ impl Store for PgStore {
                 })
             })
             .collect()
+    }
+
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        let rows = sqlx::query(
+            "SELECT queue_id, consumer, notify_url, agent FROM registrations ORDER BY queue_id, consumer, agent",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Registration {
+                    queue: r.try_get("queue_id")?,
+                    consumer: r.try_get("consumer")?,
+                    notify_url: r.try_get("notify_url")?,
+                    agent: r.try_get("agent")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        let r =
+            sqlx::query("UPDATE registrations SET secret = $4 WHERE queue_id = $1 AND consumer = $2 AND agent = $3")
+                .bind(queue)
+                .bind(consumer)
+                .bind(agent)
+                .bind(secret)
+                .execute(&self.pool)
+                .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        // Concurrent dispatchers (several processes) skip each other's rows.
+        let rows = sqlx::query(
+            "WITH c AS (
+                UPDATE notify_outbox SET next_attempt_at = $2, attempts = attempts + 1
+                WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= $1
+                             ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+                RETURNING *
+             )
+             SELECT c.*, r.secret FROM c
+             LEFT JOIN registrations r ON r.queue_id = c.queue_id AND r.consumer = c.consumer AND r.agent = c.agent
+             ORDER BY c.id",
+        )
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        if !ids.is_empty() {
+            sqlx::query("DELETE FROM notify_outbox WHERE id = ANY($1)").bind(ids).execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        sqlx::query(
+            "UPDATE notify_outbox SET last_error = $2,
+                    state = CASE WHEN $3::int8 IS NULL THEN 'parked' ELSE state END,
+                    next_attempt_at = COALESCE($3::int8, next_attempt_at)
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM notify_outbox WHERE state = 'new' AND txn IS NULL")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        let rows = sqlx::query(
+            "SELECT o.*, r.secret FROM notify_outbox o
+             LEFT JOIN registrations r ON r.queue_id = o.queue_id AND r.consumer = o.consumer AND r.agent = o.agent
+             WHERE o.txn IS NULL ORDER BY o.id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        let r = sqlx::query(
+            "SELECT COUNT(*) FILTER (WHERE state = 'new') AS pending, COUNT(*) FILTER (WHERE state = 'parked') AS parked
+             FROM notify_outbox WHERE txn IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.try_get("pending")?, r.try_get("parked")?))
+    }
+
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE notify_outbox SET state = 'new', attempts = 0, next_attempt_at = $1 WHERE state = 'parked'",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
     }
 
     async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
@@ -394,6 +512,7 @@ impl StoreTx for PgTx {
     }
 
     async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+        sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
         let mut queues: Vec<i64> =
             sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id")
                 .bind(txn)
@@ -429,6 +548,7 @@ impl StoreTx for PgTx {
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+        sqlx::query("DELETE FROM notify_outbox WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
         sqlx::query("DELETE FROM messages WHERE enq_txn = $1").bind(txn).execute(&mut *self.tx).await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
@@ -464,7 +584,7 @@ impl StoreTx for PgTx {
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
         sqlx::query(
             "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (queue_id, consumer, notify_url) DO UPDATE SET agent = excluded.agent",
+             ON CONFLICT (queue_id, consumer, agent) DO UPDATE SET notify_url = excluded.notify_url",
         )
         .bind(r.queue)
         .bind(&r.consumer)
@@ -473,6 +593,22 @@ impl StoreTx for PgTx {
         .execute(&mut *self.tx)
         .await?;
         Ok(())
+    }
+
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        let r = sqlx::query("DELETE FROM registrations WHERE queue_id = $1 AND consumer = $2 AND agent = $3")
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE queue_id = $1 AND consumer = $2 AND agent = $3")
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(r.rows_affected() == 1)
     }
 
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
@@ -571,11 +707,19 @@ fn insert_query(msgs: &[NewMessage]) -> sqlx::query::Query<'static, Postgres, sq
         "WITH m AS (
             INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
             SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[])
-            RETURNING seq, msgid
+            RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn
          ), d AS (
             INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
             SELECT m.seq, c.queue_id, c.consumer, c.prio_key
             FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
+            RETURNING msg_seq, queue_id, consumer
+         ), o AS (
+            INSERT INTO notify_outbox (queue_id, consumer, agent, notify_url, msgid, corrid, priority, enq_time,
+                                       delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
+            SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
+                   m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn, COALESCE(m.delay_until, m.enq_time)
+            FROM d JOIN m ON m.seq = d.msg_seq
+            JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
          )
          SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
     )
@@ -605,6 +749,29 @@ async fn notify_queues(tx: &mut Transaction<'static, Postgres>, queues: &[QueueI
         sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(q.to_string()).execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+fn outbox_from_row(r: &PgRow) -> Result<OutboxEntry> {
+    Ok(OutboxEntry {
+        id: r.try_get("id")?,
+        queue: r.try_get("queue_id")?,
+        consumer: r.try_get("consumer")?,
+        agent: r.try_get("agent")?,
+        notify_url: r.try_get("notify_url")?,
+        secret: r.try_get("secret")?,
+        msgid: msgid_from(r.try_get("msgid")?)?,
+        corrid: r.try_get("corrid")?,
+        priority: r.try_get("priority")?,
+        enq_time: r.try_get("enq_time")?,
+        delay_until: r.try_get("delay_until")?,
+        expire_at: r.try_get("expire_at")?,
+        sender: r.try_get("sender")?,
+        exception_queue: r.try_get("exception_queue")?,
+        state: r.try_get("state")?,
+        attempts: r.try_get("attempts")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        last_error: r.try_get("last_error")?,
+    })
 }
 
 fn spool_from_row(r: &PgRow) -> Result<SpooledMail> {

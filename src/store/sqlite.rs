@@ -44,6 +44,35 @@ fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
     v.try_into().map_err(|_| StoreError::Corrupt("msgid is not 16 bytes".into()))
 }
 
+const OUTBOX_SELECT: &str = "SELECT o.id, o.queue_id, o.consumer, o.agent, o.notify_url, r.secret, o.msgid, o.corrid,
+        o.priority, o.enq_time, o.delay_until, o.expire_at, o.sender, o.exception_queue, o.state, o.attempts,
+        o.next_attempt_at, o.last_error
+     FROM notify_outbox o
+     LEFT JOIN registrations r ON r.queue_id = o.queue_id AND r.consumer = o.consumer AND r.agent = o.agent";
+
+fn outbox_from_row(r: &SqliteRow) -> Result<OutboxEntry> {
+    Ok(OutboxEntry {
+        id: r.try_get("id")?,
+        queue: r.try_get("queue_id")?,
+        consumer: r.try_get("consumer")?,
+        agent: r.try_get("agent")?,
+        notify_url: r.try_get("notify_url")?,
+        secret: r.try_get("secret")?,
+        msgid: msgid_from(r.try_get("msgid")?)?,
+        corrid: r.try_get("corrid")?,
+        priority: r.try_get("priority")?,
+        enq_time: r.try_get("enq_time")?,
+        delay_until: r.try_get("delay_until")?,
+        expire_at: r.try_get("expire_at")?,
+        sender: r.try_get("sender")?,
+        exception_queue: r.try_get("exception_queue")?,
+        state: r.try_get("state")?,
+        attempts: r.try_get("attempts")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+        last_error: r.try_get("last_error")?,
+    })
+}
+
 fn stored_from_row(r: &SqliteRow) -> Result<StoredMessage> {
     Ok(StoredMessage {
         seq: r.try_get("seq")?,
@@ -77,6 +106,7 @@ impl Store for SqliteStore {
         let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(a.rows_affected() + b.rows_affected())
     }
@@ -131,7 +161,7 @@ impl Store for SqliteStore {
     }
 
     async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = ?1 ORDER BY consumer, notify_url")
+        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = ?1 ORDER BY consumer, agent")
             .bind(queue)
             .fetch_all(&self.pool)
             .await?;
@@ -145,6 +175,133 @@ impl Store for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        let rows = sqlx::query(
+            "SELECT queue_id, consumer, notify_url, agent FROM registrations ORDER BY queue_id, consumer, agent",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Registration {
+                    queue: r.try_get("queue_id")?,
+                    consumer: r.try_get("consumer")?,
+                    notify_url: r.try_get("notify_url")?,
+                    agent: r.try_get("agent")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        let r =
+            sqlx::query("UPDATE registrations SET secret = ?4 WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
+                .bind(queue)
+                .bind(consumer)
+                .bind(agent)
+                .bind(secret)
+                .execute(&self.pool)
+                .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "UPDATE notify_outbox SET next_attempt_at = ?2, attempts = attempts + 1
+             WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= ?1
+                          ORDER BY next_attempt_at, id LIMIT ?3)
+             RETURNING id",
+        )
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for part in ids.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(OUTBOX_SELECT);
+            b.push(" WHERE o.id IN (");
+            let mut sep = b.separated(", ");
+            for id in part {
+                sep.push_bind(*id);
+            }
+            b.push(") ORDER BY o.next_attempt_at, o.id");
+            for r in b.build().fetch_all(&mut *tx).await? {
+                out.push(outbox_from_row(&r)?);
+            }
+        }
+        tx.commit().await?;
+        out.sort_by_key(|e| e.id);
+        Ok(out)
+    }
+
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        for part in ids.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("DELETE FROM notify_outbox WHERE id IN (");
+            let mut sep = b.separated(", ");
+            for id in part {
+                sep.push_bind(*id);
+            }
+            b.push(")");
+            b.build().execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        sqlx::query(
+            "UPDATE notify_outbox SET last_error = ?2,
+                    state = CASE WHEN ?3 IS NULL THEN 'parked' ELSE state END,
+                    next_attempt_at = COALESCE(?3, next_attempt_at)
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM notify_outbox WHERE state = 'new' AND txn IS NULL")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(OUTBOX_SELECT);
+        b.push(" WHERE o.txn IS NULL ORDER BY o.id LIMIT ").push_bind(limit);
+        b.build().fetch_all(&self.pool).await?.iter().map(outbox_from_row).collect()
+    }
+
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        let r = sqlx::query(
+            "SELECT COALESCE(SUM(state = 'new'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked
+             FROM notify_outbox WHERE txn IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.try_get("pending")?, r.try_get("parked")?))
+    }
+
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE notify_outbox SET state = 'new', attempts = 0, next_attempt_at = ?1 WHERE state = 'parked'",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
     }
 
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
@@ -284,6 +441,26 @@ impl StoreTx for SqliteTx {
                 });
                 b.build().execute(&mut *self.tx).await?;
             }
+            // The outbox, in the same transaction: one row per delivery that has registrations.
+            // (One writer: the chunk's sequence numbers are exactly the range it got.)
+            if let (Some(lo), Some(hi)) = (seqs.values().min(), seqs.values().max()) {
+                sqlx::query(
+                    "INSERT INTO notify_outbox (queue_id, consumer, agent, notify_url, msgid, corrid, priority, enq_time,
+                                                delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
+                     SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
+                            m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn,
+                            COALESCE(m.delay_until, m.enq_time)
+                     FROM registrations r
+                     JOIN deliveries d ON d.queue_id = r.queue_id AND d.consumer = r.consumer
+                     JOIN messages m ON m.seq = d.msg_seq
+                     WHERE d.msg_seq BETWEEN ?1 AND ?2
+                     ORDER BY d.msg_seq, r.agent",
+                )
+                .bind(*lo)
+                .bind(*hi)
+                .execute(&mut *self.tx)
+                .await?;
+            }
         }
         Ok(())
     }
@@ -355,6 +532,7 @@ impl StoreTx for SqliteTx {
     }
 
     async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+        sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         let queues: Vec<i64> =
             sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = ?1 RETURNING queue_id")
                 .bind(txn)
@@ -384,6 +562,7 @@ impl StoreTx for SqliteTx {
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+        sqlx::query("DELETE FROM notify_outbox WHERE txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
@@ -419,7 +598,7 @@ impl StoreTx for SqliteTx {
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
         sqlx::query(
             "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (queue_id, consumer, notify_url) DO UPDATE SET agent = excluded.agent",
+             ON CONFLICT (queue_id, consumer, agent) DO UPDATE SET notify_url = excluded.notify_url",
         )
         .bind(r.queue)
         .bind(&r.consumer)
@@ -428,6 +607,22 @@ impl StoreTx for SqliteTx {
         .execute(&mut *self.tx)
         .await?;
         Ok(())
+    }
+
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        let r = sqlx::query("DELETE FROM registrations WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(r.rows_affected() == 1)
     }
 
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
