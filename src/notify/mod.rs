@@ -261,6 +261,8 @@ impl Dispatcher {
                 if let Err(e) = self.store.notify_failed(entry.id, &why, next).await {
                     tracing::warn!(error = %e, "could not record a failed notification");
                 }
+                // Its retry may be due before whatever the dispatcher sleeps until.
+                self.wake.notify_one();
             }
         }
     }

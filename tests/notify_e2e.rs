@@ -1,0 +1,380 @@
+//! Notifications through the real binary: `aqgate serve` delivers AQXmlNotification to a
+//! real HTTP receiver (one that answers at once, one that fails first and succeeds later),
+//! signs with the registration's secret, notifies nobody for a rolled-back enqueue, keeps
+//! the allowlist at delivery time (parking what it refuses), survives kill -9 between commit
+//! and dispatch, runs alone as `aqgate notify` on PostgreSQL (LISTEN/NOTIFY), and mails
+//! `mailto:` aliases resolved through the directory.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aqgate::idap::{self, Limits, Response};
+use axum::http::{HeaderMap, StatusCode};
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
+const RAWQ: &str = "AQUSER.RAW_QUE";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A child process killed when the test ends, whatever happens.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn kill9(mut self) {
+        let _ = Command::new("kill").args(["-9", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("aqgate-notify-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// `aqgate serve --no-smtp` on `port` with extra arguments; waits until it listens.
+fn serve(db: &str, port: u16, extra: &[&str]) -> Proc {
+    let mut args = vec!["serve", "--no-smtp", "--listen"];
+    let listen = format!("127.0.0.1:{port}");
+    args.push(&listen);
+    args.extend(["--database", db]);
+    args.extend(extra);
+    let p = Proc(
+        Command::new(BIN)
+            .args(&args)
+            .env("AQGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn aqgate serve"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "aqgate serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p
+}
+
+fn admin(args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(BIN).arg("admin").args(args).envs(env.iter().copied()).output().expect("run admin");
+    assert!(out.status.success(), "admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// One IDAP request as `user` (stateless: each call its own session).
+async fn idap(port: u16, user: &str, password: &str, body: &str) -> Response {
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/aqserv"))
+        .basic_auth(user, Some(password))
+        .header("content-type", "text/xml")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200);
+    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+}
+
+/// A session: the cookie is kept between calls.
+struct Client {
+    port: u16,
+    cookie: Option<String>,
+}
+
+impl Client {
+    async fn post(&mut self, body: &str) -> Response {
+        let mut rb = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/aqserv", self.port))
+            .basic_auth("scott", Some("tiger"))
+            .header("content-type", "text/xml")
+            .body(body.to_string());
+        if let Some(c) = &self.cookie {
+            rb = rb.header("cookie", c.clone());
+        }
+        let r = rb.send().await.expect("post");
+        if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
+            self.cookie = sc.split(';').next().map(String::from);
+        }
+        assert_eq!(r.status().as_u16(), 200);
+        idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+    }
+}
+
+fn register(dest: &str, url: &str) -> String {
+    envelope(&format!(
+        r#"<AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{dest}</destination><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister>"#
+    ))
+}
+
+#[derive(Clone, Debug)]
+struct Hit {
+    path: String,
+    headers: HashMap<String, String>,
+    body: String,
+    status: u16,
+}
+
+/// A real HTTP receiver: `/ok` answers 200; `/flaky` answers 503 to its first two
+/// requests, then 200. Every request is recorded.
+#[derive(Clone, Default)]
+struct Receiver {
+    hits: Arc<Mutex<Vec<Hit>>>,
+}
+
+impl Receiver {
+    async fn start() -> (Self, u16) {
+        let me = Self::default();
+        let app = axum::Router::new().route(
+            "/{*path}",
+            axum::routing::post({
+                let me = me.clone();
+                move |axum::extract::Path(path): axum::extract::Path<String>, headers: HeaderMap, body: String| {
+                    let me = me.clone();
+                    async move {
+                        let mut hits = me.hits.lock().unwrap_or_else(|p| p.into_inner());
+                        let earlier = hits.iter().filter(|h| h.path == path).count();
+                        let status = if path == "flaky" && earlier < 2 { 503 } else { 200 };
+                        hits.push(Hit {
+                            path,
+                            headers: headers
+                                .iter()
+                                .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+                                .collect(),
+                            body,
+                            status,
+                        });
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
+                    }
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        let port = l.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        });
+        (me, port)
+    }
+
+    fn hits(&self) -> Vec<Hit> {
+        self.hits.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits (bounded) until a 2xx-answered request carries `msgid`; returns all requests
+    /// for it.
+    async fn wait_for(&self, msgid: &str, within: Duration) -> Vec<Hit> {
+        let deadline = Instant::now() + within;
+        loop {
+            let hits: Vec<Hit> = self.hits().into_iter().filter(|h| h.body.contains(msgid)).collect();
+            if hits.iter().any(|h| h.status == 200) {
+                return hits;
+            }
+            assert!(Instant::now() < deadline, "no notification for {msgid} within {within:?}; got {:?}", self.hits());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn msgid(r: &Response) -> String {
+    sent_ids(r).into_iter().next().expect("one message id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_notifications_are_delivered_signed_retried_and_transactional() {
+    let (rx, rport) = Receiver::start().await;
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let _s = serve(&db, port, &["--notify-allow", "public,127.0.0.1"]);
+    // The default allowlist refuses loopback targets other than those configured.
+    let r = idap(port, "scott", "tiger", &register(RAWQ, "http://127.0.0.2:9/x")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NOT_PERMITTED), "{r:?}");
+    // scott's registration answers at once, john's fails twice first.
+    let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("http://127.0.0.1:{rport}/ok"))).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let r = idap(port, "john", "welcome", &register(RAWQ, &format!("http://127.0.0.1:{rport}/flaky"))).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let out = admin(
+        &["registrations", "--database", &db, "--set-secret", RAWQ, "-", "scott"],
+        &[("AQGATE_NOTIFY_SECRET", "s3cret")],
+    );
+    assert!(out.contains("secret set"), "{out}");
+
+    // A rolled-back enqueue notifies nobody; the committed one after it is notified.
+    let mut c = Client { port, cookie: None };
+    let rolled = msgid(&c.post(&raw_send(RAWQ, &[("<correlation>ROLLED</correlation>", "0A")], "")).await);
+    assert!(matches!(c.post(&envelope(ROLLBACK)).await, Response::Rollback(_)));
+    let sent = Instant::now();
+    let id = msgid(&c.post(&raw_send(RAWQ, &[("<correlation>ORDER1</correlation>", "0B")], COMMIT)).await);
+    let ok = rx.wait_for(&id, Duration::from_secs(10)).await;
+    let first = sent.elapsed();
+    let ok: Vec<Hit> = ok.into_iter().filter(|h| h.path == "ok").collect();
+    assert_eq!(ok.len(), 1, "{ok:?}");
+    let h = &ok[0];
+    // The body: AQXmlNotification with the destination and the message's properties.
+    let doc = idap::parse_response(h.body.as_bytes(), &Limits::default()).expect("notification parses").body;
+    match doc {
+        Response::Notification(n) => {
+            assert_eq!(n.destination, RAWQ);
+            assert_eq!(n.consumer_name, None);
+            assert_eq!(n.messages.len(), 1);
+            assert_eq!(n.messages[0].message_id.as_deref(), Some(id.as_str()));
+            assert_eq!(n.messages[0].correlation.as_deref(), Some("ORDER1"));
+        }
+        other => panic!("not a notification: {other:?}"),
+    }
+    assert!(h.headers["content-type"].starts_with("text/xml"));
+    let nid = &h.headers["aq-notification-id"];
+    assert!(nid.starts_with(&id), "stable id names the message: {nid}");
+    let sig = &h.headers["aq-signature"];
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_secs() as i64;
+    assert!(aqgate::notify::verify_signature("s3cret", sig, nid, h.body.as_bytes(), now, 300), "{sig}");
+    assert!(!aqgate::notify::verify_signature("wrong", sig, nid, h.body.as_bytes(), now, 300));
+    assert!(first < Duration::from_secs(2), "event-driven delivery took {first:?}");
+
+    // john's receiver failed twice (503) and got it on the third attempt, same id.
+    let flaky: Vec<Hit> =
+        rx.wait_for(&id, Duration::from_secs(20)).await.into_iter().filter(|h| h.path == "flaky").collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut flaky = flaky;
+    while !flaky.iter().any(|h| h.status == 200) {
+        assert!(Instant::now() < deadline, "flaky receiver never got it: {flaky:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        flaky = rx.hits().into_iter().filter(|h| h.path == "flaky" && h.body.contains(&id)).collect();
+    }
+    assert_eq!(flaky.iter().map(|h| h.status).collect::<Vec<_>>(), [503, 503, 200]);
+    assert!(flaky.iter().all(|h| h.headers["aq-notification-id"] != *nid), "john's notification has its own id");
+    let ids: std::collections::HashSet<_> = flaky.iter().map(|h| h.headers["aq-notification-id"].clone()).collect();
+    assert_eq!(ids.len(), 1, "retries carry the same id");
+    assert_eq!(flaky.iter().map(|h| h.headers["aq-notification-attempt"].clone()).collect::<Vec<_>>(), ["1", "2", "3"]);
+    assert!(!flaky[0].headers.contains_key("aq-signature"), "no secret, no signature");
+    assert!(rx.hits().iter().all(|h| !h.body.contains(&rolled)), "the rolled-back message was notified");
+
+    // Metrics and the admin listing agree: nothing pending.
+    let m =
+        reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(m.contains("aqgate_notifications_delivered_total 2"), "{m}");
+    assert!(m.contains("aqgate_notification_failures_total 2"), "{m}");
+    assert!(m.contains("aqgate_notify_outbox_pending 0"), "{m}");
+    let out = admin(&["notifications", "--database", &db], &[]);
+    assert!(out.starts_with("0 pending, 0 parked"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_targets_are_parked_visibly_and_commits_survive_kill_dash_nine() {
+    let (rx, rport) = Receiver::start().await;
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    // Without the dispatcher: notifications wait in the outbox.
+    let s = serve(&db, port, &["--notify-allow", "127.0.0.1", "--no-notify"]);
+    let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("http://127.0.0.1:{rport}/ok"))).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let id = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "0C")], COMMIT)).await);
+    assert!(admin(&["notifications", "--database", &db], &[]).starts_with("1 pending, 0 parked"));
+    // Crash between commit and dispatch.
+    s.kill9();
+    // Restarted with a policy that no longer allows the target: checked again at delivery,
+    // parked at once (not retried), visible.
+    let s = serve(&db, port, &["--notify-allow", "public"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = admin(&["notifications", "--database", &db], &[]);
+        if out.starts_with("0 pending, 1 parked") {
+            assert!(out.contains("not allowed"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not parked: {out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m =
+        reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(m.contains("aqgate_notify_outbox_parked 1"), "{m}");
+    assert!(rx.hits().is_empty(), "a refused target got a request: {:?}", rx.hits());
+    drop(s);
+    // The operator allows it and puts it back in line: delivered, exactly the committed one.
+    let out = admin(&["notifications", "--database", &db, "--retry-parked"], &[]);
+    assert!(out.contains("1 parked notification(s) put back"), "{out}");
+    let _s = serve(&db, port, &["--notify-allow", "127.0.0.1"]);
+    let hits = rx.wait_for(&id, Duration::from_secs(10)).await;
+    assert_eq!(hits.len(), 1, "{hits:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_dispatcher_on_postgres_is_woken_by_listen_notify() {
+    let (rx, rport) = Receiver::start().await;
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let _s = serve(&db, port, &["--notify-allow", "127.0.0.1", "--no-notify"]);
+    let _n = Proc(
+        Command::new(BIN)
+            .args(["notify", "--database", &db, "--notify-allow", "127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn aqgate notify"),
+    );
+    let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("http://127.0.0.1:{rport}/ok"))).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    // Give the dispatcher time to start and go to sleep; then one commit must wake it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t = Instant::now();
+    let id = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "0D")], COMMIT)).await);
+    let hits = rx.wait_for(&id, Duration::from_secs(10)).await;
+    assert_eq!(hits.len(), 1);
+    assert!(t.elapsed() < Duration::from_secs(2), "woken by LISTEN/NOTIFY, took {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mailto_alias_notifications_are_mailed() {
+    let dir = scratch("mailto");
+    let outbox = dir.join("outbox");
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let _s = serve(
+        &db,
+        port,
+        &["--mail-outbox", outbox.to_str().expect("utf-8 path"), "--notify-from", "aq@aqgate.example"],
+    );
+    // ORDERS_DESK is a notification alias in the (embedded) directory: mailto:scott@example.com.
+    let r = idap(port, "scott", "tiger", &register(RAWQ, "mailto:ORDERS_DESK")).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let id = msgid(
+        &idap(port, "scott", "tiger", &raw_send(RAWQ, &[("<correlation>MAILED</correlation>", "0E")], COMMIT)).await,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mail = loop {
+        let found = std::fs::read_dir(&outbox)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .find(|m| m.contains(&id));
+        if let Some(m) = found {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no notification mail in {}", outbox.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(mail.contains("To: scott@example.com"), "{mail}");
+    assert!(mail.contains("From: aq@aqgate.example"), "{mail}");
+    assert!(mail.contains("Content-Type: text/xml"), "{mail}");
+    assert!(mail.contains(&format!("X-AQ-Notification-Id: {id}-")), "{mail}");
+    assert!(mail.contains("AQXmlNotification") && mail.contains("MAILED"), "{mail}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
