@@ -40,5 +40,5 @@ CREATE TABLE notify_outbox (
     next_attempt_at BIGINT NOT NULL,
     last_error      TEXT
 );
-CREATE INDEX notify_outbox_due ON notify_outbox(next_attempt_at) WHERE state = 'new' AND txn IS NULL;
+CREATE INDEX notify_outbox_due ON notify_outbox(next_attempt_at, id) WHERE state = 'new' AND txn IS NULL;
 CREATE INDEX notify_outbox_txn ON notify_outbox(txn) WHERE txn IS NOT NULL;

@@ -10,6 +10,10 @@
 //! - `smtp`: signed mails (`--mail`, e.g. from `aqgate mail sign`) over SMTP to `--smtp`;
 //!   each gets a fresh Message-ID (outside the signed part, so the signature still holds);
 //!   latency is end of DATA → the 250.
+//! - `notify`: registers `--user` for notifications on the queue to an HTTP receiver in this
+//!   process, then sends single messages (+ commit) at `--rate` per second in all; latency
+//!   is commit → notification POST received (the server must allow the receiver:
+//!   `--notify-allow 127.0.0.1`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +27,7 @@ enum Scenario {
     Batch,
     Receive,
     Smtp,
+    Notify,
 }
 
 #[derive(Parser, Debug)]
@@ -60,6 +65,9 @@ struct Args {
     mail: Option<std::path::PathBuf>,
     #[arg(long, default_value = "scott@example.com")]
     mail_from: String,
+    /// Enqueues per second in all (notify scenario).
+    #[arg(long, default_value_t = 1000)]
+    rate: u64,
 }
 
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
@@ -221,6 +229,9 @@ async fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if args.scenario == Scenario::Notify {
+        return notify_bench(&args).await;
+    }
     let hex = "AB".repeat(args.payload);
     let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients * 2).build()?;
     let mk = || Client {
@@ -249,7 +260,7 @@ async fn main() -> anyhow::Result<()> {
     let body = Arc::new(match args.scenario {
         Scenario::Send => send_xml(&args.queue, 1, &hex),
         Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
-        Scenario::Receive | Scenario::Smtp => receive_xml(&args.queue),
+        Scenario::Receive | Scenario::Smtp | Scenario::Notify => receive_xml(&args.queue),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));
@@ -304,6 +315,132 @@ async fn main() -> anyhow::Result<()> {
         msgs_per_sec,
         percentile(&all, 0.50).as_secs_f64() * 1000.0,
         percentile(&all, 0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}
+
+fn message_id_in(xml: &str) -> Option<String> {
+    let start = xml.find("<message_id>")? + "<message_id>".len();
+    let end = xml[start..].find("</message_id>")? + start;
+    Some(xml[start..end].to_string())
+}
+
+/// The notify scenario: paced single sends; latency from commit to notification received.
+async fn notify_bench(args: &Args) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Arrivals = Arc<Mutex<HashMap<String, (Instant, u32)>>>;
+    let arrivals: Arrivals = Arc::new(Mutex::new(HashMap::new()));
+    let app = axum::Router::new().route(
+        "/n",
+        axum::routing::post({
+            let arrivals = arrivals.clone();
+            move |body: String| {
+                let arrivals = arrivals.clone();
+                async move {
+                    let now = Instant::now();
+                    if let Some(id) = message_id_in(&body) {
+                        let mut a = arrivals.lock().unwrap_or_else(|p| p.into_inner());
+                        a.entry(id).and_modify(|e| e.1 += 1).or_insert((now, 1));
+                    }
+                    "ok"
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.clients * 2).build()?;
+    let mk = || Client {
+        http: http.clone(),
+        url: args.url.clone(),
+        user: args.user.clone(),
+        password: args.password.clone(),
+        cookie: None,
+    };
+    let reg = format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{}</destination><notify_url>http://127.0.0.1:{port}/n</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#,
+        args.queue
+    );
+    let r = mk().post(reg).await?;
+    anyhow::ensure!(!r.contains("<Fault"), "register failed (is the server run with --notify-allow 127.0.0.1?): {r}");
+    let hex = "AB".repeat(args.payload);
+    let body = Arc::new(send_xml(&args.queue, 1, &hex));
+    let stop = Arc::new(AtomicBool::new(false));
+    let per_client = Duration::from_secs_f64(args.clients as f64 / args.rate.max(1) as f64);
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let mut c = mk();
+        let body = body.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = c.post(receive_xml("AQUSER.NO_SUCH_QUEUE")).await;
+            let mut sent: Vec<(String, Instant, Instant)> = Vec::new();
+            let mut tick = tokio::time::interval(per_client);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let t0 = Instant::now();
+                match c.post((*body).clone()).await {
+                    Ok(text) => {
+                        if let Some(id) = message_id_in(&text) {
+                            sent.push((id, t0, Instant::now()));
+                        }
+                    }
+                    Err(e) => eprintln!("send failed: {e}"),
+                }
+            }
+            sent
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut sent = Vec::new();
+    for t in tasks {
+        sent.extend(t.await?);
+    }
+    let elapsed = start.elapsed();
+    // Let the last notifications arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = arrivals.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if got >= sent.len() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a = arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (mut from_ack, mut from_send, mut missing, mut dups) = (Vec::new(), Vec::new(), 0, 0);
+    for (id, t0, t1) in &sent {
+        match a.get(id) {
+            Some((at, n)) => {
+                from_ack.push(u64::try_from(at.saturating_duration_since(*t1).as_micros()).unwrap_or(u64::MAX));
+                from_send.push(u64::try_from(at.saturating_duration_since(*t0).as_micros()).unwrap_or(u64::MAX));
+                dups += n - 1;
+            }
+            None => missing += 1,
+        }
+    }
+    from_ack.sort_unstable();
+    from_send.sort_unstable();
+    #[allow(clippy::cast_precision_loss)]
+    let rate = sent.len() as f64 / elapsed.as_secs_f64();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "scenario=Notify clients={} enqueues={} enqueues/s={rate:.0} notified={} missing={missing} duplicates={dups} \
+         commit_ack->received p50={:.2}ms p99={:.2}ms max={:.2}ms | send_start->received p50={:.2}ms p99={:.2}ms",
+        args.clients,
+        sent.len(),
+        from_ack.len(),
+        ms(percentile(&from_ack, 0.50)),
+        ms(percentile(&from_ack, 0.99)),
+        ms(percentile(&from_ack, 1.0)),
+        ms(percentile(&from_send, 0.50)),
+        ms(percentile(&from_send, 0.99)),
     );
     Ok(())
 }
