@@ -9,7 +9,9 @@
 //!   first (in batches) with enough messages for the run.
 //! - `smtp`: signed mails (`--mail`, e.g. from `aqgate mail sign`) over SMTP to `--smtp`;
 //!   each gets a fresh Message-ID (outside the signed part, so the signature still holds);
-//!   latency is end of DATA → the 250.
+//!   latency is end of DATA → the 250. With `--reply-sink ADDR` the bench also runs an SMTP
+//!   sink there (run the server with `--mail-relay smtp://ADDR`) and reports end of DATA →
+//!   reply mail received, matched by In-Reply-To.
 //! - `notify`: registers `--user` for notifications on the queue to an HTTP receiver in this
 //!   process, then sends single messages (+ commit) at `--rate` per second in all; latency
 //!   is commit → notification POST received (the server must allow the receiver:
@@ -65,6 +67,20 @@ struct Args {
     mail: Option<std::path::PathBuf>,
     #[arg(long, default_value = "scott@example.com")]
     mail_from: String,
+    /// Sign distinct mails before the run (smtp scenario): the IDAP file (each copy gets its
+    /// own XML comment, so every mail is a new request, not a re-sent copy).
+    #[arg(long, requires_all = ["sign_cert", "sign_key"])]
+    idap: Option<std::path::PathBuf>,
+    #[arg(long)]
+    sign_cert: Option<std::path::PathBuf>,
+    #[arg(long)]
+    sign_key: Option<std::path::PathBuf>,
+    /// How many distinct mails to sign (the run stops early when they are used up).
+    #[arg(long, default_value_t = 10_000)]
+    mails: usize,
+    /// Receive the server's reply mails on this address (smtp scenario).
+    #[arg(long)]
+    reply_sink: Option<String>,
     /// Enqueues per second in all (notify scenario).
     #[arg(long, default_value_t = 1000)]
     rate: u64,
@@ -130,9 +146,10 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
 async fn smtp_client(
     addr: String,
     from: String,
-    mail: Arc<String>,
+    mails: Arc<Vec<String>>,
+    next: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<(Vec<u64>, u64)> {
+) -> anyhow::Result<(Vec<u64>, u64, Vec<(String, Instant)>)> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let stream = tokio::net::TcpStream::connect(&addr).await?;
     stream.set_nodelay(true)?;
@@ -153,17 +170,25 @@ async fn smtp_client(
     w.write_all(b"EHLO bench\r\n").await?;
     reply(&mut r).await?;
     let (mut lat, mut refused) = (Vec::new(), 0);
+    let mut ids = Vec::new();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
+        // One template (re-sent copies) or the next distinct mail until they run out.
+        let mail = if mails.len() == 1 {
+            &mails[0]
+        } else {
+            match mails.get(next.fetch_add(1, Ordering::Relaxed)) {
+                Some(m) => m,
+                None => break,
+            }
+        };
         w.write_all(format!("MAIL FROM:<{from}>\r\nRCPT TO:<aq@localhost>\r\nDATA\r\n").as_bytes()).await?;
         for _ in 0..3 {
             reply(&mut r).await?;
         }
-        let id = format!(
-            "Message-ID: <bench-{n}-{}@example.com>",
-            std::process::id() as u64 * 1_000_000 + u64::from(rand_u32())
-        );
+        let mid = format!("bench-{n}-{}@example.com", std::process::id() as u64 * 1_000_000 + u64::from(rand_u32()));
+        let id = format!("Message-ID: <{mid}>");
         let body: String = mail
             .lines()
             .map(|l| {
@@ -183,12 +208,52 @@ async fn smtp_client(
         let code = reply(&mut r).await?;
         if code == 250 {
             lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            ids.push((mid, t));
         } else {
             refused += 1;
         }
     }
     let _ = w.write_all(b"QUIT\r\n").await;
-    Ok((lat, refused))
+    Ok((lat, refused, ids))
+}
+
+/// The smtp scenario's mails: one template (`--mail`), or `--mails` distinct signed ones.
+fn smtp_mails(args: &Args) -> anyhow::Result<Vec<String>> {
+    let (Some(idap), Some(cert), Some(key)) = (&args.idap, &args.sign_cert, &args.sign_key) else {
+        let path = args
+            .mail
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("the smtp scenario needs --mail FILE or --idap/--sign-cert/--sign-key"))?;
+        return Ok(vec![std::fs::read_to_string(&path)?]);
+    };
+    let (idap, cert, key) = (std::fs::read_to_string(idap)?, std::fs::read(cert)?, std::fs::read(key)?);
+    let t = Instant::now();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let chunk = args.mails.div_ceil(threads);
+    let mails = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let (idap, cert, key, from) = (&idap, &cert, &key, &args.mail_from);
+                sc.spawn(move || -> anyhow::Result<Vec<String>> {
+                    let mut out = Vec::new();
+                    for i in (k * chunk)..((k + 1) * chunk).min(args.mails) {
+                        let doc = idap.replacen("<Envelope", &format!("<!-- aqgate-bench {i} --><Envelope"), 1);
+                        let m = aqgate::mail::smime::sign(doc.as_bytes(), cert, key, from, "aq@localhost", "bench")
+                            .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
+                        out.push(String::from_utf8(m)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("signer panicked"))?)
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let mails: Vec<String> = mails.into_iter().flatten().collect();
+    eprintln!("signed {} distinct mails in {:.1}s", mails.len(), t.elapsed().as_secs_f64());
+    Ok(mails)
 }
 
 fn rand_u32() -> u32 {
@@ -202,24 +267,64 @@ fn rand_u32() -> u32 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.scenario == Scenario::Smtp {
-        let path = args.mail.clone().ok_or_else(|| anyhow::anyhow!("--mail FILE is required for the smtp scenario"))?;
-        let mail = Arc::new(std::fs::read_to_string(&path)?);
+        let mails = Arc::new(smtp_mails(&args)?);
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
+        let replies: Replies = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        if let Some(addr) = &args.reply_sink {
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            tokio::spawn(reply_sink(l, replies.clone()));
+        }
         let start = Instant::now();
         let tasks: Vec<_> = (0..args.clients)
-            .map(|_| tokio::spawn(smtp_client(args.smtp.clone(), args.mail_from.clone(), mail.clone(), stop.clone())))
+            .map(|_| {
+                tokio::spawn(smtp_client(
+                    args.smtp.clone(),
+                    args.mail_from.clone(),
+                    mails.clone(),
+                    next.clone(),
+                    stop.clone(),
+                ))
+            })
             .collect();
-        tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+        let run_end = Instant::now() + Duration::from_secs(args.seconds);
+        while Instant::now() < run_end && next.load(Ordering::Relaxed) < mails.len().max(2) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         stop.store(true, Ordering::Relaxed);
-        let (mut all, mut refused) = (Vec::new(), 0);
+        let (mut all, mut refused, mut sent) = (Vec::new(), 0, Vec::new());
         for t in tasks {
-            let (l, r) = t.await??;
+            let (l, r, ids) = t.await??;
             all.extend(l);
             refused += r;
+            sent.extend(ids);
         }
+        let elapsed = start.elapsed();
         all.sort_unstable();
+        if args.reply_sink.is_some() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while replies.lock().unwrap_or_else(|p| p.into_inner()).len() < sent.len() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let got = replies.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let mut to_reply: Vec<u64> = sent
+                .iter()
+                .filter_map(|(id, t)| {
+                    got.get(id)
+                        .map(|at| u64::try_from(at.saturating_duration_since(*t).as_micros()).unwrap_or(u64::MAX))
+                })
+                .collect();
+            to_reply.sort_unstable();
+            println!(
+                "replies received={} of {} p50_to_reply={:.2}ms p99_to_reply={:.2}ms",
+                to_reply.len(),
+                sent.len(),
+                percentile(&to_reply, 0.50).as_secs_f64() * 1000.0,
+                percentile(&to_reply, 0.99).as_secs_f64() * 1000.0,
+            );
+        }
         #[allow(clippy::cast_precision_loss)]
-        let rate = all.len() as f64 / start.elapsed().as_secs_f64();
+        let rate = all.len() as f64 / elapsed.as_secs_f64();
         println!(
             "scenario=Smtp clients={} accepted={} refused={refused} mails/s={rate:.0} p50_to_250={:.2}ms p99_to_250={:.2}ms",
             args.clients,
@@ -443,4 +548,63 @@ async fn notify_bench(args: &Args) -> anyhow::Result<()> {
         ms(percentile(&from_send, 0.99)),
     );
     Ok(())
+}
+
+type Replies = Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>>;
+
+/// A minimal SMTP sink for the server's reply mails: records when each arrived, by the
+/// Message-ID in its In-Reply-To.
+async fn reply_sink(listener: tokio::net::TcpListener, replies: Replies) {
+    while let Ok((stream, _)) = listener.accept().await {
+        let replies = replies.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+            let _ = stream.set_nodelay(true);
+            let (r, mut w) = stream.into_split();
+            let mut r = BufReader::new(r);
+            if w.write_all(b"220 bench sink\r\n").await.is_err() {
+                return;
+            }
+            let mut line = String::new();
+            let mut in_data = false;
+            let mut reply_to: Option<String> = None;
+            loop {
+                line.clear();
+                match r.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if in_data {
+                    if line == ".\r\n" || line == ".\n" {
+                        in_data = false;
+                        if let Some(id) = reply_to.take() {
+                            replies.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Instant::now());
+                        }
+                        if w.write_all(b"250 ok\r\n").await.is_err() {
+                            return;
+                        }
+                    } else if let Some(v) = line.strip_prefix("In-Reply-To:") {
+                        reply_to = Some(v.trim().trim_start_matches('<').trim_end_matches('>').to_string());
+                    }
+                    continue;
+                }
+                let cmd = line.get(..4).unwrap_or("").to_ascii_uppercase();
+                let answer: &[u8] = match cmd.as_str() {
+                    "EHLO" | "HELO" => b"250 sink\r\n",
+                    "DATA" => {
+                        in_data = true;
+                        b"354 go\r\n"
+                    }
+                    "QUIT" => {
+                        let _ = w.write_all(b"221 bye\r\n").await;
+                        return;
+                    }
+                    _ => b"250 ok\r\n",
+                };
+                if w.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
 }
