@@ -143,7 +143,6 @@ impl aqgate::directory::Directory for FailingDirectory {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_maps_directory_failures_to_smtp_replies() {
     use aqgate::directory::DirectoryError as D;
-    use aqgate::mail::smtp::Acceptor;
     let url = fresh_sqlite_url();
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
     let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
@@ -178,8 +177,9 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
             trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            reinject: None,
         };
-        let reply = gateway.accept(&mail).await;
+        let reply = gateway.verify_and_spool(&mail).await;
         assert_eq!((reply.code, reply.status), (code, status), "{what}: {}", reply.text);
         let spooled = store.spool_pending(10).await.expect("pending").len();
         assert_eq!(spooled, usize::from(code == 250), "{what}: spooled only when accepted");
