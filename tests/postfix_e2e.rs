@@ -255,7 +255,7 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
             "--ldap-url",
             &ldap_url,
             "--ldap-bind-dn",
-            &std::fs::read_to_string(slapd_file("bind_dn")).expect("bind_dn").trim().to_string(),
+            std::fs::read_to_string(slapd_file("bind_dn")).expect("bind_dn").trim(),
             "--ldap-password-file",
             &slapd_file("bind_password"),
             "--smime-ca",
