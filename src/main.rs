@@ -63,6 +63,11 @@ struct MailArgs {
     /// Directory where replies are written as .eml files (when no relay is given).
     #[arg(long, env = "AQGATE_MAIL_OUTBOX", default_value = "aqgate-outbox")]
     mail_outbox: PathBuf,
+    /// Hand mail for other recipients on to this SMTP server (`smtp://HOST:PORT`, e.g.
+    /// Postfix's reinjection smtpd) instead of refusing them: aqgate as a before-queue
+    /// content filter (deploy/postfix/README.md).
+    #[arg(long, env = "AQGATE_SMTP_REINJECT")]
+    smtp_reinject: Option<String>,
     /// Send replies through this SMTP relay instead (e.g. smtp://127.0.0.1:25).
     #[arg(long, env = "AQGATE_MAIL_RELAY")]
     mail_relay: Option<String>,
@@ -623,6 +628,10 @@ async fn mail_config(
         smtp: aqgate::mail::smtp::SmtpConfig {
             hostname: a.smtp_hostname.clone(),
             gateway_addresses: addresses,
+            reinject: match &a.smtp_reinject {
+                Some(url) => Some(aqgate::mail::reinject::parse_target(url).map_err(|e| anyhow::anyhow!(e))?),
+                None => None,
+            },
             max_message_size: a.smtp_max_size,
             idle_timeout: Duration::from_secs(300),
             starttls: tls.is_some(),

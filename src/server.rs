@@ -137,7 +137,15 @@ pub fn start_mail(
         trust: m.trust,
         clock,
         wake: worker.wake.clone(),
+        reinject: m.smtp.reinject.as_ref().map(|addr| crate::mail::reinject::Reinjector {
+            addr: addr.clone(),
+            helo: m.smtp.hostname.clone(),
+            timeout: std::time::Duration::from_secs(60),
+        }),
     };
+    if let Some(r) = &gateway.reinject {
+        tracing::info!(to = %r.addr, "mail for other recipients is handed on (reinjected)");
+    }
     tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
     Ok(vec![
         tokio::spawn(crate::mail::gateway::serve_smtp(m.smtp_listener, m.smtp, m.tls, Arc::new(gateway), stop.clone())),

@@ -143,7 +143,6 @@ impl aqgate::directory::Directory for FailingDirectory {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_maps_directory_failures_to_smtp_replies() {
     use aqgate::directory::DirectoryError as D;
-    use aqgate::mail::smtp::Acceptor;
     let url = fresh_sqlite_url();
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
     let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
@@ -178,11 +177,151 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
             trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            reinject: None,
         };
-        let reply = gateway.accept(&mail).await;
+        let reply = gateway.verify_and_spool(&mail).await;
         assert_eq!((reply.code, reply.status), (code, status), "{what}: {}", reply.text);
         let spooled = store.spool_pending(10).await.expect("pending").len();
         assert_eq!(spooled, usize::from(code == 250), "{what}: spooled only when accepted");
     }
     drop(trust);
+}
+
+/// A stand-in for Postfix's reinjection smtpd: accepts every transaction, records what it
+/// was sent (one string per connection).
+async fn fake_reinjection_server() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut s = BufReader::new(sock);
+                let mut transcript = String::new();
+                let _ = s.get_mut().write_all(b"220 fake ESMTP\r\n").await;
+                let mut in_data = false;
+                loop {
+                    let mut line = String::new();
+                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        break;
+                    }
+                    transcript.push_str(&line);
+                    let reply: &[u8] = if in_data {
+                        if line != ".\r\n" {
+                            continue;
+                        }
+                        in_data = false;
+                        b"250 2.0.0 Ok: queued as FAKE1\r\n"
+                    } else {
+                        match line.get(..4).unwrap_or("").to_ascii_uppercase().as_str() {
+                            "EHLO" => b"250-fake\r\n250 8BITMIME\r\n",
+                            "DATA" => {
+                                in_data = true;
+                                b"354 go ahead\r\n"
+                            }
+                            "QUIT" => b"221 2.0.0 bye\r\n",
+                            _ => b"250 2.0.0 ok\r\n",
+                        }
+                    };
+                    let _ = s.get_mut().write_all(reply).await;
+                }
+                log.lock().expect("lock").push(transcript);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Before-queue content filter (`--smtp-reinject`): which recipients are handed on, when,
+/// and what the client is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
+    use aqgate::mail::reinject::Reinjector;
+    use aqgate::mail::smtp::{Acceptor, MailEnvelope, Recipient};
+    let url = fresh_sqlite_url();
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
+    let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |f: &str| std::fs::read(format!("{root}/certs/{f}")).expect("cert file");
+    let signed = |idap: &str| {
+        aqgate::mail::smime::sign(
+            idap.as_bytes(),
+            &read("scott.pem"),
+            &read("scott.key.pem"),
+            "scott@example.com",
+            "aq@localhost",
+            "x",
+        )
+        .expect("sign")
+    };
+    let unsigned = b"From: scott@example.com\r\nSubject: x\r\n\r\nhello\r\n".to_vec();
+    let (addr, seen) = fake_reinjection_server().await;
+    let down = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").to_string();
+    let directory = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
+    let gateway = |to: &str| aqgate::mail::gateway::Gateway {
+        engine: engine.clone(),
+        directory: directory.clone(),
+        trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+        clock: clock.clone(),
+        wake: Arc::new(tokio::sync::Notify::new()),
+        reinject: Some(Reinjector {
+            addr: to.to_string(),
+            helo: "aq.test".into(),
+            timeout: std::time::Duration::from_secs(5),
+        }),
+    };
+    let env = |lmtp: bool, rcpts: &[(&str, bool)]| MailEnvelope {
+        mail_from: "scott@example.com".into(),
+        rcpts: rcpts.iter().map(|(a, g)| Recipient { address: a.to_string(), gateway: *g }).collect(),
+        body_8bit: false,
+        lmtp,
+    };
+    let spooled = || async { store.spool_pending(10).await.expect("pending").len() };
+    let up = gateway(&addr);
+
+    // Only other recipients: handed on, the next server's reply is the answer, no request.
+    let r = up.accept(&env(false, &[("Bob@example.com", false)]), &unsigned).await;
+    assert_eq!((r.len(), r[0].code, r[0].text.as_str()), (1, 250, "2.0.0 Ok: queued as FAKE1"), "{r:?}");
+    assert_eq!(spooled().await, 0);
+    {
+        let seen = seen.lock().expect("lock");
+        assert_eq!(seen.len(), 1);
+        assert!(
+            seen[0].contains("MAIL FROM:<scott@example.com>\r\nRCPT TO:<Bob@example.com>\r\nDATA\r\n"),
+            "{}",
+            seen[0]
+        );
+        assert!(seen[0].contains("\r\nhello\r\n.\r\n"), "{}", seen[0]);
+    }
+
+    // A request that does not verify refuses the whole mail: nothing is handed on.
+    let both = [("aq@localhost", true), ("bob@example.com", false)];
+    let r = up.accept(&env(false, &both), &unsigned).await;
+    assert_eq!((r.len(), r[0].code, r[0].status), (1, 550, "5.7.1"), "{r:?}");
+    assert_eq!(seen.lock().expect("lock").len(), 1, "not handed on");
+
+    // A verified request is spooled, then the mail is handed on; one 250 for both.
+    let r = up.accept(&env(false, &both), &signed(&example("04"))).await;
+    assert_eq!(r[0].code, 250, "{r:?}");
+    assert!(r[0].text.contains("verified for agent SCOTT") && r[0].text.contains("handed on for 1"), "{r:?}");
+    assert_eq!(spooled().await, 1);
+    assert_eq!(seen.lock().expect("lock").len(), 2);
+
+    // The next server unreachable: 451 (the client retries; the spool recognises the
+    // request when it comes again).
+    let mail = signed(&example("01"));
+    let r = gateway(&down).accept(&env(false, &both), &mail).await;
+    assert_eq!((r[0].code, r[0].status), (451, "4.4.1"), "{r:?}");
+    assert_eq!(spooled().await, 2);
+    let r = up.accept(&env(false, &both), &mail).await;
+    assert!(r[0].code == 250 && r[0].text.contains("already have this request"), "{r:?}");
+    assert_eq!(spooled().await, 2, "not spooled twice");
+
+    // LMTP: one answer per recipient, the request's and the next server's.
+    let r = up.accept(&env(true, &[("bob@example.com", false), ("aq@localhost", true)]), &unsigned).await;
+    assert_eq!(r.iter().map(|x| x.code).collect::<Vec<_>>(), [250, 550], "{r:?}");
 }

@@ -3,6 +3,11 @@
 //! agent's certificate from the directory, and if so, store it durably (the spool) before
 //! answering 250. Rejections are SMTP replies (5.7.x), never reply mails (backscatter);
 //! a directory or store that is unavailable gives 4.x.x so the sender retries.
+//!
+//! As a before-queue content filter (`--smtp-reinject`), mail for other recipients is handed
+//! on unchanged to the MTA's reinjection port: after the AQ request of the same mail, if
+//! any, was verified and spooled, and before the answer, so the client learns the outcome
+//! of both at SMTP time.
 
 use std::sync::Arc;
 
@@ -12,8 +17,9 @@ use tokio::sync::Notify;
 use crate::clock::{Clock, MICROS_PER_SEC};
 use crate::directory::{CertificateLocation, Directory, DirectoryError};
 use crate::engine::Engine;
+use crate::mail::reinject::Reinjector;
 use crate::mail::smime::{self, TrustStore, Verdict};
-use crate::mail::smtp::{Acceptor, Reply};
+use crate::mail::smtp::{Acceptor, MailEnvelope, Reply};
 use crate::store::{SpoolPut, SpooledMail};
 use crate::topology::AgentInfo;
 
@@ -24,6 +30,9 @@ pub struct Gateway {
     pub clock: Arc<dyn Clock>,
     /// Rung when a mail was spooled (the worker waits on it).
     pub wake: Arc<Notify>,
+    /// Where mail for recipients other than the gateway's addresses goes (`None`: the
+    /// SMTP session refuses such recipients).
+    pub reinject: Option<Reinjector>,
 }
 
 fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
@@ -77,7 +86,58 @@ impl Gateway {
 
 #[async_trait]
 impl Acceptor for Gateway {
-    async fn accept(&self, raw: &[u8]) -> Reply {
+    async fn accept(&self, env: &MailEnvelope, raw: &[u8]) -> Vec<Reply> {
+        let for_gateway = env.rcpts.iter().any(|r| r.gateway);
+        let others: Vec<&str> = env.rcpts.iter().filter(|r| !r.gateway).map(|r| r.address.as_str()).collect();
+        let request = if for_gateway || others.is_empty() { Some(self.verify_and_spool(raw).await) } else { None };
+        if others.is_empty() {
+            return request.into_iter().collect();
+        }
+        let Some(reinject) = &self.reinject else {
+            // The session refuses such recipients when there is nowhere to send them.
+            return vec![Reply::new(550, "5.1.1", "recipient not accepted here")];
+        };
+        if env.lmtp {
+            // One answer per recipient: the request's for the gateway's addresses, the next
+            // server's for the others (handed on whatever became of the request).
+            let mut handed_on = reinject.send(&env.mail_from, &others, env.body_8bit, raw, false).await.into_iter();
+            return env
+                .rcpts
+                .iter()
+                .map(|r| match (&request, r.gateway) {
+                    (Some(req), true) => req.clone(),
+                    _ => handed_on.next().unwrap_or_else(|| Reply::new(451, "4.3.0", "internal error; try again")),
+                })
+                .collect();
+        }
+        // SMTP: one answer for the whole mail. A request that is refused refuses the mail
+        // (nobody gets it, the client sees why); otherwise the mail is handed on, and the
+        // next server's refusal (temporary or not) is the answer. A client retrying after a
+        // temporary failure sends the request again: the spool recognises it.
+        if let Some(req) = &request
+            && req.code >= 300
+        {
+            return vec![req.clone()];
+        }
+        let handed_on = reinject.send(&env.mail_from, &others, env.body_8bit, raw, true).await;
+        let first = handed_on.into_iter().next().unwrap_or_else(|| Reply::new(451, "4.3.0", "internal error"));
+        match request {
+            Some(req) if first.code < 300 => {
+                vec![Reply::new(
+                    250,
+                    "2.0.0",
+                    format!("{}; handed on for {} other recipient(s)", req.text, others.len()),
+                )]
+            }
+            _ => vec![first],
+        }
+    }
+}
+
+impl Gateway {
+    /// The decision about an AQ request by mail: sender → agent → directory certificate →
+    /// S/MIME verification → spool. `250` only once the request is committed to the spool.
+    pub async fn verify_and_spool(&self, raw: &[u8]) -> Reply {
         let from = match smime::sender_address(raw) {
             Ok(f) => f,
             Err(e) => return Reply::new(550, "5.7.1", format!("rejected: {e}")),

@@ -43,10 +43,35 @@ impl Reply {
     }
 }
 
+/// One accepted recipient of a mail transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    /// The address as the client gave it (case kept: a local part may be case-sensitive).
+    pub address: String,
+    /// One of the gateway's own addresses (the mail is an AQ request for it).
+    pub gateway: bool,
+}
+
+/// The envelope of a complete message: what MAIL FROM and RCPT TO said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MailEnvelope {
+    /// The envelope sender; empty for the null sender `<>` (bounces, notifications).
+    pub mail_from: String,
+    /// The accepted recipients, in RCPT order.
+    pub rcpts: Vec<Recipient>,
+    /// The client declared `BODY=8BITMIME`.
+    pub body_8bit: bool,
+    /// The session speaks LMTP: the answer is one reply per recipient.
+    pub lmtp: bool,
+}
+
 /// Decides about a complete message at the end of DATA.
 #[async_trait]
 pub trait Acceptor: Send + Sync {
-    async fn accept(&self, raw: &[u8]) -> Reply;
+    /// The answer to the message: in SMTP the first reply is the answer (one answer for the
+    /// whole mail); in LMTP one reply per recipient in RCPT order, or a single reply that
+    /// then holds for every recipient.
+    async fn accept(&self, envelope: &MailEnvelope, raw: &[u8]) -> Vec<Reply>;
 }
 
 /// How a session ended.
@@ -61,8 +86,13 @@ pub enum Ended<S> {
 #[derive(Debug, Clone)]
 pub struct SmtpConfig {
     pub hostname: String,
-    /// Addresses this gateway takes mail for (lower-case); others get 550.
+    /// Addresses this gateway takes mail for (lower-case); others get 550 unless
+    /// `reinject` is set.
     pub gateway_addresses: Vec<String>,
+    /// `HOST:PORT` of the SMTP server that mail for other recipients is handed on to
+    /// (Postfix's after-filter smtpd, when aqgate is a before-queue content filter). When
+    /// set, every recipient is accepted: the MTA in front did the relay control.
+    pub reinject: Option<String>,
     /// Largest message accepted (bytes); larger gets 552.
     pub max_message_size: usize,
     /// A client silent for this long is disconnected (421).
@@ -81,6 +111,7 @@ impl Default for SmtpConfig {
         Self {
             hostname: "localhost".into(),
             gateway_addresses: vec!["aq@localhost".into()],
+            reinject: None,
             max_message_size: 10 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),
             starttls: false,
@@ -96,7 +127,8 @@ struct Envelope {
     /// The client said LHLO: LMTP replies after DATA.
     lmtp: bool,
     mail_from: Option<String>,
-    rcpts: Vec<String>,
+    body_8bit: bool,
+    rcpts: Vec<Recipient>,
 }
 
 enum Mode {
@@ -151,18 +183,30 @@ where
                     if !done {
                         break;
                     }
-                    let reply = if *too_big {
-                        Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size))
+                    let replies = if *too_big {
+                        vec![Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size))]
                     } else {
-                        acceptor.accept(buf).await
+                        let envelope = MailEnvelope {
+                            mail_from: env.mail_from.clone().unwrap_or_default(),
+                            rcpts: env.rcpts.clone(),
+                            body_8bit: env.body_8bit,
+                            lmtp: env.lmtp,
+                        };
+                        acceptor.accept(&envelope, buf).await
                     };
-                    // LMTP answers once per accepted recipient (RFC 2033); the decision is
-                    // about the message, so every recipient gets the same answer.
-                    let times = if env.lmtp { env.rcpts.len().max(1) } else { 1 };
-                    for _ in 0..times {
-                        out.push_str(&reply.render());
+                    let fallback = Reply::new(451, "4.3.0", "no decision about the message; try again later");
+                    let first = replies.first().unwrap_or(&fallback);
+                    if env.lmtp {
+                        // LMTP answers once per accepted recipient (RFC 2033).
+                        for i in 0..env.rcpts.len().max(1) {
+                            let r = if replies.len() == env.rcpts.len() { &replies[i] } else { first };
+                            out.push_str(&r.render());
+                        }
+                    } else {
+                        out.push_str(&first.render());
                     }
                     env.mail_from = None;
+                    env.body_8bit = false;
                     env.rcpts.clear();
                     mode = Mode::Command;
                 }
@@ -229,6 +273,7 @@ fn command(
             env.helo = true;
             env.lmtp = cfg.lmtp;
             env.mail_from = None;
+            env.body_8bit = false;
             env.rcpts.clear();
             let mut r = Reply::new(250, "", format!("{} greets {host}", cfg.hostname));
             r.more = vec![format!("SIZE {}", cfg.max_message_size), "8BITMIME".into(), "ENHANCEDSTATUSCODES".into()];
@@ -255,20 +300,22 @@ fn command(
                 );
             }
             env.mail_from = Some(from.address.to_string());
+            env.body_8bit = from.flags & smtp_proto::MAIL_BODY_8BITMIME != 0;
             (Reply::new(250, "2.1.0", "sender ok"), Next::Stay)
         }
         Request::Rcpt { to } => {
             if env.mail_from.is_none() {
                 return (Reply::new(503, "5.5.1", "need MAIL before RCPT"), Next::Stay);
             }
-            let addr = to.address.to_ascii_lowercase();
-            if !cfg.gateway_addresses.contains(&addr) {
+            let gateway = cfg.gateway_addresses.contains(&to.address.to_ascii_lowercase());
+            if !gateway && cfg.reinject.is_none() {
+                let addr = to.address.to_ascii_lowercase();
                 return (Reply::new(550, "5.1.1", format!("<{addr}>: not an AQ gateway address here")), Next::Stay);
             }
             if env.rcpts.len() >= 100 {
                 return (Reply::new(452, "4.5.3", "too many recipients"), Next::Stay);
             }
-            env.rcpts.push(addr);
+            env.rcpts.push(Recipient { address: to.address.to_string(), gateway });
             (Reply::new(250, "2.1.5", "recipient ok"), Next::Stay)
         }
         Request::Data => {
@@ -279,6 +326,7 @@ fn command(
         }
         Request::Rset => {
             env.mail_from = None;
+            env.body_8bit = false;
             env.rcpts.clear();
             (Reply::new(250, "2.0.0", "reset"), Next::Stay)
         }
@@ -300,18 +348,33 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// Accepts everything, remembering what it saw.
+    /// Accepts everything, remembering what it saw. In LMTP it answers per recipient:
+    /// 250 for gateway recipients, 451 for the others.
     #[derive(Default)]
-    struct Recorder(Mutex<Vec<Vec<u8>>>);
+    struct Recorder(Mutex<Vec<Vec<u8>>>, Mutex<Vec<MailEnvelope>>);
 
     #[async_trait]
     impl Acceptor for Recorder {
-        async fn accept(&self, raw: &[u8]) -> Reply {
+        async fn accept(&self, env: &MailEnvelope, raw: &[u8]) -> Vec<Reply> {
             self.0.lock().expect("lock").push(raw.to_vec());
+            self.1.lock().expect("lock").push(env.clone());
             if raw.windows(6).any(|w| w == b"REJECT") {
-                Reply::new(550, "5.7.1", "signature does not verify")
+                vec![Reply::new(550, "5.7.1", "signature does not verify")]
+            } else if raw.windows(9).any(|w| w == b"PER-RCPT!") {
+                env.rcpts
+                    .iter()
+                    .map(
+                        |r| {
+                            if r.gateway {
+                                Reply::new(250, "2.0.0", "queued")
+                            } else {
+                                Reply::new(451, "4.4.1", "later")
+                            }
+                        },
+                    )
+                    .collect()
             } else {
-                Reply::new(250, "2.0.0", "queued")
+                vec![Reply::new(250, "2.0.0", "queued")]
             }
         }
     }
@@ -366,6 +429,10 @@ mod tests {
         assert!(out.contains("250-SIZE"), "{out}");
         let seen = acc.0.lock().expect("lock");
         assert_eq!(seen.len(), 1);
+        let env = &acc.1.lock().expect("lock")[0];
+        assert_eq!(env.mail_from, "scott@example.com");
+        assert_eq!(env.rcpts, [Recipient { address: "AQ@localhost".into(), gateway: true }]);
+        assert!(!env.lmtp && !env.body_8bit);
         assert!(
             String::from_utf8_lossy(&seen[0]).contains("hello\r\n.dot"),
             "dot-unstuffed: {:?}",
@@ -465,5 +532,59 @@ mod tests {
             "{out}"
         );
         assert_eq!(acc.0.lock().expect("lock").len(), 1, "the oversized message never reached the acceptor");
+    }
+
+    #[tokio::test]
+    async fn with_reinjection_every_recipient_is_accepted_and_reaches_the_acceptor() {
+        let cfg = SmtpConfig { reinject: Some("127.0.0.1:10026".into()), ..SmtpConfig::default() };
+        let acc = Recorder::default();
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "EHLO postfix\r\n",
+                "MAIL FROM:<> BODY=8BITMIME\r\n",
+                "RCPT TO:<Bob@Example.com>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                "Subject: x\r\n\r\nhello\r\n.\r\n",
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(codes(&out), ["220", "250", "250", "250", "250", "354", "250", "221"], "{out}");
+        let env = &acc.1.lock().expect("lock")[0];
+        assert_eq!(env.mail_from, "", "the null sender");
+        assert!(env.body_8bit);
+        assert_eq!(
+            env.rcpts,
+            [
+                Recipient { address: "Bob@Example.com".into(), gateway: false },
+                Recipient { address: "aq@localhost".into(), gateway: true }
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn lmtp_passes_per_recipient_replies_on() {
+        let cfg = SmtpConfig { lmtp: true, reinject: Some("127.0.0.1:10026".into()), ..SmtpConfig::default() };
+        let acc = Recorder::default();
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "LHLO c\r\n",
+                "MAIL FROM:<scott@example.com>\r\n",
+                "RCPT TO:<bob@example.com>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                "Subject: PER-RCPT!\r\n\r\nhi\r\n.\r\n",
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(codes(&out), ["220", "250", "250", "250", "250", "354", "451", "250", "221"], "{out}");
     }
 }
