@@ -413,3 +413,75 @@ async fn deployment_a_aqgate_as_the_mx_replies_through_postfix() {
     drop(postfix);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Notifications to `mailto:` targets go out through Postfix into the registrant's Maildir:
+/// an address, and a directory notification alias (ORDERS_DESK → scott@example.com).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mailto_notifications_reach_a_maildir_through_postfix() {
+    let work = scratch("pfx-notify");
+    let hp = free_port();
+    let postfix = Postfix::start(&work.join("postfix"), &[]);
+    let db = fresh_sqlite_url();
+    let _serve = spawn(
+        &[
+            "serve",
+            "--no-smtp",
+            "--listen",
+            &format!("127.0.0.1:{hp}"),
+            "--database",
+            &db,
+            "--notify-from",
+            "aq@aq.example.com",
+            "--mail-relay",
+            &format!("smtp://127.0.0.1:{}", postfix.smtp_port),
+        ],
+        &[],
+        &work.join("aqgate.log"),
+    );
+    wait_port(hp);
+    let register = |queue: &str, url: &str| {
+        format!(
+            r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{queue}</destination><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#
+        )
+    };
+    let as_john = |body: String| async move {
+        let r = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{hp}/aqserv"))
+            .basic_auth("john", Some("welcome"))
+            .header("content-type", "text/xml")
+            .body(body)
+            .send()
+            .await
+            .expect("post");
+        r.text().await.expect("body")
+    };
+    // scott registers the alias ORDERS_DESK (his own mailbox) on the orders queue; john his
+    // address on the RAW queue.
+    let r = http(hp, &register("QS.NEW_ORDERS_QUE", "mailto:ORDERS_DESK")).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let body = as_john(register("AQUSER.RAW_QUE", "mailto:john@example.com")).await;
+    assert!(body.contains("AQXmlRegisterResponse"), "{body}");
+    let order = match http(hp, &send_and_commit()).await {
+        Response::Send(_, Some(res)) => res.message_ids[0].clone(),
+        other => panic!("not a send result: {other:?}"),
+    };
+    let raw = format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_payload><raw>CAFE</raw></message_payload></message></message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>"#
+    );
+    let body = as_john(raw).await;
+    let start = body.find("<message_id>").expect("a message id") + "<message_id>".len();
+    let raw_id = body[start..start + 32].to_string();
+    for (mailbox, id, queue) in [("scott", &order, "QS.NEW_ORDERS_QUE"), ("john", &raw_id, "AQUSER.RAW_QUE")] {
+        let mail = postfix.wait_for(mailbox, id).await;
+        assert!(mail.contains("AQXmlNotification") && mail.contains(queue), "{mail}");
+        assert!(mail.contains("Content-Type: text/xml"), "{mail}");
+        assert!(mail.contains("X-AQ-Notification-Id: "), "{mail}");
+        assert!(mail.contains("Return-Path: <aq@aq.example.com>"), "{mail}");
+    }
+    // Each mailbox got only its own registration's notification.
+    assert!(postfix.maildir("scott").iter().all(|m| !m.contains(&raw_id)));
+    assert!(postfix.maildir("john").iter().all(|m| !m.contains(&order)));
+    drop(_serve);
+    drop(postfix);
+    let _ = std::fs::remove_dir_all(&work);
+}
