@@ -465,9 +465,7 @@ async fn mailto_notifications_reach_a_maildir_through_postfix() {
         Response::Send(_, Some(res)) => res.message_ids[0].clone(),
         other => panic!("not a send result: {other:?}"),
     };
-    let raw = format!(
-        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_payload><raw>CAFE</raw></message_payload></message></message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>"#
-    );
+    let raw = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_payload><raw>CAFE</raw></message_payload></message></message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>"#.to_string();
     let body = as_john(raw).await;
     let start = body.find("<message_id>").expect("a message id") + "<message_id>".len();
     let raw_id = body[start..start + 32].to_string();
