@@ -186,9 +186,24 @@ pub fn sender_address(raw: &[u8]) -> Result<String, String> {
 /// certificates from the directory for the sender; verification passes if the single signer is
 /// one of them), at time `now` (unix seconds).
 pub fn verify(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i64) -> Verdict {
-    match verify_inner(raw, agent_certs, trust, now) {
-        Ok(verified) => Verdict::Pass(verified),
-        Err(verdict) => verdict,
+    // The openssl crate (0.10.82, the newest) panics while collecting OpenSSL's error stack
+    // when an error's data string is not UTF-8 (`str::from_utf8(..).unwrap()` in
+    // `Error::get`), which hostile DER can cause. Hostile input must get a rejection, never
+    // take the process down: the panic is contained here and reported as a failed check.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verify_inner(raw, agent_certs, trust, now)));
+    match result {
+        Ok(Ok(verified)) => Verdict::Pass(verified),
+        Ok(Err(verdict)) => verdict,
+        Err(_) => {
+            // Drain what the panic left in this thread's OpenSSL error queue (each attempt
+            // pops entries; one that panics again is contained the same way).
+            for _ in 0..32 {
+                if std::panic::catch_unwind(openssl::error::ErrorStack::get).is_ok() {
+                    break;
+                }
+            }
+            fail("the signature could not be parsed (malformed S/MIME structure)")
+        }
     }
 }
 
@@ -1244,6 +1259,40 @@ mod tests {
         assert!(signer_info_count(&[]).is_err());
         assert!(signer_info_count(&[0x30, 0x80, 0, 0]).is_err());
         assert!(signer_info_count(&[0x30, 0x05, 0x06]).is_err());
+    }
+
+    /// A mutation proptest once found: the corrupted DER makes OpenSSL record an error whose
+    /// data is not UTF-8, and the openssl crate panics collecting it. verify must contain
+    /// that and refuse the mail.
+    #[test]
+    fn openssl_error_data_that_is_not_utf8_is_a_rejection_not_a_panic() {
+        let mut panicked_inside = 0;
+        for at in 700..900 {
+            let mut raw = sign_at(
+                IDAP.as_bytes(),
+                SCOTT_PEM,
+                SCOTT_KEY,
+                "scott@example.com",
+                "aq@example.com",
+                "x",
+                1_780_000_000,
+            )
+            .unwrap();
+            if let Some(b) = raw.get_mut(at) {
+                *b = 128;
+            }
+            raw.truncate(3245);
+            let inner = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                verify_inner(&raw, &[SCOTT_PEM.to_vec()], &trust(), 1_780_000_000)
+            }));
+            if inner.is_err() {
+                panicked_inside += 1;
+            }
+            assert!(!matches!(verify(&raw, &[SCOTT_PEM.to_vec()], &trust(), 1_780_000_000), Verdict::Pass(_)));
+        }
+        // If this fails, the openssl crate no longer panics here: the catch_unwind in
+        // `verify` can go.
+        assert!(panicked_inside > 0, "these mutations no longer reach the openssl panic");
     }
 
     proptest::proptest! {
