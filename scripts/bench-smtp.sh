@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The SMTP filter's benchmark (BENCHMARKS.md): signed mails through aqgate (SMTP → verify →
+# spool → 250, replies relayed to a sink in the bench) on SQLite and PostgreSQL, side by side
+# with a private Postfix accepting the same request, unsigned, into its queue (smtp-source).
+# Usage: scripts/bench-smtp.sh [mails] [clients]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mails=${1:-8000}
+clients=${2:-4}
+cargo build --release --bins --locked
+scripts/ensure-tools.sh >/dev/null
+scripts/ensure-postgres.sh >/dev/null
+pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
+work=$(mktemp -d /tmp/aqgate-bench-smtp.XXXXXX)
+idap=../shared/reference/idap-examples/04-publish-and-commit.xml
+
+# --- Postfix + smtp-source: the same IDAP request in an unsigned text/xml mail ---------------
+{
+  printf 'From: scott@example.com\r\nTo: scott@example.com\r\nSubject: AQ request\r\n'
+  printf 'MIME-Version: 1.0\r\nContent-Type: text/xml; charset=utf-8\r\n\r\n'
+  sed 's/$/\r/' "$idap"
+} > "$work/unsigned.eml"
+scripts/postfix.sh start "$work/postfix" >/dev/null
+trap 'scripts/postfix.sh stop "$work/postfix" >/dev/null 2>&1 || true' EXIT
+port=$(cat "$work/postfix/smtp_port")
+start=$(date +%s.%N)
+smtp-source -d -s "$clients" -m "$mails" -F "$work/unsigned.eml" -f scott@example.com -t scott@example.com "127.0.0.1:$port"
+end=$(date +%s.%N)
+echo "postfix smtp-source: $mails mails, $clients sessions, $(wc -c < "$work/unsigned.eml") bytes each:" \
+     "$(awk -v n="$mails" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f", n / (b - a) }') mails/s accepted into the queue"
+scripts/postfix.sh stop "$work/postfix" >/dev/null
+
+# --- aqgate -------------------------------------------------------------------------------
+run() {
+  local db=$1 label=$2
+  target/release/aqgate serve --database "$db" --listen 127.0.0.1:18470 --smtp-listen 127.0.0.1:18525 \
+      --mail-relay smtp://127.0.0.1:18526 >"$work/serve-$label.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18470/readyz >/dev/null && break; sleep 0.1; done
+  target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
+      --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --mails "$mails" --clients "$clients" \
+      --seconds 60 --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label |"
+  kill $pid; wait $pid 2>/dev/null || true
+}
+run "sqlite://$work/aq.db" sqlite
+psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_smtp' -c 'CREATE DATABASE aqgate_bench_smtp' >/dev/null
+run "$pg/aqgate_bench_smtp" postgres
+rm -rf "$work"
