@@ -2,11 +2,14 @@
 # The SMTP filter's benchmark (BENCHMARKS.md): signed mails through aqgate (SMTP → verify →
 # spool → 250, replies relayed to a sink in the bench) on SQLite and PostgreSQL, side by side
 # with a private Postfix accepting the same request, unsigned, into its queue (smtp-source).
-# Usage: scripts/bench-smtp.sh [mails] [clients]
+# Usage: scripts/bench-smtp.sh [mails] [clients] [paced rate]
+# Each backend runs twice: as fast as it takes mail (throughput, end of DATA → 250), then
+# paced at a rate the forwarding worker keeps up with (end of DATA → reply received).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mails=${1:-8000}
 clients=${2:-4}
+rate=${3:-200}
 cargo build --release --bins --locked
 scripts/ensure-tools.sh >/dev/null
 scripts/ensure-postgres.sh >/dev/null
@@ -39,7 +42,10 @@ run() {
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18470/readyz >/dev/null && break; sleep 0.1; done
   target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
       --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --mails "$mails" --clients "$clients" \
-      --seconds 60 --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label |"
+      --seconds 60 --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label unpaced |"
+  target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
+      --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --mails $((rate * 15)) --clients "$clients" \
+      --seconds 15 --rate "$rate" --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label $rate/s |"
   kill $pid; wait $pid 2>/dev/null || true
 }
 run "sqlite://$work/aq.db" sqlite

@@ -81,9 +81,10 @@ struct Args {
     /// Receive the server's reply mails on this address (smtp scenario).
     #[arg(long)]
     reply_sink: Option<String>,
-    /// Enqueues per second in all (notify scenario).
-    #[arg(long, default_value_t = 1000)]
-    rate: u64,
+    /// Requests per second in all: enqueues in the notify scenario (default 1000), mails in
+    /// the smtp scenario (default: as fast as the server takes them).
+    #[arg(long)]
+    rate: Option<u64>,
 }
 
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
@@ -149,6 +150,7 @@ async fn smtp_client(
     mails: Arc<Vec<String>>,
     next: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<AtomicBool>,
+    pace: Option<Duration>,
 ) -> anyhow::Result<(Vec<u64>, u64, Vec<(String, Instant)>)> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let stream = tokio::net::TcpStream::connect(&addr).await?;
@@ -172,7 +174,11 @@ async fn smtp_client(
     let (mut lat, mut refused) = (Vec::new(), 0);
     let mut ids = Vec::new();
     let mut n = 0u64;
+    let mut tick = pace.map(tokio::time::interval);
     while !stop.load(Ordering::Relaxed) {
+        if let Some(t) = tick.as_mut() {
+            t.tick().await;
+        }
         n += 1;
         // One template (re-sent copies) or the next distinct mail until they run out.
         let mail = if mails.len() == 1 {
@@ -284,6 +290,7 @@ async fn main() -> anyhow::Result<()> {
                     mails.clone(),
                     next.clone(),
                     stop.clone(),
+                    args.rate.map(|r| Duration::from_secs_f64(args.clients as f64 / r.max(1) as f64)),
                 ))
             })
             .collect();
@@ -475,7 +482,7 @@ async fn notify_bench(args: &Args) -> anyhow::Result<()> {
     let hex = "AB".repeat(args.payload);
     let body = Arc::new(send_xml(&args.queue, 1, &hex));
     let stop = Arc::new(AtomicBool::new(false));
-    let per_client = Duration::from_secs_f64(args.clients as f64 / args.rate.max(1) as f64);
+    let per_client = Duration::from_secs_f64(args.clients as f64 / args.rate.unwrap_or(1000).max(1) as f64);
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
         let mut c = mk();

@@ -253,11 +253,22 @@ pub async fn send_mail(transport: &ReplyTransport, msg: Message) -> Result<(), S
             std::fs::create_dir_all(dir).map_err(|e| format!("outbox {}: {e}", dir.display()))?;
             AsyncFileTransport::<Tokio1Executor>::new(dir).send(msg).await.map(|_| ()).map_err(|e| e.to_string())
         }
-        ReplyTransport::Relay(url) => {
-            let t = lettre::AsyncSmtpTransport::<Tokio1Executor>::from_url(url).map_err(|e| e.to_string())?.build();
-            t.send(msg).await.map(|_| ()).map_err(|e| e.to_string())
-        }
+        ReplyTransport::Relay(url) => relay(url)?.send(msg).await.map(|_| ()).map_err(|e| e.to_string()),
     }
+}
+
+/// One transport per relay URL for the process: its pool keeps connections open between
+/// mails instead of a TCP + EHLO round trip for each.
+fn relay(url: &str) -> Result<lettre::AsyncSmtpTransport<Tokio1Executor>, String> {
+    type Relays = std::sync::Mutex<std::collections::HashMap<String, lettre::AsyncSmtpTransport<Tokio1Executor>>>;
+    static RELAYS: std::sync::OnceLock<Relays> = std::sync::OnceLock::new();
+    let mut relays = RELAYS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = relays.get(url) {
+        return Ok(t.clone());
+    }
+    let t = lettre::AsyncSmtpTransport::<Tokio1Executor>::from_url(url).map_err(|e| e.to_string())?.build();
+    relays.insert(url.to_string(), t.clone());
+    Ok(t)
 }
 
 /// Marks a response whose mail left ON_COMMIT work open: that work was rolled back.
