@@ -103,6 +103,10 @@ struct NotifyArgs {
     /// From address of mailto: notifications (default: the first --gateway-address).
     #[arg(long, env = "AQGATE_NOTIFY_FROM")]
     notify_from: Option<String>,
+    /// PEM file of CA certificates trusted for https:// targets besides the public roots
+    /// (repeatable), e.g. an internal CA.
+    #[arg(long = "notify-ca-file", env = "AQGATE_NOTIFY_CA_FILE")]
+    notify_ca_files: Vec<PathBuf>,
 }
 
 impl NotifyArgs {
@@ -116,8 +120,13 @@ impl NotifyArgs {
             Some(f) => f.clone(),
             None => mail.gateway_addresses.first().cloned().unwrap_or_else(|| "aq@localhost".into()),
         };
+        let mut extra_roots_pem = Vec::new();
+        for f in &self.notify_ca_files {
+            extra_roots_pem.push(std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?);
+        }
         Ok(aqgate::notify::NotifyConfig {
             policy: std::sync::Arc::new(policy),
+            extra_roots_pem,
             http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
             concurrency: self.notify_concurrency.max(1),
             max_attempts: self.notify_max_attempts.max(1),

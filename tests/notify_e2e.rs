@@ -378,3 +378,85 @@ async fn mailto_alias_notifications_are_mailed() {
     assert!(mail.contains("AQXmlNotification") && mail.contains("MAILED"), "{mail}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An HTTPS receiver with the TEST ONLY gateway certificate (localhost, 127.0.0.1; signed by
+/// certs/ca.pem): answers every request 200 and records the bodies.
+async fn tls_receiver() -> (Arc<Mutex<Vec<String>>>, u16) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/certs");
+    let cert = std::fs::read(format!("{dir}/gateway-tls.pem")).expect("cert");
+    let key = std::fs::read(format!("{dir}/gateway-tls.key.pem")).expect("key");
+    let acceptor = aqgate::mail::gateway::tls_acceptor(&cert, &key).expect("tls acceptor");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let b = bodies.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let (acceptor, b) = (acceptor.clone(), b.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Headers, then Content-Length bytes of body.
+                let body = loop {
+                    let Ok(n) = tls.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
+                        }
+                    }
+                };
+                b.lock().unwrap_or_else(|p| p.into_inner()).push(body);
+                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (bodies, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_targets_are_verified_against_the_configured_ca() {
+    let (bodies, rport) = tls_receiver().await;
+    let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/certs/ca.pem");
+    // Trusting the TEST ONLY CA: delivered over TLS.
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let s = serve(&db, port, &["--notify-allow", "127.0.0.1", "--notify-ca-file", ca, "--notify-timeout", "2"]);
+    let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("https://127.0.0.1:{rport}/tls"))).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let id = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "0F")], COMMIT)).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !bodies.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|b| b.contains(&id)) {
+        assert!(Instant::now() < deadline, "no notification over https");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(s);
+    // Without that CA the certificate is not trusted: nothing is delivered, the attempt fails
+    // and is retried (it stays pending, with the TLS error).
+    let _s = serve(&db, port, &["--notify-allow", "127.0.0.1", "--notify-timeout", "2"]);
+    let id2 = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "10")], COMMIT)).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = admin(&["notifications", "--database", &db], &[]);
+        if out.starts_with("1 pending") && out.lines().any(|l| l.contains(&id2) && !l.ends_with(" -")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the untrusted target's failure is not recorded: {out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(bodies.lock().unwrap_or_else(|p| p.into_inner()).iter().all(|b| !b.contains(&id2)));
+}

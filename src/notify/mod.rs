@@ -70,6 +70,8 @@ pub struct NotifyConfig {
     pub mail: Option<(ReplyTransport, String)>,
     /// Resolves `mailto:ALIAS`.
     pub directory: Option<Arc<dyn Directory>>,
+    /// Extra CA certificates (PEM) trusted for `https://` targets, beside the public roots.
+    pub extra_roots_pem: Vec<Vec<u8>>,
     /// Without an in-process or LISTEN/NOTIFY signal (a standalone dispatcher on SQLite),
     /// look for work this often.
     pub fallback_poll: Option<Duration>,
@@ -86,6 +88,7 @@ impl Default for NotifyConfig {
             max_backoff: Duration::from_secs(300),
             mail: None,
             directory: None,
+            extra_roots_pem: Vec::new(),
             fallback_poll: None,
         }
     }
@@ -125,7 +128,13 @@ const BATCH: usize = 256;
 
 impl Dispatcher {
     pub fn new(engine: Arc<Engine>, cfg: NotifyConfig) -> Result<Arc<Self>, String> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for pem in &cfg.extra_roots_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("notification CA file: {e}"))? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
             .timeout(cfg.http_timeout)
             .connect_timeout(cfg.http_timeout)
             .redirect(reqwest::redirect::Policy::none())
