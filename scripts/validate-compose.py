@@ -176,7 +176,7 @@ class Image:
         if not os.path.isfile(full):
             problem(f"{self.service}: {what} runs {path} from {src}, which is not a file")
         elif not os.access(full, os.X_OK):
-            problem(f"{self.service}: {what} runs {path} from {src}, which is not executable (git mode 100755)")
+            problem(f"{self.service}: {what} runs {path} from {src}, which is not executable (needs git mode 100755)")
 
     def copied_in_build(self, rel):
         """Is context path rel copied into the stage that runs cargo?"""
