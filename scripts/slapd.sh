@@ -4,6 +4,10 @@
 #   scripts/slapd.sh start DIR [EXTRA.ldif ...]   start (or restart) the server kept in DIR; prints its ldap:// URL
 #   scripts/slapd.sh stop DIR                     stop it (SIGTERM, then SIGKILL after 10 s); keeps DIR for a restart
 #   scripts/slapd.sh status DIR                   exit 0 if it runs
+#   scripts/slapd.sh init DIR [EXTRA.ldif ...]    only build DIR (config, data, TLS) if it is new; starts nothing
+#   scripts/slapd.sh run DIR [EXTRA.ldif ...]     init, then run slapd in the foreground (exec, log on
+#                                                 stderr): for a container (docker/slapd/)
+#   scripts/slapd.sh check DIR                    exit 0 if it answers an authenticated search over StartTLS
 #
 # The first start in an empty DIR builds a private cn=config (slapadd -n0) from
 # ldap-fixtures/aqgate-schema.ldif, loads ldap-fixtures/directory.ldif (plus EXTRA.ldif files,
@@ -15,6 +19,13 @@
 # Access: only authenticated users (the TEST ONLY rootdn in bind_dn/bind_password) may read.
 # Installs slapd + ldap-utils (apt-get, non-interactive) if missing; never touches the
 # system slapd's configuration.
+# Environment (optional; unset, everything is as described above, which the tests use):
+#   SLAPD_LISTEN      the address to listen on (default 127.0.0.1; 0.0.0.0: every address)
+#   SLAPD_PORT, SLAPD_LDAPS_PORT   fixed ports instead of free ones
+#   SLAPD_TLS_NAMES   more DNS names for the server certificate, comma-separated (when DIR is built)
+#   SLAPD_TLS_DAYS    validity of the TEST ONLY CA and server certificate in days (default 30)
+#   SLAPD_USER        run: slapd drops to this user and its group after binding its ports (DIR is
+#                     given to them)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,6 +53,11 @@ ensure_installed() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+listen="${SLAPD_LISTEN:-127.0.0.1}"
+# The host in DIR/url: where a client on this machine reaches the server.
+url_host="$listen"
+[ "$listen" != 0.0.0.0 ] || url_host=127.0.0.1
+
 free_port() {
     local p
     for _ in $(seq 1 200); do
@@ -61,15 +77,18 @@ running() {
 make_tls() {
     local tls="$1/tls"
     mkdir -p "$tls"
-    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 30 -subj "/O=aqgate TEST ONLY/CN=slapd.sh test CA" \
+    local days="${SLAPD_TLS_DAYS:-30}" san="IP:127.0.0.1,DNS:localhost" names="${SLAPD_TLS_NAMES:-}" name
+    case "$listen" in 127.0.0.1 | 0.0.0.0) ;; *) san="$san,IP:$listen" ;; esac
+    for name in ${names//,/ }; do san="$san,DNS:$name"; done
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days "$days" -subj "/O=aqgate TEST ONLY/CN=slapd.sh test CA" \
         -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
         -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -sha256 -subj "/O=aqgate TEST ONLY/CN=localhost" \
         -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
-    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n' \
-        > "$tls/server.ext"
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' \
+        "$san" > "$tls/server.ext"
     openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
-        -CAserial "$tls/ca.srl" -days 30 -sha256 -extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
+        -CAserial "$tls/ca.srl" -days "$days" -sha256 -extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
     chmod 600 "$tls/server.key" "$tls/ca.key"
 }
 
@@ -163,16 +182,16 @@ start() {
     [ -f "$dir/port" ] || fresh=1
     for attempt in 1 2 3 4 5; do
         if [ "$fresh" = 1 ]; then
-            port="$(free_port)"; sport="$(free_port)"
+            port="${SLAPD_PORT:-$(free_port)}"; sport="${SLAPD_LDAPS_PORT:-$(free_port)}"
             [ "$port" != "$sport" ] || continue
             echo "$port" > "$dir/port"; echo "$sport" > "$dir/sport"
         fi
         port="$(cat "$dir/port")"; sport="$(cat "$dir/sport")"
-        echo "ldap://127.0.0.1:$port" > "$dir/url"
-        echo "ldaps://127.0.0.1:$sport" > "$dir/ldaps_url"
+        echo "ldap://$url_host:$port" > "$dir/url"
+        echo "ldaps://$url_host:$sport" > "$dir/ldaps_url"
         rm -f "$dir/slapd.pid"
         # Foreground (-d) in its own session, so its log goes to a file and it outlives this script.
-        setsid "$SLAPD" -d stats -F "$dir/slapd.d" -h "ldap://127.0.0.1:$port/ ldaps://127.0.0.1:$sport/" \
+        setsid "$SLAPD" -d stats -F "$dir/slapd.d" -h "ldap://$listen:$port/ ldaps://$listen:$sport/" \
             >"$dir/slapd.log" 2>&1 </dev/null &
         echo $! > "$dir/slapd.pid"
         if wait_ready "$dir"; then cat "$dir/url"; return; fi
@@ -185,6 +204,44 @@ start() {
     done
     tail -n 20 "$dir/slapd.log" >&2 || true
     die "slapd did not start (see $dir/slapd.log)"
+}
+
+init() {
+    local dir="$1"; shift
+    ensure_installed
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    [ -d "$dir/slapd.d" ] || build "$dir" "$@"
+}
+
+run() {
+    local dir="$1"; shift
+    init "$dir" "$@"
+    dir="$(cd "$dir" && pwd)"
+    # No "already running" check: in a restarted container the old pid file names PID 1, us.
+    local port sport
+    port="${SLAPD_PORT:-$(cat "$dir/port" 2>/dev/null || free_port)}"
+    sport="${SLAPD_LDAPS_PORT:-$(cat "$dir/sport" 2>/dev/null || free_port)}"
+    echo "$port" > "$dir/port"; echo "$sport" > "$dir/sport"
+    echo "ldap://$url_host:$port" > "$dir/url"
+    echo "ldaps://$url_host:$sport" > "$dir/ldaps_url"
+    rm -f "$dir/slapd.pid"
+    local -a user=()
+    if [ -n "${SLAPD_USER:-}" ]; then
+        local group
+        group="$(id -gn "$SLAPD_USER")"
+        chown -R "$SLAPD_USER:$group" "$dir"
+        user=(-u "$SLAPD_USER" -g "$group")
+    fi
+    echo "slapd.sh: serving $(cat "$dir/url") (StartTLS) and $(cat "$dir/ldaps_url")" >&2
+    exec "$SLAPD" -d stats "${user[@]}" -F "$dir/slapd.d" -h "ldap://$listen:$port/ ldaps://$listen:$sport/"
+}
+
+check() {
+    local dir="$1"
+    [ -f "$dir/url" ] || return 1
+    LDAPTLS_CACERT="$dir/tls/ca.pem" ldapsearch -x -ZZ -H "$(cat "$dir/url")" -D "$(cat "$dir/bind_dn")" \
+        -y "$dir/bind_password" -b "$base_dn" -s base -LLL dn >/dev/null 2>&1
 }
 
 stop() {
@@ -203,11 +260,14 @@ stop() {
 }
 
 cmd="${1:-}"
-[ $# -ge 2 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
 shift
 case "$cmd" in
     start) start "$@" ;;
     stop) stop "$1" ;;
     status) running "$1" ;;
-    *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+    init) init "$@" ;;
+    run) run "$@" ;;
+    check) check "$1" ;;
+    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac

@@ -19,5 +19,6 @@ psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname 
 rm -f "${TMPDIR:-/tmp}"/aqgate-test-*.db*
 
 cargo fmt --all -- --check
+scripts/validate-compose.sh
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked --all-targets -- --test-threads="${AQGATE_TEST_THREADS:-4}"

@@ -1,0 +1,55 @@
+# The aqgate image (compose.yaml builds it: README.md, "With Docker").
+#
+# Build context: the repository root (.dockerignore keeps target/, .git and local state out).
+# Everything the binary embeds at compile time is in it: config/topology.toml,
+# ldap-fixtures/directory.ldif, certs/ca.pem + certs/ca.crl (the TEST ONLY demo CA, only used
+# next to the demo directory) and migrations/. The files under ../shared/reference are
+# included by unit tests only (#[cfg(test)]), which are not built here;
+# scripts/validate-compose.sh checks that this stays so.
+
+# ---- build -----------------------------------------------------------------------------------
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+# Dependencies first, in a layer of their own: rebuilt only when Cargo.toml or Cargo.lock change.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && cargo build --release --locked --bin aqgate \
+    && rm -rf src
+COPY src ./src
+COPY migrations ./migrations
+COPY config ./config
+COPY ldap-fixtures ./ldap-fixtures
+COPY certs ./certs
+# touch: the stub's build output is newer than the copied sources, which keep their mtimes.
+# strip --strip-debug: the release profile's line tables (debug = 1) would make the binary six
+# times larger (135 MB); the symbols stay, so backtraces still name the functions.
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked --bin aqgate \
+    && install -D -m 0755 target/release/aqgate /out/aqgate \
+    && strip --strip-debug /out/aqgate
+
+# ---- runtime ---------------------------------------------------------------------------------
+FROM debian:bookworm-slim
+# libssl3: the openssl crate (S/MIME) links the system OpenSSL; ca-certificates: the trust
+# store of rustls-native-certs (notifications over https://, mail relays with TLS).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libssl3 ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 aqgate \
+    && useradd --system --uid 10001 --gid aqgate --home-dir /var/lib/aqgate --create-home \
+        --shell /usr/sbin/nologin aqgate
+COPY --from=build /out/aqgate /usr/local/bin/aqgate
+USER 10001:10001
+# The default SQLite file (aqgate.db) and mail outbox (aqgate-outbox/) land here.
+WORKDIR /var/lib/aqgate
+# Listen on every address of the container. Environment rather than flags in CMD, so that
+# compose.yaml (or `docker run -e`) can change any setting through AQGATE_* variables:
+# a flag would take precedence over them.
+ENV AQGATE_LISTEN=0.0.0.0:8470 \
+    AQGATE_SMTP_LISTEN=0.0.0.0:2525
+# 8470: HTTP (IDAP servlet, /healthz, /readyz, /metrics); 2525: the SMTP filter.
+EXPOSE 8470 2525
+ENTRYPOINT ["aqgate"]
+CMD ["serve"]
