@@ -15,6 +15,7 @@ scripts/ensure-tools.sh >/dev/null
 scripts/ensure-postgres.sh >/dev/null
 pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
 work=$(mktemp -d /tmp/aqgate-bench-smtp.XXXXXX)
+chmod 755 "$work"   # Postfix (user postfix) must reach its data directory inside
 idap=../shared/reference/idap-examples/04-publish-and-commit.xml
 
 # --- Postfix + smtp-source: the same IDAP request in an unsigned text/xml mail ---------------
@@ -34,21 +35,32 @@ echo "postfix smtp-source: $mails mails, $clients sessions, $(wc -c < "$work/uns
 scripts/postfix.sh stop "$work/postfix" >/dev/null
 
 # --- aqgate -------------------------------------------------------------------------------
-run() {
-  local db=$1 label=$2
-  target/release/aqgate serve --database "$db" --listen 127.0.0.1:18470 --smtp-listen 127.0.0.1:18525 \
-      --mail-relay smtp://127.0.0.1:18526 >"$work/serve-$label.log" 2>&1 &
-  local pid=$!
+start_serve() {
+  target/release/aqgate serve --database "$1" --listen 127.0.0.1:18470 --smtp-listen 127.0.0.1:18525 \
+      --mail-relay smtp://127.0.0.1:18526 >"$work/serve-$2.log" 2>&1 &
+  pid=$!
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18470/readyz >/dev/null && break; sleep 0.1; done
-  target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
-      --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --mails "$mails" --clients "$clients" \
-      --seconds 60 --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label unpaced |"
-  target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
-      --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --mails $((rate * 15)) --clients "$clients" \
-      --seconds 15 --rate "$rate" --reply-sink 127.0.0.1:18526 2>/dev/null | sed "s|^|aqgate $label $rate/s |"
-  kill $pid; wait $pid 2>/dev/null || true
 }
-run "sqlite://$work/aq.db" sqlite
-psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_smtp' -c 'CREATE DATABASE aqgate_bench_smtp' >/dev/null
-run "$pg/aqgate_bench_smtp" postgres
+bench() {
+  target/release/aqgate-bench --scenario smtp --smtp 127.0.0.1:18525 --idap "$idap" \
+      --sign-cert certs/scott.pem --sign-key certs/scott.key.pem --clients "$clients" \
+      --reply-sink 127.0.0.1:18526 "$@" 2>/dev/null
+}
+fresh_pg() {
+  psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_smtp' -c 'CREATE DATABASE aqgate_bench_smtp' >/dev/null
+  echo "$pg/aqgate_bench_smtp"
+}
+# Throughput: as fast as aqgate takes them. Then, on a fresh server (no backlog), paced.
+start_serve "sqlite://$work/aq1.db" sqlite
+bench --mails "$mails" --seconds 60 | sed "s|^|aqgate sqlite unpaced |"
+kill $pid; wait $pid 2>/dev/null || true
+start_serve "sqlite://$work/aq2.db" sqlite-paced
+bench --mails $((rate * 15)) --seconds 15 --rate "$rate" | sed "s|^|aqgate sqlite $rate/s |"
+kill $pid; wait $pid 2>/dev/null || true
+start_serve "$(fresh_pg)" postgres
+bench --mails "$mails" --seconds 60 | sed "s|^|aqgate postgres unpaced |"
+kill $pid; wait $pid 2>/dev/null || true
+start_serve "$(fresh_pg)" postgres-paced
+bench --mails $((rate * 15)) --seconds 15 --rate "$rate" | sed "s|^|aqgate postgres $rate/s |"
+kill $pid; wait $pid 2>/dev/null || true
 rm -rf "$work"
