@@ -336,8 +336,9 @@ impl Store for SqliteStore {
 
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         let rows = sqlx::query(
-            "SELECT * FROM mail_spool WHERE (state = 'new' OR (state <> 'new' AND replies_sent < replies_wanted))
-               AND next_attempt_at <= ?1 ORDER BY id LIMIT ?2",
+            // The predicate is the partial index's, word for word (so the planner uses it).
+            "SELECT * FROM mail_spool WHERE (state = 'new' OR replies_sent < replies_wanted)
+               AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2",
         )
         .bind(now)
         .bind(limit)
