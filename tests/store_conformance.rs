@@ -38,6 +38,7 @@ on_both_backends!(
     expired_messages_move_to_the_exception_queue,
     a_request_is_all_or_nothing,
     two_consumers_never_remove_the_same_message,
+    concurrent_senders_are_all_stored,
     restart_rolls_back_open_sessions,
     idle_sessions_roll_back,
     adt_payload_round_trips_examples,
@@ -425,6 +426,43 @@ async fn a_request_is_all_or_nothing(b: Backend) {
     assert_eq!(fault_code(r), code::PAYLOAD_MISMATCH, "DEPTNO is NUMBER(2)");
     assert_eq!(depth(&h, RAWQ).await, 0);
     assert_eq!(depth(&h, TOPIC).await, 0);
+}
+
+/// Concurrent committed sends (which PostgreSQL writes together, several requests per
+/// statement) each get their own messages, all stored, none twice.
+async fn concurrent_senders_are_all_stored(b: Backend) {
+    let h = std::sync::Arc::new(Harness::new(b).await);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = h.session("scott");
+            let mut ids = Vec::new();
+            for i in 0..20 {
+                let r = h.run(&mut s, &raw_send(RAWQ, &[("", &format!("{t:02X}{i:02X}"))], COMMIT)).await;
+                ids.extend(sent_ids(&r.expect("send")));
+            }
+            ids
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.extend(t.await.expect("task"));
+    }
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!((n, ids.len()), (160, 160), "every send got its own message id");
+    assert_eq!(depth(&h, RAWQ).await, 160);
+    let mut s = h.session("scott");
+    let mut got = Vec::new();
+    while let Ok(x) = recv_raw(&h, &mut s, "", COMMIT).await {
+        got.push(x);
+    }
+    got.sort();
+    let mut want: Vec<String> = (0..8).flat_map(|t| (0..20).map(move |i| format!("{t:02X}{i:02X}"))).collect();
+    want.sort();
+    assert_eq!(got, want);
 }
 
 async fn two_consumers_never_remove_the_same_message(b: Backend) {

@@ -17,6 +17,155 @@ const CHANNEL: &str = "aqgate_enqueue";
 
 pub struct PgStore {
     pool: PgPool,
+    /// Group commit for enqueues that commit at once, and for receives that take the head
+    /// of a queue: see [`Coalescer`].
+    inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
+    takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
+}
+
+/// One request's remove-the-head receive.
+struct TakeJob {
+    q: CandidateQuery,
+    done: tokio::sync::oneshot::Sender<Result<Option<StoredMessage>>>,
+}
+
+/// One request's committed enqueue, waiting to be written.
+struct InsertJob {
+    msgs: Vec<NewMessage>,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+}
+
+/// Group commit for PostgreSQL: concurrent `insert_committed` calls are written by one
+/// statement (one transaction, one WAL flush) instead of one each; concurrent `take_head`
+/// calls on the same queue and consumer take their heads with one statement too. A writer
+/// drains its queue, so an idle server adds no wait and a busy one batches what arrived
+/// meanwhile. A batch is atomic; if it fails, its requests are written one by one,
+/// so one request's failure never fails another's. Nobody is answered before the
+/// statement that holds its messages has committed.
+struct Coalescer;
+
+/// Rows per combined statement (the arrays stay well under the protocol's limits).
+const COALESCE_MAX_ROWS: usize = 2_000;
+/// Statements in flight at once.
+const COALESCE_WRITERS: usize = 1;
+
+impl Coalescer {
+    fn start(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<InsertJob> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<InsertJob>();
+        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..COALESCE_WRITERS {
+            let (pool, rx) = (pool.clone(), rx.clone());
+            tokio::spawn(async move {
+                loop {
+                    let batch = {
+                        let mut rx = rx.lock().await;
+                        let Some(first) = rx.recv().await else { return };
+                        let mut rows = first.msgs.len();
+                        let mut batch = vec![first];
+                        while rows < COALESCE_MAX_ROWS {
+                            match rx.try_recv() {
+                                Ok(job) => {
+                                    rows += job.msgs.len();
+                                    batch.push(job);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        batch
+                    };
+                    Self::write(&pool, batch).await;
+                }
+            });
+        }
+        tx
+    }
+
+    fn start_takes(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<TakeJob> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<TakeJob>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut jobs = vec![first];
+                while jobs.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(job) => jobs.push(job),
+                        Err(_) => break,
+                    }
+                }
+                // Receivers of one queue and consumer without a filter share a statement;
+                // filtered ones go alone. Groups run concurrently.
+                let mut groups: Vec<Vec<TakeJob>> = Vec::new();
+                for job in jobs {
+                    let shareable = job.q.corrid.is_none() && job.q.msgid.is_none();
+                    match groups.iter_mut().find(|g| {
+                        shareable
+                            && g[0].q.corrid.is_none()
+                            && g[0].q.msgid.is_none()
+                            && g[0].q.queue == job.q.queue
+                            && g[0].q.consumer == job.q.consumer
+                    }) {
+                        Some(g) => g.push(job),
+                        None => groups.push(vec![job]),
+                    }
+                }
+                let mut running = tokio::task::JoinSet::new();
+                for g in groups {
+                    let pool = pool.clone();
+                    running.spawn(async move { Self::take(&pool, g).await });
+                }
+                while running.join_next().await.is_some() {}
+            }
+        });
+        tx
+    }
+
+    /// Takes one head per job, handed out in queue order to the jobs in arrival order.
+    async fn take(pool: &PgPool, group: Vec<TakeJob>) {
+        let n = i64::try_from(group.len()).unwrap_or(1);
+        let rows = take_heads(&group[0].q, n).build().fetch_all(pool).await;
+        match rows.map_err(StoreError::from).and_then(|r| r.iter().map(stored_from_row).collect::<Result<Vec<_>>>()) {
+            Ok(mut msgs) => {
+                msgs.sort_by_key(|m| (m.prio_key, m.seq));
+                let mut msgs = msgs.into_iter();
+                for job in group {
+                    let _ = job.done.send(Ok(msgs.next()));
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                let mut group = group.into_iter();
+                if let Some(first) = group.next() {
+                    let _ = first.done.send(Err(e));
+                }
+                for job in group {
+                    let _ = job.done.send(Err(StoreError::Corrupt(format!("receive failed: {why}"))));
+                }
+            }
+        }
+    }
+
+    async fn write(pool: &PgPool, batch: Vec<InsertJob>) {
+        if batch.len() == 1 {
+            let job = batch.into_iter().next().expect("one job");
+            let r = insert_query(&job.msgs).execute(pool).await.map(|_| ()).map_err(StoreError::from);
+            let _ = job.done.send(r);
+            return;
+        }
+        let all: Vec<NewMessage> = batch.iter().flat_map(|j| j.msgs.iter().cloned()).collect();
+        match insert_query(&all).execute(pool).await {
+            Ok(_) => {
+                for job in batch {
+                    let _ = job.done.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, jobs = batch.len(), "combined insert failed; writing one by one");
+                for job in batch {
+                    let r = insert_query(&job.msgs).execute(pool).await.map(|_| ()).map_err(StoreError::from);
+                    let _ = job.done.send(r);
+                }
+            }
+        }
+    }
 }
 
 impl PgStore {
@@ -36,7 +185,9 @@ impl PgStore {
             .connect_with(opts)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        let inserts = Coalescer::start(pool.clone());
+        let takes = Coalescer::start_takes(pool.clone());
+        Ok(Self { pool, inserts, takes })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -275,43 +426,26 @@ impl Store for PgStore {
     }
 
     async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
-        // A single statement is atomic on its own: no BEGIN/COMMIT round trips.
-        if !msgs.is_empty() {
-            insert_query(msgs).execute(&self.pool).await?;
+        // A single statement is atomic on its own: no BEGIN/COMMIT round trips; concurrent
+        // requests share one (see Coalescer).
+        if msgs.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if self.inserts.send(InsertJob { msgs: msgs.to_vec(), done }).is_err() {
+            return Err(StoreError::Corrupt("the insert writer stopped".into()));
+        }
+        answer.await.map_err(|_| StoreError::Corrupt("the insert writer stopped".into()))?
     }
 
     async fn take_head(&self, q: &CandidateQuery) -> Result<Option<StoredMessage>> {
         // Claim, delete the delivery and its (single-consumer) message, and return it, in
-        // one statement; rows other consumers are claiming are skipped, not waited for.
-        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
-            "WITH c AS (SELECT d.msg_seq FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
-        );
-        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
-        b.push(" AND m.enq_txn IS NULL AND d.lock_txn IS NULL");
-        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
-        b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
-        if let Some(c) = &q.corrid {
-            b.push(" AND m.corrid = ").push_bind(c.clone());
+        // one statement; concurrent receivers of one queue share one (see Coalescer).
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if self.takes.send(TakeJob { q: q.clone(), done }).is_err() {
+            return Err(StoreError::Corrupt("the receive writer stopped".into()));
         }
-        if let Some(id) = &q.msgid {
-            b.push(" AND m.msgid = ").push_bind(id.to_vec());
-        }
-        b.push(
-            " ORDER BY d.prio_key, d.msg_seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED),
-             d AS (DELETE FROM deliveries x USING c WHERE x.msg_seq = c.msg_seq AND x.consumer = ",
-        );
-        b.push_bind(q.consumer.clone());
-        b.push(
-            " RETURNING x.msg_seq, x.consumer, x.prio_key, x.retry_count),
-             m AS (DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d) RETURNING *)
-             SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
-                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
-             FROM m JOIN d ON d.msg_seq = m.seq",
-        );
-        let row = b.build().fetch_optional(&self.pool).await?;
-        row.as_ref().map(stored_from_row).transpose()
+        answer.await.map_err(|_| StoreError::Corrupt("the receive writer stopped".into()))?
     }
 
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
@@ -668,6 +802,39 @@ impl StoreTx for PgTx {
         self.tx.rollback().await?;
         Ok(())
     }
+}
+
+/// Takes up to `limit` heads of `q`'s queue for its consumer: claims them (rows other
+/// consumers are claiming are skipped, not waited for), deletes the deliveries and their
+/// single-consumer messages, and returns them — one statement.
+fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres> {
+    let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
+        "WITH c AS (SELECT d.msg_seq FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
+    );
+    b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+    b.push(" AND m.enq_txn IS NULL AND d.lock_txn IS NULL");
+    b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+    b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
+    if let Some(c) = &q.corrid {
+        b.push(" AND m.corrid = ").push_bind(c.clone());
+    }
+    if let Some(id) = &q.msgid {
+        b.push(" AND m.msgid = ").push_bind(id.to_vec());
+    }
+    b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(limit);
+    b.push(
+        " FOR UPDATE OF d SKIP LOCKED),
+         d AS (DELETE FROM deliveries x USING c WHERE x.msg_seq = c.msg_seq AND x.consumer = ",
+    );
+    b.push_bind(q.consumer.clone());
+    b.push(
+        " RETURNING x.msg_seq, x.consumer, x.prio_key, x.retry_count),
+         m AS (DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d) RETURNING *)
+         SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
+                m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
+         FROM m JOIN d ON d.msg_seq = m.seq",
+    );
+    b
 }
 
 /// One statement for a whole message_set: messages and their deliveries from arrays, and
