@@ -454,8 +454,7 @@ impl StoreTx for SqliteTx {
                      FROM registrations r
                      JOIN deliveries d ON d.queue_id = r.queue_id AND d.consumer = r.consumer
                      JOIN messages m ON m.seq = d.msg_seq
-                     WHERE d.msg_seq BETWEEN ?1 AND ?2
-                     ORDER BY d.msg_seq, r.agent",
+                     WHERE d.msg_seq BETWEEN ?1 AND ?2",
                 )
                 .bind(*lo)
                 .bind(*hi)
