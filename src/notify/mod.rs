@@ -159,6 +159,35 @@ impl Dispatcher {
             if *shutdown.borrow() {
                 break;
             }
+            // Is anything due? A read: most commits (queues nobody registered for) must not
+            // cost a write.
+            let now = self.engine.now();
+            let due = match self.store.notify_next_due().await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "notification outbox: next due");
+                    Some(now.saturating_add(MICROS_PER_SEC))
+                }
+            };
+            if due.is_none_or(|t| t > now) {
+                // Sleep until a commit, the next due row, or shutdown.
+                let mut sleep_for = due.map(|t| micros_to_duration(t.saturating_sub(now)));
+                if let Some(p) = self.cfg.fallback_poll {
+                    sleep_for = Some(sleep_for.map_or(p, |d| d.min(p)));
+                }
+                let sleep = async {
+                    match sleep_for {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = sleep => {}
+                    _ = shutdown.changed() => break,
+                }
+                continue;
+            }
             // Claim only what can start now: claimed rows wait for nobody.
             let first = tokio::select! {
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
@@ -177,7 +206,6 @@ impl Dispatcher {
                     }
                 }
             };
-            let full = claimed.len() == room;
             let mut first = Some(first);
             for entry in claimed {
                 let permit = match first.take() {
@@ -194,37 +222,6 @@ impl Dispatcher {
                     let _ = done.send((entry, result));
                     drop(permit);
                 });
-            }
-            drop(first);
-            if full {
-                continue;
-            }
-            // Nothing more due: sleep until a commit, the next due row, or shutdown.
-            let until = match self.store.notify_next_due().await {
-                Ok(Some(t)) => Some(t),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "notification outbox: next due");
-                    Some(self.engine.now().saturating_add(MICROS_PER_SEC))
-                }
-            };
-            let mut sleep_for = until.map(|t| micros_to_duration(t.saturating_sub(self.engine.now())));
-            if let Some(p) = self.cfg.fallback_poll {
-                sleep_for = Some(sleep_for.map_or(p, |d| d.min(p)));
-            }
-            if sleep_for.is_some_and(|d| d.is_zero()) {
-                continue;
-            }
-            let sleep = async {
-                match sleep_for {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = sleep => {}
-                _ = shutdown.changed() => break,
             }
         }
         drop(done_tx);
