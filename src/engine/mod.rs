@@ -83,8 +83,12 @@ pub struct Engine {
     config: EngineConfig,
     resolved: RwLock<Arc<Resolved>>,
     wakers: StdMutex<HashMap<QueueId, Arc<Notify>>>,
-    /// Rung on every commit that makes messages visible (the notification dispatcher).
+    /// Rung on commits that make messages visible on a queue with registrations (the
+    /// notification dispatcher).
     commits: Arc<Notify>,
+    /// Queues with registrations, as last seen (see [`Engine::refresh_registered`]): only
+    /// their commits wake the dispatcher, so queues nobody registered for cost it nothing.
+    registered: RwLock<std::collections::HashSet<QueueId>>,
     pub sessions: Sessions,
 }
 
@@ -120,6 +124,7 @@ impl Engine {
             resolved: RwLock::new(Arc::new(Resolved::default())),
             wakers: StdMutex::new(HashMap::new()),
             commits: Arc::new(Notify::new()),
+            registered: RwLock::new(std::collections::HashSet::new()),
             sessions: Sessions::default(),
         });
         engine.reload().await?;
@@ -161,8 +166,21 @@ impl Engine {
     /// Wakes long-polls waiting on `queue`, and the notification dispatcher.
     pub fn wake(&self, queue: QueueId) {
         self.waker(queue).notify_waiters();
-        // A stored permit: a dispatcher busy when the commit lands still sees it.
-        self.commits.notify_one();
+        if self.registered.read().unwrap_or_else(|p| p.into_inner()).contains(&queue) {
+            // A stored permit: a dispatcher busy when the commit lands still sees it.
+            self.commits.notify_one();
+        }
+    }
+
+    /// Reloads which queues have registrations (the dispatcher does this periodically, for
+    /// registrations made by other processes; this process's own registrations update it at
+    /// once). A queue missing here only delays its notifications until the dispatcher's
+    /// next look; the outbox row exists regardless.
+    pub async fn refresh_registered(&self) -> Result<(), AqError> {
+        let set: std::collections::HashSet<QueueId> =
+            self.store.all_registrations().await?.into_iter().map(|r| r.queue).collect();
+        *self.registered.write().unwrap_or_else(|p| p.into_inner()) = set;
+        Ok(())
     }
 
     /// Rung on every commit that makes messages visible (in this process, or in another
@@ -642,8 +660,11 @@ impl Engine {
         let mut tx = self.store.begin().await?;
         if url.is_empty() {
             // `<notify_url/>` (empty): unregister. Undelivered notifications go with it.
+            // (The queue stays in `registered` until the next refresh: a spurious wake-up
+            // at worst.)
             tx.delete_registration(qid, &consumer, &agent.name).await?;
         } else {
+            self.registered.write().unwrap_or_else(|p| p.into_inner()).insert(qid);
             tx.upsert_registration(&Registration {
                 queue: qid,
                 consumer,

@@ -126,6 +126,10 @@ pub struct Dispatcher {
 /// Claims per store round trip.
 const BATCH: usize = 256;
 
+/// How often the dispatcher reloads which queues have registrations (for registrations
+/// made by other processes; its own process tells it at once).
+const REFRESH: Duration = Duration::from_secs(2);
+
 impl Dispatcher {
     pub fn new(engine: Arc<Engine>, cfg: NotifyConfig) -> Result<Arc<Self>, String> {
         let mut builder = reqwest::Client::builder();
@@ -155,12 +159,20 @@ impl Dispatcher {
         let recorder = tokio::spawn(self.clone().record(done_rx));
         let lease =
             i64::try_from((self.cfg.http_timeout * 3 + Duration::from_secs(30)).as_micros()).unwrap_or(i64::MAX);
+        let mut refreshed: Option<tokio::time::Instant> = None;
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            // Is anything due? A read: most commits (queues nobody registered for) must not
-            // cost a write.
+            // Which queues have registrations (only their commits wake us): registrations
+            // made by other processes are seen within REFRESH.
+            if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
+                if let Err(e) = self.engine.refresh_registered().await {
+                    tracing::warn!(error = %e, "notification dispatcher: loading registrations");
+                }
+                refreshed = Some(tokio::time::Instant::now());
+            }
+            // Is anything due? A read, before any claim (a write).
             let now = self.engine.now();
             let due = match self.store.notify_next_due().await {
                 Ok(d) => d,
@@ -171,16 +183,11 @@ impl Dispatcher {
             };
             if due.is_none_or(|t| t > now) {
                 // Sleep until a commit, the next due row, or shutdown.
-                let mut sleep_for = due.map(|t| micros_to_duration(t.saturating_sub(now)));
+                let mut sleep_for = due.map_or(REFRESH, |t| micros_to_duration(t.saturating_sub(now)).min(REFRESH));
                 if let Some(p) = self.cfg.fallback_poll {
-                    sleep_for = Some(sleep_for.map_or(p, |d| d.min(p)));
+                    sleep_for = sleep_for.min(p);
                 }
-                let sleep = async {
-                    match sleep_for {
-                        Some(d) => tokio::time::sleep(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
+                let sleep = tokio::time::sleep(sleep_for);
                 tokio::select! {
                     _ = self.wake.notified() => {}
                     _ = sleep => {}
