@@ -442,25 +442,8 @@ impl StoreTx for SqliteTx {
                 });
                 b.build().execute(&mut *self.tx).await?;
             }
-            // The outbox, in the same transaction: one row per delivery that has registrations.
-            // (One writer: the chunk's sequence numbers are exactly the range it got.)
-            if let (Some(lo), Some(hi)) = (seqs.values().min(), seqs.values().max()) {
-                sqlx::query(
-                    "INSERT INTO notify_outbox (queue_id, consumer, agent, notify_url, msgid, corrid, priority, enq_time,
-                                                delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
-                     SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
-                            m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn,
-                            COALESCE(m.delay_until, m.enq_time)
-                     FROM registrations r
-                     JOIN deliveries d ON d.queue_id = r.queue_id AND d.consumer = r.consumer
-                     JOIN messages m ON m.seq = d.msg_seq
-                     WHERE d.msg_seq BETWEEN ?1 AND ?2",
-                )
-                .bind(*lo)
-                .bind(*hi)
-                .execute(&mut *self.tx)
-                .await?;
-            }
+            // The outbox rows come with the deliveries: trigger notify_outbox_on_delivery
+            // (migrations/sqlite/0005).
         }
         Ok(())
     }
