@@ -281,11 +281,15 @@ async fn relay_send(url: &str, msg: &Message) -> Result<(), String> {
 
 /// The name said in EHLO to the relay.
 fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
-        .unwrap_or_else(|| "localhost".to_string())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            .unwrap_or_else(|| "localhost".to_string())
+    })
+    .clone()
 }
 
 /// Marks a response whose mail left ON_COMMIT work open: that work was rolled back.
