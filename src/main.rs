@@ -223,6 +223,10 @@ enum Command {
         /// Open sessions beyond this are refused with 503.
         #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
         max_sessions: usize,
+        /// Mark the session cookie Secure (when clients reach the servlet over HTTPS, e.g.
+        /// through a TLS-terminating proxy).
+        #[arg(long, env = "AQGATE_SECURE_COOKIE")]
+        secure_cookie: bool,
         #[command(flatten)]
         directory: DirectoryArgs,
         #[command(flatten)]
@@ -376,6 +380,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_wait,
             max_body,
             max_sessions,
+            secure_cookie,
             directory: directory_args,
             mail: mail_args,
             notify: notify_args,
@@ -403,6 +408,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),
                 max_sessions,
+                secure_cookie,
                 notify: if notify_args.no_notify {
                     None
                 } else {

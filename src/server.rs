@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub tick: Duration,
     pub max_sessions: usize,
+    /// Session cookies get `Secure` (behind an HTTPS proxy).
+    pub secure_cookie: bool,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
     pub notify: Option<crate::notify::NotifyConfig>,
 }
@@ -75,6 +77,7 @@ pub async fn serve(
     }
     let mut state = AppState::new(engine.clone(), cfg.limits);
     state.max_sessions = cfg.max_sessions;
+    state.secure_cookie = cfg.secure_cookie;
     #[cfg(unix)]
     {
         // SIGHUP reloads the topology (e.g. after `aqgate admin apply` from another process)

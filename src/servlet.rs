@@ -36,6 +36,9 @@ pub struct AppState {
     pub credentials: Arc<auth::CredentialCache>,
     /// Open sessions beyond this get 503 (each holds memory until it times out).
     pub max_sessions: usize,
+    /// Mark the session cookie `Secure` (clients send it back over HTTPS only): for a
+    /// servlet behind a TLS-terminating proxy.
+    pub secure_cookie: bool,
 }
 
 impl AppState {
@@ -45,6 +48,7 @@ impl AppState {
             limits,
             credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
             max_sessions: 100_000,
+            secure_cookie: false,
         }
     }
 }
@@ -121,10 +125,17 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// The Set-Cookie value for a new session.
+fn set_cookie_value(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}")
+}
+
+/// An IDAP answer; `cookie` is a whole Set-Cookie value (see [`set_cookie_value`]).
 fn xml(body: String, cookie: Option<&str>) -> Response {
     let mut r = (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml; charset=utf-8")], body).into_response();
-    if let Some(id) = cookie
-        && let Ok(v) = HeaderValue::from_str(&format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict"))
+    if let Some(c) = cookie
+        && let Ok(v) = HeaderValue::from_str(c)
     {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -263,7 +274,8 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
         );
         return fault(&e, None);
     }
-    let cookie = new_cookie.as_deref();
+    let set_cookie = new_cookie.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
+    let cookie = set_cookie.as_deref();
     let envelope = match idap::parse_request(&body, &s.limits) {
         Ok(e) => e,
         Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), cookie),
@@ -309,7 +321,7 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
             s.engine.sessions.remove(id, false);
             None
         }
-        other => other,
+        _ => set_cookie.as_deref(),
     };
     match result {
         Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie),

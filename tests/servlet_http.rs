@@ -51,6 +51,8 @@ struct Client<'a> {
     user: &'a str,
     password: &'a str,
     cookie: Option<String>,
+    /// The whole Set-Cookie value last received.
+    last_set_cookie: Option<String>,
 }
 
 struct Reply {
@@ -77,7 +79,7 @@ impl Reply {
 
 impl<'a> Client<'a> {
     fn new(server: &'a Server, user: &'a str, password: &'a str) -> Self {
-        Self { server, user, password, cookie: None }
+        Self { server, user, password, cookie: None, last_set_cookie: None }
     }
 
     async fn post_with(&mut self, body: &str, extra: &[(&str, &str)]) -> Reply {
@@ -97,6 +99,7 @@ impl<'a> Client<'a> {
         let set_cookie = resp.headers().get("set-cookie").and_then(|v| v.to_str().ok()).map(String::from);
         if let Some(sc) = &set_cookie {
             self.cookie = sc.split(';').next().map(String::from);
+            self.last_set_cookie = Some(sc.clone());
         }
         let status = resp.status().as_u16();
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -146,6 +149,7 @@ async fn all_seventeen_examples_work_over_http() {
     // 01: send an ORDER_TYP; the answer has example 12's structure.
     let r = scott.post(&example("01")).await;
     assert!(r.set_cookie.as_deref().is_some_and(|c| c.starts_with("AQSESSIONID=") && c.contains("HttpOnly")));
+    assert!(r.set_cookie.as_deref().is_some_and(|c| !c.contains("Secure")), "Secure only when configured");
     assert!(
         matches!(r.idap(), Response::Send(_, Some(ref x)) if x.destination == "QS.NEW_ORDERS_QUE" && x.message_ids[0].len() == 32)
     );
@@ -277,6 +281,7 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
     let addr = listener.local_addr().expect("addr");
     let mut state = AppState::new(engine.clone(), Limits::default());
     state.max_sessions = 2;
+    state.secure_cookie = true;
     tokio::spawn(async move { axum::serve(listener, app(state)).await });
     let capped = Server { addr, engine, http: reqwest::Client::new() };
     let mut open = Vec::new();
@@ -287,6 +292,8 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
             "session {i}"
         );
         open.push(c);
+        let sc = open[i].last_set_cookie.clone().unwrap_or_default();
+        assert!(sc.contains("; Secure") && sc.contains("HttpOnly"), "{sc}");
     }
     let mut third = Client::new(&capped, "scott", "tiger");
     let r = third.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await;
