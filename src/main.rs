@@ -659,10 +659,7 @@ async fn mail_config(
         gateway_agent: a.gateway_agent.clone(),
         gateway_password,
         reply_from,
-        transport: match &a.mail_relay {
-            Some(url) => aqgate::mail::worker::ReplyTransport::Relay(url.clone()),
-            None => aqgate::mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
-        },
+        transport: mail_transport(a),
     })
 }
 
