@@ -213,6 +213,14 @@ impl Dispatcher {
                     }
                 }
             };
+            if claimed.is_empty() {
+                // Due, but another dispatcher holds it right now: do not spin.
+                drop(first);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => continue,
+                    _ = shutdown.changed() => break,
+                }
+            }
             let mut first = Some(first);
             for entry in claimed {
                 let permit = match first.take() {
