@@ -77,6 +77,10 @@ struct MailArgs {
     /// File holding the gateway agent's password (or AQGATE_GATEWAY_PASSWORD).
     #[arg(long, env = "AQGATE_GATEWAY_PASSWORD_FILE")]
     gateway_password_file: Option<PathBuf>,
+    /// Hours a finished mail is remembered: a re-sent copy within them gets the original
+    /// response again (not performed twice); after them it is a new request.
+    #[arg(long, env = "AQGATE_DEDUPE_WINDOW_HOURS", default_value_t = 168)]
+    dedupe_window_hours: u64,
 }
 
 /// The notification dispatcher (AQXmlNotification to registered http(s):// and mailto: targets).
@@ -660,6 +664,7 @@ async fn mail_config(
         gateway_password,
         reply_from,
         transport: mail_transport(a),
+        dedupe_window: Duration::from_secs(a.dedupe_window_hours.saturating_mul(3600)),
     })
 }
 

@@ -25,6 +25,8 @@ pub struct MailConfig {
     pub gateway_password: String,
     pub reply_from: String,
     pub transport: crate::mail::worker::ReplyTransport,
+    /// How long finished mails are remembered for deduplication.
+    pub dedupe_window: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +134,7 @@ pub fn start_mail(
             reply_from: m.reply_from,
             transport: m.transport,
             max_attempts: 20,
+            dedupe_window: m.dedupe_window,
         },
     ));
     let gateway = crate::mail::gateway::Gateway {

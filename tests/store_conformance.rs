@@ -1048,7 +1048,8 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put") else { panic!("first copy is new") };
     assert_eq!(store.spool_put(&mail).await.expect("put again"), SpoolPut::Duplicate(id));
     let other = spooled("<m2@example.com>", "<Envelope/>");
-    assert!(matches!(store.spool_put(&other).await.expect("put"), SpoolPut::New(i) if i != id));
+    let SpoolPut::New(other_id) = store.spool_put(&other).await.expect("put") else { panic!("another mail is new") };
+    assert_ne!(other_id, id);
     let due = store.spool_due(T0, 10).await.expect("due");
     assert_eq!(due.len(), 2);
     assert_eq!(due[0].replies_wanted, 2, "one reply per copy received");
@@ -1068,4 +1069,13 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     store.spool_replied(id, 2).await.expect("replied");
     assert!(store.spool_pending(10).await.expect("pending").iter().all(|m| m.id != id), "finished mail is not pending");
     assert!(store.spool_due(T0 + 10_000_000, 10).await.expect("due").iter().all(|m| m.id != id));
+    // The dedupe window: within it a re-sent copy is recognised; a purge forgets only
+    // finished mails received before the cut-off (never one still to forward or answer).
+    assert_eq!(store.spool_purge(T0).await.expect("purge"), 0, "nothing received before T0");
+    assert_eq!(store.spool_put(&mail).await.expect("re-sent"), SpoolPut::Duplicate(id));
+    store.spool_replied(id, 3).await.expect("replied");
+    assert_eq!(store.spool_purge(T0 + 1).await.expect("purge"), 1, "only the finished mail goes");
+    assert!(store.spool_get(id).await.expect("get").is_none());
+    assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");
+    assert!(matches!(store.spool_put(&mail).await.expect("after the window"), SpoolPut::New(n) if n != id));
 }

@@ -39,6 +39,9 @@ pub struct WorkerConfig {
     /// Give up forwarding after this many failed attempts (the mail is then `failed`,
     /// visible in the spool, and its sender gets a Fault reply).
     pub max_attempts: i64,
+    /// How long a finished mail is remembered: within it, a re-sent copy gets the original
+    /// response again; after it, the copy is a new request.
+    pub dedupe_window: Duration,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -80,7 +83,12 @@ impl Worker {
 
     /// Works the spool until `shutdown` resolves.
     pub async fn run(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut purged: Option<tokio::time::Instant> = None;
         loop {
+            if purged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                self.purge().await;
+                purged = Some(tokio::time::Instant::now());
+            }
             let worked = match self.run_once().await {
                 Ok(n) => n,
                 Err(e) => {
@@ -98,6 +106,16 @@ impl Worker {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = shutdown.changed() => return,
             }
+        }
+    }
+
+    /// Forgets finished mails older than the dedupe window.
+    pub async fn purge(&self) {
+        let window = i64::try_from(self.cfg.dedupe_window.as_micros()).unwrap_or(i64::MAX);
+        match self.store.spool_purge(self.clock.now().saturating_sub(window)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(mails = n, "spool: finished mails past the dedupe window forgotten"),
+            Err(e) => tracing::warn!(error = %e, "spool purge"),
         }
     }
 

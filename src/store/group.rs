@@ -200,6 +200,9 @@ impl Store for GroupCommitStore {
     ) -> Result<()> {
         self.inner.spool_attempted(id, response, error, next_attempt_at).await
     }
+    async fn spool_purge(&self, before: Micros) -> Result<u64> {
+        self.inner.spool_purge(before).await
+    }
     async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
         self.inner.spool_replied(id, replies_sent).await
     }

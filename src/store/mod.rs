@@ -267,6 +267,10 @@ pub trait Store: Send + Sync + 'static {
     /// Records that `replies_sent` replies have gone out.
     async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()>;
 
+    /// Forgets finished mails (forwarded or failed, every reply sent) received before
+    /// `before`: the dedupe window is over, a re-sent copy is a new request. Returns how many.
+    async fn spool_purge(&self, before: Micros) -> Result<u64>;
+
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
 
     /// Mails that are not finished (to forward, replies owed, or failed), oldest first.

@@ -373,6 +373,16 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn spool_purge(&self, before: Micros) -> Result<u64> {
+        let r = sqlx::query(
+            "DELETE FROM mail_spool WHERE received_at < ?1 AND state <> 'new' AND replies_sent >= replies_wanted",
+        )
+        .bind(before)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
     async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
         sqlx::query("UPDATE mail_spool SET replies_sent = ?2 WHERE id = ?1")
             .bind(id)
