@@ -1066,14 +1066,15 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     let m = store.spool_get(id).await.expect("get").expect("row");
     assert_eq!((m.state.as_str(), m.response.as_deref()), ("done", Some(&b"<resp/>"[..])));
     assert_eq!(store.spool_pending(10).await.expect("pending").len(), 2, "replies still owed");
-    store.spool_replied(id, 2).await.expect("replied");
+    store.spool_replied(&[(id, 2), (other_id, 0)]).await.expect("replied");
+    assert_eq!(store.spool_get(other_id).await.expect("get").map(|m| m.replies_sent), Some(0));
     assert!(store.spool_pending(10).await.expect("pending").iter().all(|m| m.id != id), "finished mail is not pending");
     assert!(store.spool_due(T0 + 10_000_000, 10).await.expect("due").iter().all(|m| m.id != id));
     // The dedupe window: within it a re-sent copy is recognised; a purge forgets only
     // finished mails received before the cut-off (never one still to forward or answer).
     assert_eq!(store.spool_purge(T0).await.expect("purge"), 0, "nothing received before T0");
     assert_eq!(store.spool_put(&mail).await.expect("re-sent"), SpoolPut::Duplicate(id));
-    store.spool_replied(id, 3).await.expect("replied");
+    store.spool_replied(&[(id, 3)]).await.expect("replied");
     assert_eq!(store.spool_purge(T0 + 1).await.expect("purge"), 1, "only the finished mail goes");
     assert!(store.spool_get(id).await.expect("get").is_none());
     assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");

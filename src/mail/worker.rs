@@ -125,22 +125,29 @@ impl Worker {
         let due = self.store.spool_due(self.clock.now(), 32).await?;
         let n = due.len();
         let mut set = tokio::task::JoinSet::new();
+        // Replies sent, recorded for the whole batch in one statement at its end. A crash
+        // before that re-sends those replies (at least once), never re-forwards a mail:
+        // the response itself is recorded before any reply goes out.
+        let mut replied = Vec::new();
+        let mut outcome = Ok(());
         for m in due {
             if set.len() >= 8
                 && let Some(r) = set.join_next().await
             {
-                r.map_err(|e| crate::store::StoreError::Corrupt(format!("mail worker task: {e}")))??;
+                collect(r, &mut replied, &mut outcome);
             }
             let me = self.clone();
             set.spawn(async move { me.handle(&m).await });
         }
         while let Some(r) = set.join_next().await {
-            r.map_err(|e| crate::store::StoreError::Corrupt(format!("mail worker task: {e}")))??;
+            collect(r, &mut replied, &mut outcome);
         }
-        Ok(n)
+        self.store.spool_replied(&replied).await?;
+        outcome.map(|()| n)
     }
 
-    async fn handle(&self, m: &SpooledMail) -> Result<(), crate::store::StoreError> {
+    /// Forwards (if not done yet) and replies; returns (id, replies sent) when replies went out.
+    async fn handle(&self, m: &SpooledMail) -> Result<Option<(i64, i64)>, crate::store::StoreError> {
         let mut m = m.clone();
         if m.state == "new" {
             match self.forward(&m).await {
@@ -153,7 +160,7 @@ impl Worker {
                     let backoff = 2_i64.saturating_pow(u32::try_from(m.attempts.clamp(0, 8)).unwrap_or(8)).min(300);
                     tracing::info!(mail = m.id, attempt = m.attempts + 1, error = %why, "servlet unreachable; will retry");
                     let at = self.clock.now() + backoff * MICROS_PER_SEC;
-                    return self.store.spool_attempted(m.id, None, Some(&why), Some(at)).await;
+                    return self.store.spool_attempted(m.id, None, Some(&why), Some(at)).await.map(|()| None);
                 }
                 Forwarded::Retry(why) | Forwarded::Permanent(why) => {
                     tracing::warn!(mail = m.id, error = %why, "forwarding failed for good");
@@ -163,7 +170,7 @@ impl Worker {
                 }
             }
         }
-        let Some(response) = m.response.clone() else { return Ok(()) };
+        let Some(response) = m.response.clone() else { return Ok(None) };
         let mut sent = m.replies_sent;
         while sent < m.replies_wanted {
             if let Err(e) = self.reply(&m, &response).await {
@@ -174,9 +181,8 @@ impl Worker {
                 break;
             }
             sent += 1;
-            self.store.spool_replied(m.id, sent).await?;
         }
-        Ok(())
+        Ok((sent > m.replies_sent).then_some((m.id, sent)))
     }
 
     async fn forward(&self, m: &SpooledMail) -> Forwarded {
@@ -261,6 +267,28 @@ impl Worker {
         msg.headers_mut()
             .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
         send_mail(&self.cfg.transport, msg).await
+    }
+}
+
+/// Gathers one handled mail's outcome: replies sent, or the first error.
+fn collect(
+    r: Result<Result<Option<(i64, i64)>, crate::store::StoreError>, tokio::task::JoinError>,
+    replied: &mut Vec<(i64, i64)>,
+    outcome: &mut Result<(), crate::store::StoreError>,
+) {
+    match r {
+        Ok(Ok(Some(x))) => replied.push(x),
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => {
+            if outcome.is_ok() {
+                *outcome = Err(e);
+            }
+        }
+        Err(e) => {
+            if outcome.is_ok() {
+                *outcome = Err(crate::store::StoreError::Corrupt(format!("mail worker task: {e}")));
+            }
+        }
     }
 }
 

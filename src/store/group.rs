@@ -203,8 +203,8 @@ impl Store for GroupCommitStore {
     async fn spool_purge(&self, before: Micros) -> Result<u64> {
         self.inner.spool_purge(before).await
     }
-    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
-        self.inner.spool_replied(id, replies_sent).await
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
+        self.inner.spool_replied(sent).await
     }
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
         self.inner.spool_get(id).await

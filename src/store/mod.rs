@@ -264,8 +264,9 @@ pub trait Store: Send + Sync + 'static {
         next_attempt_at: Option<Micros>,
     ) -> Result<()>;
 
-    /// Records that `replies_sent` replies have gone out.
-    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()>;
+    /// Records, for each (mail id, replies sent), how many replies have gone out — one
+    /// statement for a whole batch of mails.
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()>;
 
     /// Forgets finished mails (forwarded or failed, every reply sent) received before
     /// `before`: the dedupe window is over, a re-sent copy is a new request. Returns how many.

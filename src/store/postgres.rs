@@ -527,12 +527,18 @@ impl Store for PgStore {
         Ok(r.rows_affected())
     }
 
-    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
-        sqlx::query("UPDATE mail_spool SET replies_sent = $2 WHERE id = $1")
-            .bind(id)
-            .bind(replies_sent)
-            .execute(&self.pool)
-            .await?;
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let (ids, counts): (Vec<i64>, Vec<i64>) = sent.iter().copied().unzip();
+        sqlx::query(
+            "UPDATE mail_spool m SET replies_sent = u.n FROM UNNEST($1::int8[], $2::int8[]) AS u(id, n) WHERE m.id = u.id",
+        )
+        .bind(ids)
+        .bind(counts)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -383,12 +383,20 @@ impl Store for SqliteStore {
         Ok(r.rows_affected())
     }
 
-    async fn spool_replied(&self, id: i64, replies_sent: i64) -> Result<()> {
-        sqlx::query("UPDATE mail_spool SET replies_sent = ?2 WHERE id = ?1")
-            .bind(id)
-            .bind(replies_sent)
-            .execute(&self.pool)
-            .await?;
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
+        for part in sent.chunks(400) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE mail_spool SET replies_sent = CASE id");
+            for (id, n) in part {
+                b.push(" WHEN ").push_bind(*id).push(" THEN ").push_bind(*n);
+            }
+            b.push(" ELSE replies_sent END WHERE id IN (");
+            let mut ids = b.separated(", ");
+            for (id, _) in part {
+                ids.push_bind(*id);
+            }
+            b.push(")");
+            b.build().execute(&self.pool).await?;
+        }
         Ok(())
     }
 
