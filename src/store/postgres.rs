@@ -295,16 +295,7 @@ impl Store for PgStore {
             .bind(queue)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Registration {
-                    queue: r.try_get("queue_id")?,
-                    consumer: r.try_get("consumer")?,
-                    notify_url: r.try_get("notify_url")?,
-                    agent: r.try_get("agent")?,
-                })
-            })
-            .collect()
+        rows.iter().map(registration_from_row).collect()
     }
 
     async fn all_registrations(&self) -> Result<Vec<Registration>> {
@@ -313,16 +304,7 @@ impl Store for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Registration {
-                    queue: r.try_get("queue_id")?,
-                    consumer: r.try_get("consumer")?,
-                    notify_url: r.try_get("notify_url")?,
-                    agent: r.try_get("agent")?,
-                })
-            })
-            .collect()
+        rows.iter().map(registration_from_row).collect()
     }
 
     async fn set_registration_secret(
@@ -937,6 +919,15 @@ async fn notify_queues(tx: &mut Transaction<'static, Postgres>, queues: &[QueueI
         sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(q.to_string()).execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+fn registration_from_row(r: &PgRow) -> Result<Registration> {
+    Ok(Registration {
+        queue: r.try_get("queue_id")?,
+        consumer: r.try_get("consumer")?,
+        notify_url: r.try_get("notify_url")?,
+        agent: r.try_get("agent")?,
+    })
 }
 
 fn outbox_from_row(r: &PgRow) -> Result<OutboxEntry> {

@@ -50,6 +50,15 @@ const OUTBOX_SELECT: &str = "SELECT o.id, o.queue_id, o.consumer, o.agent, o.not
      FROM notify_outbox o
      LEFT JOIN registrations r ON r.queue_id = o.queue_id AND r.consumer = o.consumer AND r.agent = o.agent";
 
+fn registration_from_row(r: &SqliteRow) -> Result<Registration> {
+    Ok(Registration {
+        queue: r.try_get("queue_id")?,
+        consumer: r.try_get("consumer")?,
+        notify_url: r.try_get("notify_url")?,
+        agent: r.try_get("agent")?,
+    })
+}
+
 fn outbox_from_row(r: &SqliteRow) -> Result<OutboxEntry> {
     Ok(OutboxEntry {
         id: r.try_get("id")?,
@@ -165,16 +174,7 @@ impl Store for SqliteStore {
             .bind(queue)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Registration {
-                    queue: r.try_get("queue_id")?,
-                    consumer: r.try_get("consumer")?,
-                    notify_url: r.try_get("notify_url")?,
-                    agent: r.try_get("agent")?,
-                })
-            })
-            .collect()
+        rows.iter().map(registration_from_row).collect()
     }
 
     async fn all_registrations(&self) -> Result<Vec<Registration>> {
@@ -183,16 +183,7 @@ impl Store for SqliteStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Registration {
-                    queue: r.try_get("queue_id")?,
-                    consumer: r.try_get("consumer")?,
-                    notify_url: r.try_get("notify_url")?,
-                    agent: r.try_get("agent")?,
-                })
-            })
-            .collect()
+        rows.iter().map(registration_from_row).collect()
     }
 
     async fn set_registration_secret(
