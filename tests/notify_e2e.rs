@@ -20,10 +20,6 @@ use common::*;
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const RAWQ: &str = "AQUSER.RAW_QUE";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 /// A child process killed when the test ends, whatever happens.
 struct Proc(Child);
 

@@ -16,25 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::{self, Limits, Response};
+use aqgate::idap::Response;
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const POSTFIX_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postfix.sh");
 const SLAPD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/slapd.sh");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A private Postfix (scripts/postfix.sh), stopped when dropped — also when a test fails.
 struct Postfix {
@@ -197,18 +185,6 @@ fn swaks(port: u16, from: &str, to: &str, mail: &Path) -> (bool, String) {
         .output()
         .expect("swaks (scripts/ensure-tools.sh installs it)");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
-}
-
-async fn http(port: u16, body: &str) -> Response {
-    let r = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth("scott", Some("tiger"))
-        .header("content-type", "text/xml")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("post");
-    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
 }
 
 fn send_and_commit() -> String {

@@ -11,10 +11,6 @@ use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 struct Serve {
     child: Child,
 }

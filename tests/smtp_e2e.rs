@@ -10,15 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::{self, Limits, Response};
+use aqgate::idap::Response;
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
-}
 
 struct Serve(Child);
 
@@ -26,14 +22,6 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -83,18 +71,6 @@ fn outbox(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).collect())
         .unwrap_or_default()
-}
-
-async fn http(port: u16, body: &str) -> Response {
-    let r = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth("scott", Some("tiger"))
-        .header("content-type", "text/xml")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("post");
-    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,3 +198,30 @@ pub fn spooled(message_id: &str, idap: &str) -> aqgate::store::SpooledMail {
         replies_sent: 0,
     }
 }
+
+/// A TCP port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// Waits (at most 30 s) until something listens on 127.0.0.1:`port`.
+pub fn wait_port(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "port {port} never opened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// One IDAP request to the servlet on `port` as scott (no session kept).
+pub async fn http(port: u16, body: &str) -> Response {
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/aqserv"))
+        .basic_auth("scott", Some("tiger"))
+        .header("content-type", "text/xml")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post");
+    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+}
