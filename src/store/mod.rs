@@ -32,6 +32,9 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// A pooled database connection idle this long is pinged before it is used again.
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// A message to insert, with one delivery row per consumer (`""` on single-consumer

@@ -29,6 +29,9 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(60))
+            // A local file does not go stale like a socket: no ping round trip through
+            // sqlx's worker thread before every statement.
+            .test_before_acquire(false)
             .connect_with(opts)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
