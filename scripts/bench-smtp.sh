@@ -2,14 +2,18 @@
 # The SMTP filter's benchmark (BENCHMARKS.md): signed mails through aqgate (SMTP → verify →
 # spool → 250, replies relayed to a sink in the bench) on SQLite and PostgreSQL, side by side
 # with a private Postfix accepting the same request, unsigned, into its queue (smtp-source).
-# Usage: scripts/bench-smtp.sh [mails] [clients] [paced rate]
+# Usage: scripts/bench-smtp.sh [mails] [clients] [paced rate] [rounds]
 # Each backend runs twice: as fast as it takes mail (throughput, end of DATA → 250), then
 # paced at a rate the forwarding worker keeps up with (end of DATA → reply received).
+# With rounds > 0 it instead alternates Postfix and aqgate on PostgreSQL (unpaced) that
+# many times and prints both medians: the machine's speed drifts, so only rounds run
+# back to back compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mails=${1:-8000}
 clients=${2:-4}
 rate=${3:-200}
+rounds=${4:-0}
 cargo build --release --bins --locked
 scripts/ensure-tools.sh >/dev/null
 scripts/ensure-postgres.sh >/dev/null
@@ -24,15 +28,19 @@ idap=../shared/reference/idap-examples/04-publish-and-commit.xml
   printf 'MIME-Version: 1.0\r\nContent-Type: text/xml; charset=utf-8\r\n\r\n'
   sed 's/$/\r/' "$idap"
 } > "$work/unsigned.eml"
-scripts/postfix.sh start "$work/postfix" >/dev/null
+postfix_run() {
+  scripts/postfix.sh start "$work/postfix" >/dev/null
+  local port start end
+  port=$(cat "$work/postfix/smtp_port")
+  start=$(date +%s.%N)
+  smtp-source -d -s "$clients" -m "$mails" -F "$work/unsigned.eml" -f scott@example.com -t scott@example.com "127.0.0.1:$port"
+  end=$(date +%s.%N)
+  echo "postfix smtp-source: $mails mails, $clients sessions, $(wc -c < "$work/unsigned.eml") bytes each:" \
+       "$(awk -v n="$mails" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f", n / (b - a) }') mails/s accepted into the queue"
+  scripts/postfix.sh stop "$work/postfix" >/dev/null
+  rm -rf "$work/postfix"
+}
 trap 'scripts/postfix.sh stop "$work/postfix" >/dev/null 2>&1 || true' EXIT
-port=$(cat "$work/postfix/smtp_port")
-start=$(date +%s.%N)
-smtp-source -d -s "$clients" -m "$mails" -F "$work/unsigned.eml" -f scott@example.com -t scott@example.com "127.0.0.1:$port"
-end=$(date +%s.%N)
-echo "postfix smtp-source: $mails mails, $clients sessions, $(wc -c < "$work/unsigned.eml") bytes each:" \
-     "$(awk -v n="$mails" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f", n / (b - a) }') mails/s accepted into the queue"
-scripts/postfix.sh stop "$work/postfix" >/dev/null
 
 # --- aqgate -------------------------------------------------------------------------------
 start_serve() {
@@ -50,6 +58,20 @@ fresh_pg() {
   psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_smtp' -c 'CREATE DATABASE aqgate_bench_smtp' >/dev/null
   echo "$pg/aqgate_bench_smtp"
 }
+if [ "$rounds" -gt 0 ]; then
+  for i in $(seq 1 "$rounds"); do
+    postfix_run | tee -a "$work/rounds"
+    start_serve "$(fresh_pg)" "postgres-$i"
+    bench --mails "$mails" --seconds 120 | sed "s|^|aqgate postgres round $i |" | tee -a "$work/rounds"
+    kill $pid; wait $pid 2>/dev/null || true
+  done
+  median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  echo "median of $rounds rounds: postfix $(sed -n 's/.*: \([0-9]*\) mails\/s accepted.*/\1/p' "$work/rounds" | median)" \
+       "aqgate-postgres $(sed -n 's/.*mails\/s=\([0-9]*\).*/\1/p' "$work/rounds" | median) mails/s"
+  rm -rf "$work"
+  exit 0
+fi
+postfix_run
 # Throughput: as fast as aqgate takes them. Then, on a fresh server (no backlog), paced.
 start_serve "sqlite://$work/aq1.db" sqlite
 bench --mails "$mails" --seconds 60 | sed "s|^|aqgate sqlite unpaced |"

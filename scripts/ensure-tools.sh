@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the test suite drives (Debian packages): swaks (SMTP client, with TLS), gpgsm
 # (a second S/MIME implementation), the openssl CLI, and the headers the openssl crate
-# builds against. slapd is installed by scripts/slapd.sh, PostgreSQL by ensure-postgres.sh,
-# postfix (unconfigured: the tests run private instances) by scripts/postfix.sh, called here.
+# builds against; slapd and ldap-utils (scripts/slapd.sh install) and postfix (unconfigured:
+# the tests run private instances; scripts/postfix.sh install), both called here.
+# PostgreSQL comes from ensure-postgres.sh.
 set -euo pipefail
 need=()
 command -v swaks >/dev/null 2>&1 || need+=(swaks)
@@ -17,5 +18,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+"$(dirname "$0")/slapd.sh" install
 "$(dirname "$0")/postfix.sh" install
 echo "ensure-tools: ok"

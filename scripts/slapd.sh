@@ -8,6 +8,7 @@
 #   scripts/slapd.sh run DIR [EXTRA.ldif ...]     init, then run slapd in the foreground (exec, log on
 #                                                 stderr): for a container (docker/slapd/)
 #   scripts/slapd.sh check DIR                    exit 0 if it answers an authenticated search over StartTLS
+#   scripts/slapd.sh install                      only install slapd + ldap-utils if missing
 #
 # The first start in an empty DIR builds a private cn=config (slapadd -n0) from
 # ldap-fixtures/aqgate-schema.ldif, loads ldap-fixtures/directory.ldif (plus EXTRA.ldif files,
@@ -46,8 +47,13 @@ ensure_installed() {
     printf 'slapd slapd/no_configuration boolean true\n' | debconf-set-selections 2>/dev/null || true
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
+    # Tests start servers in parallel: one apt-get at a time (the others wait, then see it done).
+    exec 9>/tmp/aqgate-apt.lock
+    flock 9
+    if [ -x "$SLAPD" ] && command -v ldapsearch >/dev/null; then exec 9>&-; return; fi
     $sudo apt-get update -qq >&2 || true
     $sudo apt-get install -y -qq slapd ldap-utils >&2
+    exec 9>&-
     [ -x "$SLAPD" ] || die "slapd is not installed"
 }
 
@@ -260,7 +266,8 @@ stop() {
 }
 
 cmd="${1:-}"
-[ $# -ge 2 ] || { sed -n '2,28p' "$0" >&2; exit 2; }
+if [ "$cmd" = install ]; then ensure_installed; exit 0; fi
+[ $# -ge 2 ] || { sed -n '2,29p' "$0" >&2; exit 2; }
 shift
 case "$cmd" in
     start) start "$@" ;;
@@ -269,5 +276,5 @@ case "$cmd" in
     init) init "$@" ;;
     run) run "$@" ;;
     check) check "$1" ;;
-    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,29p' "$0" >&2; exit 2 ;;
 esac

@@ -147,6 +147,12 @@ impl aqgate::directory::Directory for FailingDirectory {
             None => self.inner.mail_address(agent).await,
         }
     }
+    async fn agents_with_mail(&self, addr: &str) -> Result<Vec<String>, aqgate::directory::DirectoryError> {
+        match &self.mail {
+            Some(e) => Err(e.clone()),
+            None => self.inner.agents_with_mail(addr).await,
+        }
+    }
     async fn resolve_notification_alias(&self, alias: &str) -> Result<String, aqgate::directory::DirectoryError> {
         self.inner.resolve_notification_alias(alias).await
     }

@@ -117,6 +117,9 @@ pub trait Directory: Send + Sync + 'static {
     /// The mail address of an agent (`uid`): `NotFound` if the directory has no such agent,
     /// `Ok(None)` if it has one without a `mail`.
     async fn mail_address(&self, agent: &str) -> Result<Option<String>, DirectoryError>;
+    /// The agents (`uid`s) whose entry has the mail address `addr` (any `mail` value,
+    /// case-insensitively): one search, however many agents there are.
+    async fn agents_with_mail(&self, addr: &str) -> Result<Vec<String>, DirectoryError>;
     /// Resolves a notification alias to its target, a `mailto:` URL.
     async fn resolve_notification_alias(&self, alias: &str) -> Result<String, DirectoryError>;
     /// Drops cached entries (the next operations ask the server).
@@ -404,6 +407,19 @@ async fn mail_address<B: Backend + ?Sized>(b: &B, agent: &str) -> Result<Option<
     e.text("mail")
 }
 
+async fn agents_with_mail<B: Backend + ?Sized>(b: &B, addr: &str) -> Result<Vec<String>, DirectoryError> {
+    let found = lookup(b, "inetOrgPerson", "mail", addr, Matching::CaseIgnore, &["uid", "mail"]).await?;
+    let mut uids = Vec::new();
+    for e in &found {
+        for uid in e.values("uid") {
+            let uid = String::from_utf8(uid.clone())
+                .map_err(|_| DirectoryError::Malformed(format!("uid of {:?} is not UTF-8", e.dn)))?;
+            uids.push(uid);
+        }
+    }
+    Ok(uids)
+}
+
 async fn resolve_notification_alias<B: Backend + ?Sized>(b: &B, alias: &str) -> Result<String, DirectoryError> {
     const ATTRS: &[&str] = &["cn", "aqgateNotificationTarget"];
     let found = lookup(b, "aqgateNotificationAlias", "cn", alias, Matching::Exact, ATTRS).await?;
@@ -434,6 +450,9 @@ macro_rules! directory_impl {
             }
             async fn mail_address(&self, agent: &str) -> Result<Option<String>, DirectoryError> {
                 mail_address(self, agent).await
+            }
+            async fn agents_with_mail(&self, addr: &str) -> Result<Vec<String>, DirectoryError> {
+                agents_with_mail(self, addr).await
             }
             async fn resolve_notification_alias(&self, alias: &str) -> Result<String, DirectoryError> {
                 resolve_notification_alias(self, alias).await

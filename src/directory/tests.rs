@@ -353,6 +353,9 @@ async fn conformance(d: &dyn Directory) {
     assert_eq!(d.mail_address("JOHN").await, Ok(Some("john@example.com".into())));
     assert_eq!(d.mail_address("nomail").await, Ok(None));
     not_found(d.mail_address("nobody").await, "unknown agent");
+    assert_eq!(d.agents_with_mail("scott@example.com").await, Ok(vec!["scott".to_string()]));
+    assert_eq!(d.agents_with_mail("JOHN@Example.COM").await, Ok(vec!["john".to_string()]));
+    assert_eq!(d.agents_with_mail("nobody@example.com").await, Ok(vec![]));
 
     // certificates
     let by_dn = |dn: &str| CertificateLocation::Dn(dn.to_string());
@@ -437,6 +440,10 @@ async fn hostile(d: &dyn Directory) {
     assert_eq!(d.mail_address("star*(agent)\\").await, Ok(Some("star*@example.com".into())));
     for agent in ["*", "s*", "star*", "star*(agent)", "sc*tt", "scott)(uid=*", "scott\0"] {
         not_found(d.mail_address(agent).await, &format!("agent {agent:?}"));
+    }
+    assert_eq!(d.agents_with_mail("star*@example.com").await, Ok(vec!["star*(agent)\\".to_string()]));
+    for mail in ["*", "*@example.com", "s*@example.com", "scott@*", "*)(mail=*", "scott@example.com\0"] {
+        assert_eq!(d.agents_with_mail(mail).await, Ok(vec![]), "mail {mail:?}");
     }
     let ca = d.certificates(&CertificateLocation::Mail("star*@example.com".into())).await.unwrap();
     assert_eq!(ca.len(), 1);

@@ -61,24 +61,28 @@ impl Gateway {
         self.find_agent(from).await
     }
 
+    /// The agent whose directory entry has the address `from`: one directory search for the
+    /// address, matched against the catalog's agents (gateway agents never send mail).
     async fn find_agent(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
+        let uids = match self.directory.agents_with_mail(from).await {
+            Ok(uids) => uids,
+            Err(DirectoryError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let resolved = self.engine.resolved();
         let mut found: Option<AgentInfo> = None;
         for a in resolved.catalog.agents.values().filter(|a| !a.gateway) {
-            match self.directory.mail_address(&a.name).await {
-                Ok(Some(m)) if m.eq_ignore_ascii_case(from) => {
-                    if let Some(first) = &found {
-                        // Which agent would act is not clear: refuse rather than guess.
-                        return Err(DirectoryError::Malformed(format!(
-                            "agents {} and {} both have the address {from}",
-                            first.name, a.name
-                        )));
-                    }
-                    found = Some(a.clone());
-                }
-                Ok(_) | Err(DirectoryError::NotFound(_)) => {}
-                Err(e) => return Err(e),
+            if !uids.iter().any(|u| crate::directory::dn::fold(u) == crate::directory::dn::fold(&a.name)) {
+                continue;
             }
+            if let Some(first) = &found {
+                // Which agent would act is not clear: refuse rather than guess.
+                return Err(DirectoryError::Malformed(format!(
+                    "agents {} and {} both have the address {from}",
+                    first.name, a.name
+                )));
+            }
+            found = Some(a.clone());
         }
         Ok(found)
     }

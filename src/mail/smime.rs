@@ -77,6 +77,17 @@ pub struct Verified {
 pub struct TrustStore {
     cas: Vec<X509>,
     crls: Vec<TrustedCrl>,
+    /// Chains already built, by SHA-256 of the signer's DER (see [`verify_chain`]).
+    chains: std::sync::Mutex<std::collections::HashMap<[u8; 32], CachedChain>>,
+}
+
+/// A chain that verified, and the time window in which every certificate of it is valid:
+/// inside it, OpenSSL's verdict for the same certificate and CAs cannot change (revocation
+/// is checked separately, on every mail).
+struct CachedChain {
+    chain: Vec<X509>,
+    from: i64,
+    until: i64,
 }
 
 struct TrustedCrl {
@@ -139,7 +150,7 @@ impl TrustStore {
                 trusted_crls.push(TrustedCrl { crl, issuer_der });
             }
         }
-        Ok(TrustStore { cas: ca_certs, crls: trusted_crls })
+        Ok(TrustStore { cas: ca_certs, crls: trusted_crls, chains: Default::default() })
     }
 
     /// An OpenSSL store for one verification: the CAs, the S/MIME signing purpose, time `now`.
@@ -313,7 +324,7 @@ fn verify_inner(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i6
         Some(_) => return Err(fail("the signer certificate's extendedKeyUsage does not include emailProtection")),
         None => return Err(fail("the signer certificate has no extendedKeyUsage (emailProtection required)")),
     }
-    let chain = verify_chain(&store, &signer)?;
+    let chain = verify_chain(trust, &store, &signer, now)?;
     check_revocation(trust, &signer, &chain, now)?;
 
     let emails = certificate_emails(&signer);
@@ -509,8 +520,18 @@ fn media_type(part: &mail_parser::MessagePart<'_>) -> (String, String) {
 }
 
 /// Chain to a trusted CA at the store's time with the S/MIME signing purpose; the built chain
-/// (leaf first) on success.
-fn verify_chain(store: &X509Store, signer: &X509) -> Result<Vec<X509>, Verdict> {
+/// (leaf first) on success. A chain that verified is remembered with the window in which all
+/// its certificates are valid, and reused for the same signer at a time inside it: building
+/// and checking the chain (the CA's signature over the certificate) is a fifth of a
+/// verification, and a sender's certificate is the same mail after mail.
+fn verify_chain(trust: &TrustStore, store: &X509Store, signer: &X509, now: i64) -> Result<Vec<X509>, Verdict> {
+    let key = signer.to_der().map(|der| openssl::sha::sha256(&der)).map_err(|e| temp(first_error(&e)))?;
+    let cached = |chains: &std::collections::HashMap<[u8; 32], CachedChain>| {
+        chains.get(&key).filter(|c| c.from <= now && now <= c.until).map(|c| c.chain.clone())
+    };
+    if let Some(chain) = cached(&trust.chains.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok(chain);
+    }
     let empty = Stack::new().map_err(|e| temp(first_error(&e)))?;
     let mut context = X509StoreContext::new().map_err(|e| temp(first_error(&e)))?;
     let (ok, error, chain) = context
@@ -520,11 +541,27 @@ fn verify_chain(store: &X509Store, signer: &X509) -> Result<Vec<X509>, Verdict> 
             Ok((ok, ctx.error(), chain))
         })
         .map_err(|e| temp(format!("certificate verification failed to run: {}", first_error(&e))))?;
-    if ok {
-        Ok(chain)
-    } else {
-        Err(fail(format!("the signer certificate is not acceptable: {}", error.error_string())))
+    if !ok {
+        return Err(fail(format!("the signer certificate is not acceptable: {}", error.error_string())));
     }
+    let from =
+        chain.iter().map(|c| asn1_unix(c.not_before())).collect::<Option<Vec<i64>>>().and_then(|v| v.into_iter().max());
+    let until =
+        chain.iter().map(|c| asn1_unix(c.not_after())).collect::<Option<Vec<i64>>>().and_then(|v| v.into_iter().min());
+    if let (Some(from), Some(until)) = (from, until) {
+        let mut chains = trust.chains.lock().unwrap_or_else(|p| p.into_inner());
+        if chains.len() >= 4096 {
+            chains.clear();
+        }
+        chains.insert(key, CachedChain { chain: chain.clone(), from, until });
+    }
+    Ok(chain)
+}
+
+/// An ASN.1 time as unix seconds.
+fn asn1_unix(t: &openssl::asn1::Asn1TimeRef) -> Option<i64> {
+    let diff = Asn1Time::from_unix(0).ok()?.diff(t).ok()?;
+    Some(i64::from(diff.days) * 86_400 + i64::from(diff.secs))
 }
 
 fn check_revocation(trust: &TrustStore, signer: &X509, chain: &[X509], now: i64) -> Result<(), Verdict> {
@@ -1194,6 +1231,21 @@ mod tests {
             Verdict::PermError(why) => assert!(why.contains("text/plain, not application/pkcs7-signature"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_remembered_chain_still_expires() {
+        let trust = trust();
+        let scott = X509::from_pem(SCOTT_PEM).unwrap();
+        let (not_before, not_after) = (unix(scott.not_before()), unix(scott.not_after()));
+        let raw = scott_detached();
+        let at = |t: i64| verify(&raw, &[SCOTT_DER.to_vec()], &trust, t);
+        assert_pass(at(now()));
+        assert_eq!(trust.chains.lock().unwrap().len(), 1, "the chain is remembered");
+        assert_pass(at(now() + 60));
+        assert_fail(at(not_after + 1), "expired");
+        assert_fail(at(not_before - 1), "not yet valid");
+        assert_pass(at(now()));
     }
 
     #[test]
