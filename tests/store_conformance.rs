@@ -58,6 +58,7 @@ on_both_backends!(
     many_open_sessions_share_few_connections,
     directory_destinations_and_agent_aliases,
     mail_spool_stores_dedupes_and_retries,
+    concurrent_spooling_and_sending_all_commit,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -1079,4 +1080,56 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     assert!(store.spool_get(id).await.expect("get").is_none());
     assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");
     assert!(matches!(store.spool_put(&mail).await.expect("after the window"), SpoolPut::New(n) if n != id));
+}
+
+/// SMTP sessions spool mail while the servlet commits sends (on SQLite they share group
+/// commits): every mail is stored once, re-sent copies are recognised as such even inside
+/// the same batch, every send is committed, and every attempt recorded.
+async fn concurrent_spooling_and_sending_all_commit(b: Backend) {
+    use aqgate::store::SpoolPut;
+    let h = std::sync::Arc::new(Harness::new(b).await);
+    let store = h.engine.store().clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let store = store.clone();
+        // Mails 0..8 arrive three times each, concurrently.
+        let mail = spooled(&format!("<c{}@example.com>", i % 8), "<Envelope/>");
+        tasks.spawn(async move { store.spool_put(&mail).await.expect("spool") });
+    }
+    let mut sessions = Vec::new();
+    for t in 0..8 {
+        let h = h.clone();
+        sessions.push(tokio::spawn(async move {
+            let mut s = h.session("scott");
+            h.run(&mut s, &raw_send(RAWQ, &[("", &format!("{t:02X}"))], COMMIT)).await.expect("send")
+        }));
+    }
+    let mut new = std::collections::HashMap::new();
+    let mut duplicates = Vec::new();
+    while let Some(put) = tasks.join_next().await {
+        match put.expect("task") {
+            SpoolPut::New(id) => assert!(new.insert(id, ()).is_none(), "id {id} handed out twice"),
+            SpoolPut::Duplicate(id) => duplicates.push(id),
+        }
+    }
+    for s in sessions {
+        s.await.expect("send task");
+    }
+    assert_eq!(new.len(), 8, "one stored mail per distinct mail");
+    assert_eq!(duplicates.len(), 16);
+    assert!(duplicates.iter().all(|id| new.contains_key(id)), "duplicates point at stored mails");
+    let stored = store.spool_pending(100).await.expect("pending");
+    assert_eq!(stored.len(), 8);
+    assert!(stored.iter().all(|m| m.replies_wanted == 3), "three copies of each want three replies");
+    let mut done = tokio::task::JoinSet::new();
+    for id in new.keys().copied() {
+        let store = store.clone();
+        done.spawn(async move { store.spool_attempted(id, Some(b"<r/>"), None, None).await.expect("attempted") });
+    }
+    while done.join_next().await.is_some() {}
+    for id in new.keys() {
+        let m = store.spool_get(*id).await.expect("get").expect("row");
+        assert_eq!((m.state.as_str(), m.attempts), ("done", 1));
+    }
+    assert_eq!(depth(&h, RAWQ).await, 8, "every send committed");
 }

@@ -152,8 +152,17 @@ impl Store for GroupCommitStore {
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         self.inner.listen().await
     }
+    /// Mail accepted by concurrent SMTP sessions shares the servlet's batches: one disk
+    /// sync for all of them. The 250 still waits for the commit that holds the mail.
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
-        self.inner.spool_put(m).await
+        let mut tx = self.begin().await?;
+        match tx.spool_put(m).await {
+            Ok(put) => tx.commit().await.map(|()| put),
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
     }
     async fn all_registrations(&self) -> Result<Vec<Registration>> {
         self.inner.all_registrations().await
@@ -198,7 +207,14 @@ impl Store for GroupCommitStore {
         error: Option<&str>,
         next_attempt_at: Option<Micros>,
     ) -> Result<()> {
-        self.inner.spool_attempted(id, response, error, next_attempt_at).await
+        let mut tx = self.begin().await?;
+        match tx.spool_attempted(id, response, error, next_attempt_at).await {
+            Ok(()) => tx.commit().await,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
     }
     async fn spool_purge(&self, before: Micros) -> Result<u64> {
         self.inner.spool_purge(before).await
@@ -268,6 +284,18 @@ impl Drop for GroupTx {
 
 #[async_trait]
 impl StoreTx for GroupTx {
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
+        self.tx()?.spool_put(m).await
+    }
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        self.tx()?.spool_attempted(id, response, error, next_attempt_at).await
+    }
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
         self.tx()?.insert_messages(msgs).await
     }

@@ -347,6 +347,16 @@ pub trait StoreTx: Send {
     /// Inserts messages with their deliveries, and — in the same transaction — one outbox
     /// notification per delivery whose (queue, consumer) has registrations.
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
+    /// [`Store::spool_put`] inside this transaction.
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut>;
+    /// [`Store::spool_attempted`] inside this transaction.
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()>;
 
     /// Deliveries matching `q`, in queue order, starting after `q.after`.
     async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>>;

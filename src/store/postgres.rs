@@ -445,33 +445,8 @@ impl Store for PgStore {
     }
 
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
-        let id: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $1, $7)
-             ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id",
-        )
-        .bind(m.received_at)
-        .bind(&m.agent)
-        .bind(&m.message_id)
-        .bind(&m.reply_to)
-        .bind(&m.subject)
-        .bind(&m.idap)
-        .bind(&m.dedupe_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some(id) = id {
-            return Ok(SpoolPut::New(id));
-        }
-        let id: i64 = sqlx::query_scalar(
-            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = $3
-             WHERE agent = $1 AND dedupe_key = $2 RETURNING id",
-        )
-        .bind(&m.agent)
-        .bind(&m.dedupe_key)
-        .bind(m.received_at)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(SpoolPut::Duplicate(id))
+        let mut conn = self.pool.acquire().await?;
+        spool_put_on(&mut conn, m).await
     }
 
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
@@ -494,23 +469,8 @@ impl Store for PgStore {
         error: Option<&str>,
         next_attempt_at: Option<Micros>,
     ) -> Result<()> {
-        let state = match (response, next_attempt_at) {
-            (Some(_), _) => "done",
-            (None, Some(_)) => "new",
-            (None, None) => "failed",
-        };
-        sqlx::query(
-            "UPDATE mail_spool SET state = $2, attempts = attempts + 1, response = COALESCE($3, response),
-               last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at) WHERE id = $1",
-        )
-        .bind(id)
-        .bind(state)
-        .bind(response)
-        .bind(error)
-        .bind(next_attempt_at)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        spool_attempted_on(&mut conn, id, response, error, next_attempt_at).await
     }
 
     async fn spool_purge(&self, before: Micros) -> Result<u64> {
@@ -581,6 +541,18 @@ impl Store for PgStore {
 
 #[async_trait]
 impl StoreTx for PgTx {
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
+        spool_put_on(&mut self.tx, m).await
+    }
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        spool_attempted_on(&mut self.tx, id, response, error, next_attempt_at).await
+    }
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
         if !msgs.is_empty() {
             insert_query(msgs).execute(&mut *self.tx).await?;
@@ -984,4 +956,62 @@ fn spool_from_row(r: &PgRow) -> Result<SpooledMail> {
         replies_wanted: r.try_get("replies_wanted")?,
         replies_sent: r.try_get("replies_sent")?,
     })
+}
+
+/// [`Store::spool_put`] on a connection: autocommit, or inside a transaction (group commit).
+async fn spool_put_on(conn: &mut sqlx::PgConnection, m: &SpooledMail) -> Result<SpoolPut> {
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $1, $7)
+             ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id",
+    )
+    .bind(m.received_at)
+    .bind(&m.agent)
+    .bind(&m.message_id)
+    .bind(&m.reply_to)
+    .bind(&m.subject)
+    .bind(&m.idap)
+    .bind(&m.dedupe_key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = id {
+        return Ok(SpoolPut::New(id));
+    }
+    let id: i64 = sqlx::query_scalar(
+        "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = $3
+             WHERE agent = $1 AND dedupe_key = $2 RETURNING id",
+    )
+    .bind(&m.agent)
+    .bind(&m.dedupe_key)
+    .bind(m.received_at)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(SpoolPut::Duplicate(id))
+}
+
+/// [`Store::spool_attempted`] on a connection: autocommit, or inside a transaction (group commit).
+async fn spool_attempted_on(
+    conn: &mut sqlx::PgConnection,
+    id: i64,
+    response: Option<&[u8]>,
+    error: Option<&str>,
+    next_attempt_at: Option<Micros>,
+) -> Result<()> {
+    let state = match (response, next_attempt_at) {
+        (Some(_), _) => "done",
+        (None, Some(_)) => "new",
+        (None, None) => "failed",
+    };
+    sqlx::query(
+        "UPDATE mail_spool SET state = $2, attempts = attempts + 1, response = COALESCE($3, response),
+               last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at) WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(response)
+    .bind(error)
+    .bind(next_attempt_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
