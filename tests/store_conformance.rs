@@ -59,6 +59,7 @@ on_both_backends!(
     directory_destinations_and_agent_aliases,
     mail_spool_stores_dedupes_and_retries,
     concurrent_spooling_and_sending_all_commit,
+    large_committed_sends_are_whole_and_in_order,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -1132,4 +1133,41 @@ async fn concurrent_spooling_and_sending_all_commit(b: Backend) {
         assert_eq!((m.state.as_str(), m.attempts), ("done", 1));
     }
     assert_eq!(depth(&h, RAWQ).await, 8, "every send committed");
+}
+
+/// Committed sends of many messages (on PostgreSQL written beside the group-commit writer,
+/// concurrently): each is stored whole, in message order, and a set with one bad message
+/// stores nothing.
+async fn large_committed_sends_are_whole_and_in_order(b: Backend) {
+    let h = std::sync::Arc::new(Harness::new(b).await);
+    let mut tasks = Vec::new();
+    for t in 0..3u8 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let hex: Vec<String> = (0..40u8).map(|i| format!("{t:02X}{i:02X}")).collect();
+            let msgs: Vec<(&str, &str)> = hex.iter().map(|x| ("", x.as_str())).collect();
+            let mut s = h.session("scott");
+            sent_ids(&h.run(&mut s, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send 40")).len()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), 40);
+    }
+    assert_eq!(depth(&h, RAWQ).await, 120);
+    let mut bad: Vec<(&str, &str)> = vec![("", "AB"); 40];
+    bad[34] = ("", "XYZ");
+    let mut s = h.session("scott");
+    assert!(h.run(&mut s, &raw_send(RAWQ, &bad, COMMIT)).await.is_err(), "invalid hex in message 35");
+    assert_eq!(depth(&h, RAWQ).await, 120, "nothing of the bad set was stored");
+    let mut s = h.session("scott");
+    let mut got = Vec::new();
+    while let Ok(x) = recv_raw(&h, &mut s, "", COMMIT).await {
+        got.push(x);
+    }
+    assert_eq!(got.len(), 120);
+    for t in 0..3u8 {
+        let mine: Vec<&String> = got.iter().filter(|x| x.starts_with(&format!("{t:02X}"))).collect();
+        let want: Vec<String> = (0..40u8).map(|i| format!("{t:02X}{i:02X}")).collect();
+        assert_eq!(mine, want.iter().collect::<Vec<_>>(), "sender {t}'s messages in order");
+    }
 }

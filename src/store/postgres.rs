@@ -48,6 +48,8 @@ struct Coalescer;
 const COALESCE_MAX_ROWS: usize = 2_000;
 /// Statements in flight at once.
 const COALESCE_WRITERS: usize = 1;
+/// An enqueue of this many messages is written on its own, beside the writer.
+const COALESCE_ALONE_ROWS: usize = 32;
 
 impl Coalescer {
     fn start(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<InsertJob> {
@@ -425,6 +427,12 @@ impl Store for PgStore {
         // A single statement is atomic on its own: no BEGIN/COMMIT round trips; concurrent
         // requests share one (see Coalescer).
         if msgs.is_empty() {
+            return Ok(());
+        }
+        if msgs.len() >= COALESCE_ALONE_ROWS {
+            // Already a batch: sharing a statement saves it nothing, and waiting behind the
+            // one writer would keep PostgreSQL on one core.
+            insert_query(msgs).execute(&self.pool).await?;
             return Ok(());
         }
         let (done, answer) = tokio::sync::oneshot::channel();
