@@ -302,15 +302,28 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
         lmtp,
     };
     let spooled = || async { store.spool_pending(10).await.expect("pending").len() };
+    // The fake server files a conversation when the client has closed the connection,
+    // which may be a moment after the client has its answer.
+    let conversations = |n: usize| {
+        let seen = seen.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while seen.lock().expect("lock").len() < n && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await; // and no more
+            seen.lock().expect("lock").len()
+        }
+    };
     let up = gateway(&addr);
 
     // Only other recipients: handed on, the next server's reply is the answer, no request.
     let r = up.accept(&env(false, &[("Bob@example.com", false)]), &unsigned).await;
     assert_eq!((r.len(), r[0].code, r[0].text.as_str()), (1, 250, "2.0.0 Ok: queued as FAKE1"), "{r:?}");
     assert_eq!(spooled().await, 0);
+    assert_eq!(conversations(1).await, 1);
     {
         let seen = seen.lock().expect("lock");
-        assert_eq!(seen.len(), 1);
         assert!(
             seen[0].contains("MAIL FROM:<scott@example.com>\r\nRCPT TO:<Bob@example.com>\r\nDATA\r\n"),
             "{}",
@@ -323,14 +336,14 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     let both = [("aq@localhost", true), ("bob@example.com", false)];
     let r = up.accept(&env(false, &both), &unsigned).await;
     assert_eq!((r.len(), r[0].code, r[0].status), (1, 550, "5.7.1"), "{r:?}");
-    assert_eq!(seen.lock().expect("lock").len(), 1, "not handed on");
+    assert_eq!(conversations(1).await, 1, "not handed on");
 
     // A verified request is spooled, then the mail is handed on; one 250 for both.
     let r = up.accept(&env(false, &both), &signed(&example("04"))).await;
     assert_eq!(r[0].code, 250, "{r:?}");
     assert!(r[0].text.contains("verified for agent SCOTT") && r[0].text.contains("handed on for 1"), "{r:?}");
     assert_eq!(spooled().await, 1);
-    assert_eq!(seen.lock().expect("lock").len(), 2);
+    assert_eq!(conversations(2).await, 2);
 
     // The next server unreachable: 451 (the client retries; the spool recognises the
     // request when it comes again).
