@@ -12,6 +12,21 @@ use aqgate::idap::Limits;
 use aqgate::server::{ServeConfig, serve};
 use aqgate::topology::Topology;
 
+/// `println!` for command output: a reader that went away (`aqgate admin … | head`) ends
+/// the process quietly, as SIGPIPE would, instead of the panic `println!` raises.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("aqgate: writing the output: {e}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 #[derive(Parser)]
 #[command(name = "aqgate", version, about = "Oracle-AQ-style queuing over HTTP (IDAP) and signed e-mail")]
 struct Cli {
@@ -458,29 +473,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let store = aqgate::store::open(&db.database).await?;
                 let changes = aqgate::admin::apply(store.as_ref(), &topo, dry_run).await?;
                 if changes.is_empty() {
-                    println!("no changes");
+                    out!("no changes");
                 }
                 for c in changes {
-                    println!("{c}");
+                    out!("{c}");
                 }
                 Ok(())
             }
             AdminCommand::Queues { db } => {
                 let store = aqgate::store::open(&db.database).await?;
-                println!("{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
+                out!("{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
                 for q in aqgate::admin::queues(store.as_ref()).await? {
-                    println!("{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
+                    out!("{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
                 }
                 Ok(())
             }
             AdminCommand::Agents { db } => {
                 let store = aqgate::store::open(&db.database).await?;
-                println!(
-                    "{:<16} {:<10} {:<20} {:<8} CERTIFICATE_LOCATION",
-                    "AGENT", "PROTOCOLS", "DB_USERS", "GATEWAY"
-                );
+                out!("{:<16} {:<10} {:<20} {:<8} CERTIFICATE_LOCATION", "AGENT", "PROTOCOLS", "DB_USERS", "GATEWAY");
                 for a in aqgate::admin::agents(store.as_ref()).await? {
-                    println!(
+                    out!(
                         "{:<16} {:<10} {:<20} {:<8} {}",
                         a.name,
                         a.protocols,
@@ -495,14 +507,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let store = aqgate::store::open(&db.database).await?;
                 let rows = store.spool_pending(1000).await?;
                 if rows.is_empty() {
-                    println!("spool empty: every accepted mail was forwarded and answered");
+                    out!("spool empty: every accepted mail was forwarded and answered");
                 }
-                println!(
+                out!(
                     "{:>6} {:<8} {:<10} {:>8} {:>7}  {:<40} LAST_ERROR",
-                    "ID", "STATE", "AGENT", "ATTEMPTS", "REPLIES", "MESSAGE_ID"
+                    "ID",
+                    "STATE",
+                    "AGENT",
+                    "ATTEMPTS",
+                    "REPLIES",
+                    "MESSAGE_ID"
                 );
                 for m in rows {
-                    println!(
+                    out!(
                         "{:>6} {:<8} {:<10} {:>8} {:>3}/{:<3}  {:<40} {}",
                         m.id,
                         m.state,
@@ -520,19 +537,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let store = aqgate::store::open(&db.database).await?;
                 if retry_parked {
                     let n = store.notify_unpark(aqgate::clock::Clock::now(&aqgate::clock::SystemClock)).await?;
-                    println!("{n} parked notification(s) put back in line");
+                    out!("{n} parked notification(s) put back in line");
                     return Ok(());
                 }
                 let names: std::collections::HashMap<_, _> =
                     store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
                 let (pending, parked) = store.notify_counts().await?;
-                println!("{pending} pending, {parked} parked");
-                println!(
+                out!("{pending} pending, {parked} parked");
+                out!(
                     "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} LAST_ERROR",
-                    "NOTIFICATION_ID", "STATE", "ATTEMPTS", "QUEUE", "CONSUMER", "TARGET"
+                    "NOTIFICATION_ID",
+                    "STATE",
+                    "ATTEMPTS",
+                    "QUEUE",
+                    "CONSUMER",
+                    "TARGET"
                 );
                 for e in store.notify_pending(1000).await? {
-                    println!(
+                    out!(
                         "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} {}",
                         e.notification_id(),
                         e.state,
@@ -568,16 +590,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     if !store.set_registration_secret(qid, &consumer, &agent, secret).await? {
                         anyhow::bail!("no registration of agent {agent} for {queue} consumer {consumer:?}");
                     }
-                    println!(
+                    out!(
                         "secret {} for {queue} {consumer:?} {agent}",
                         if secret.is_some() { "set" } else { "removed" }
                     );
                     return Ok(());
                 }
                 let names: std::collections::HashMap<_, _> = ids.into_iter().map(|(n, id)| (id, n)).collect();
-                println!("{:<28} {:<16} {:<16} NOTIFY_URL", "QUEUE", "CONSUMER", "AGENT");
+                out!("{:<28} {:<16} {:<16} NOTIFY_URL", "QUEUE", "CONSUMER", "AGENT");
                 for r in store.all_registrations().await? {
-                    println!(
+                    out!(
                         "{:<28} {:<16} {:<16} {}",
                         names.get(&r.queue).map_or("?", String::as_str),
                         if r.consumer.is_empty() { "-" } else { &r.consumer },
@@ -592,7 +614,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 std::io::stdin().read_line(&mut line)?;
                 let h =
                     aqgate::auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
-                println!("{h}");
+                out!("{h}");
                 Ok(())
             }
         },

@@ -140,6 +140,33 @@ fn admin_apply_is_idempotent_and_lists_queues() {
     let _ = std::fs::remove_file(bad);
 }
 
+/// `aqgate admin queues | head -1`: the reader goes away after one line; aqgate ends
+/// quietly instead of panicking on the broken pipe.
+#[test]
+fn admin_output_into_a_closed_pipe_is_not_a_panic() {
+    use std::io::BufRead;
+    let db = fresh_sqlite_url();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/config/topology.toml");
+    admin(&["apply", file, "--database", &db]);
+    for _ in 0..3 {
+        let mut child = Command::new(BIN)
+            .args(["admin", "queues", "--database", &db])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut first = String::new();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        stdout.read_line(&mut first).expect("first line");
+        assert!(first.starts_with("QUEUE"), "{first}");
+        drop(stdout);
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    }
+}
+
 fn signal(s: &Serve, sig: &str) {
     let ok = Command::new("kill").args([sig, &s.child.id().to_string()]).status().expect("kill").success();
     assert!(ok, "kill {sig}");
