@@ -1030,7 +1030,21 @@ mod tests {
 
     /// gpgsm (GnuPG's S/MIME) with a throwaway home: scott's key imported, the test CA trusted.
     /// Returns base64 (no PEM armour) of the signature of `entity`.
+    /// gpgsm now and then (a freshly started agent, ~1 run in 20 in parallel tests) loses the
+    /// imported key or certificate ("No secret key", "No public key"): the whole import and
+    /// signing is tried again in a fresh home, up to three times.
     fn gpgsm_sign(entity: &[u8], detached: bool) -> String {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match gpgsm_sign_once(entity, detached) {
+                Ok(signature) => return signature,
+                Err(why) => last = why,
+            }
+        }
+        panic!("gpgsm sign failed three times: {last}");
+    }
+
+    fn gpgsm_sign_once(entity: &[u8], detached: bool) -> Result<String, String> {
         let dir = TempDir::new();
         let home = dir.0.join("gnupg");
         std::fs::create_dir_all(&home).unwrap();
@@ -1091,9 +1105,8 @@ mod tests {
         let input = dir.file("in.eml", entity);
         let out = dir.0.join("sig.b64");
         let mode = if detached { "--detach-sign" } else { "--sign" };
-        run(
-            "gpgsm",
-            &[
+        let signed = Command::new("gpgsm")
+            .args([
                 p("--batch"),
                 p("--pinentry-mode"),
                 p("loopback"),
@@ -1106,12 +1119,16 @@ mod tests {
                 &out,
                 p(mode),
                 &input,
-            ],
-            "gpgsm sign",
-            &env,
-        );
+            ])
+            .env("GNUPGHOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .expect("gpgsm must be installed (GnuPG's S/MIME implementation)");
         let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", &home).output();
-        String::from_utf8(std::fs::read(&out).unwrap()).unwrap()
+        if !signed.status.success() {
+            return Err(String::from_utf8_lossy(&signed.stderr).into_owned());
+        }
+        Ok(String::from_utf8(std::fs::read(&out).unwrap()).unwrap())
     }
 
     // ---- passing mail -------------------------------------------------------------------------
