@@ -25,8 +25,9 @@
 //!   `mail` case-insensitively, and no real mail system distinguishes local parts by case;
 //! - the signed content holds exactly one IDAP document ([`super::extract`]).
 //!
-//! The IDAP document is taken only from the bytes the signature covers (as OpenSSL extracted
-//! them), never from a second parse of the unsigned envelope.
+//! The IDAP document is taken only from the bytes the signature was verified over (split
+//! from the mail as OpenSSL's `SMIME_read` splits it, or carried inside the PKCS#7), never
+//! from a second parse of the unsigned envelope.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
