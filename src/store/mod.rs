@@ -35,6 +35,16 @@ pub enum StoreError {
 /// A pooled database connection idle this long is pinged before it is used again.
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// A spooled mail's state after a forwarding attempt: `done` with a response, `new` again
+/// with a retry time, else `failed`.
+pub(crate) fn spool_state_after(response: Option<&[u8]>, next_attempt_at: Option<Micros>) -> &'static str {
+    match (response, next_attempt_at) {
+        (Some(_), _) => "done",
+        (None, Some(_)) => "new",
+        (None, None) => "failed",
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// A message to insert, with one delivery row per consumer (`""` on single-consumer

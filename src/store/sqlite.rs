@@ -704,11 +704,7 @@ async fn spool_attempted_on(
     error: Option<&str>,
     next_attempt_at: Option<Micros>,
 ) -> Result<()> {
-    let state = match (response, next_attempt_at) {
-        (Some(_), _) => "done",
-        (None, Some(_)) => "new",
-        (None, None) => "failed",
-    };
+    let state = spool_state_after(response, next_attempt_at);
     sqlx::query(
         "UPDATE mail_spool SET state = ?2, attempts = attempts + 1, response = COALESCE(?3, response),
                last_error = ?4, next_attempt_at = COALESCE(?5, next_attempt_at) WHERE id = ?1",
