@@ -358,7 +358,7 @@ impl Engine {
         }
         let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
-        let msgid = *uuid::Uuid::new_v4().as_bytes();
+        let msgid = *uuid::Uuid::now_v7().as_bytes();
         let delay_until = (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC)));
         let expire_at = (expiration > 0)
             .then(|| now.saturating_add(delay.saturating_add(expiration).saturating_mul(MICROS_PER_SEC)));

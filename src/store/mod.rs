@@ -25,7 +25,7 @@ pub type QueueId = i64;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
     #[error("migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row: {0}")]
@@ -34,6 +34,50 @@ pub enum StoreError {
 
 /// A pooled database connection idle this long is pinged before it is used again.
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if connection_broken(&e) {
+            connection_lost();
+        }
+        StoreError::Db(e)
+    }
+}
+
+/// Whether `e` means the connection is gone (I/O, protocol, TLS failure; PostgreSQL's
+/// `08` connection exceptions and `57P` shutdowns, e.g. `pg_terminate_backend` or a
+/// restart), as opposed to a statement failing on a healthy connection.
+pub(crate) fn connection_broken(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// When a connection was last seen lost (I/O or protocol failure), in microseconds since
+/// the Unix epoch; 0 if never. A server restart breaks every pooled connection at once, so
+/// after one is seen broken, the others that have been idle since are pinged before use
+/// (see `postgres::ping_if_stale`) instead of each failing one request.
+static LAST_LOST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn unix_micros(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn connection_lost() {
+    LAST_LOST.store(unix_micros(std::time::SystemTime::now()), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a connection idle for `idle_for` went idle before a connection was last seen
+/// lost, or has been idle for [`STALE_AFTER`]: such a connection is pinged before use.
+pub(crate) fn idle_connection_suspect(idle_for: std::time::Duration) -> bool {
+    if idle_for >= STALE_AFTER {
+        return true;
+    }
+    let lost = LAST_LOST.load(std::sync::atomic::Ordering::Relaxed);
+    lost != 0 && unix_micros(std::time::SystemTime::now() - idle_for) <= lost
+}
 
 /// A spooled mail's state after a forwarding attempt: `done` with a response, `new` again
 /// with a retry time, else `failed`.

@@ -58,6 +58,7 @@ impl Coalescer {
         for _ in 0..COALESCE_WRITERS {
             let (pool, rx) = (pool.clone(), rx.clone());
             tokio::spawn(async move {
+                let mut conn = OwnConn::default();
                 loop {
                     let batch = {
                         let mut rx = rx.lock().await;
@@ -75,7 +76,7 @@ impl Coalescer {
                         }
                         batch
                     };
-                    Self::write(&pool, batch).await;
+                    Self::write(&pool, &mut conn, batch).await;
                 }
             });
         }
@@ -85,6 +86,7 @@ impl Coalescer {
     fn start_takes(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<TakeJob> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<TakeJob>();
         tokio::spawn(async move {
+            let mut conn = OwnConn::default();
             while let Some(first) = rx.recv().await {
                 let mut jobs = vec![first];
                 while jobs.len() < 256 {
@@ -109,10 +111,16 @@ impl Coalescer {
                         None => groups.push(vec![job]),
                     }
                 }
+                // The first group on this task's own connection, others beside it from the pool.
                 let mut running = tokio::task::JoinSet::new();
+                let mut groups = groups.into_iter();
+                let first = groups.next();
                 for g in groups {
                     let pool = pool.clone();
-                    running.spawn(async move { Self::take(&pool, g).await });
+                    running.spawn(async move { Self::take(&pool, &mut OwnConn::default(), g).await });
+                }
+                if let Some(g) = first {
+                    Self::take(&pool, &mut conn, g).await;
                 }
                 while running.join_next().await.is_some() {}
             }
@@ -121,10 +129,10 @@ impl Coalescer {
     }
 
     /// Takes one head per job, handed out in queue order to the jobs in arrival order.
-    async fn take(pool: &PgPool, group: Vec<TakeJob>) {
+    async fn take(pool: &PgPool, conn: &mut OwnConn, group: Vec<TakeJob>) {
         let n = i64::try_from(group.len()).unwrap_or(1);
-        let rows = take_heads(&group[0].q, n).build().fetch_all(pool).await;
-        match rows.map_err(StoreError::from).and_then(|r| r.iter().map(stored_from_row).collect::<Result<Vec<_>>>()) {
+        let rows = conn.take(pool, &group[0].q, n).await;
+        match rows.and_then(|r| r.iter().map(stored_from_row).collect::<Result<Vec<_>>>()) {
             Ok(mut msgs) => {
                 msgs.sort_by_key(|m| (m.prio_key, m.seq));
                 let mut msgs = msgs.into_iter();
@@ -145,16 +153,16 @@ impl Coalescer {
         }
     }
 
-    async fn write(pool: &PgPool, batch: Vec<InsertJob>) {
+    async fn write(pool: &PgPool, conn: &mut OwnConn, batch: Vec<InsertJob>) {
         if batch.len() == 1 {
             let job = batch.into_iter().next().expect("one job");
-            let r = insert_query(&job.msgs).execute(pool).await.map(|_| ()).map_err(StoreError::from);
+            let r = conn.insert(pool, &job.msgs.iter().collect::<Vec<_>>()).await;
             let _ = job.done.send(r);
             return;
         }
-        let all: Vec<NewMessage> = batch.iter().flat_map(|j| j.msgs.iter().cloned()).collect();
-        match insert_query(&all).execute(pool).await {
-            Ok(_) => {
+        let all: Vec<&NewMessage> = batch.iter().flat_map(|j| j.msgs.iter()).collect();
+        match conn.insert(pool, &all).await {
+            Ok(()) => {
                 for job in batch {
                     let _ = job.done.send(Ok(()));
                 }
@@ -162,11 +170,73 @@ impl Coalescer {
             Err(e) => {
                 tracing::debug!(error = %e, jobs = batch.len(), "combined insert failed; writing one by one");
                 for job in batch {
-                    let r = insert_query(&job.msgs).execute(pool).await.map(|_| ()).map_err(StoreError::from);
+                    let r = conn.insert(pool, &job.msgs.iter().collect::<Vec<_>>()).await;
                     let _ = job.done.send(r);
                 }
             }
         }
+    }
+}
+
+/// A group-commit writer's own connection, kept across statements: a statement on a
+/// connection taken from the pool and given back costs an acquire and, on release, the
+/// pool's ping round trip. As with pooled connections, one idle for [`STALE_AFTER`] is
+/// pinged before use (a server restart meanwhile costs no request). A connection that
+/// is lost (see [`connection_broken`]) is given back (the pool's ping closes it if it
+/// is broken) and another is taken next time.
+#[derive(Default)]
+struct OwnConn(Option<(sqlx::pool::PoolConnection<Postgres>, std::time::Instant)>);
+
+impl OwnConn {
+    async fn get(&mut self, pool: &PgPool) -> Result<&mut sqlx::PgConnection> {
+        use sqlx::Connection;
+        if let Some((conn, used)) = &mut self.0
+            && idle_connection_suspect(used.elapsed())
+            && conn.ping().await.is_err()
+        {
+            connection_lost();
+            self.0 = None;
+        }
+        let (conn, used) = match self.0.take() {
+            Some(c) => self.0.insert(c),
+            None => self.0.insert((pool.acquire().await?, std::time::Instant::now())),
+        };
+        *used = std::time::Instant::now();
+        Ok(&mut **conn)
+    }
+
+    fn check<T>(&mut self, r: sqlx::Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && connection_broken(e)
+        {
+            self.0 = None;
+        }
+        Ok(r?)
+    }
+
+    /// Writes `msgs` in one statement. If the connection is lost meanwhile, the statement
+    /// is sent once more on a fresh one: the message ids are ours, so if the first one had
+    /// committed, the second fails on their unique index, and that answers the question.
+    async fn insert(&mut self, pool: &PgPool, msgs: &[&NewMessage]) -> Result<()> {
+        let r = insert_query(msgs).execute(self.get(pool).await?).await;
+        match r {
+            Err(e) if connection_broken(&e) => {
+                connection_lost();
+                tracing::warn!(error = %e, "the insert writer's connection failed; sending the statement again");
+                self.0 = None;
+                let again = insert_query(msgs).execute(self.get(pool).await?).await;
+                match again {
+                    Err(sqlx::Error::Database(d)) if d.constraint() == Some("messages_msgid_key") => Ok(()),
+                    again => self.check(again).map(|_| ()),
+                }
+            }
+            r => self.check(r).map(|_| ()),
+        }
+    }
+
+    async fn take(&mut self, pool: &PgPool, q: &CandidateQuery, n: i64) -> Result<Vec<PgRow>> {
+        let r = take_heads(q, n).build().fetch_all(self.get(pool).await?).await;
+        self.check(r)
     }
 }
 
@@ -202,11 +272,15 @@ impl PgStore {
 /// sqlx pings every pooled connection before handing it out by default: one more round
 /// trip per statement, ~6 % of aqgate's CPU and as much again in PostgreSQL on the mail
 /// path. Only a connection idle for [`STALE_AFTER`] is checked (as PgBouncer's
-/// `server_check_delay`); one that broke while busy fails its statement and is dropped.
+/// `server_check_delay`), or one idle since a connection was last seen lost (a server
+/// restart); one that broke while busy fails its statement and is dropped.
 async fn ping_if_stale(conn: &mut sqlx::PgConnection, meta: sqlx::pool::PoolConnectionMetadata) -> sqlx::Result<bool> {
     use sqlx::Connection;
-    if meta.idle_for >= STALE_AFTER {
-        conn.ping().await?;
+    if idle_connection_suspect(meta.idle_for)
+        && let Err(e) = conn.ping().await
+    {
+        connection_lost();
+        return Err(e);
     }
     Ok(true)
 }
@@ -432,7 +506,7 @@ impl Store for PgStore {
         if msgs.len() >= COALESCE_ALONE_ROWS {
             // Already a batch: sharing a statement saves it nothing, and waiting behind the
             // one writer would keep PostgreSQL on one core.
-            insert_query(msgs).execute(&self.pool).await?;
+            insert_query(&msgs.iter().collect::<Vec<_>>()).execute(&self.pool).await?;
             return Ok(());
         }
         let (done, answer) = tokio::sync::oneshot::channel();
@@ -563,7 +637,7 @@ impl StoreTx for PgTx {
     }
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
         if !msgs.is_empty() {
-            insert_query(msgs).execute(&mut *self.tx).await?;
+            insert_query(&msgs.iter().collect::<Vec<_>>()).execute(&mut *self.tx).await?;
         }
         Ok(())
     }
@@ -831,7 +905,7 @@ fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres>
 
 /// One statement for a whole message_set: messages and their deliveries from arrays, and
 /// the wake-up signal for the messages that are visible at commit.
-fn insert_query(msgs: &[NewMessage]) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
     visible.sort_unstable();
     visible.dedup();
@@ -884,6 +958,7 @@ fn insert_query(msgs: &[NewMessage]) -> sqlx::query::Query<'static, Postgres, sq
                    m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn, COALESCE(m.delay_until, m.enq_time)
             FROM d JOIN m ON m.seq = d.msg_seq
             JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
+            WHERE EXISTS (SELECT 1 FROM registrations WHERE queue_id = ANY($2::int8[]))
          )
          SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
     )
