@@ -358,6 +358,8 @@ impl Engine {
         }
         let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
+        // UUIDv7: time-ordered, so the unique index on message ids is appended to, not
+        // written at random pages; 74 random bits keep them unique across processes.
         let msgid = *uuid::Uuid::now_v7().as_bytes();
         let delay_until = (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC)));
         let expire_at = (expiration > 0)
