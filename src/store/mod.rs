@@ -470,3 +470,27 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
         Ok(std::sync::Arc::new(group::GroupCommitStore::new(sqlite, 256)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn connections_idle_since_a_loss_are_suspect() {
+        assert!(idle_connection_suspect(STALE_AFTER), "idle for the stale time");
+        connection_lost();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(idle_connection_suspect(Duration::from_millis(200)), "idle since before the loss");
+        assert!(!idle_connection_suspect(Duration::from_millis(5)), "went idle after the loss");
+        assert!(!idle_connection_suspect(Duration::ZERO));
+    }
+
+    #[test]
+    fn which_errors_mean_a_lost_connection() {
+        assert!(connection_broken(&sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))));
+        assert!(connection_broken(&sqlx::Error::Protocol("unexpected message".into())));
+        assert!(!connection_broken(&sqlx::Error::RowNotFound));
+        assert!(!connection_broken(&sqlx::Error::PoolTimedOut));
+    }
+}
