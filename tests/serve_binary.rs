@@ -222,3 +222,42 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     };
     assert!(status.success(), "{status:?}");
 }
+
+/// The load generator (`aqgate-bench`, see BENCHMARKS.md) against the real server: its
+/// own HTTP client keeps a session per client, and every message it reports as sent is
+/// stored, and every one it reports as received was removed.
+#[test]
+fn the_load_generator_sends_and_receives_through_the_servlet() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let _s = Serve::start(&db, port);
+    let url = format!("http://127.0.0.1:{port}/aqserv");
+    let bench = |scenario: &str| -> (u64, u64) {
+        let out = Command::new(env!("CARGO_BIN_EXE_aqgate-bench"))
+            .args(["--url", &url, "--scenario", scenario, "--clients", "2", "--seconds", "1"])
+            .args(["--payload", "64", "--batch", "10", "--prefill", "2000"])
+            .output()
+            .expect("run aqgate-bench");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let field = |name: &str| -> u64 {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name}= in {text}"))
+        };
+        (field("requests"), field("faults"))
+    };
+    let (sends, faults) = bench("send");
+    assert!(sends > 0 && faults == 0, "send: {sends} requests, {faults} faults");
+    assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"), i64::try_from(sends).expect("count"));
+    let (batches, faults) = bench("batch");
+    assert!(batches > 0 && faults == 0, "batch: {batches} requests, {faults} faults");
+    let before = depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE");
+    assert_eq!(before, i64::try_from(sends + 10 * batches).expect("count"));
+    // The receive run first tops the queue up by 2,000 (in sets of 500), then removes.
+    let (received, faults) = bench("receive");
+    assert!(received > 0 && faults == 0, "receive: {received} requests, {faults} faults");
+    let after = depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE");
+    assert_eq!(after, before + 2000 - i64::try_from(received).expect("count"));
+}
