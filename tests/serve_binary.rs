@@ -250,7 +250,10 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     };
     let (sends, faults) = bench("send");
     assert!(sends > 0 && faults == 0, "send: {sends} requests, {faults} faults");
-    assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"), i64::try_from(sends).expect("count"));
+    assert_eq!(
+        depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"),
+        i64::try_from(sends).expect("count")
+    );
     let (batches, faults) = bench("batch");
     assert!(batches > 0 && faults == 0, "batch: {batches} requests, {faults} faults");
     let before = depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE");

@@ -1232,3 +1232,42 @@ async fn postgres_writers_survive_lost_connections() {
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages").fetch_one(&mut admin).await.expect("count");
     assert_eq!(stored, 0, "nothing stored twice");
 }
+
+/// PostgreSQL only: deliveries have no foreign key to their messages (the per-row checks
+/// cost a third of a batch enqueue), so every path that deletes messages must delete their
+/// deliveries itself: rollback, restart recovery, receive, commit of a receive, expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deleting_messages_leaves_no_orphan_deliveries() {
+    use sqlx::Connection;
+    let h = Harness::new(Backend::Postgres).await;
+    let mut admin = sqlx::PgConnection::connect(&h.url).await.expect("connect");
+    let orphans = async |admin: &mut sqlx::PgConnection| -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM deliveries d WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.msg_seq)",
+        )
+        .fetch_one(admin)
+        .await
+        .expect("count orphans")
+    };
+    let deliveries = async |admin: &mut sqlx::PgConnection| -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM deliveries").fetch_one(admin).await.expect("count")
+    };
+    let mut s = h.session("scott");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "B1"), ("", "B2")], "")).await.expect("open send");
+    assert_eq!(deliveries(&mut admin).await, 2);
+    h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
+    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (0, 0), "after rollback");
+
+    h.run(&mut s, &raw_send(RAWQ, &[("", "B3")], "")).await.expect("open send");
+    h.engine.store().recover().await.expect("recover");
+    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (0, 0), "after recovery");
+
+    let mut s = h.session("scott");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "C1"), ("", "C2"), ("", "C3")], COMMIT)).await.expect("send");
+    assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Ok("C1".into()), "the one-statement receive");
+    assert_eq!(recv_raw(&h, &mut s, "", "").await, Ok("C2".into()), "a receive committed later");
+    h.run(&mut s, &envelope(COMMIT)).await.expect("commit");
+    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (1, 0), "after receives");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM messages").fetch_one(&mut admin).await.expect("count");
+    assert_eq!(left, 1);
+}

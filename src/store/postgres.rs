@@ -322,13 +322,19 @@ impl Store for PgStore {
 
     async fn recover(&self) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        let a = sqlx::query("DELETE FROM messages WHERE enq_txn IS NOT NULL").execute(&mut *tx).await?;
+        let a: i64 = sqlx::query_scalar(
+            "WITH m AS (DELETE FROM messages WHERE enq_txn IS NOT NULL RETURNING seq),
+                  d AS (DELETE FROM deliveries WHERE msg_seq IN (SELECT seq FROM m))
+             SELECT count(*) FROM m",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
             .execute(&mut *tx)
             .await?;
         sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(a.rows_affected() + b.rows_affected())
+        Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected())
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
@@ -754,7 +760,13 @@ impl StoreTx for PgTx {
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
         sqlx::query("DELETE FROM notify_outbox WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
-        sqlx::query("DELETE FROM messages WHERE enq_txn = $1").bind(txn).execute(&mut *self.tx).await?;
+        sqlx::query(
+            "WITH m AS (DELETE FROM messages WHERE enq_txn = $1 RETURNING seq)
+             DELETE FROM deliveries WHERE msg_seq IN (SELECT seq FROM m)",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
              WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count",
