@@ -32,6 +32,20 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// The database could not be reached (no connection to be had, or the one in use was
+    /// lost), as opposed to a statement failing: trying again at once, request by
+    /// request, would only wait again.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Db(e) => {
+                connection_broken(e) || matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A pooled database connection idle this long is pinged before it is used again.
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -492,5 +506,9 @@ mod tests {
         assert!(connection_broken(&sqlx::Error::Protocol("unexpected message".into())));
         assert!(!connection_broken(&sqlx::Error::RowNotFound));
         assert!(!connection_broken(&sqlx::Error::PoolTimedOut));
+        assert!(StoreError::Db(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(StoreError::Db(sqlx::Error::Protocol("eof".into())).is_unavailable());
+        assert!(!StoreError::Db(sqlx::Error::RowNotFound).is_unavailable());
+        assert!(!StoreError::Corrupt("x".into()).is_unavailable());
     }
 }

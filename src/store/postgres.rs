@@ -167,6 +167,18 @@ impl Coalescer {
                     let _ = job.done.send(Ok(()));
                 }
             }
+            Err(e) if e.is_unavailable() => {
+                // Nobody's statement was at fault: all get the error now rather than each
+                // waiting for a connection again.
+                let why = e.to_string();
+                let mut batch = batch.into_iter();
+                if let Some(first) = batch.next() {
+                    let _ = first.done.send(Err(e));
+                }
+                for job in batch {
+                    let _ = job.done.send(Err(StoreError::Corrupt(format!("insert failed: {why}"))));
+                }
+            }
             Err(e) => {
                 tracing::debug!(error = %e, jobs = batch.len(), "combined insert failed; writing one by one");
                 for job in batch {
