@@ -140,16 +140,7 @@ impl Coalescer {
                     let _ = job.done.send(Ok(msgs.next()));
                 }
             }
-            Err(e) => {
-                let why = e.to_string();
-                let mut group = group.into_iter();
-                if let Some(first) = group.next() {
-                    let _ = first.done.send(Err(e));
-                }
-                for job in group {
-                    let _ = job.done.send(Err(StoreError::Corrupt(format!("receive failed: {why}"))));
-                }
-            }
+            Err(e) => fail_all(group.into_iter().map(|j| j.done), e, "receive"),
         }
     }
 
@@ -167,18 +158,9 @@ impl Coalescer {
                     let _ = job.done.send(Ok(()));
                 }
             }
-            Err(e) if e.is_unavailable() => {
-                // Nobody's statement was at fault: all get the error now rather than each
-                // waiting for a connection again.
-                let why = e.to_string();
-                let mut batch = batch.into_iter();
-                if let Some(first) = batch.next() {
-                    let _ = first.done.send(Err(e));
-                }
-                for job in batch {
-                    let _ = job.done.send(Err(StoreError::Corrupt(format!("insert failed: {why}"))));
-                }
-            }
+            // Nobody's statement was at fault: all get the error now rather than each
+            // waiting for a connection again.
+            Err(e) if e.is_unavailable() => fail_all(batch.into_iter().map(|j| j.done), e, "insert"),
             Err(e) => {
                 tracing::debug!(error = %e, jobs = batch.len(), "combined insert failed; writing one by one");
                 for job in batch {
@@ -187,6 +169,17 @@ impl Coalescer {
                 }
             }
         }
+    }
+}
+
+/// Answers every request of a shared statement that failed: the first with the error
+/// itself, the others with its text (the error is not `Clone`).
+fn fail_all<T>(waiting: impl Iterator<Item = tokio::sync::oneshot::Sender<Result<T>>>, e: StoreError, what: &str) {
+    let why = e.to_string();
+    let mut e = Some(e);
+    for done in waiting {
+        let err = e.take().unwrap_or_else(|| StoreError::Corrupt(format!("{what} failed: {why}")));
+        let _ = done.send(Err(err));
     }
 }
 
