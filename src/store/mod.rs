@@ -70,17 +70,20 @@ pub(crate) fn connection_broken(e: &sqlx::Error) -> bool {
 }
 
 /// When a connection was last seen lost (I/O or protocol failure), in microseconds since
-/// the Unix epoch; 0 if never. A server restart breaks every pooled connection at once, so
-/// after one is seen broken, the others that have been idle since are pinged before use
+/// [`EPOCH`] plus one; 0 if never. A server restart breaks every pooled connection at once,
+/// so after one is seen broken, the others that have been idle since are pinged before use
 /// (see `postgres::ping_if_stale`) instead of each failing one request.
 static LAST_LOST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn unix_micros(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+/// The monotonic origin of [`LAST_LOST`] (wall-clock steps must not matter).
+static EPOCH: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
+
+fn since_epoch(t: std::time::Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(*EPOCH).as_micros()).unwrap_or(u64::MAX).saturating_add(1)
 }
 
 pub(crate) fn connection_lost() {
-    LAST_LOST.store(unix_micros(std::time::SystemTime::now()), std::sync::atomic::Ordering::Relaxed);
+    LAST_LOST.store(since_epoch(std::time::Instant::now()), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether a connection idle for `idle_for` went idle before a connection was last seen
@@ -90,7 +93,8 @@ pub(crate) fn idle_connection_suspect(idle_for: std::time::Duration) -> bool {
         return true;
     }
     let lost = LAST_LOST.load(std::sync::atomic::Ordering::Relaxed);
-    lost != 0 && unix_micros(std::time::SystemTime::now() - idle_for) <= lost
+    let now = std::time::Instant::now();
+    lost != 0 && since_epoch(now.checked_sub(idle_for).unwrap_or(*EPOCH)) <= lost
 }
 
 /// A spooled mail's state after a forwarding attempt: `done` with a response, `new` again
