@@ -404,6 +404,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             mail: mail_args,
             notify: notify_args,
         } => {
+            let stop = shutdown_signal();
             let directory = aqgate::directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
@@ -440,22 +441,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 Some(mail_config(&mail_args, directory_args.ldap_url.is_some(), directory.clone()).await?)
             };
-            serve(cfg, listener, mail, shutdown_signal()).await
+            serve(cfg, listener, mail, stop).await
         }
         Command::Smtp { db, servlet_url, directory: directory_args, mail: mail_args } => {
+            let stop = shutdown_signal();
             let directory = aqgate::directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
-            aqgate::server::smtp_only(&db.database, servlet_url, mail, shutdown_signal()).await
+            aqgate::server::smtp_only(&db.database, servlet_url, mail, stop).await
         }
         Command::Notify { db, poll_ms, directory: directory_args, mail: mail_args, notify: notify_args } => {
+            let stop = shutdown_signal();
             let directory = aqgate::directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let cfg = notify_args.config(&mail_args, directory)?;
-            aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), shutdown_signal())
-                .await
+            aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), stop).await
         }
         Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
@@ -690,24 +692,35 @@ async fn mail_config(
     })
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Registers the handlers for SIGTERM and SIGINT at once (so a signal that arrives while
+/// the service is still starting — migrations, topology — is not the default "die" but a
+/// graceful stop as soon as it serves) and resolves when one arrives.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok())
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }

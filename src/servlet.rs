@@ -39,6 +39,26 @@ pub struct AppState {
     /// Mark the session cookie `Secure` (clients send it back over HTTPS only): for a
     /// servlet behind a TLS-terminating proxy.
     pub secure_cookie: bool,
+    /// IDAP requests being answered now (long polls included); `/metrics` shows it, so an
+    /// operator sees what a graceful shutdown waits for.
+    pub in_flight: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
+/// client goes away and the handler is dropped.
+struct InFlight(Arc<std::sync::atomic::AtomicU64>);
+
+impl InFlight {
+    fn enter(counter: &Arc<std::sync::atomic::AtomicU64>) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl AppState {
@@ -49,6 +69,7 @@ impl AppState {
             credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
             max_sessions: 100_000,
             secure_cookie: false,
+            in_flight: Arc::default(),
         }
     }
 }
@@ -74,6 +95,12 @@ async fn metrics(State(s): State<AppState>) -> Response {
     let mut metric = |name: &str, kind: &str, help: &str, v: String| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     };
+    metric(
+        "aqgate_idap_requests_in_flight",
+        "gauge",
+        "IDAP requests being answered now, long polls included.",
+        s.in_flight.load(Relaxed).to_string(),
+    );
     metric(
         "aqgate_notifications_delivered_total",
         "counter",
@@ -245,6 +272,7 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
 }
 
 async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let _in_flight = InFlight::enter(&s.in_flight);
     if !content_type_ok(&headers) {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
     }

@@ -15,21 +15,66 @@ struct Serve {
     child: Child,
 }
 
+/// `GET path` on the servlet with a bare HTTP/1.0 request: (status, body), or `None` when
+/// nothing answers yet.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
+    let mut text = String::new();
+    c.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// The value of an unlabelled gauge or counter in `/metrics`.
+fn metric(port: u16, name: &str) -> i64 {
+    let (status, text) = http_get(port, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
 impl Serve {
-    fn start(db: &str, port: u16) -> Self {
+    fn spawn(db: &str, port: u16) -> Self {
         let child = Command::new(BIN)
             .args(["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn aqgate serve");
-        let s = Self { child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "aqgate serve did not start");
+        Self { child }
+    }
+
+    /// Starts `serve` and waits until `/readyz` answers 200: the store is open, the
+    /// topology applied and the servlet serving (the port alone is bound earlier).
+    fn start(db: &str, port: u16) -> Self {
+        let mut s = Self::spawn(db, port);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(port, "/readyz").map(|(st, _)| st) != Some(200) {
+            if let Some(st) = s.child.try_wait().expect("wait") {
+                panic!("aqgate serve exited while starting: {st:?}");
+            }
+            assert!(Instant::now() < deadline, "aqgate serve did not become ready");
             std::thread::sleep(Duration::from_millis(50));
         }
         s
+    }
+
+    /// Waits for the process to exit by itself.
+    fn exit_status(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn kill9(mut self) {
@@ -204,22 +249,40 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     let db = fresh_sqlite_url();
     let port = free_port();
     let mut s = Serve::start(&db, port);
+    assert_eq!(metric(port, "aqgate_idap_requests_in_flight"), 0);
     let waiting = tokio::spawn(async move {
         let mut cookie = None;
-        post(port, &mut cookie, &receive("AQUSER.RAW_QUE", "<wait_time>2</wait_time>", COMMIT)).await
+        post(port, &mut cookie, &receive("AQUSER.RAW_QUE", "<wait_time>3</wait_time>", COMMIT)).await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Signal only once the long poll is inside the servlet (not merely connecting).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::task::spawn_blocking(move || metric(port, "aqgate_idap_requests_in_flight")).await.expect("metric") < 1
+    {
+        assert!(Instant::now() < deadline, "the long poll never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     signal(&s, "-TERM");
     let r = waiting.await.expect("in-flight request answered");
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = s.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = s.exit_status(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+}
+
+/// A SIGTERM while `serve` is still starting (the port is bound before the store is open
+/// and the topology applied) is a clean stop, not death by signal.
+#[test]
+fn sigterm_while_starting_is_a_clean_exit() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let mut s = Serve::spawn(&db, port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(s.child.try_wait().expect("wait").is_none(), "exited before binding");
+        assert!(Instant::now() < deadline, "aqgate serve did not bind");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&s, "-TERM");
+    let status = s.exit_status(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
 
