@@ -1235,39 +1235,165 @@ async fn postgres_writers_survive_lost_connections() {
 
 /// PostgreSQL only: deliveries have no foreign key to their messages (the per-row checks
 /// cost a third of a batch enqueue), so every path that deletes messages must delete their
-/// deliveries itself: rollback, restart recovery, receive, commit of a receive, expiry.
+/// deliveries itself: rollback, restart recovery, receive, commit of a receive. And a
+/// single-consumer message keeps its delivery state in its own row: it has no `deliveries`
+/// row at any point, and its lock goes with the row or is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_deleting_messages_leaves_no_orphan_deliveries() {
     use sqlx::Connection;
     let h = Harness::new(Backend::Postgres).await;
     let mut admin = sqlx::PgConnection::connect(&h.url).await.expect("connect");
-    let orphans = async |admin: &mut sqlx::PgConnection| -> i64 {
-        sqlx::query_scalar(
-            "SELECT count(*) FROM deliveries d WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.msg_seq)",
+    // (deliveries, orphaned deliveries, single-consumer messages, locked ones)
+    let rows = async |admin: &mut sqlx::PgConnection| -> (i64, i64, i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM deliveries),
+                    (SELECT count(*) FROM deliveries d WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = d.msg_seq)),
+                    (SELECT count(*) FROM messages WHERE single),
+                    (SELECT count(*) FROM messages WHERE lock_txn IS NOT NULL)",
         )
         .fetch_one(admin)
         .await
-        .expect("count orphans")
+        .expect("count rows")
     };
-    let deliveries = async |admin: &mut sqlx::PgConnection| -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM deliveries").fetch_one(admin).await.expect("count")
-    };
+    // Multi-consumer: one delivery per recipient.
+    let two = "<recipient_list><recipient><agent_name>APP1</agent_name></recipient><recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
+    let mut s = h.session("scott");
+    h.run(&mut s, &publish_emp(10, two, "")).await.expect("open publish");
+    assert_eq!(rows(&mut admin).await, (2, 0, 0, 0));
+    h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
+    assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "after rollback");
+    h.run(&mut s, &publish_emp(20, two, "")).await.expect("open publish");
+    h.engine.store().recover().await.expect("recover");
+    assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "after recovery");
+    let mut s = h.session("scott");
+    h.run(&mut s, &publish_emp(30, two, COMMIT)).await.expect("publish");
+    assert_eq!(deptno_of(&h.run(&mut s, &emp_receive("APP1", "")).await.expect("APP1")), "30");
+    assert_eq!(rows(&mut admin).await, (1, 0, 0, 0), "APP2's delivery is left");
+    assert_eq!(deptno_of(&h.run(&mut s, &emp_receive("APP2", "")).await.expect("APP2")), "30");
+    assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "the last consumer took the message with it");
+
+    // Single-consumer: the message row is the delivery.
     let mut s = h.session("scott");
     h.run(&mut s, &raw_send(RAWQ, &[("", "B1"), ("", "B2")], "")).await.expect("open send");
-    assert_eq!(deliveries(&mut admin).await, 2);
+    assert_eq!(rows(&mut admin).await, (0, 0, 2, 0));
     h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
-    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (0, 0), "after rollback");
-
-    h.run(&mut s, &raw_send(RAWQ, &[("", "B3")], "")).await.expect("open send");
-    h.engine.store().recover().await.expect("recover");
-    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (0, 0), "after recovery");
-
-    let mut s = h.session("scott");
+    assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "after rollback");
     h.run(&mut s, &raw_send(RAWQ, &[("", "C1"), ("", "C2"), ("", "C3")], COMMIT)).await.expect("send");
     assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Ok("C1".into()), "the one-statement receive");
     assert_eq!(recv_raw(&h, &mut s, "", "").await, Ok("C2".into()), "a receive committed later");
+    assert_eq!(rows(&mut admin).await, (0, 0, 2, 1), "C2 is locked for removal");
     h.run(&mut s, &envelope(COMMIT)).await.expect("commit");
-    assert_eq!((deliveries(&mut admin).await, orphans(&mut admin).await), (1, 0), "after receives");
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM messages").fetch_one(&mut admin).await.expect("count");
-    assert_eq!(left, 1);
+    assert_eq!(rows(&mut admin).await, (0, 0, 1, 0), "after the commit only C3 is left");
+    assert_eq!(recv_raw(&h, &mut s, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("C3".into()));
+    assert_eq!(rows(&mut admin).await, (0, 0, 1, 1), "C3 locked");
+    h.engine.store().recover().await.expect("recover");
+    assert_eq!(rows(&mut admin).await, (0, 0, 1, 0), "a restart releases the lock and keeps C3");
+}
+
+/// PostgreSQL only: a database written before single-consumer messages carried their own
+/// delivery state (migrations up to 0005) keeps every message through the upgrade: the
+/// single-consumer deliveries move into their messages (order, retry count and lock
+/// included), the multi-consumer ones stay where they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
+    use sqlx::Connection;
+    let url = fresh_url(Backend::Postgres).await;
+    let mut old =
+        sqlx::migrate::Migrator::new(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres")))
+            .await
+            .expect("migrations");
+    old.migrations = std::borrow::Cow::Owned(old.migrations.iter().filter(|m| m.version <= 5).cloned().collect());
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    old.run(&mut conn).await.expect("the old schema");
+    let raw: i64 = sqlx::query_scalar("INSERT INTO queues (name) VALUES ($1) RETURNING id")
+        .bind(RAWQ)
+        .fetch_one(&mut conn)
+        .await
+        .expect("queue");
+    let topic: i64 = sqlx::query_scalar("INSERT INTO queues (name) VALUES ($1) RETURNING id")
+        .bind(TOPIC)
+        .fetch_one(&mut conn)
+        .await
+        .expect("topic");
+    // Three single-consumer messages in the old layout (seq order O3, O1, O2 by prio_key;
+    // O1 locked by a transaction the crash left open, retried twice) and one multi-consumer
+    // message with deliveries for APP1 and APP2.
+    for (seq, payload, prio_key, retry, lock) in
+        [(1_i64, "O1", 0_i64, 2_i64, Some("dead-txn")), (2, "O2", 0, 0, None), (3, "O3", -1, 0, None)]
+    {
+        sqlx::query(
+            "INSERT INTO messages (seq, msgid, queue_id, priority, enq_time, payload) VALUES ($1, $2, $3, 1, $4, $5)",
+        )
+        .bind(seq)
+        .bind(vec![u8::try_from(seq).expect("small"); 16])
+        .bind(raw)
+        .bind(T0)
+        .bind(payload.as_bytes().to_vec())
+        .execute(&mut conn)
+        .await
+        .expect("message");
+        sqlx::query(
+            "INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key, retry_count, lock_txn, lock_kind) VALUES ($1, $2, '', $3, $4, $5, $6)",
+        )
+        .bind(seq)
+        .bind(raw)
+        .bind(prio_key)
+        .bind(retry)
+        .bind(lock)
+        .bind(lock.map(|_| 2_i64))
+        .execute(&mut conn)
+        .await
+        .expect("delivery");
+    }
+    sqlx::query(
+        "INSERT INTO messages (seq, msgid, queue_id, priority, enq_time, payload) VALUES (4, $1, $2, 1, $3, '')",
+    )
+    .bind(vec![4_u8; 16])
+    .bind(topic)
+    .bind(T0)
+    .execute(&mut conn)
+    .await
+    .expect("topic message");
+    sqlx::query(
+        "INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES (4, $1, 'APP1', 0), (4, $1, 'APP2', 0)",
+    )
+    .bind(topic)
+    .execute(&mut conn)
+    .await
+    .expect("topic deliveries");
+    sqlx::query("SELECT setval('messages_seq_seq', 4)").execute(&mut conn).await.expect("sequence");
+
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let moved: Vec<(i64, bool, i64, i64, Option<String>)> =
+        sqlx::query_as("SELECT seq, single, prio_key, retry_count, lock_txn FROM messages ORDER BY seq")
+            .fetch_all(&mut conn)
+            .await
+            .expect("messages");
+    assert_eq!(
+        moved,
+        vec![
+            (1, true, 0, 2, Some("dead-txn".into())),
+            (2, true, 0, 0, None),
+            (3, true, -1, 0, None),
+            (4, false, 0, 0, None)
+        ]
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT consumer FROM deliveries ORDER BY consumer")
+        .fetch_all(&mut conn)
+        .await
+        .expect("deliveries");
+    assert_eq!(left, vec!["APP1", "APP2"]);
+
+    // The engine's start releases the dead transaction's lock; the queue order holds.
+    let clock = std::sync::Arc::new(aqgate::clock::ManualClock::new(T0 + 1_000_000));
+    let engine = aqgate::engine::Engine::start(store, clock.clone() as std::sync::Arc<dyn Clock>, Default::default())
+        .await
+        .expect("engine");
+    let h = Harness { engine, clock, url };
+    let mut s = h.session("scott");
+    let hex = |t: &str| t.bytes().map(|b| format!("{b:02X}")).collect::<String>();
+    for want in ["O3", "O1", "O2"] {
+        assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Ok(hex(want)));
+    }
+    assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Err(code::NO_MESSAGE));
 }

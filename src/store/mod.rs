@@ -8,7 +8,8 @@
 //!
 //! Transactions of a *session* are not database transactions (10,000 open sessions must
 //! not hold 10,000 connections): uncommitted work is written at once, tagged with the
-//! session's transaction id (`enq_txn` on messages, `lock_txn` on deliveries), and is
+//! session's transaction id (`enq_txn` on messages, `lock_txn` on deliveries — on
+//! PostgreSQL a single-consumer message is its own delivery), and is
 //! invisible to others until [`StoreTx::commit_session`] clears the tags. A restart runs
 //! [`Store::recover`], which rolls back every tagged row.
 

@@ -337,9 +337,12 @@ impl Store for PgStore {
         let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
             .execute(&mut *tx)
             .await?;
+        let c = sqlx::query("UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected())
+        Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected() + c.rows_affected())
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
@@ -364,6 +367,7 @@ impl Store for PgStore {
         let rows = sqlx::query(
             "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
              WHERE m.expire_at IS NOT NULL AND m.expire_at <= $1 AND m.enq_txn IS NULL
+               AND m.lock_txn IS NULL
                AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
              ORDER BY m.expire_at LIMIT $2",
         )
@@ -654,17 +658,29 @@ impl StoreTx for PgTx {
     }
 
     async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
-        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
-            "SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
-                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
-             FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
-        );
-        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        // A single-consumer message carries its delivery state itself (alias `d` = `m`).
+        let single = q.consumer.is_empty();
+        let (d, d_seq) = if single { ("m", "m.seq") } else { ("d", "d.msg_seq") };
+        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+            "SELECT m.seq, m.msgid, m.queue_id, {consumer}, m.corrid, m.priority, {d}.prio_key, m.enq_time, m.delay_until,
+                    m.expire_at, m.sender, m.exception_queue, m.payload, {d}.retry_count, m.state ",
+            consumer = if single { "''::text AS consumer" } else { "d.consumer" },
+        ));
+        if single {
+            b.push("FROM messages m WHERE m.single AND m.queue_id = ").push_bind(q.queue);
+        } else {
+            b.push("FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ").push_bind(q.queue);
+            b.push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        }
         b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
         b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
         b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
         if let Some(p) = q.after {
-            b.push(" AND (d.prio_key, d.msg_seq) > (").push_bind(p.prio_key).push(", ").push_bind(p.seq).push(")");
+            b.push(format!(" AND ({d}.prio_key, {d_seq}) > ("))
+                .push_bind(p.prio_key)
+                .push(", ")
+                .push_bind(p.seq)
+                .push(")");
         }
         if let Some(c) = &q.corrid {
             b.push(" AND m.corrid = ").push_bind(c.clone());
@@ -674,22 +690,36 @@ impl StoreTx for PgTx {
         }
         if q.include_locked {
             // Everything but what this transaction has already removed (NULL-safe).
-            b.push(" AND (d.lock_txn IS NULL OR d.lock_kind <> 1 OR d.lock_txn <> ").push_bind(q.txn.clone()).push(")");
+            b.push(format!(" AND ({d}.lock_txn IS NULL OR {d}.lock_kind <> 1 OR {d}.lock_txn <> "))
+                .push_bind(q.txn.clone())
+                .push(")");
         } else {
-            b.push(" AND (d.lock_txn IS NULL OR (d.lock_kind = 2 AND d.lock_txn = ")
+            b.push(format!(" AND ({d}.lock_txn IS NULL OR ({d}.lock_kind = 2 AND {d}.lock_txn = "))
                 .push_bind(q.txn.clone())
                 .push("))");
         }
-        b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(q.limit);
+        b.push(format!(" ORDER BY {d}.prio_key, {d_seq} LIMIT ")).push_bind(q.limit);
         if !q.include_locked {
             // Rows another transaction is claiming right now are skipped, not waited for.
-            b.push(" FOR UPDATE OF d SKIP LOCKED");
+            b.push(format!(" FOR UPDATE OF {d} SKIP LOCKED"));
         }
         let rows = b.build().fetch_all(&mut *self.tx).await?;
         rows.iter().map(stored_from_row).collect()
     }
 
     async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        if consumer.is_empty() {
+            let r = sqlx::query(
+                "UPDATE messages SET lock_txn = $1, lock_kind = $2
+                 WHERE seq = $3 AND single AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))",
+            )
+            .bind(txn)
+            .bind(kind as i64)
+            .bind(seq)
+            .execute(&mut *self.tx)
+            .await?;
+            return Ok(r.rows_affected() == 1);
+        }
         let r = sqlx::query(
             "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
              WHERE msg_seq = $3 AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))",
@@ -704,6 +734,16 @@ impl StoreTx for PgTx {
     }
 
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+        if consumer.is_empty() {
+            let r = sqlx::query(
+                "DELETE FROM messages WHERE seq = $1 AND single AND (lock_txn IS NULL OR (lock_txn = $2 AND lock_kind = 2))",
+            )
+            .bind(seq)
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await?;
+            return Ok(r.rows_affected() == 1);
+        }
         if shared {
             // Consumers of one message serialise on its row, so the last one out sees that
             // no delivery is left and deletes the message.
@@ -759,6 +799,15 @@ impl StoreTx for PgTx {
             .bind(txn)
             .execute(&mut *self.tx)
             .await?;
+        // Single-consumer messages: removed ones go, locked ones are released (disjoint
+        // rows, so one statement).
+        sqlx::query(
+            "WITH gone AS (DELETE FROM messages WHERE lock_txn = $1 AND lock_kind = 1)
+             UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1 AND lock_kind <> 1",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
         notify_queues(&mut self.tx, &queues).await?;
         Ok(CommitOutcome { enqueued_queues: queues })
     }
@@ -773,33 +822,40 @@ impl StoreTx for PgTx {
         .execute(&mut *self.tx)
         .await?;
         let rows = sqlx::query(
-            "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
-             WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count",
+            "WITH d AS (
+                UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count
+             ), s AS (
+                UPDATE messages SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count
+             )
+             SELECT * FROM d UNION ALL SELECT * FROM s",
         )
         .bind(txn)
         .fetch_all(&mut *self.tx)
         .await?;
-        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
-            .bind(txn)
-            .execute(&mut *self.tx)
-            .await?;
+        sqlx::query(
+            "WITH d AS (UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1)
+             UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await?;
         rows.iter().map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?))).collect()
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
         sqlx::query("DELETE FROM deliveries WHERE msg_seq = $1").bind(seq).execute(&mut *self.tx).await?;
+        // An exception queue has one consumer: the message now carries its delivery.
         sqlx::query(
-            "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = $1",
+            "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
+                    single = true, prio_key = 0, retry_count = 0, lock_txn = NULL, lock_kind = NULL
+             WHERE seq = $1",
         )
         .bind(seq)
         .bind(to)
         .execute(&mut *self.tx)
         .await?;
-        sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES ($1, $2, '', 0)")
-            .bind(seq)
-            .bind(to)
-            .execute(&mut *self.tx)
-            .await?;
         Ok(())
     }
 
@@ -888,14 +944,15 @@ impl StoreTx for PgTx {
 }
 
 /// Takes up to `limit` heads of `q`'s queue for its consumer: claims them (rows other
-/// consumers are claiming are skipped, not waited for), deletes the deliveries and their
-/// single-consumer messages, and returns them — one statement.
+/// consumers are claiming are skipped, not waited for), deletes them, and returns them —
+/// one statement. Single-consumer queues only (a multi-consumer message stays until its
+/// last consumer has it).
 fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres> {
-    let mut b: QueryBuilder<Postgres> = QueryBuilder::new(
-        "WITH c AS (SELECT d.msg_seq FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
-    );
-    b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
-    b.push(" AND m.enq_txn IS NULL AND d.lock_txn IS NULL");
+    debug_assert!(q.consumer.is_empty(), "take_heads is for single-consumer queues");
+    let mut b: QueryBuilder<Postgres> =
+        QueryBuilder::new("WITH c AS (SELECT m.seq FROM messages m WHERE m.single AND m.queue_id = ");
+    b.push_bind(q.queue);
+    b.push(" AND m.enq_txn IS NULL AND m.lock_txn IS NULL");
     b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
     b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
     if let Some(c) = &q.corrid {
@@ -904,23 +961,18 @@ fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres>
     if let Some(id) = &q.msgid {
         b.push(" AND m.msgid = ").push_bind(id.to_vec());
     }
-    b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(limit);
+    b.push(" ORDER BY m.prio_key, m.seq LIMIT ").push_bind(limit);
     b.push(
-        " FOR UPDATE OF d SKIP LOCKED),
-         d AS (DELETE FROM deliveries x USING c WHERE x.msg_seq = c.msg_seq AND x.consumer = ",
-    );
-    b.push_bind(q.consumer.clone());
-    b.push(
-        " RETURNING x.msg_seq, x.consumer, x.prio_key, x.retry_count),
-         m AS (DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d) RETURNING *)
-         SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
-                m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
-         FROM m JOIN d ON d.msg_seq = m.seq",
+        " FOR UPDATE OF m SKIP LOCKED)
+         DELETE FROM messages m USING c WHERE m.seq = c.seq
+         RETURNING m.seq, m.msgid, m.queue_id, ''::text AS consumer, m.corrid, m.priority, m.prio_key, m.enq_time,
+                   m.delay_until, m.expire_at, m.sender, m.exception_queue, m.payload, m.retry_count, m.state",
     );
     b
 }
 
-/// One statement for a whole message_set: messages and their deliveries from arrays, and
+/// One statement for a whole message_set: messages and (multi-consumer) their deliveries
+/// from arrays, and
 /// the wake-up signal for the messages that are visible at commit.
 fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
@@ -938,6 +990,8 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
     let mut excq = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut txns = Vec::with_capacity(n);
+    let mut singles = Vec::with_capacity(n);
+    let mut prio_keys = Vec::with_capacity(n);
     let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for m in msgs {
         ids.push(m.msgid.to_vec());
@@ -951,6 +1005,13 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
         excq.push(m.exception_queue.clone());
         payloads.push(m.payload.clone());
         txns.push(m.enq_txn.clone());
+        // A single-consumer message (its one consumer is "") carries its delivery itself.
+        let single = m.consumers.len() == 1 && m.consumers[0].is_empty();
+        singles.push(single);
+        prio_keys.push(m.prio_key);
+        if single {
+            continue;
+        }
         for c in &m.consumers {
             d_ids.push(m.msgid.to_vec());
             d_consumers.push(c.clone());
@@ -960,9 +1021,9 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
     }
     sqlx::query(
         "WITH m AS (
-            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn)
-            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[])
-            RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[])
+            RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
          ), d AS (
             INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
             SELECT m.seq, c.queue_id, c.consumer, c.prio_key
@@ -973,7 +1034,8 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
                                        delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
             SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
                    m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn, COALESCE(m.delay_until, m.enq_time)
-            FROM d JOIN m ON m.seq = d.msg_seq
+            FROM (SELECT msg_seq, queue_id, consumer FROM d UNION ALL SELECT seq, queue_id, '' FROM m WHERE single) d
+            JOIN m ON m.seq = d.msg_seq
             JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
             WHERE EXISTS (SELECT 1 FROM registrations WHERE queue_id = ANY($2::int8[]))
          )
@@ -996,6 +1058,8 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
     .bind(d_prios)
     .bind(CHANNEL)
     .bind(visible)
+    .bind(singles)
+    .bind(prio_keys)
 }
 
 /// Tells other processes (and our own listener) that `queues` have new visible messages;
