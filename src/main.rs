@@ -12,6 +12,12 @@ use aqgate::idap::Limits;
 use aqgate::server::{ServeConfig, serve};
 use aqgate::topology::Topology;
 
+/// mimalloc instead of glibc's malloc: a message_set of 100 allocates and frees a few
+/// thousand buffers of 1–2 KiB across the runtime's threads, and glibc's arenas spent
+/// about 30 % of the servlet's CPU on that (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `println!` for command output: a reader that went away (`aqgate admin … | head`) ends
 /// the process quietly, as SIGPIPE would, instead of the panic `println!` raises.
 macro_rules! out {
