@@ -36,6 +36,7 @@ on_both_backends!(
     later_subscribers_see_only_later_messages,
     delayed_messages_wait,
     expired_messages_move_to_the_exception_queue,
+    a_message_locked_while_expiring_stays_with_its_consumer,
     a_request_is_all_or_nothing,
     two_consumers_never_remove_the_same_message,
     concurrent_senders_are_all_stored,
@@ -415,6 +416,31 @@ async fn expired_messages_move_to_the_exception_queue(b: Backend) {
     assert_eq!(m.header.correlation.as_deref(), Some("X"));
     assert_eq!(raw_of(m), "01");
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("02".into()));
+}
+
+/// The time manager reads the due messages, then moves them: a consumer that locks one in
+/// between (its dequeue began before the expiry) keeps it, and its commit removes it.
+async fn a_message_locked_while_expiring_stays_with_its_consumer(b: Backend) {
+    use aqgate::store::LockKind;
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("<expiration>3</expiration>", "01")], COMMIT)).await.expect("send");
+    h.clock.advance_secs(5);
+    let store = h.engine.store();
+    let due = store.due_expirations(h.clock.now(), 10).await.expect("due");
+    assert_eq!(due.len(), 1);
+    let mut tx = store.begin().await.expect("begin");
+    assert!(tx.lock(due[0].seq, "", "consumer-txn", LockKind::Remove).await.expect("lock"));
+    tx.commit().await.expect("commit the lock");
+    let ids: std::collections::HashMap<String, i64> = store.queue_ids().await.expect("ids").into_iter().collect();
+    let mut tx = store.begin().await.expect("begin");
+    tx.move_to_exception(due[0].seq, ids["AQUSER.AQ$RAW_TAB_E"]).await.expect("move");
+    tx.commit().await.expect("commit the move");
+    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (1, 0), "not moved");
+    let mut tx = store.begin().await.expect("begin");
+    tx.commit_session("consumer-txn").await.expect("the consumer commits");
+    tx.commit().await.expect("commit");
+    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (0, 0), "removed by its consumer");
 }
 
 async fn a_request_is_all_or_nothing(b: Backend) {

@@ -845,11 +845,25 @@ impl StoreTx for PgTx {
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        // A message a consumer has locked meanwhile (between `due_expirations` and here)
+        // stays where it is; the lock holder decides. The message row is locked first, so
+        // a single-consumer lock cannot slip in between.
+        let locked: Option<bool> = sqlx::query_scalar(
+            "SELECT m.lock_txn IS NOT NULL
+                    OR EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
+             FROM messages m WHERE m.seq = $1 FOR UPDATE OF m",
+        )
+        .bind(seq)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        if locked != Some(false) {
+            return Ok(());
+        }
         sqlx::query("DELETE FROM deliveries WHERE msg_seq = $1").bind(seq).execute(&mut *self.tx).await?;
         // An exception queue has one consumer: the message now carries its delivery.
         sqlx::query(
             "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
-                    single = true, prio_key = 0, retry_count = 0, lock_txn = NULL, lock_kind = NULL
+                    single = true, prio_key = 0, retry_count = 0
              WHERE seq = $1",
         )
         .bind(seq)

@@ -546,6 +546,16 @@ impl StoreTx for SqliteTx {
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        // A message a consumer has locked meanwhile stays where it is (SQLite has one
+        // writer, so nothing can lock it between this check and the move).
+        let locked: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM deliveries WHERE msg_seq = ?1 AND lock_txn IS NOT NULL LIMIT 1")
+                .bind(seq)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+        if locked.is_some() {
+            return Ok(());
+        }
         sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1").bind(seq).execute(&mut *self.tx).await?;
         sqlx::query(
             "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1",
