@@ -988,7 +988,9 @@ fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres>
 /// One statement for a whole message_set: messages and (multi-consumer) their deliveries
 /// from arrays, and
 /// the wake-up signal for the messages that are visible at commit.
-fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+/// The arrays borrow from `msgs` (sqlx encodes them when bound): payloads are not copied
+/// on their way into the statement.
+fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments> {
     let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
     visible.sort_unstable();
     visible.dedup();
@@ -1008,17 +1010,17 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
     let mut prio_keys = Vec::with_capacity(n);
     let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for m in msgs {
-        ids.push(m.msgid.to_vec());
+        ids.push(&m.msgid[..]);
         queues.push(m.queue);
-        corrids.push(m.corrid.clone());
+        corrids.push(m.corrid.as_deref());
         prios.push(m.priority);
         enq.push(m.enq_time);
         delays.push(m.delay_until);
         expires.push(m.expire_at);
-        senders.push(m.sender.clone());
-        excq.push(m.exception_queue.clone());
-        payloads.push(m.payload.clone());
-        txns.push(m.enq_txn.clone());
+        senders.push(m.sender.as_deref());
+        excq.push(m.exception_queue.as_deref());
+        payloads.push(&m.payload[..]);
+        txns.push(m.enq_txn.as_deref());
         // A single-consumer message (its one consumer is "") carries its delivery itself.
         let single = m.consumers.len() == 1 && m.consumers[0].is_empty();
         singles.push(single);
@@ -1027,8 +1029,8 @@ fn insert_query(msgs: &[&NewMessage]) -> sqlx::query::Query<'static, Postgres, s
             continue;
         }
         for c in &m.consumers {
-            d_ids.push(m.msgid.to_vec());
-            d_consumers.push(c.clone());
+            d_ids.push(&m.msgid[..]);
+            d_consumers.push(c.as_str());
             d_queues.push(m.queue);
             d_prios.push(m.prio_key);
         }
