@@ -2,7 +2,8 @@
 # One scenario against one build on a fresh PostgreSQL database, with the CPU it cost:
 # the shares of the machine used by the servlet, by PostgreSQL's processes, idle, and the
 # rest (mostly the load generator), from /proc over the run (see BENCHMARKS.md).
-# Usage: scripts/bench-cpu.sh BIN send|batch|receive [SECONDS]
+# Usage: [PREFILL=100000] [TOKIO_WORKER_THREADS=N] scripts/bench-cpu.sh BIN send|batch|receive [SECONDS]
+# (receive first fills the queue with PREFILL messages: more than it can take in the time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$1; scenario=$2; secs=${3:-8}
@@ -26,7 +27,7 @@ ticks() { # servlet, PostgreSQL processes, machine total, machine idle+iowait (c
   echo "$a $p $t $i"
 }
 read -r a0 p0 t0 i0 < <(ticks)
-target/release/aqgate-bench --url "$url" --scenario "$scenario" --seconds "$secs" --clients 4 --prefill 40000
+target/release/aqgate-bench --url "$url" --scenario "$scenario" --seconds "$secs" --clients 4 --prefill "${PREFILL:-100000}"
 read -r a1 p1 t1 i1 < <(ticks)
 tot=$((t1 - t0))
 sa=$(((a1 - a0) * 100 / tot)); sp=$(((p1 - p0) * 100 / tot)); si=$(((i1 - i0) * 100 / tot))

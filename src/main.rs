@@ -38,6 +38,12 @@ macro_rules! out {
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads that run requests (the async runtime's workers); by default one per CPU.
+    /// With the database on the same small machine, fewer can be faster: on 2 cores with
+    /// PostgreSQL beside it, 1 serves single-message requests ~10 % faster and batches as
+    /// fast (BENCHMARKS.md).
+    #[arg(long, global = true, env = "AQGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    worker_threads: Option<u16>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -378,7 +384,12 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = cli.worker_threads {
+        builder.worker_threads(usize::from(n));
+    }
+    let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("aqgate: cannot start the runtime: {e}");

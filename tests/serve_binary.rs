@@ -41,8 +41,13 @@ fn metric(port: u16, name: &str) -> i64 {
 
 impl Serve {
     fn spawn(db: &str, port: u16) -> Self {
+        Self::spawn_with(db, port, &[])
+    }
+
+    fn spawn_with(db: &str, port: u16, extra: &[&str]) -> Self {
         let child = Command::new(BIN)
             .args(["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -53,7 +58,11 @@ impl Serve {
     /// Starts `serve` and waits until `/readyz` answers 200: the store is open, the
     /// topology applied and the servlet serving (the port alone is bound earlier).
     fn start(db: &str, port: u16) -> Self {
-        let mut s = Self::spawn(db, port);
+        Self::start_with(db, port, &[])
+    }
+
+    fn start_with(db: &str, port: u16, extra: &[&str]) -> Self {
+        let mut s = Self::spawn_with(db, port, extra);
         let deadline = Instant::now() + Duration::from_secs(60);
         while http_get(port, "/readyz").map(|(st, _)| st) != Some(200) {
             if let Some(st) = s.child.try_wait().expect("wait") {
@@ -248,7 +257,14 @@ async fn sighup_reloads_the_topology_applied_by_another_process() {
 async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let mut s = Serve::start(&db, port);
+    // One worker thread: the long poll must not keep the other requests from being served.
+    let mut s = Serve::start_with(&db, port, &["--worker-threads", "1"]);
+    let workers = std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
+        .expect("the process's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count();
+    assert_eq!(workers, 1, "--worker-threads 1");
     assert_eq!(metric(port, "aqgate_idap_requests_in_flight"), 0);
     let waiting = tokio::spawn(async move {
         let mut cookie = None;
