@@ -345,15 +345,20 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     assert_eq!(spooled().await, 1);
     assert_eq!(conversations(2).await, 2);
 
-    // The next server unreachable: 451 (the client retries; the spool recognises the
-    // request when it comes again).
+    // The next server unreachable: 451, and the request is held (not performed, no reply
+    // owed); the client's retry is that same mail, accepted now: performed and answered once.
     let mail = signed(&example("01"));
     let r = gateway(&down).accept(&env(false, &both), &mail).await;
     assert_eq!((r[0].code, r[0].status), (451, "4.4.1"), "{r:?}");
     assert_eq!(spooled().await, 2);
+    let held = store.spool_pending(10).await.expect("pending").into_iter().max_by_key(|m| m.id).expect("held");
+    assert_eq!((held.state.as_str(), held.replies_wanted), ("held", 0));
+    assert!(store.spool_due(i64::MAX, 10).await.expect("due").iter().all(|m| m.id != held.id), "not forwarded");
     let r = up.accept(&env(false, &both), &mail).await;
-    assert!(r[0].code == 250 && r[0].text.contains("already have this request"), "{r:?}");
+    assert!(r[0].code == 250 && r[0].text.contains("verified for agent SCOTT; queued as request"), "{r:?}");
     assert_eq!(spooled().await, 2, "not spooled twice");
+    let m = store.spool_get(held.id).await.expect("get").expect("row");
+    assert_eq!((m.state.as_str(), m.replies_wanted), ("new", 1), "released: one reply owed");
 
     // LMTP: one answer per recipient, the request's and the next server's.
     let r = up.accept(&env(true, &[("bob@example.com", false), ("aq@localhost", true)]), &unsigned).await;

@@ -314,3 +314,118 @@ async fn lmtp_delivery_is_verified_and_answered() {
     assert!(outbox(&out_dir)[0].contains("AQXmlPublishResponse"));
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A downstream MTA for `--smtp-reinject`: accepts every transaction and counts the
+/// messages it got (enough SMTP for aqgate's reinjection client).
+async fn smtp_sink(listener: tokio::net::TcpListener) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = got.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut s = BufReader::new(conn);
+                let _ = s.get_mut().write_all(b"220 sink ESMTP\r\n").await;
+                let mut line = String::new();
+                let mut in_data = false;
+                loop {
+                    line.clear();
+                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let reply: &[u8] = if in_data {
+                        if line != ".\r\n" {
+                            continue;
+                        }
+                        in_data = false;
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        b"250 2.0.0 queued\r\n"
+                    } else {
+                        match line.get(..4).map(str::to_ascii_uppercase).as_deref() {
+                            Some("EHLO") => b"250-sink\r\n250 8BITMIME\r\n",
+                            Some("DATA") => {
+                                in_data = true;
+                                b"354 go on\r\n"
+                            }
+                            Some("QUIT") => {
+                                let _ = s.get_mut().write_all(b"221 bye\r\n").await;
+                                return;
+                            }
+                            _ => b"250 2.0.0 ok\r\n",
+                        }
+                    };
+                    if s.get_mut().write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    got
+}
+
+/// As a before-queue filter, a mail for the gateway and for someone else: when handing it
+/// on fails temporarily, the client gets a 4xx and the request is neither performed nor
+/// answered; the client's next attempt is accepted, performed once and answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes_again() {
+    let (work, out_dir) = scratch("held");
+    let (hp, sp, rp) = (free_port(), free_port(), free_port());
+    let db = fresh_sqlite_url();
+    let out = out_dir.to_str().expect("utf-8 path").to_string();
+    let reinject = format!("smtp://127.0.0.1:{rp}");
+    let _serve = spawn(&[
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{hp}"),
+        "--smtp-listen",
+        &format!("127.0.0.1:{sp}"),
+        "--database",
+        &db,
+        "--mail-outbox",
+        &out,
+        "--smtp-reinject",
+        &reinject,
+    ]);
+    wait_port(hp);
+    wait_port(sp);
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let mail = sign(&work, "mixed", &send, "scott", "scott@example.com");
+    let to = ["--to", "aq@localhost,bob@example.com"];
+
+    // Nothing listens on the reinjection port yet: 451, nothing performed, nothing mailed.
+    let (ok, transcript) = swaks_with(sp, "scott@example.com", &mail, &to);
+    assert!(!ok && transcript.contains("<** 451 4.4.1"), "{transcript}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(outbox(&out_dir).is_empty(), "no reply for a mail that was not accepted");
+    let r = http(hp, &example("07")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    let spool = Command::new(BIN).args(["admin", "spool", "--database", &db]).output().expect("admin spool");
+    let spool = String::from_utf8_lossy(&spool.stdout).to_string();
+    assert!(spool.lines().any(|l| l.contains(" held ") && l.contains("SCOTT")), "held: {spool}");
+
+    // The next MTA is back; the client tries again: accepted, performed, answered once.
+    let sink = smtp_sink(tokio::net::TcpListener::bind(("127.0.0.1", rp)).await.expect("bind the sink")).await;
+    let (ok, transcript) = swaks_with(sp, "scott@example.com", &mail, &to);
+    assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
+    assert!(transcript.contains("handed on for 1 other recipient(s)"), "{transcript}");
+    assert_eq!(sink.load(std::sync::atomic::Ordering::SeqCst), 1, "bob's copy went on once");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while outbox(&out_dir).is_empty() {
+        assert!(Instant::now() < deadline, "no reply");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let replies = outbox(&out_dir);
+    assert_eq!(replies.len(), 1, "answered once: {replies:?}");
+    assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
+    let r = http(hp, &example("07")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "performed once: {r:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}

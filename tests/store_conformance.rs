@@ -59,6 +59,7 @@ on_both_backends!(
     many_open_sessions_share_few_connections,
     directory_destinations_and_agent_aliases,
     mail_spool_stores_dedupes_and_retries,
+    held_mail_is_performed_and_answered_only_once_accepted,
     concurrent_spooling_and_sending_all_commit,
     large_committed_sends_are_whole_and_in_order,
 );
@@ -1107,6 +1108,51 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
     assert!(store.spool_get(id).await.expect("get").is_none());
     assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");
     assert!(matches!(store.spool_put(&mail).await.expect("after the window"), SpoolPut::New(n) if n != id));
+}
+
+/// A mail whose SMTP answer is not known yet (recipients still to hand on) is stored held:
+/// not forwarded, no reply owed. A 4xx leaves it held, the client's next copy is the same
+/// mail (not a re-send), and only its release makes it due, with one reply owed.
+async fn held_mail_is_performed_and_answered_only_once_accepted(b: Backend) {
+    use aqgate::store::SpoolPut;
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let mut mail = spooled("<h1@example.com>", "<Envelope/>");
+    mail.state = "held".into();
+    let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put held") else { panic!("new") };
+    let state = async |id| {
+        let m = store.spool_get(id).await.expect("get").expect("row");
+        (m.state, m.replies_wanted)
+    };
+    assert_eq!(state(id).await, ("held".into(), 0));
+    assert!(store.spool_due(T0 + 1, 10).await.expect("due").is_empty(), "a held mail is not forwarded");
+    // The reinjection failed (4xx); the client sends the mail again, held again.
+    assert_eq!(store.spool_put(&mail).await.expect("again"), SpoolPut::New(id), "the same mail, not a re-send");
+    assert_eq!(state(id).await, ("held".into(), 0));
+    store.spool_release(id, T0).await.expect("accepted");
+    assert_eq!(state(id).await, ("new".into(), 1), "one reply owed");
+    assert_eq!(store.spool_due(T0, 10).await.expect("due").iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+    store.spool_attempted(id, Some(b"<resp/>"), None, None).await.expect("done");
+    // A real re-send later (held while its own recipients are handed on): one more reply,
+    // but only once that copy is accepted.
+    assert_eq!(store.spool_put(&mail).await.expect("re-sent"), SpoolPut::Duplicate(id));
+    assert_eq!(state(id).await, ("done".into(), 1));
+    store.spool_release(id, T0).await.expect("accepted");
+    assert_eq!(state(id).await, ("done".into(), 2));
+    // A held mail whose copy then comes for the gateway only (not held) is accepted by it.
+    let mut other = spooled("<h2@example.com>", "<Envelope/>");
+    other.state = "held".into();
+    let SpoolPut::New(other_id) = store.spool_put(&other).await.expect("put held") else { panic!("new") };
+    other.state = String::new();
+    assert_eq!(store.spool_put(&other).await.expect("plain copy"), SpoolPut::New(other_id));
+    assert_eq!(state(other_id).await, ("new".into(), 1));
+    // A held mail nobody sends again is forgotten with the dedupe window.
+    let mut lost = spooled("<h3@example.com>", "<Envelope/>");
+    lost.state = "held".into();
+    let SpoolPut::New(lost_id) = store.spool_put(&lost).await.expect("put held") else { panic!("new") };
+    store.spool_purge(T0 + 1).await.expect("purge");
+    assert!(store.spool_get(lost_id).await.expect("get").is_none());
+    assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");
 }
 
 /// SMTP sessions spool mail while the servlet commits sends (on SQLite they share group

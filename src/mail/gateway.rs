@@ -93,9 +93,13 @@ impl Acceptor for Gateway {
     async fn accept(&self, env: &MailEnvelope, raw: &[u8]) -> Vec<Reply> {
         let for_gateway = env.rcpts.iter().any(|r| r.gateway);
         let others: Vec<&str> = env.rcpts.iter().filter(|r| !r.gateway).map(|r| r.address.as_str()).collect();
-        let request = if for_gateway || others.is_empty() { Some(self.verify_and_spool(raw).await) } else { None };
+        // SMTP has one answer for the whole mail: with recipients to hand on, a request is
+        // held until that answer is known to be 250 (a 4xx means the client sends the mail
+        // again, and only the copy finally accepted is performed and answered).
+        let hold = !others.is_empty() && self.reinject.is_some() && !env.lmtp;
+        let request = if for_gateway || others.is_empty() { Some(self.spool_request(raw, hold).await) } else { None };
         if others.is_empty() {
-            return request.into_iter().collect();
+            return request.into_iter().map(|(reply, _)| reply).collect();
         }
         let Some(reinject) = &self.reinject else {
             // The session refuses such recipients when there is nowhere to send them.
@@ -109,7 +113,7 @@ impl Acceptor for Gateway {
                 .rcpts
                 .iter()
                 .map(|r| match (&request, r.gateway) {
-                    (Some(req), true) => req.clone(),
+                    (Some((req, _)), true) => req.clone(),
                     _ => handed_on.next().unwrap_or_else(|| Reply::new(451, "4.3.0", "internal error; try again")),
                 })
                 .collect();
@@ -118,7 +122,7 @@ impl Acceptor for Gateway {
         // (nobody gets it, the client sees why); otherwise the mail is handed on, and the
         // next server's refusal (temporary or not) is the answer. A client retrying after a
         // temporary failure sends the request again: the spool recognises it.
-        if let Some(req) = &request
+        if let Some((req, _)) = &request
             && req.code >= 300
         {
             return vec![req.clone()];
@@ -126,13 +130,25 @@ impl Acceptor for Gateway {
         let handed_on = reinject.send(&env.mail_from, &others, env.body_8bit, raw, true).await;
         let first = handed_on.into_iter().next().unwrap_or_else(|| Reply::new(451, "4.3.0", "internal error"));
         match request {
-            Some(req) if first.code < 300 => {
+            Some((req, id)) if first.code < 300 => {
+                // The mail is accepted: its request may now be performed and answered.
+                if let Some(id) = id
+                    && let Err(e) = self.engine.store().spool_release(id, self.clock.now()).await
+                {
+                    // The others have the mail; the client will send it again and that
+                    // copy releases the request.
+                    tracing::error!(error = %e, "releasing a held mail failed");
+                    return vec![Reply::new(451, "4.3.0", "temporary failure storing the mail; try again later")];
+                }
+                self.wake.notify_one();
                 vec![Reply::new(
                     250,
                     "2.0.0",
                     format!("{}; handed on for {} other recipient(s)", req.text, others.len()),
                 )]
             }
+            // Not accepted: a held request stays held (not performed, no reply owed) until
+            // the client's next attempt, or is forgotten with the dedupe window.
             _ => vec![first],
         }
     }
@@ -142,17 +158,30 @@ impl Gateway {
     /// The decision about an AQ request by mail: sender → agent → directory certificate →
     /// S/MIME verification → spool. `250` only once the request is committed to the spool.
     pub async fn verify_and_spool(&self, raw: &[u8]) -> Reply {
+        self.spool_request(raw, false).await.0
+    }
+
+    /// [`Gateway::verify_and_spool`], storing the request `held` if `hold` (see
+    /// [`crate::store::Store::spool_release`]); with the spool id when it was stored.
+    async fn spool_request(&self, raw: &[u8], hold: bool) -> (Reply, Option<i64>) {
+        match self.verify_and_put(raw, hold).await {
+            Ok((reply, id)) => (reply, Some(id)),
+            Err(reply) => (reply, None),
+        }
+    }
+
+    async fn verify_and_put(&self, raw: &[u8], hold: bool) -> Result<(Reply, i64), Reply> {
         let from = match smime::sender_address(raw) {
             Ok(f) => f,
-            Err(e) => return Reply::new(550, "5.7.1", format!("rejected: {e}")),
+            Err(e) => return Err(Reply::new(550, "5.7.1", format!("rejected: {e}"))),
         };
         let agent = match self.agent_for(&from).await {
             Ok(Some(a)) => a,
-            Ok(None) => return Reply::new(550, "5.7.1", format!("rejected: no AQ agent has the address {from}")),
-            Err(e) => return directory_reply(&e, &format!("sender {from}")),
+            Ok(None) => return Err(Reply::new(550, "5.7.1", format!("rejected: no AQ agent has the address {from}"))),
+            Err(e) => return Err(directory_reply(&e, &format!("sender {from}"))),
         };
         if !agent.smtp {
-            return Reply::new(550, "5.7.1", format!("rejected: agent {} is not enabled for SMTP", agent.name));
+            return Err(Reply::new(550, "5.7.1", format!("rejected: agent {} is not enabled for SMTP", agent.name)));
         }
         let at = match &agent.certificate_location {
             Some(dn) => CertificateLocation::Dn(dn.clone()),
@@ -161,22 +190,22 @@ impl Gateway {
         let certs = match self.directory.certificates(&at).await {
             Ok(c) if !c.is_empty() => c,
             Ok(_) => {
-                return Reply::new(
+                return Err(Reply::new(
                     550,
                     "5.7.1",
                     format!("rejected: no certificate for agent {} in the directory", agent.name),
-                );
+                ));
             }
-            Err(e) => return directory_reply(&e, &format!("certificate of agent {}", agent.name)),
+            Err(e) => return Err(directory_reply(&e, &format!("certificate of agent {}", agent.name))),
         };
         let now = self.clock.now();
         let verified = match smime::verify(raw, &certs, &self.trust, now / MICROS_PER_SEC) {
             Verdict::Pass(v) => v,
-            Verdict::Fail(why) => return Reply::new(550, "5.7.1", format!("signature rejected: {why}")),
+            Verdict::Fail(why) => return Err(Reply::new(550, "5.7.1", format!("signature rejected: {why}"))),
             Verdict::PermError(why) => {
-                return Reply::new(550, "5.7.1", format!("not an acceptable S/MIME message: {why}"));
+                return Err(Reply::new(550, "5.7.1", format!("not an acceptable S/MIME message: {why}")));
             }
-            Verdict::TempError(why) => return Reply::new(451, "4.7.0", format!("cannot verify now: {why}")),
+            Verdict::TempError(why) => return Err(Reply::new(451, "4.7.0", format!("cannot verify now: {why}"))),
         };
         let mail = SpooledMail {
             id: 0,
@@ -194,7 +223,7 @@ impl Gateway {
             reply_to: verified.from.clone(),
             subject: verified.subject.clone(),
             idap: verified.idap,
-            state: String::new(),
+            state: if hold { "held".into() } else { String::new() },
             attempts: 0,
             response: None,
             last_error: None,
@@ -203,16 +232,27 @@ impl Gateway {
         };
         match self.engine.store().spool_put(&mail).await {
             Ok(SpoolPut::New(id)) => {
-                self.wake.notify_one();
-                Reply::new(250, "2.0.0", format!("verified for agent {}; queued as request {id}", agent.name))
+                if !hold {
+                    self.wake.notify_one();
+                }
+                Ok((Reply::new(250, "2.0.0", format!("verified for agent {}; queued as request {id}", agent.name)), id))
             }
             Ok(SpoolPut::Duplicate(id)) => {
-                self.wake.notify_one();
-                Reply::new(250, "2.0.0", format!("already have this request ({id}); its response will be sent again"))
+                if !hold {
+                    self.wake.notify_one();
+                }
+                Ok((
+                    Reply::new(
+                        250,
+                        "2.0.0",
+                        format!("already have this request ({id}); its response will be sent again"),
+                    ),
+                    id,
+                ))
             }
             Err(e) => {
                 tracing::error!(error = %e, "spooling a verified mail failed");
-                Reply::new(451, "4.3.0", "temporary failure storing the mail; try again later")
+                Err(Reply::new(451, "4.3.0", "temporary failure storing the mail; try again later"))
             }
         }
     }

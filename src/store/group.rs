@@ -197,6 +197,9 @@ impl Store for GroupCommitStore {
     async fn notify_unpark(&self, now: Micros) -> Result<u64> {
         self.inner.notify_unpark(now).await
     }
+    async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
+        self.inner.spool_release(id, now).await
+    }
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_due(now, limit).await
     }

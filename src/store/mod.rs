@@ -274,7 +274,10 @@ pub struct SpooledMail {
     pub reply_to: String,
     pub subject: Option<String>,
     pub idap: Vec<u8>,
-    /// `new` (to forward), `done` (forwarded; `response` set), `failed` (given up).
+    /// `new` (to forward), `done` (forwarded; `response` set), `failed` (given up), or
+    /// `held`: stored, but not to be performed until [`Store::spool_release`] (the SMTP
+    /// answer for the whole mail is not known yet). Given as `held` to `spool_put` to store
+    /// a mail held; anything else stores it `new`.
     pub state: String,
     pub attempts: i64,
     pub response: Option<Vec<u8>>,
@@ -287,6 +290,7 @@ pub struct SpooledMail {
 /// What storing a mail did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpoolPut {
+    /// Stored now, or stored held before and this is that mail's first accepted copy.
     New(i64),
     /// The same signer sent the same signed mail before: not forwarded again; one more
     /// reply with the original response is owed.
@@ -324,8 +328,15 @@ pub trait Store: Send + Sync + 'static {
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
 
-    /// Stores an accepted mail (committed when this returns), or counts a duplicate.
+    /// Stores an accepted mail (committed when this returns), or counts a duplicate. A mail
+    /// put `held` owes no reply yet and is not forwarded; a duplicate put `held` changes
+    /// nothing (see [`Store::spool_release`]); a duplicate put otherwise of a held mail
+    /// releases it.
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut>;
+
+    /// The mail put `held` was accepted after all: a held mail becomes `new` (it will be
+    /// forwarded); one reply more is owed either way.
+    async fn spool_release(&self, id: i64, now: Micros) -> Result<()>;
 
     /// Mails to forward or answer now.
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;

@@ -303,6 +303,19 @@ impl Store for SqliteStore {
         spool_put_on(&mut conn, m).await
     }
 
+    async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
+        sqlx::query(
+            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
+                    state = CASE WHEN state = 'held' THEN 'new' ELSE state END
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         let rows = sqlx::query(
             // The predicate is the partial index's, word for word (so the planner uses it).
@@ -677,9 +690,10 @@ fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
 
 /// [`Store::spool_put`] on a connection: autocommit, or inside a transaction (group commit).
 async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledMail) -> Result<SpoolPut> {
+    let held = m.state == "held";
     let id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7)
+        "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key, state, replies_wanted)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, CASE WHEN ?8 THEN 'held' ELSE 'new' END, CASE WHEN ?8 THEN 0 ELSE 1 END)
              ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id",
     )
     .bind(m.received_at)
@@ -689,21 +703,32 @@ async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledMail) -> Res
     .bind(&m.subject)
     .bind(&m.idap)
     .bind(&m.dedupe_key)
+    .bind(held)
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(id) = id {
         return Ok(SpoolPut::New(id));
     }
-    let id: i64 = sqlx::query_scalar(
-        "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?3
-             WHERE agent = ?1 AND dedupe_key = ?2 RETURNING id",
-    )
-    .bind(&m.agent)
-    .bind(&m.dedupe_key)
-    .bind(m.received_at)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(SpoolPut::Duplicate(id))
+    // A copy of a mail still held (its earlier SMTP transaction ended in a 4xx, or never
+    // ended) is that mail's first accepted copy, not a re-send.
+    let (id, state): (i64, String) =
+        sqlx::query_as("SELECT id, state FROM mail_spool WHERE agent = ?1 AND dedupe_key = ?2")
+            .bind(&m.agent)
+            .bind(&m.dedupe_key)
+            .fetch_one(&mut *conn)
+            .await?;
+    if !held {
+        sqlx::query(
+            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
+                    state = CASE WHEN state = 'held' THEN 'new' ELSE state END
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(m.received_at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(if state == "held" { SpoolPut::New(id) } else { SpoolPut::Duplicate(id) })
 }
 
 /// [`Store::spool_attempted`] on a connection: autocommit, or inside a transaction (group commit).
