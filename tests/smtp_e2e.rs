@@ -198,6 +198,31 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// A mailed send of ORDER1 (example 01 + commit) was answered exactly once (a send
+/// response in the outbox, and no second one a moment later) and performed exactly once
+/// (example 07 over HTTP receives ORDER1, then finds nothing).
+async fn answered_once_and_performed_once(out_dir: &Path, hp: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while outbox(out_dir).is_empty() {
+        assert!(Instant::now() < deadline, "the spooled mail was not answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let replies = outbox(out_dir);
+    assert_eq!(replies.len(), 1, "answered once: {replies:?}");
+    assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
+    let r = http(hp, &example("07")).await;
+    assert!(
+        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        "performed exactly once: {r:?}"
+    );
+}
+
 /// A fresh work directory and its reply outbox.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
     let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", aqgate::engine::session::random_id()));
@@ -258,25 +283,7 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
     let _serve = spawn(&["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{hp}"), "--database", &db]);
     wait_port(hp);
     let _smtp2 = spawn(&smtp_args);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while outbox(&out_dir).is_empty() {
-        assert!(Instant::now() < deadline, "the spooled mail was not processed after restart");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let replies = outbox(&out_dir);
-    assert_eq!(replies.len(), 1, "answered once");
-    assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
-    let r = http(hp, &example("07")).await;
-    assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
-        "{r:?}"
-    );
-    let r = http(hp, &example("07")).await;
-    assert!(
-        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
-        "performed exactly once: {r:?}"
-    );
+    answered_once_and_performed_once(&out_dir, hp).await;
     assert!(spool(&db).contains("spool empty"), "forwarded and answered");
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -411,21 +418,6 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
     assert!(transcript.contains("handed on for 1 other recipient(s)"), "{transcript}");
     assert_eq!(sink.load(std::sync::atomic::Ordering::SeqCst), 1, "bob's copy went on once");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while outbox(&out_dir).is_empty() {
-        assert!(Instant::now() < deadline, "no reply");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let replies = outbox(&out_dir);
-    assert_eq!(replies.len(), 1, "answered once: {replies:?}");
-    assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
-    let r = http(hp, &example("07")).await;
-    assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
-        "{r:?}"
-    );
-    let r = http(hp, &example("07")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "performed once: {r:?}");
+    answered_once_and_performed_once(&out_dir, hp).await;
     let _ = std::fs::remove_dir_all(&work);
 }
