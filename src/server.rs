@@ -104,6 +104,10 @@ pub async fn serve(
         }
     }
     tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
+    // Answers go out at once (no Nagle delay behind a client's delayed ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = bg.await;
