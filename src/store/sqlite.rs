@@ -304,16 +304,7 @@ impl Store for SqliteStore {
     }
 
     async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
-        sqlx::query(
-            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
-                    state = CASE WHEN state = 'held' THEN 'new' ELSE state END
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        spool_release_on(&mut *self.pool.acquire().await?, id, now).await
     }
 
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
@@ -718,17 +709,23 @@ async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledMail) -> Res
             .fetch_one(&mut *conn)
             .await?;
     if !held {
-        sqlx::query(
-            "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
-                    state = CASE WHEN state = 'held' THEN 'new' ELSE state END
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(m.received_at)
-        .execute(&mut *conn)
-        .await?;
+        spool_release_on(conn, id, m.received_at).await?;
     }
     Ok(if state == "held" { SpoolPut::New(id) } else { SpoolPut::Duplicate(id) })
+}
+
+/// [`Store::spool_release`] on a connection; also what a (not held) re-sent copy does.
+async fn spool_release_on(conn: &mut sqlx::SqliteConnection, id: i64, now: Micros) -> Result<()> {
+    sqlx::query(
+        "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
+                state = CASE WHEN state = 'held' THEN 'new' ELSE state END
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// [`Store::spool_attempted`] on a connection: autocommit, or inside a transaction (group commit).
