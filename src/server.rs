@@ -108,7 +108,9 @@ pub async fn serve(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
+    // The peer address tells the store's group commit which connection a request came on.
+    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service).with_graceful_shutdown(shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = bg.await;
     if let Some(n) = notifier {

@@ -152,6 +152,14 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// A connection's name for the store's group commit (never 0, which means "unknown").
+fn origin_of(peer: &std::net::SocketAddr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    peer.hash(&mut h);
+    h.finish().max(1)
+}
+
 /// The Set-Cookie value for a new session.
 fn set_cookie_value(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
@@ -271,7 +279,14 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     matches!(mime.as_str(), "text/xml" | "application/xml")
 }
 
-async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn idap_post(
+    State(s): State<AppState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // Which connection the request came on (absent when the router is driven directly).
+    let origin = peer.map_or(0, |axum::Extension(axum::extract::ConnectInfo(a))| origin_of(&a));
     let _in_flight = InFlight::enter(&s.in_flight);
     if !content_type_ok(&headers) {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
@@ -331,6 +346,7 @@ async fn idap_post(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -
                 true,
             );
         }
+        guard.origin = origin;
         let result = engine.execute_envelope(&mut guard, envelope).await;
         // A session opened by this request that holds nothing (no open work, no navigation
         // position) is not kept: clients that never send the cookie back must not pile up

@@ -287,7 +287,7 @@ impl Engine {
         let commit_session = req.commit && session.pending;
         if commit_now && !commit_session {
             // Nothing else to commit: one atomic write where the backend can.
-            self.store.insert_committed(&rows).await?;
+            self.store.insert_committed(&rows, session.origin).await?;
         } else {
             let mut tx = self.store.begin().await?;
             tx.insert_messages(&rows).await?;

@@ -34,6 +34,10 @@ pub struct Session {
     pub closed: bool,
     /// `IDAP:Header` entries of the request being performed.
     pub headers: Vec<crate::idap::model::XmlNode>,
+    /// The connection the request being performed came on (0: unknown): the store's
+    /// group commit waits a moment for a connection it has just answered (see
+    /// `store::regulars`).
+    pub origin: u64,
 }
 
 impl Session {
@@ -47,6 +51,7 @@ impl Session {
             last_used: now,
             closed: false,
             headers: Vec::new(),
+            origin: 0,
         }
     }
 

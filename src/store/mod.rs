@@ -15,6 +15,7 @@
 
 pub mod group;
 pub mod postgres;
+pub mod regulars;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -400,7 +401,11 @@ pub trait Store: Send + Sync + 'static {
     async fn notify_unpark(&self, now: Micros) -> Result<u64>;
 
     /// Inserts committed messages as one atomic step (no session work involved).
-    async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
+    /// `source` names the producer (a hash of its session; 0 for none): a backend that
+    /// writes concurrent requests together may wait a moment for a producer it has just
+    /// answered and that came back quickly before (see [`regulars`]).
+    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
+        let _ = source;
         let mut tx = self.begin().await?;
         tx.insert_messages(msgs).await?;
         tx.commit().await

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 
+use super::regulars::Regulars;
 use super::*;
 
 /// The LISTEN/NOTIFY channel for enqueue signals.
@@ -32,6 +33,9 @@ struct TakeJob {
 /// One request's committed enqueue, waiting to be written.
 struct InsertJob {
     msgs: Vec<NewMessage>,
+    /// Who sent it (see [`Store::insert_committed`]) and when.
+    source: u64,
+    at: std::time::Instant,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 }
 
@@ -59,28 +63,59 @@ impl Coalescer {
             let (pool, rx) = (pool.clone(), rx.clone());
             tokio::spawn(async move {
                 let mut conn = OwnConn::default();
+                let mut regulars = Regulars::default();
                 loop {
                     let batch = {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
-                        let mut rows = first.msgs.len();
-                        let mut batch = vec![first];
-                        while rows < COALESCE_MAX_ROWS {
-                            match rx.try_recv() {
-                                Ok(job) => {
-                                    rows += job.msgs.len();
-                                    batch.push(job);
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        batch
+                        Self::collect(&mut rx, first, &mut regulars).await
                     };
+                    let sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
                     Self::write(&pool, &mut conn, batch).await;
+                    let now = std::time::Instant::now();
+                    for s in sources.into_iter().filter(|s| *s != 0) {
+                        regulars.answered(s, now);
+                    }
                 }
             });
         }
         tx
+    }
+
+    /// The batch that begins with `first`: everything queued meanwhile, and then whatever
+    /// arrives while [`Regulars`] expects a producer it has just answered to come back.
+    async fn collect(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<InsertJob>,
+        first: InsertJob,
+        regulars: &mut Regulars,
+    ) -> Vec<InsertJob> {
+        let started = std::time::Instant::now();
+        let mut rows = 0;
+        let mut batch = Vec::new();
+        let mut in_batch = std::collections::HashSet::new();
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            if job.source != 0 {
+                regulars.arrived(job.source, job.at);
+                in_batch.insert(job.source);
+            }
+            rows += job.msgs.len();
+            batch.push(job);
+            if rows >= COALESCE_MAX_ROWS {
+                break;
+            }
+            next = match rx.try_recv() {
+                Ok(job) => Some(job),
+                Err(_) => {
+                    let until = regulars.wait_until(|s| in_batch.contains(&s), started, std::time::Instant::now());
+                    match until {
+                        Some(until) => tokio::time::timeout_at(until.into(), rx.recv()).await.ok().flatten(),
+                        None => None,
+                    }
+                }
+            };
+        }
+        batch
     }
 
     fn start_takes(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<TakeJob> {
@@ -512,7 +547,7 @@ impl Store for PgStore {
         Ok(r.rows_affected())
     }
 
-    async fn insert_committed(&self, msgs: &[NewMessage]) -> Result<()> {
+    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
         // A single statement is atomic on its own: no BEGIN/COMMIT round trips; concurrent
         // requests share one (see Coalescer).
         if msgs.is_empty() {
@@ -525,7 +560,8 @@ impl Store for PgStore {
             return Ok(());
         }
         let (done, answer) = tokio::sync::oneshot::channel();
-        if self.inserts.send(InsertJob { msgs: msgs.to_vec(), done }).is_err() {
+        let job = InsertJob { msgs: msgs.to_vec(), source, at: std::time::Instant::now(), done };
+        if self.inserts.send(job).is_err() {
             return Err(StoreError::Corrupt("the insert writer stopped".into()));
         }
         answer.await.map_err(|_| StoreError::Corrupt("the insert writer stopped".into()))?
@@ -1212,4 +1248,95 @@ async fn spool_attempted_on(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(source: u64) -> (InsertJob, tokio::sync::oneshot::Receiver<Result<()>>) {
+        let msg = NewMessage {
+            msgid: [0; 16],
+            queue: 1,
+            corrid: None,
+            priority: 1,
+            enq_time: 0,
+            delay_until: None,
+            expire_at: None,
+            sender: None,
+            exception_queue: None,
+            payload: Vec::new(),
+            enq_txn: None,
+            consumers: vec![String::new()],
+            prio_key: 0,
+        };
+        let (done, answer) = tokio::sync::oneshot::channel();
+        (InsertJob { msgs: vec![msg], source, at: std::time::Instant::now(), done }, answer)
+    }
+
+    /// Sources 1..=4 came back 200 µs after their answers before, and were answered now.
+    fn four_regulars() -> Regulars {
+        let mut r = Regulars::default();
+        let t = std::time::Instant::now();
+        for s in 1..=4 {
+            r.answered(s, t - Duration::from_micros(400));
+            r.arrived(s, t - Duration::from_micros(200));
+            r.answered(s, t);
+        }
+        r
+    }
+
+    // On the test's single-threaded runtime the spawned producers run only when the writer
+    // waits: without waiting for regulars the batch would be the first request alone.
+    #[tokio::test]
+    async fn the_writer_waits_for_the_regulars_it_has_just_answered() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut regulars = four_regulars();
+        let (first, _a) = job(1);
+        let others: Vec<_> = (2..=4).map(job).collect();
+        let (jobs, _answers): (Vec<_>, Vec<_>) = others.into_iter().unzip();
+        let sender = tx.clone();
+        tokio::spawn(async move {
+            for j in jobs {
+                let _ = sender.send(j);
+            }
+        });
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
+        let mut sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
+        sources.sort_unstable();
+        assert_eq!(sources, vec![1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn a_stranger_is_written_at_once() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut regulars = four_regulars();
+        // Everyone expected is in the batch already, and 9 has never been seen.
+        let (first, _a) = job(9);
+        let mut answers = Vec::new();
+        for s in 1..=4 {
+            let (j, a) = job(s);
+            tx.send(j).expect("open");
+            answers.push(a);
+        }
+        let (late, _b) = job(5);
+        tokio::spawn(async move {
+            let _ = tx.send(late);
+        });
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
+        let sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
+        assert_eq!(sources, vec![9, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn a_regular_that_does_not_come_back_delays_the_batch_at_most_max_wait() {
+        let (_tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut regulars = four_regulars();
+        let (first, _a) = job(1);
+        let started = std::time::Instant::now();
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
+        assert_eq!(batch.len(), 1);
+        // The timer wheel has millisecond ticks: the wait ends at the tick after the cap.
+        assert!(started.elapsed() < super::super::regulars::MAX_WAIT + Duration::from_millis(50));
+    }
 }
