@@ -30,6 +30,10 @@ enum Scenario {
     Receive,
     Smtp,
     Notify,
+    /// The store alone: committed enqueues of `--batch` messages straight into the store
+    /// at `--database` (the servlet's code path below HTTP and XML), to tell the database's
+    /// share from the servlet's.
+    Store,
 }
 
 #[derive(Parser, Debug)]
@@ -85,6 +89,10 @@ struct Args {
     /// the smtp scenario (default: as fast as the server takes them).
     #[arg(long)]
     rate: Option<u64>,
+    /// The store scenario's database (a PostgreSQL URL or a SQLite path/URL). It gets the
+    /// migrations and the queue `--queue`.
+    #[arg(long)]
+    database: Option<String>,
 }
 
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
@@ -413,6 +421,9 @@ async fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if args.scenario == Scenario::Store {
+        return store_bench(&args).await;
+    }
     if args.scenario == Scenario::Notify {
         return notify_bench(&args).await;
     }
@@ -438,7 +449,7 @@ async fn main() -> anyhow::Result<()> {
     let body = Arc::new(match args.scenario {
         Scenario::Send => send_xml(&args.queue, 1, &hex),
         Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
-        Scenario::Receive | Scenario::Smtp | Scenario::Notify => receive_xml(&args.queue),
+        Scenario::Receive | Scenario::Smtp | Scenario::Notify | Scenario::Store => receive_xml(&args.queue),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));
@@ -490,6 +501,80 @@ async fn main() -> anyhow::Result<()> {
         per_request,
         requests,
         faults.load(Ordering::Relaxed),
+        msgs_per_sec,
+        percentile(&all, 0.50).as_secs_f64() * 1000.0,
+        percentile(&all, 0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}
+
+/// The store scenario: each client enqueues `--batch` committed messages at a time through
+/// `Store::insert_committed`, as the servlet does for a send with a trailing commit. Each
+/// client is its own producer, so the PostgreSQL group commit batches as for connections.
+async fn store_bench(args: &Args) -> anyhow::Result<()> {
+    use aqgate::store::NewMessage;
+    let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the store scenario needs --database"))?;
+    let store = aqgate::store::open(url).await?;
+    let queue = {
+        let mut tx = store.begin().await?;
+        let q = tx.ensure_queue(&args.queue).await?;
+        tx.commit().await?;
+        q
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for client in 0..args.clients {
+        let (store, stop) = (store.clone(), stop.clone());
+        let (n, payload) = (args.batch, vec![0xab_u8; args.payload]);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let now = aqgate::clock::Micros::try_from(
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_micros(),
+                )?;
+                let msgs: Vec<NewMessage> = (0..n)
+                    .map(|_| NewMessage {
+                        msgid: *uuid::Uuid::now_v7().as_bytes(),
+                        queue,
+                        corrid: None,
+                        priority: 1,
+                        enq_time: now,
+                        delay_until: None,
+                        expire_at: None,
+                        sender: None,
+                        exception_queue: None,
+                        payload: payload.clone(),
+                        enq_txn: None,
+                        consumers: vec![String::new()],
+                        prio_key: 0,
+                    })
+                    .collect();
+                let t = Instant::now();
+                store.insert_committed(&msgs, client as u64 + 1).await?;
+                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            }
+            anyhow::Ok((lat, start.elapsed()))
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    let mut elapsed = Duration::ZERO;
+    for t in tasks {
+        let (lat, e) = t.await??;
+        all.extend(lat);
+        elapsed = elapsed.max(e);
+    }
+    all.sort_unstable();
+    #[allow(clippy::cast_precision_loss)]
+    let msgs_per_sec = (all.len() * args.batch) as f64 / elapsed.as_secs_f64();
+    println!(
+        "scenario=Store clients={} payload={}B batch={} requests={} msgs/s={:.0} p50={:.2}ms p99={:.2}ms",
+        args.clients,
+        args.payload,
+        args.batch,
+        all.len(),
         msgs_per_sec,
         percentile(&all, 0.50).as_secs_f64() * 1000.0,
         percentile(&all, 0.99).as_secs_f64() * 1000.0,

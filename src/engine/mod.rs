@@ -543,7 +543,7 @@ impl Engine {
                 include_locked: false,
                 limit: 1,
             };
-            let Some(m) = self.store.take_head(&q).await? else { return Ok(None) };
+            let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(None) };
             if req.commit {
                 session.end_transaction();
             } else {

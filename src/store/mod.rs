@@ -412,8 +412,10 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Takes the first committed, unlocked delivery matching `q` and removes it, as one
-    /// atomic step: a single-consumer REMOVE that commits at once.
-    async fn take_head(&self, q: &CandidateQuery) -> Result<Option<StoredMessage>> {
+    /// atomic step: a single-consumer REMOVE that commits at once. `source` as for
+    /// [`Store::insert_committed`].
+    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
+        let _ = source;
         let mut tx = self.begin().await?;
         let mut q = q.clone();
         q.limit = 1;

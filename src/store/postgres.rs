@@ -27,7 +27,42 @@ pub struct PgStore {
 /// One request's remove-the-head receive.
 struct TakeJob {
     q: CandidateQuery,
+    /// Who sent it (see [`Store::take_head`]) and when.
+    source: u64,
+    at: std::time::Instant,
     done: tokio::sync::oneshot::Sender<Result<Option<StoredMessage>>>,
+}
+
+/// A request waiting for a group-commit writer.
+trait Job {
+    fn source(&self) -> u64;
+    fn at(&self) -> std::time::Instant;
+    /// Rows it adds to the writer's statement.
+    fn rows(&self) -> usize;
+}
+
+impl Job for InsertJob {
+    fn source(&self) -> u64 {
+        self.source
+    }
+    fn at(&self) -> std::time::Instant {
+        self.at
+    }
+    fn rows(&self) -> usize {
+        self.msgs.len()
+    }
+}
+
+impl Job for TakeJob {
+    fn source(&self) -> u64 {
+        self.source
+    }
+    fn at(&self) -> std::time::Instant {
+        self.at
+    }
+    fn rows(&self) -> usize {
+        1
+    }
 }
 
 /// One request's committed enqueue, waiting to be written.
@@ -68,14 +103,11 @@ impl Coalescer {
                     let batch = {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
-                        Self::collect(&mut rx, first, &mut regulars).await
+                        Self::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await
                     };
-                    let sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
+                    let sources: Vec<u64> = batch.iter().map(Job::source).collect();
                     Self::write(&pool, &mut conn, batch).await;
-                    let now = std::time::Instant::now();
-                    for s in sources.into_iter().filter(|s| *s != 0) {
-                        regulars.answered(s, now);
-                    }
+                    regulars.answered_all(sources, std::time::Instant::now());
                 }
             });
         }
@@ -84,24 +116,25 @@ impl Coalescer {
 
     /// The batch that begins with `first`: everything queued meanwhile, and then whatever
     /// arrives while [`Regulars`] expects a producer it has just answered to come back.
-    async fn collect(
-        rx: &mut tokio::sync::mpsc::UnboundedReceiver<InsertJob>,
-        first: InsertJob,
+    async fn collect<J: Job>(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<J>,
+        first: J,
         regulars: &mut Regulars,
-    ) -> Vec<InsertJob> {
+        max_rows: usize,
+    ) -> Vec<J> {
         let started = std::time::Instant::now();
         let mut rows = 0;
         let mut batch = Vec::new();
         let mut in_batch = std::collections::HashSet::new();
         let mut next = Some(first);
         while let Some(job) = next.take() {
-            if job.source != 0 {
-                regulars.arrived(job.source, job.at);
-                in_batch.insert(job.source);
+            if job.source() != 0 {
+                regulars.arrived(job.source(), job.at());
+                in_batch.insert(job.source());
             }
-            rows += job.msgs.len();
+            rows += job.rows();
             batch.push(job);
-            if rows >= COALESCE_MAX_ROWS {
+            if rows >= max_rows {
                 break;
             }
             next = match rx.try_recv() {
@@ -122,14 +155,10 @@ impl Coalescer {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<TakeJob>();
         tokio::spawn(async move {
             let mut conn = OwnConn::default();
+            let mut regulars = Regulars::default();
             while let Some(first) = rx.recv().await {
-                let mut jobs = vec![first];
-                while jobs.len() < 256 {
-                    match rx.try_recv() {
-                        Ok(job) => jobs.push(job),
-                        Err(_) => break,
-                    }
-                }
+                let jobs = Self::collect(&mut rx, first, &mut regulars, 256).await;
+                let sources: Vec<u64> = jobs.iter().map(Job::source).collect();
                 // Receivers of one queue and consumer without a filter share a statement;
                 // filtered ones go alone. Groups run concurrently.
                 let mut groups: Vec<Vec<TakeJob>> = Vec::new();
@@ -158,6 +187,7 @@ impl Coalescer {
                     Self::take(&pool, &mut conn, g).await;
                 }
                 while running.join_next().await.is_some() {}
+                regulars.answered_all(sources, std::time::Instant::now());
             }
         });
         tx
@@ -567,11 +597,11 @@ impl Store for PgStore {
         answer.await.map_err(|_| StoreError::Corrupt("the insert writer stopped".into()))?
     }
 
-    async fn take_head(&self, q: &CandidateQuery) -> Result<Option<StoredMessage>> {
+    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
         // Claim, delete the delivery and its (single-consumer) message, and return it, in
         // one statement; concurrent receivers of one queue share one (see Coalescer).
         let (done, answer) = tokio::sync::oneshot::channel();
-        if self.takes.send(TakeJob { q: q.clone(), done }).is_err() {
+        if self.takes.send(TakeJob { q: q.clone(), source, at: std::time::Instant::now(), done }).is_err() {
             return Err(StoreError::Corrupt("the receive writer stopped".into()));
         }
         answer.await.map_err(|_| StoreError::Corrupt("the receive writer stopped".into()))?
@@ -1301,8 +1331,8 @@ mod tests {
                 let _ = sender.send(j);
             }
         });
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
-        let mut sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
+        let mut sources: Vec<u64> = batch.iter().map(Job::source).collect();
         sources.sort_unstable();
         assert_eq!(sources, vec![1, 2, 3, 4]);
     }
@@ -1323,8 +1353,8 @@ mod tests {
         tokio::spawn(async move {
             let _ = tx.send(late);
         });
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
-        let sources: Vec<u64> = batch.iter().map(|j| j.source).collect();
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
+        let sources: Vec<u64> = batch.iter().map(Job::source).collect();
         assert_eq!(sources, vec![9, 1, 2, 3, 4]);
     }
 
@@ -1334,7 +1364,7 @@ mod tests {
         let mut regulars = four_regulars();
         let (first, _a) = job(1);
         let started = std::time::Instant::now();
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars).await;
+        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
         assert_eq!(batch.len(), 1);
         // The timer wheel has millisecond ticks: the wait ends at the tick after the cap.
         assert!(started.elapsed() < super::super::regulars::MAX_WAIT + Duration::from_millis(50));

@@ -60,6 +60,13 @@ impl Regulars {
         }
     }
 
+    /// The writer answered all of `sources` (0: unknown, not tracked) at `now`.
+    pub fn answered_all(&mut self, sources: impl IntoIterator<Item = u64>, now: Instant) {
+        for s in sources.into_iter().filter(|s| *s != 0) {
+            self.answered(s, now);
+        }
+    }
+
     /// Until when the batch that began at `started` should wait for regulars that are not
     /// in it (`in_batch`), or `None` when nobody is expected any more at `now`.
     pub fn wait_until(&self, in_batch: impl Fn(u64) -> bool, started: Instant, now: Instant) -> Option<Instant> {
