@@ -101,6 +101,20 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "IDAP requests being answered now, long polls included.",
         s.in_flight.load(Relaxed).to_string(),
     );
+    let g = &crate::store::postgres::GROUP_METRICS;
+    for (name, help, v) in [
+        (
+            "aqgate_pg_insert_statements_total",
+            "Statements of the PostgreSQL insert writer (group commit).",
+            &g.insert_statements,
+        ),
+        ("aqgate_pg_insert_requests_total", "Committed enqueues the insert writer wrote in them.", &g.insert_requests),
+        ("aqgate_pg_take_statements_total", "Statements of the PostgreSQL receive writer.", &g.take_statements),
+        ("aqgate_pg_take_requests_total", "Receives the receive writer answered with them.", &g.take_requests),
+        ("aqgate_pg_group_waits_total", "Writer batches that waited for a regular client connection.", &g.waits),
+    ] {
+        metric(name, "counter", help, v.load(Relaxed).to_string());
+    }
     metric(
         "aqgate_notifications_delivered_total",
         "counter",

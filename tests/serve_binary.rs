@@ -343,3 +343,33 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     let after = depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE");
     assert_eq!(after, before + 2000 - i64::try_from(received).expect("count"));
 }
+
+/// On PostgreSQL, concurrent committed sends from several client connections share
+/// statements, and the writer recognises the connections that keep coming back (the
+/// servlet passes each request's connection down to the store): over a few thousand
+/// requests from four keep-alive clients, some batch waits for one of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let _s = Serve::start(&db, port);
+    let url = format!("http://127.0.0.1:{port}/aqserv");
+    let out = Command::new(env!("CARGO_BIN_EXE_aqgate-bench"))
+        .args(["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"])
+        .output()
+        .expect("run aqgate-bench");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let sends: i64 = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("requests="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no requests= in {text}"));
+    assert!(text.contains("faults=0"), "{text}");
+    // The writer wrote every send (the warm-up requests of the load generator are receives).
+    assert_eq!(metric(port, "aqgate_pg_insert_requests_total"), sends);
+    let statements = metric(port, "aqgate_pg_insert_statements_total");
+    assert!(statements > 0 && statements < sends, "{sends} sends in {statements} statements");
+    assert!(metric(port, "aqgate_pg_group_waits_total") > 0, "no batch waited for a regular");
+    assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"), sends);
+}

@@ -4,6 +4,7 @@
 //! process LISTENs to, to wake its long-polls.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,6 +33,24 @@ struct TakeJob {
     at: std::time::Instant,
     done: tokio::sync::oneshot::Sender<Result<Option<StoredMessage>>>,
 }
+
+/// What the group-commit writers did in this process (see `/metrics`).
+pub struct GroupMetrics {
+    pub insert_statements: AtomicU64,
+    pub insert_requests: AtomicU64,
+    pub take_statements: AtomicU64,
+    pub take_requests: AtomicU64,
+    /// Batches that waited for a regular (see [`Regulars`]).
+    pub waits: AtomicU64,
+}
+
+pub static GROUP_METRICS: GroupMetrics = GroupMetrics {
+    insert_statements: AtomicU64::new(0),
+    insert_requests: AtomicU64::new(0),
+    take_statements: AtomicU64::new(0),
+    take_requests: AtomicU64::new(0),
+    waits: AtomicU64::new(0),
+};
 
 /// A request waiting for a group-commit writer.
 trait Job {
@@ -106,6 +125,8 @@ impl Coalescer {
                         Self::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await
                     };
                     let sources: Vec<u64> = batch.iter().map(Job::source).collect();
+                    GROUP_METRICS.insert_statements.fetch_add(1, Ordering::Relaxed);
+                    GROUP_METRICS.insert_requests.fetch_add(sources.len() as u64, Ordering::Relaxed);
                     Self::write(&pool, &mut conn, batch).await;
                     regulars.answered_all(sources, std::time::Instant::now());
                 }
@@ -127,6 +148,7 @@ impl Coalescer {
         let mut batch = Vec::new();
         let mut in_batch = std::collections::HashSet::new();
         let mut next = Some(first);
+        let mut waited = false;
         while let Some(job) = next.take() {
             if job.source() != 0 {
                 regulars.arrived(job.source(), job.at());
@@ -142,11 +164,17 @@ impl Coalescer {
                 Err(_) => {
                     let until = regulars.wait_until(|s| in_batch.contains(&s), started, std::time::Instant::now());
                     match until {
-                        Some(until) => tokio::time::timeout_at(until.into(), rx.recv()).await.ok().flatten(),
+                        Some(until) => {
+                            waited = true;
+                            tokio::time::timeout_at(until.into(), rx.recv()).await.ok().flatten()
+                        }
                         None => None,
                     }
                 }
             };
+        }
+        if waited {
+            GROUP_METRICS.waits.fetch_add(1, Ordering::Relaxed);
         }
         batch
     }
@@ -175,6 +203,8 @@ impl Coalescer {
                         None => groups.push(vec![job]),
                     }
                 }
+                GROUP_METRICS.take_statements.fetch_add(groups.len() as u64, Ordering::Relaxed);
+                GROUP_METRICS.take_requests.fetch_add(sources.len() as u64, Ordering::Relaxed);
                 // The first group on this task's own connection, others beside it from the pool.
                 let mut running = tokio::task::JoinSet::new();
                 let mut groups = groups.into_iter();
