@@ -146,13 +146,11 @@ impl Coalescer {
         let started = std::time::Instant::now();
         let mut rows = 0;
         let mut batch = Vec::new();
-        let mut in_batch = std::collections::HashSet::new();
         let mut next = Some(first);
         let mut waited = false;
         while let Some(job) = next.take() {
             if job.source() != 0 {
                 regulars.arrived(job.source(), job.at());
-                in_batch.insert(job.source());
             }
             rows += job.rows();
             batch.push(job);
@@ -162,7 +160,7 @@ impl Coalescer {
             next = match rx.try_recv() {
                 Ok(job) => Some(job),
                 Err(_) => {
-                    let until = regulars.wait_until(|s| in_batch.contains(&s), started, std::time::Instant::now());
+                    let until = regulars.wait_until(started, std::time::Instant::now());
                     match until {
                         Some(until) => {
                             waited = true;

@@ -8,8 +8,8 @@
 //! transactions are active; this answers it with what the writer knows better: which
 //! producers it has just answered and how fast each one came back before.
 //!
-//! A *regular* is a source (one session) that came back within [`MAX_RETURN`] of its last
-//! answer. While a regular that was answered recently is not yet queued, the writer waits
+//! A *regular* is a source (one client connection) that came back within [`MAX_RETURN`]
+//! of its last answer. While a regular that was answered recently is not yet queued, the writer waits
 //! for it until it is late: its last return time and half again, plus [`SLACK`]. Nobody
 //! else makes the writer wait: a producer seen once, or one that comes back slowly, is
 //! written at once. The wait never exceeds [`MAX_WAIT`] after the batch's first request.
@@ -36,15 +36,20 @@ struct Seen {
     back_after: Option<Duration>,
 }
 
+/// Return times of the sources seen lately, and the regulars expected back now with the
+/// time each becomes late. Only the second is read per batch: it holds the regulars
+/// answered within about the last millisecond, however many sources there are.
 #[derive(Default)]
 pub struct Regulars {
     seen: HashMap<u64, Seen>,
+    expected: HashMap<u64, Instant>,
     last_pruned: Option<Instant>,
 }
 
 impl Regulars {
     /// A request of `source`, submitted at `at`, is in the writer's hands.
     pub fn arrived(&mut self, source: u64, at: Instant) {
+        self.expected.remove(&source);
         let s = self.seen.entry(source).or_default();
         if let Some(a) = s.answered.take() {
             s.back_after = Some(at.saturating_duration_since(a));
@@ -53,7 +58,16 @@ impl Regulars {
 
     /// `source`'s request was answered at `now`.
     pub fn answered(&mut self, source: u64, now: Instant) {
-        self.seen.entry(source).or_default().answered = Some(now);
+        let s = self.seen.entry(source).or_default();
+        s.answered = Some(now);
+        match s.back_after {
+            Some(back) if back <= MAX_RETURN => {
+                self.expected.insert(source, now + back + back / 2 + SLACK);
+            }
+            _ => {
+                self.expected.remove(&source);
+            }
+        }
         if self.last_pruned.is_none_or(|p| now.saturating_duration_since(p) > FORGET_AFTER) {
             self.seen.retain(|_, s| s.answered.is_none_or(|a| now.saturating_duration_since(a) < FORGET_AFTER));
             self.last_pruned = Some(now);
@@ -67,21 +81,13 @@ impl Regulars {
         }
     }
 
-    /// Until when the batch that began at `started` should wait for regulars that are not
-    /// in it (`in_batch`), or `None` when nobody is expected any more at `now`.
-    pub fn wait_until(&self, in_batch: impl Fn(u64) -> bool, started: Instant, now: Instant) -> Option<Instant> {
-        let cap = started + MAX_WAIT;
-        let due = self
-            .seen
-            .iter()
-            .filter(|(source, _)| !in_batch(**source))
-            .filter_map(|(_, s)| {
-                let (a, back) = (s.answered?, s.back_after?);
-                (back <= MAX_RETURN).then(|| a + back + back / 2 + SLACK)
-            })
-            .filter(|due| *due > now)
-            .max()?;
-        Some(due.min(cap)).filter(|until| *until > now)
+    /// Until when the batch that began at `started` should wait for regulars that have not
+    /// come back yet, or `None` when nobody is expected any more at `now` (late regulars
+    /// are dropped from the expected ones).
+    pub fn wait_until(&mut self, started: Instant, now: Instant) -> Option<Instant> {
+        self.expected.retain(|_, due| *due > now);
+        let due = *self.expected.values().max()?;
+        Some(due.min(started + MAX_WAIT)).filter(|until| *until > now)
     }
 
     #[cfg(test)]
@@ -115,13 +121,13 @@ mod tests {
         r.answered(2, t1);
         // 1 is back and in the batch; 2 is expected until 200 + 100 + 50 µs after t1.
         r.arrived(1, t1 + us(150));
-        let until = r.wait_until(|s| s == 1, t1 + us(150), t1 + us(150));
+        let until = r.wait_until(t1 + us(150), t1 + us(150));
         assert_eq!(until, Some(t1 + us(350)));
         // Past that it is late: no more waiting.
-        assert_eq!(r.wait_until(|s| s == 1, t1 + us(150), t1 + us(351)), None);
+        assert_eq!(r.wait_until(t1 + us(150), t1 + us(351)), None);
         // Once it is in the batch, nobody is missing.
         r.arrived(2, t1 + us(210));
-        assert_eq!(r.wait_until(|s| s == 1 || s == 2, t1 + us(150), t1 + us(210)), None);
+        assert_eq!(r.wait_until(t1 + us(150), t1 + us(210)), None);
     }
 
     #[test]
@@ -133,7 +139,7 @@ mod tests {
         // Came back, but slower than MAX_RETURN.
         regular(&mut r, 8, t, MAX_RETURN + us(1));
         r.answered(8, t + us(5_000));
-        assert_eq!(r.wait_until(|_| false, t + us(5_010), t + us(5_010)), None);
+        assert_eq!(r.wait_until(t + us(5_010), t + us(5_010)), None);
     }
 
     #[test]
@@ -144,7 +150,7 @@ mod tests {
         let t1 = t + us(2_000);
         r.answered(1, t1);
         // Expected until 900 + 450 + 50 µs after t1, but the batch began at t1 + 100 µs.
-        let until = r.wait_until(|_| false, t1 + us(100), t1 + us(100));
+        let until = r.wait_until(t1 + us(100), t1 + us(100));
         assert_eq!(until, Some(t1 + us(100) + MAX_WAIT));
     }
 
@@ -157,9 +163,10 @@ mod tests {
         let t1 = t + us(3_000);
         r.answered(1, t1);
         r.answered(2, t1);
-        assert_eq!(r.wait_until(|_| false, t1, t1), Some(t1 + us(650)));
-        // 2 is in: only 1 is awaited, until 100 + 50 + 50 µs.
-        assert_eq!(r.wait_until(|s| s == 2, t1, t1), Some(t1 + us(200)));
+        assert_eq!(r.wait_until(t1, t1), Some(t1 + us(650)));
+        // 2 is back: only 1 is awaited, until 100 + 50 + 50 µs.
+        r.arrived(2, t1 + us(10));
+        assert_eq!(r.wait_until(t1, t1 + us(10)), Some(t1 + us(200)));
     }
 
     #[test]
