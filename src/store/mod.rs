@@ -401,9 +401,9 @@ pub trait Store: Send + Sync + 'static {
     async fn notify_unpark(&self, now: Micros) -> Result<u64>;
 
     /// Inserts committed messages as one atomic step (no session work involved).
-    /// `source` names the producer (a hash of its session; 0 for none): a backend that
-    /// writes concurrent requests together may wait a moment for a producer it has just
-    /// answered and that came back quickly before (see [`regulars`]).
+    /// `source` names the producer (its client connection, `Session::origin`; 0 for none):
+    /// a backend that writes concurrent requests together may wait a moment for a producer
+    /// it has just answered and that came back quickly before (see [`regulars`]).
     async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
         let _ = source;
         let mut tx = self.begin().await?;
