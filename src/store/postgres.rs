@@ -28,9 +28,7 @@ pub struct PgStore {
 /// One request's remove-the-head receive.
 struct TakeJob {
     q: CandidateQuery,
-    /// Who sent it (see [`Store::take_head`]) and when.
-    source: u64,
-    at: std::time::Instant,
+    sent: Sent,
     done: tokio::sync::oneshot::Sender<Result<Option<StoredMessage>>>,
 }
 
@@ -52,20 +50,32 @@ pub static GROUP_METRICS: GroupMetrics = GroupMetrics {
     waits: AtomicU64::new(0),
 };
 
+/// Who sent a job (the `source` of [`Store::insert_committed`] / [`Store::take_head`];
+/// 0: unknown) and when.
+struct Sent {
+    source: u64,
+    at: std::time::Instant,
+}
+
+impl Sent {
+    fn now(source: u64) -> Self {
+        Self { source, at: std::time::Instant::now() }
+    }
+}
+
 /// A request waiting for a group-commit writer.
 trait Job {
-    fn source(&self) -> u64;
-    fn at(&self) -> std::time::Instant;
+    fn sent(&self) -> &Sent;
     /// Rows it adds to the writer's statement.
     fn rows(&self) -> usize;
+    fn source(&self) -> u64 {
+        self.sent().source
+    }
 }
 
 impl Job for InsertJob {
-    fn source(&self) -> u64 {
-        self.source
-    }
-    fn at(&self) -> std::time::Instant {
-        self.at
+    fn sent(&self) -> &Sent {
+        &self.sent
     }
     fn rows(&self) -> usize {
         self.msgs.len()
@@ -73,11 +83,8 @@ impl Job for InsertJob {
 }
 
 impl Job for TakeJob {
-    fn source(&self) -> u64 {
-        self.source
-    }
-    fn at(&self) -> std::time::Instant {
-        self.at
+    fn sent(&self) -> &Sent {
+        &self.sent
     }
     fn rows(&self) -> usize {
         1
@@ -87,9 +94,7 @@ impl Job for TakeJob {
 /// One request's committed enqueue, waiting to be written.
 struct InsertJob {
     msgs: Vec<NewMessage>,
-    /// Who sent it (see [`Store::insert_committed`]) and when.
-    source: u64,
-    at: std::time::Instant,
+    sent: Sent,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 }
 
@@ -150,7 +155,7 @@ impl Coalescer {
         let mut waited = false;
         while let Some(job) = next.take() {
             if job.source() != 0 {
-                regulars.arrived(job.source(), job.at());
+                regulars.arrived(job.source(), job.sent().at);
             }
             rows += job.rows();
             batch.push(job);
@@ -618,7 +623,7 @@ impl Store for PgStore {
             return Ok(());
         }
         let (done, answer) = tokio::sync::oneshot::channel();
-        let job = InsertJob { msgs: msgs.to_vec(), source, at: std::time::Instant::now(), done };
+        let job = InsertJob { msgs: msgs.to_vec(), sent: Sent::now(source), done };
         if self.inserts.send(job).is_err() {
             return Err(StoreError::Corrupt("the insert writer stopped".into()));
         }
@@ -629,7 +634,7 @@ impl Store for PgStore {
         // Claim, delete the delivery and its (single-consumer) message, and return it, in
         // one statement; concurrent receivers of one queue share one (see Coalescer).
         let (done, answer) = tokio::sync::oneshot::channel();
-        if self.takes.send(TakeJob { q: q.clone(), source, at: std::time::Instant::now(), done }).is_err() {
+        if self.takes.send(TakeJob { q: q.clone(), sent: Sent::now(source), done }).is_err() {
             return Err(StoreError::Corrupt("the receive writer stopped".into()));
         }
         answer.await.map_err(|_| StoreError::Corrupt("the receive writer stopped".into()))?
@@ -1329,7 +1334,7 @@ mod tests {
             prio_key: 0,
         };
         let (done, answer) = tokio::sync::oneshot::channel();
-        (InsertJob { msgs: vec![msg], source, at: std::time::Instant::now(), done }, answer)
+        (InsertJob { msgs: vec![msg], sent: Sent::now(source), done }, answer)
     }
 
     /// Sources 1..=4 came back 200 µs after their answers before, and were answered now.

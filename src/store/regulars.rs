@@ -12,7 +12,8 @@
 //! of its last answer. While a regular that was answered recently is not yet queued, the writer waits
 //! for it until it is late: its last return time and half again, plus [`SLACK`]. Nobody
 //! else makes the writer wait: a producer seen once, or one that comes back slowly, is
-//! written at once. The wait never exceeds [`MAX_WAIT`] after the batch's first request.
+//! written at once. The wait never exceeds [`MAX_WAIT`] after the batch's first request
+//! (plus up to one tick of the runtime's timer, which counts in milliseconds).
 //!
 //! Pure bookkeeping: the caller passes the times, the tests drive it with made-up ones.
 
