@@ -1399,7 +1399,8 @@ mod tests {
         let started = std::time::Instant::now();
         let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
         assert_eq!(batch.len(), 1);
-        // The timer wheel has millisecond ticks: the wait ends at the tick after the cap.
-        assert!(started.elapsed() < super::super::regulars::MAX_WAIT + Duration::from_millis(50));
+        // The timer wheel has millisecond ticks, so the wait ends at the tick after the cap;
+        // the margin is for a loaded test machine, not for the writer.
+        assert!(started.elapsed() < super::super::regulars::MAX_WAIT + Duration::from_millis(500));
     }
 }
