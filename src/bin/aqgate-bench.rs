@@ -482,13 +482,18 @@ async fn main() -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    let mut elapsed = Duration::ZERO;
+    let mut runs = Vec::new();
     for t in tasks {
-        let (lat, e) = t.await?;
-        all.extend(lat);
-        elapsed = elapsed.max(e);
+        runs.push(t.await?);
     }
+    report(&args, per_request, faults.load(Ordering::Relaxed), runs);
+    Ok(())
+}
+
+/// Prints a scenario's result line from its clients' runs (latencies in µs, time taken).
+fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<(Vec<u64>, Duration)>) {
+    let elapsed = runs.iter().map(|(_, e)| *e).max().unwrap_or(Duration::ZERO);
+    let mut all: Vec<u64> = runs.into_iter().flat_map(|(lat, _)| lat).collect();
     all.sort_unstable();
     let requests = all.len();
     #[allow(clippy::cast_precision_loss)]
@@ -500,12 +505,11 @@ async fn main() -> anyhow::Result<()> {
         args.payload,
         per_request,
         requests,
-        faults.load(Ordering::Relaxed),
+        faults,
         msgs_per_sec,
         percentile(&all, 0.50).as_secs_f64() * 1000.0,
         percentile(&all, 0.99).as_secs_f64() * 1000.0,
     );
-    Ok(())
 }
 
 /// The store scenario: each client enqueues `--batch` committed messages at a time through
@@ -530,9 +534,7 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
             let mut lat = Vec::new();
             let start = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                let now = aqgate::clock::Micros::try_from(
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_micros(),
-                )?;
+                let now = aqgate::clock::Clock::now(&aqgate::clock::SystemClock);
                 let msgs: Vec<NewMessage> = (0..n)
                     .map(|_| NewMessage {
                         msgid: *uuid::Uuid::now_v7().as_bytes(),
@@ -559,26 +561,12 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    let mut elapsed = Duration::ZERO;
+    let mut runs = Vec::new();
     for t in tasks {
-        let (lat, e) = t.await??;
-        all.extend(lat);
-        elapsed = elapsed.max(e);
+        // A store error ends the run: every request counted was committed.
+        runs.push(t.await??);
     }
-    all.sort_unstable();
-    #[allow(clippy::cast_precision_loss)]
-    let msgs_per_sec = (all.len() * args.batch) as f64 / elapsed.as_secs_f64();
-    println!(
-        "scenario=Store clients={} payload={}B batch={} requests={} msgs/s={:.0} p50={:.2}ms p99={:.2}ms",
-        args.clients,
-        args.payload,
-        args.batch,
-        all.len(),
-        msgs_per_sec,
-        percentile(&all, 0.50).as_secs_f64() * 1000.0,
-        percentile(&all, 0.99).as_secs_f64() * 1000.0,
-    );
+    report(args, args.batch, 0, runs);
     Ok(())
 }
 
