@@ -302,6 +302,22 @@ fn sigterm_while_starting_is_a_clean_exit() {
     assert!(status.success(), "{status:?}");
 }
 
+/// Runs the load generator (`aqgate-bench`) to the end; returns its result line.
+fn run_bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_aqgate-bench")).args(args).output().expect("run aqgate-bench");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// A `name=` number of the load generator's result line.
+fn result_field(text: &str, name: &str) -> u64 {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {text}"))
+}
+
 /// The load generator (`aqgate-bench`, see BENCHMARKS.md) against the real server: its
 /// own HTTP client keeps a session per client, and every message it reports as sent is
 /// stored, and every one it reports as received was removed.
@@ -312,20 +328,23 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     let _s = Serve::start(&db, port);
     let url = format!("http://127.0.0.1:{port}/aqserv");
     let bench = |scenario: &str| -> (u64, u64) {
-        let out = Command::new(env!("CARGO_BIN_EXE_aqgate-bench"))
-            .args(["--url", &url, "--scenario", scenario, "--clients", "2", "--seconds", "1"])
-            .args(["--payload", "64", "--batch", "10", "--prefill", "2000"])
-            .output()
-            .expect("run aqgate-bench");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-        let field = |name: &str| -> u64 {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no {name}= in {text}"))
-        };
-        (field("requests"), field("faults"))
+        let text = run_bench(&[
+            "--url",
+            &url,
+            "--scenario",
+            scenario,
+            "--clients",
+            "2",
+            "--seconds",
+            "1",
+            "--payload",
+            "64",
+            "--batch",
+            "10",
+            "--prefill",
+            "2000",
+        ]);
+        (result_field(&text, "requests"), result_field(&text, "faults"))
     };
     let (sends, faults) = bench("send");
     assert!(sends > 0 && faults == 0, "send: {sends} requests, {faults} faults");
@@ -354,18 +373,9 @@ async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
     let port = free_port();
     let _s = Serve::start(&db, port);
     let url = format!("http://127.0.0.1:{port}/aqserv");
-    let out = Command::new(env!("CARGO_BIN_EXE_aqgate-bench"))
-        .args(["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"])
-        .output()
-        .expect("run aqgate-bench");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    let sends: i64 = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("requests="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no requests= in {text}"));
-    assert!(text.contains("faults=0"), "{text}");
+    let text = run_bench(&["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"]);
+    let sends = i64::try_from(result_field(&text, "requests")).expect("count");
+    assert_eq!(result_field(&text, "faults"), 0, "{text}");
     // The writer wrote every send (the warm-up requests of the load generator are receives).
     assert_eq!(metric(port, "aqgate_pg_insert_requests_total"), sends);
     let statements = metric(port, "aqgate_pg_insert_statements_total");
