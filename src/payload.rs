@@ -73,6 +73,7 @@
 //! user property of that name, the JMS header fields answer to `type`/`JMSType`,
 //! `appid`/`JMSXAppID`, `groupid`/`JMSXGroupID`, `group_sequence`/`JMSXGroupSeq`.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -626,7 +627,7 @@ pub fn encode(kind: &PayloadKind, reg: &TypeRegistry, node: &XmlNode) -> Result<
 /// Turns a stored form back into the payload element (the canonical form of what was sent).
 pub fn decode(kind: &PayloadKind, _reg: &TypeRegistry, stored: &[u8]) -> Result<XmlNode, PayloadError> {
     if *kind == PayloadKind::Raw {
-        return Ok(leaf("raw", hex::encode_upper(stored)));
+        return Ok(leaf("raw", hex_upper(stored)));
     }
     let text = std::str::from_utf8(stored).map_err(|e| PayloadError::Corrupt(format!("not UTF-8: {e}")))?;
     let node = parse_xml(text).map_err(PayloadError::Corrupt)?;
@@ -648,7 +649,7 @@ fn canonical(kind: &PayloadKind, reg: &TypeRegistry, node: &XmlNode) -> Result<X
     match kind {
         PayloadKind::Raw => {
             let bytes = encode(kind, reg, node)?;
-            Ok(leaf("raw", hex::encode_upper(bytes)))
+            Ok(leaf("raw", hex_upper(&bytes)))
         }
         PayloadKind::Object(t) => {
             if !node.local_name().eq_ignore_ascii_case(t) {
@@ -672,11 +673,27 @@ fn leaf(name: &str, text: impl Into<String>) -> XmlNode {
 }
 
 /// The text of an element that must hold text only.
-fn leaf_text(node: &XmlNode, path: &str) -> Result<String, PayloadError> {
-    if let Some(e) = node.elements().next() {
-        return Err(invalid(path, format!("expected a text value, got element <{}>", e.name)));
+fn leaf_text<'n>(node: &'n XmlNode, path: &str) -> Result<Cow<'n, str>, PayloadError> {
+    match node.children.as_slice() {
+        [] => Ok(Cow::Borrowed("")),
+        [XmlChild::Text(t)] => Ok(Cow::Borrowed(t)),
+        _ => {
+            if let Some(e) = node.elements().next() {
+                return Err(invalid(path, format!("expected a text value, got element <{}>", e.name)));
+            }
+            Ok(Cow::Owned(node.text()))
+        }
     }
-    Ok(node.text())
+}
+
+/// Upper-case hex of `bytes`, as RAW values and message ids are written: SIMD (faster-hex),
+/// where `hex::encode_upper` goes a character at a time.
+pub fn hex_upper(bytes: &[u8]) -> String {
+    let mut out = vec![0u8; bytes.len() * 2];
+    if faster_hex::hex_encode_upper(bytes, &mut out).is_err() {
+        return hex::encode_upper(bytes);
+    }
+    String::from_utf8(out).unwrap_or_else(|_| hex::encode_upper(bytes))
 }
 
 /// Hex with any ASCII whitespace; an error message otherwise. Payloads are mostly hex, so
@@ -1594,7 +1611,7 @@ impl<'a> PayloadView<'a> {
     /// `tab.user_data.<path>` (segments lower-case, matched case-insensitively).
     pub fn user_data(&self, path: &[String]) -> Value {
         match self.kind {
-            PayloadKind::Raw if path.is_empty() => Value::Text(hex::encode_upper(self.stored)),
+            PayloadKind::Raw if path.is_empty() => Value::Text(hex_upper(self.stored)),
             PayloadKind::Raw => Value::Null,
             PayloadKind::Object(t) => match self.tree() {
                 Some(root) if !path.is_empty() => object_lookup(self.reg, t, root, path),
@@ -2514,6 +2531,7 @@ mod tests {
             prop_assert_eq!(&stored, &bytes);
             let back = decode(&PayloadKind::Raw, &r, &stored).unwrap();
             prop_assert_eq!(back.text(), hex::encode_upper(&bytes));
+            prop_assert_eq!(hex_upper(&bytes), hex::encode_upper(&bytes));
             prop_assert_eq!(encode(&PayloadKind::Raw, &r, &back).unwrap(), bytes);
         }
 

@@ -280,7 +280,7 @@ impl Engine {
             let row = self
                 .new_message(resolved, queue, qid, m, now, if commit_now { None } else { Some(session.txn.clone()) })
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
-            ids.push(hex::encode_upper(row.msgid));
+            ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
         }
         let mut woken = vec![qid];
@@ -968,7 +968,7 @@ pub fn header_of(m: &StoredMessage, queue: &QueueInfo, now: Micros) -> MessageHe
         0
     };
     MessageHeader {
-        message_id: Some(hex::encode_upper(m.msgid)),
+        message_id: Some(payload::hex_upper(&m.msgid)),
         correlation: m.corrid.clone(),
         expiration: None,
         delay: None,

@@ -62,6 +62,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::fmt;
 use std::str::FromStr;
 
 use quick_xml::NsReader;
@@ -198,62 +199,70 @@ pub fn check_method_header(value: &str, req: &Request) -> Result<()> {
 // Step 1: bytes -> checked tree
 // ---------------------------------------------------------------------------------------
 
-/// An element as read, with its namespace resolved.
+/// An element as read, with its namespace resolved. Names, attribute values and text
+/// borrow from the document where they are written as they are (no entity or character
+/// reference to expand), so a request's payload bytes are copied once, into the model.
 #[derive(Debug)]
-struct Elem {
+struct Elem<'a> {
     /// Resolved namespace URI; `None` when the name is in no namespace.
-    ns: Option<String>,
+    ns: Option<Cow<'a, str>>,
     /// The name as written, prefix included.
-    qname: String,
-    local: String,
-    attrs: Vec<Attr>,
-    children: Vec<Node>,
+    qname: Cow<'a, str>,
+    local: Cow<'a, str>,
+    attrs: Vec<Attr<'a>>,
+    children: Vec<Node<'a>>,
     /// For children of `message_payload` and `Header` only: the prefixed namespace bindings
     /// in scope from the ancestors, used to keep an extracted payload self-contained.
     outer_ns: Vec<(String, String)>,
 }
 
 #[derive(Debug)]
-struct Attr {
-    qname: String,
+struct Attr<'a> {
+    qname: Cow<'a, str>,
     /// Resolved namespace of a prefixed attribute (unprefixed attributes have none).
-    ns: Option<String>,
-    value: String,
+    ns: Option<Cow<'a, str>>,
+    value: Cow<'a, str>,
     /// `xmlns` or `xmlns:p`.
     is_decl: bool,
 }
 
 #[derive(Debug)]
-enum Node {
-    Elem(Elem),
-    Text(String),
+enum Node<'a> {
+    Elem(Elem<'a>),
+    Text(Cow<'a, str>),
 }
 
-impl Elem {
-    fn elements(&self) -> impl Iterator<Item = &Elem> {
+impl<'a> Elem<'a> {
+    fn elements(&self) -> impl Iterator<Item = &Elem<'a>> {
         self.children.iter().filter_map(|c| match c {
             Node::Elem(e) => Some(e),
             Node::Text(_) => None,
         })
     }
 
-    fn push_text(&mut self, text: &str) {
+    fn push_text(&mut self, text: Cow<'a, str>) {
         if text.is_empty() {
             return;
         }
         // Text split by comments, CDATA sections or entity boundaries is one text node.
         if let Some(Node::Text(t)) = self.children.last_mut() {
-            t.push_str(text);
+            t.to_mut().push_str(&text);
         } else {
-            self.children.push(Node::Text(text.to_owned()));
+            self.children.push(Node::Text(text));
         }
     }
 }
 
-fn ns_string(res: ResolveResult<'_>) -> Result<Option<String>> {
+/// The namespaces of the protocol's own elements, shared rather than copied per element.
+const KNOWN_NAMESPACES: [&str; 2] = [ENVELOPE_NS, ACCESS_NS];
+
+fn ns_string(res: ResolveResult<'_>) -> Result<Option<Cow<'static, str>>> {
     match res {
         ResolveResult::Unbound => Ok(None),
-        ResolveResult::Bound(ns) => Ok(Some(utf8(ns.as_ref()))),
+        ResolveResult::Bound(ns) => Ok(Some(match KNOWN_NAMESPACES.iter().find(|k| k.as_bytes() == ns.as_ref()) {
+            Some(known) => Cow::Borrowed(*known),
+            None => Cow::Owned(utf8(ns.as_ref())),
+        })),
         ResolveResult::Unknown(p) => {
             Err(CodecError::Malformed(format!("undeclared namespace prefix '{}'", snip(&String::from_utf8_lossy(&p)))))
         }
@@ -269,8 +278,26 @@ fn utf8(bytes: &[u8]) -> String {
     }
 }
 
+/// `part` as a slice of `text` when it is one (quick-xml hands out slices of the document
+/// it reads from a `&str`), else a copy of it.
+fn borrow_from<'a>(text: &'a str, part: &[u8]) -> Cow<'a, str> {
+    let start = part.as_ptr().addr().wrapping_sub(text.as_ptr().addr());
+    match start.checked_add(part.len()).and_then(|end| text.get(start..end)) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(utf8(part)),
+    }
+}
+
+/// [`borrow_from`] for a value quick-xml may have unescaped into a new string.
+fn rebase<'a>(text: &'a str, value: Cow<'_, str>) -> Cow<'a, str> {
+    match value {
+        Cow::Borrowed(s) => borrow_from(text, s.as_bytes()),
+        Cow::Owned(s) => Cow::Owned(s),
+    }
+}
+
 /// Reads the whole document into an [`Elem`] tree, enforcing the limits and XML rules.
-fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
+fn build_tree<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Elem<'a>> {
     if bytes.len() > limits.max_bytes {
         return Err(CodecError::TooLarge(format!("{} bytes, the limit is {}", bytes.len(), limits.max_bytes)));
     }
@@ -279,11 +306,11 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let mut reader = NsReader::from_str(text);
-    let mut stack: Vec<Elem> = Vec::new();
+    let mut stack: Vec<Elem<'a>> = Vec::new();
     // The namespace declarations of each open element (parallel to `stack`); quick-xml
     // resolves names itself, these serve the limit and payload extraction.
     let mut decls: Vec<Vec<(String, String)>> = Vec::new();
-    let mut root: Option<Elem> = None;
+    let mut root: Option<Elem<'a>> = None;
 
     loop {
         let (res, event) = match reader.read_resolved_event() {
@@ -305,12 +332,12 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
                 )));
             }
             Event::Start(start) => {
-                let (elem, own) = open_elem(&reader, &start, ns, &stack, &decls, limits)?;
+                let (elem, own) = open_elem(text, &reader, &start, ns, &stack, &decls, limits)?;
                 stack.push(elem);
                 decls.push(own);
             }
             Event::Empty(start) => {
-                let (elem, _) = open_elem(&reader, &start, ns, &stack, &decls, limits)?;
+                let (elem, _) = open_elem(text, &reader, &start, ns, &stack, &decls, limits)?;
                 close_elem(elem, &mut stack, &mut root);
             }
             Event::End(_) => {
@@ -322,11 +349,20 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
                 close_elem(elem, &mut stack, &mut root);
             }
             Event::Text(t) => {
-                let s = t.unescape().map_err(|e| {
-                    CodecError::Malformed(format!("{} (near byte {})", snip(&e.to_string()), reader.buffer_position()))
-                })?;
+                // Text without references is the document's own (already checked) UTF-8.
+                let s = if t.contains(&b'&') {
+                    t.unescape().map_err(|e| {
+                        CodecError::Malformed(format!(
+                            "{} (near byte {})",
+                            snip(&e.to_string()),
+                            reader.buffer_position()
+                        ))
+                    })?
+                } else {
+                    borrow_from(text, &t)
+                };
                 match stack.last_mut() {
-                    Some(parent) => parent.push_text(&s),
+                    Some(parent) => parent.push_text(s),
                     None if s.trim().is_empty() => {}
                     None => {
                         return Err(CodecError::Malformed("text outside the root element".into()));
@@ -334,7 +370,7 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
                 }
             }
             Event::CData(c) => match stack.last_mut() {
-                Some(parent) => parent.push_text(&utf8(&c.into_inner())),
+                Some(parent) => parent.push_text(borrow_from(text, &c.into_inner())),
                 None => return Err(CodecError::Malformed("CDATA outside the root element".into())),
             },
             Event::Decl(d) => {
@@ -365,19 +401,20 @@ fn build_tree(bytes: &[u8], limits: &Limits) -> Result<Elem> {
 
 /// Builds an element from a start tag; returns it with its own namespace declarations
 /// (`(prefix, uri)`, the default namespace with an empty prefix).
-fn open_elem(
+fn open_elem<'a>(
+    text: &'a str,
     reader: &NsReader<&[u8]>,
     start: &BytesStart<'_>,
-    ns: Option<String>,
-    stack: &[Elem],
+    ns: Option<Cow<'a, str>>,
+    stack: &[Elem<'a>],
     decls: &[Vec<(String, String)>],
     limits: &Limits,
-) -> Result<(Elem, Vec<(String, String)>)> {
+) -> Result<(Elem<'a>, Vec<(String, String)>)> {
     if stack.len() >= limits.max_depth {
         return Err(CodecError::TooDeep(limits.max_depth));
     }
-    let qname = utf8(start.name().as_ref());
-    let local = utf8(start.local_name().as_ref());
+    let qname = borrow_from(text, start.name().as_ref());
+    let local = borrow_from(text, start.local_name().as_ref());
     let mut attrs = Vec::new();
     let mut own = Vec::new();
     for attr in start.attributes() {
@@ -385,17 +422,17 @@ fn open_elem(
             return Err(CodecError::TooLarge(format!("<{}> has more than {MAX_ATTRIBUTES} attributes", snip(&qname))));
         }
         let attr = attr.map_err(|e| CodecError::Malformed(format!("bad attribute in <{}>: {e}", snip(&qname))))?;
-        let name = utf8(attr.key.as_ref());
+        let name = borrow_from(text, attr.key.as_ref());
         let value = attr
             .unescape_value()
-            .map_err(|e| CodecError::Malformed(format!("bad attribute {} in <{}>: {e}", snip(&name), snip(&qname))))?
-            .into_owned();
+            .map_err(|e| CodecError::Malformed(format!("bad attribute {} in <{}>: {e}", snip(&name), snip(&qname))))?;
+        let value = rebase(text, value);
         let is_decl = name == "xmlns" || name.starts_with("xmlns:");
         let ns = if !is_decl && name.contains(':') { ns_string(reader.resolve_attribute(attr.key).0)? } else { None };
         if is_decl {
             // The default namespace is recorded with an empty prefix.
             let prefix = name.strip_prefix("xmlns:").unwrap_or_default();
-            own.push((prefix.to_owned(), value.clone()));
+            own.push((prefix.to_owned(), value.to_string()));
         }
         attrs.push(Attr { qname: name, ns, value, is_decl });
     }
@@ -420,7 +457,7 @@ fn open_elem(
     Ok((Elem { ns, qname, local, attrs, children: Vec::new(), outer_ns }, own))
 }
 
-fn close_elem(elem: Elem, stack: &mut [Elem], root: &mut Option<Elem>) {
+fn close_elem<'a>(elem: Elem<'a>, stack: &mut [Elem<'a>], root: &mut Option<Elem<'a>>) {
     match stack.last_mut() {
         Some(parent) => parent.children.push(Node::Elem(elem)),
         None => *root = Some(elem),
@@ -435,8 +472,35 @@ fn invalid(msg: impl Into<String>) -> CodecError {
     CodecError::Invalid(msg.into())
 }
 
-fn child_path(path: &str, e: &Elem) -> String {
-    format!("{path}/{}", snip(&e.local))
+/// Where an element is, for error messages (`/Envelope/Body/AQXmlSend/message_set`): a
+/// chain built on the stack as the walk descends and written out only for an error.
+#[derive(Clone, Copy)]
+struct Path<'p> {
+    parent: Option<&'p Path<'p>>,
+    name: &'p str,
+}
+
+impl<'p> Path<'p> {
+    fn root(name: &'p str) -> Self {
+        Path { parent: None, name }
+    }
+
+    fn child(&'p self, name: &'p str) -> Self {
+        Path { parent: Some(self), name }
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(parent) = self.parent {
+            parent.fmt(f)?;
+        }
+        write!(f, "/{}", snip(self.name))
+    }
+}
+
+fn child_path<'p>(path: &'p Path<'p>, e: &'p Elem<'_>) -> Path<'p> {
+    path.child(&e.local)
 }
 
 /// Input quoted in an error message, cut to a readable length.
@@ -449,7 +513,7 @@ fn snip(s: &str) -> Cow<'_, str> {
 }
 
 /// `e` (at `path`) must be in `ns` or in no namespace.
-fn expect_ns(e: &Elem, ns: &str, path: &str) -> Result<()> {
+fn expect_ns(e: &Elem, ns: &str, path: &Path<'_>) -> Result<()> {
     match &e.ns {
         None => Ok(()),
         Some(n) if n == ns => Ok(()),
@@ -460,14 +524,14 @@ fn expect_ns(e: &Elem, ns: &str, path: &str) -> Result<()> {
     }
 }
 
-fn unknown(e: &Elem, path: &str) -> CodecError {
+fn unknown(e: &Elem, path: &Path<'_>) -> CodecError {
     invalid(format!("{path}: unexpected element <{}>", snip(&e.qname)))
 }
 
 /// Only schema-defined unqualified attributes are allowed; qualified ones are ignored.
-fn check_attrs(e: &Elem, allowed: &[&str], path: &str) -> Result<()> {
+fn check_attrs(e: &Elem, allowed: &[&str], path: &Path<'_>) -> Result<()> {
     for a in &e.attrs {
-        if a.is_decl || a.ns.is_some() || allowed.contains(&a.qname.as_str()) {
+        if a.is_decl || a.ns.is_some() || allowed.contains(&&*a.qname) {
             continue;
         }
         return Err(invalid(format!("{path}: unexpected attribute '{}'", a.qname)));
@@ -476,11 +540,11 @@ fn check_attrs(e: &Elem, allowed: &[&str], path: &str) -> Result<()> {
 }
 
 fn attr<'a>(e: &'a Elem, name: &str) -> Option<&'a str> {
-    e.attrs.iter().find(|a| !a.is_decl && a.ns.is_none() && a.qname == name).map(|a| a.value.as_str())
+    e.attrs.iter().find(|a| !a.is_decl && a.ns.is_none() && a.qname == name).map(|a| &*a.value)
 }
 
 /// The child elements of a structural element, which may hold no text but whitespace.
-fn struct_children<'a>(e: &'a Elem, path: &str) -> Result<Vec<&'a Elem>> {
+fn struct_children<'a, 'd>(e: &'a Elem<'d>, path: &Path<'_>) -> Result<Vec<&'a Elem<'d>>> {
     for c in &e.children {
         if let Node::Text(t) = c
             && !t.trim().is_empty()
@@ -492,25 +556,32 @@ fn struct_children<'a>(e: &'a Elem, path: &str) -> Result<Vec<&'a Elem>> {
 }
 
 /// A text-only element without attributes; the value is trimmed.
-fn leaf(e: &Elem, path: &str) -> Result<String> {
+fn leaf(e: &Elem, path: &Path<'_>) -> Result<String> {
     check_attrs(e, &[], path)?;
     leaf_text(e, path)
 }
 
-fn leaf_text(e: &Elem, path: &str) -> Result<String> {
+fn leaf_text(e: &Elem, path: &Path<'_>) -> Result<String> {
     if let Some(c) = e.elements().next() {
         return Err(invalid(format!("{path}: expected text only, found element <{}>", snip(&c.qname))));
     }
-    let mut s = String::new();
-    for c in &e.children {
-        if let Node::Text(t) = c {
-            s.push_str(t);
+    // Text is one node (see `push_text`) unless comments or CDATA sections split it.
+    match e.children.as_slice() {
+        [] => Ok(String::new()),
+        [Node::Text(t)] => Ok(t.trim().to_owned()),
+        children => {
+            let mut s = String::new();
+            for c in children {
+                if let Node::Text(t) = c {
+                    s.push_str(t);
+                }
+            }
+            Ok(s.trim().to_owned())
         }
     }
-    Ok(s.trim().to_owned())
 }
 
-fn non_empty(e: &Elem, path: &str) -> Result<String> {
+fn non_empty(e: &Elem, path: &Path<'_>) -> Result<String> {
     let s = leaf(e, path)?;
     if s.is_empty() {
         return Err(invalid(format!("{path} is empty")));
@@ -518,12 +589,12 @@ fn non_empty(e: &Elem, path: &str) -> Result<String> {
     Ok(s)
 }
 
-fn number<T: FromStr>(e: &Elem, path: &str) -> Result<T> {
+fn number<T: FromStr>(e: &Elem, path: &Path<'_>) -> Result<T> {
     let s = leaf(e, path)?;
     s.parse().map_err(|_| invalid(format!("{path}: '{}' is not a valid number", snip(&s))))
 }
 
-fn hex_id(e: &Elem, path: &str) -> Result<String> {
+fn hex_id(e: &Elem, path: &Path<'_>) -> Result<String> {
     let s = leaf(e, path)?;
     if s.is_empty() || hex::decode(&s).is_err() {
         return Err(invalid(format!("{path}: '{}' is not a hexadecimal message id", snip(&s))));
@@ -532,7 +603,7 @@ fn hex_id(e: &Elem, path: &str) -> Result<String> {
 }
 
 /// An empty element such as `<AQXmlCommit/>`.
-fn empty(e: &Elem, path: &str) -> Result<()> {
+fn empty(e: &Elem, path: &Path<'_>) -> Result<()> {
     check_attrs(e, &[], path)?;
     if let Some(c) = struct_children(e, path)?.first() {
         return Err(unknown(c, path));
@@ -540,7 +611,7 @@ fn empty(e: &Elem, path: &str) -> Result<()> {
     Ok(())
 }
 
-fn set_once<T>(slot: &mut Option<T>, value: T, path: &str) -> Result<()> {
+fn set_once<T>(slot: &mut Option<T>, value: T, path: &Path<'_>) -> Result<()> {
     if slot.is_some() {
         return Err(invalid(format!("{path}: duplicate element")));
     }
@@ -548,12 +619,12 @@ fn set_once<T>(slot: &mut Option<T>, value: T, path: &str) -> Result<()> {
     Ok(())
 }
 
-fn required<T>(slot: Option<T>, name: &str, path: &str) -> Result<T> {
+fn required<T>(slot: Option<T>, name: &str, path: &impl fmt::Display) -> Result<T> {
     slot.ok_or_else(|| invalid(format!("{path}: missing <{name}>")))
 }
 
 /// Matches `s` against `(keyword, value)` pairs, ASCII case-insensitively.
-fn keyword<T: Copy>(s: &str, table: &[(&str, T)], path: &str) -> Result<T> {
+fn keyword<T: Copy>(s: &str, table: &[(&str, T)], path: &Path<'_>) -> Result<T> {
     table.iter().find(|(k, _)| k.eq_ignore_ascii_case(s)).map(|(_, v)| *v).ok_or_else(|| {
         let names: Vec<&str> = table.iter().map(|(k, _)| *k).collect();
         invalid(format!("{path}: '{}' is not one of {}", snip(s), names.join(", ")))
@@ -563,10 +634,10 @@ fn keyword<T: Copy>(s: &str, table: &[(&str, T)], path: &str) -> Result<T> {
 fn parse_envelope<T>(
     bytes: &[u8],
     limits: &Limits,
-    method: fn(&Elem, &str, &Limits) -> Result<T>,
+    method: fn(&Elem<'_>, &Path<'_>, &Limits) -> Result<T>,
 ) -> Result<Envelope<T>> {
     let root = build_tree(bytes, limits)?;
-    let path = format!("/{}", root.local);
+    let path = Path::root(&root.local);
     expect_ns(&root, ENVELOPE_NS, &path)?;
     if root.local != "Envelope" {
         return Err(invalid(format!("the root element must be <Envelope>, found <{}>", snip(&root.qname))));
@@ -587,7 +658,7 @@ fn parse_envelope<T>(
             }
         }
         expect_ns(c, ENVELOPE_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "Header" if headers.is_none() => {
                 check_attrs(c, &[], &p)?;
                 headers = Some(struct_children(c, &p)?.into_iter().map(to_xml_node).collect());
@@ -612,10 +683,10 @@ fn parse_envelope<T>(
 
 // --- requests -----------------------------------------------------------------------------
 
-fn parse_request_method(e: &Elem, path: &str, limits: &Limits) -> Result<Request> {
+fn parse_request_method(e: &Elem, path: &Path<'_>, limits: &Limits) -> Result<Request> {
     expect_ns(e, ACCESS_NS, path)?;
     check_attrs(e, &[], path)?;
-    Ok(match e.local.as_str() {
+    Ok(match &*e.local {
         "AQXmlSend" => Request::Send(parse_enqueue(e, path, limits)?),
         "AQXmlPublish" => Request::Publish(parse_enqueue(e, path, limits)?),
         "AQXmlReceive" => Request::Receive(parse_receive(e, path)?),
@@ -633,7 +704,7 @@ fn parse_request_method(e: &Elem, path: &str, limits: &Limits) -> Result<Request
 }
 
 /// Handles a trailing `<AQXmlCommit/>` child at `index` of `count` children.
-fn commit_flag(c: &Elem, p: &str, commit: &mut bool, index: usize, count: usize) -> Result<()> {
+fn commit_flag(c: &Elem<'_>, p: &Path<'_>, commit: &mut bool, index: usize, count: usize) -> Result<()> {
     empty(c, p)?;
     if *commit {
         return Err(invalid(format!("{p}: duplicate element")));
@@ -645,7 +716,7 @@ fn commit_flag(c: &Elem, p: &str, commit: &mut bool, index: usize, count: usize)
     Ok(())
 }
 
-fn parse_enqueue(e: &Elem, path: &str, limits: &Limits) -> Result<EnqueueRequest> {
+fn parse_enqueue(e: &Elem, path: &Path<'_>, limits: &Limits) -> Result<EnqueueRequest> {
     let mut producer = None;
     let mut messages = None;
     let mut commit = false;
@@ -653,7 +724,7 @@ fn parse_enqueue(e: &Elem, path: &str, limits: &Limits) -> Result<EnqueueRequest
     for (i, c) in children.iter().enumerate() {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "producer_options" => set_once(&mut producer, parse_producer(c, &p)?, &p)?,
             "message_set" => {
                 let set = parse_message_set(c, &p, limits, 1)?;
@@ -671,14 +742,14 @@ fn parse_enqueue(e: &Elem, path: &str, limits: &Limits) -> Result<EnqueueRequest
     })
 }
 
-fn parse_destination(e: &Elem, path: &str) -> Result<Destination> {
+fn parse_destination(e: &Elem, path: &Path<'_>) -> Result<Destination> {
     check_attrs(e, &["lookup_type"], path)?;
     let lookup = match attr(e, "lookup_type") {
         None => LookupType::Database,
         Some(v) => keyword(
             v.trim(),
             &[("DATABASE", LookupType::Database), ("LDAP", LookupType::Ldap)],
-            &format!("{path}/@lookup_type"),
+            &path.child("@lookup_type"),
         )?,
     };
     let name = leaf_text(e, path)?;
@@ -688,18 +759,18 @@ fn parse_destination(e: &Elem, path: &str) -> Result<Destination> {
     Ok(Destination { name, lookup })
 }
 
-fn parse_visibility(e: &Elem, path: &str) -> Result<Visibility> {
+fn parse_visibility(e: &Elem, path: &Path<'_>) -> Result<Visibility> {
     let s = leaf(e, path)?;
     keyword(&s, &[("ON_COMMIT", Visibility::OnCommit), ("IMMEDIATE", Visibility::Immediate)], path)
 }
 
-fn parse_producer(e: &Elem, path: &str) -> Result<ProducerOptions> {
+fn parse_producer(e: &Elem, path: &Path<'_>) -> Result<ProducerOptions> {
     check_attrs(e, &[], path)?;
     let (mut destination, mut visibility, mut transformation) = (None, None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
             "visibility" => set_once(&mut visibility, parse_visibility(c, &p)?, &p)?,
             "transformation" => set_once(&mut transformation, leaf(c, &p)?, &p)?,
@@ -721,7 +792,7 @@ struct RawMessage {
 }
 
 impl RawMessage {
-    fn with_payload(self, set_path: &str) -> Result<Message> {
+    fn with_payload(self, set_path: &impl fmt::Display) -> Result<Message> {
         let Some(payload) = self.payload else {
             let n = self.number.map(|n| format!(" {n}")).unwrap_or_default();
             return Err(invalid(format!("{set_path}: message{n} has no <message_payload>")));
@@ -730,14 +801,14 @@ impl RawMessage {
     }
 }
 
-fn parse_message_set(e: &Elem, path: &str, limits: &Limits, min_messages: usize) -> Result<Vec<RawMessage>> {
+fn parse_message_set(e: &Elem, path: &Path<'_>, limits: &Limits, min_messages: usize) -> Result<Vec<RawMessage>> {
     check_attrs(e, &[], path)?;
     let mut count: Option<usize> = None;
     let mut messages = Vec::new();
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "message_count" => set_once(&mut count, number(c, &p)?, &p)?,
             "message" => {
                 if messages.len() >= limits.max_messages {
@@ -762,13 +833,13 @@ fn parse_message_set(e: &Elem, path: &str, limits: &Limits, min_messages: usize)
     Ok(messages)
 }
 
-fn parse_message(e: &Elem, path: &str) -> Result<RawMessage> {
+fn parse_message(e: &Elem, path: &Path<'_>) -> Result<RawMessage> {
     check_attrs(e, &[], path)?;
     let (mut number_, mut header, mut payload) = (None, None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "message_number" => set_once(&mut number_, number(c, &p)?, &p)?,
             "message_header" => set_once(&mut header, parse_header(c, &p)?, &p)?,
             "message_payload" => set_once(&mut payload, parse_payload(c, &p)?, &p)?,
@@ -778,7 +849,7 @@ fn parse_message(e: &Elem, path: &str) -> Result<RawMessage> {
     Ok(RawMessage { number: number_, header: header.unwrap_or_default(), payload })
 }
 
-fn parse_payload(e: &Elem, path: &str) -> Result<XmlNode> {
+fn parse_payload(e: &Elem, path: &Path<'_>) -> Result<XmlNode> {
     check_attrs(e, &[], path)?;
     let children = struct_children(e, path)?;
     match children.as_slice() {
@@ -790,14 +861,14 @@ fn parse_payload(e: &Elem, path: &str) -> Result<XmlNode> {
     }
 }
 
-fn parse_header(e: &Elem, path: &str) -> Result<MessageHeader> {
+fn parse_header(e: &Elem, path: &Path<'_>) -> Result<MessageHeader> {
     check_attrs(e, &[], path)?;
     let mut h = MessageHeader::default();
     let mut recipients = None;
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "message_id" => set_once(&mut h.message_id, hex_id(c, &p)?, &p)?,
             "correlation" => set_once(&mut h.correlation, leaf(c, &p)?, &p)?,
             "expiration" => set_once(&mut h.expiration, number(c, &p)?, &p)?,
@@ -817,8 +888,8 @@ fn parse_header(e: &Elem, path: &str) -> Result<MessageHeader> {
 
 /// Sets one agent field from `c`; `Ok(false)` if `c` is not an agent field, and an error
 /// naming `c` if the field is already set.
-fn agent_field(agent: &mut AgentRef, c: &Elem, p: &str) -> Result<bool> {
-    match c.local.as_str() {
+fn agent_field(agent: &mut AgentRef, c: &Elem<'_>, p: &Path<'_>) -> Result<bool> {
+    match &*c.local {
         "agent_name" => set_once(&mut agent.name, leaf(c, p)?, p)?,
         "address" => set_once(&mut agent.address, leaf(c, p)?, p)?,
         "protocol" => set_once(&mut agent.protocol, number(c, p)?, p)?,
@@ -838,7 +909,7 @@ fn agent_field_set(agent: &AgentRef, local: &str) -> bool {
     }
 }
 
-fn parse_agent(e: &Elem, path: &str) -> Result<AgentRef> {
+fn parse_agent(e: &Elem, path: &Path<'_>) -> Result<AgentRef> {
     check_attrs(e, &[], path)?;
     let mut agent = AgentRef::default();
     for c in struct_children(e, path)? {
@@ -851,13 +922,13 @@ fn parse_agent(e: &Elem, path: &str) -> Result<AgentRef> {
     Ok(agent)
 }
 
-fn parse_recipients(e: &Elem, path: &str) -> Result<Vec<AgentRef>> {
+fn parse_recipients(e: &Elem, path: &Path<'_>) -> Result<Vec<AgentRef>> {
     check_attrs(e, &["lookup_type"], path)?;
     if let Some(v) = attr(e, "lookup_type") {
         let lookup = keyword(
             v.trim(),
             &[("DATABASE", LookupType::Database), ("LDAP", LookupType::Ldap)],
-            &format!("{path}/@lookup_type"),
+            &path.child("@lookup_type"),
         )?;
         if lookup == LookupType::Ldap {
             return Err(CodecError::Unsupported(format!(
@@ -870,7 +941,7 @@ fn parse_recipients(e: &Elem, path: &str) -> Result<Vec<AgentRef>> {
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "recipient" | "agent" => wrapped.push(parse_agent(c, &p)?),
             local => {
                 // Shorthand form: a field already set starts the next recipient.
@@ -893,14 +964,14 @@ fn parse_recipients(e: &Elem, path: &str) -> Result<Vec<AgentRef>> {
     }
 }
 
-fn parse_receive(e: &Elem, path: &str) -> Result<ReceiveRequest> {
+fn parse_receive(e: &Elem, path: &Path<'_>) -> Result<ReceiveRequest> {
     let mut consumer = None;
     let mut commit = false;
     let children = struct_children(e, path)?;
     for (i, c) in children.iter().enumerate() {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "consumer_options" => set_once(&mut consumer, parse_consumer(c, &p)?, &p)?,
             "AQXmlCommit" => commit_flag(c, &p, &mut commit, i, children.len())?,
             _ => return Err(unknown(c, path)),
@@ -909,7 +980,7 @@ fn parse_receive(e: &Elem, path: &str) -> Result<ReceiveRequest> {
     Ok(ReceiveRequest { consumer: required(consumer, "consumer_options", path)?, commit })
 }
 
-fn parse_wait_time(e: &Elem, path: &str) -> Result<Option<u64>> {
+fn parse_wait_time(e: &Elem, path: &Path<'_>) -> Result<Option<u64>> {
     let s = leaf(e, path)?;
     if s.eq_ignore_ascii_case("FOREVER") || s == "-1" {
         return Ok(None);
@@ -922,13 +993,13 @@ fn parse_wait_time(e: &Elem, path: &str) -> Result<Option<u64>> {
         .map_err(|_| invalid(format!("{path}: '{}' is not a number of seconds (or FOREVER, NO_WAIT)", snip(&s))))
 }
 
-fn parse_selector(e: &Elem, path: &str) -> Result<Selector> {
+fn parse_selector(e: &Elem, path: &Path<'_>) -> Result<Selector> {
     check_attrs(e, &[], path)?;
     let mut selector: Option<(Selector, &str)> = None;
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        let s = match c.local.as_str() {
+        let s = match &*c.local {
             "correlation" => Selector::Correlation(leaf(c, &p)?),
             "message_id" => Selector::MessageId(hex_id(c, &p)?),
             "condition" => Selector::Condition(leaf(c, &p)?),
@@ -947,7 +1018,7 @@ fn parse_selector(e: &Elem, path: &str) -> Result<Selector> {
         .ok_or_else(|| invalid(format!("{path} must hold one of correlation, message_id, condition")))
 }
 
-fn parse_consumer(e: &Elem, path: &str) -> Result<ConsumerOptions> {
+fn parse_consumer(e: &Elem, path: &Path<'_>) -> Result<ConsumerOptions> {
     check_attrs(e, &[], path)?;
     let mut destination = None;
     let mut consumer_name = None;
@@ -960,7 +1031,7 @@ fn parse_consumer(e: &Elem, path: &str) -> Result<ConsumerOptions> {
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
             "consumer_name" => set_once(&mut consumer_name, leaf(c, &p)?, &p)?,
             "wait_time" => set_once(&mut wait_time, parse_wait_time(c, &p)?, &p)?,
@@ -1008,14 +1079,14 @@ fn parse_consumer(e: &Elem, path: &str) -> Result<ConsumerOptions> {
     })
 }
 
-fn parse_register(e: &Elem, path: &str) -> Result<RegisterRequest> {
+fn parse_register(e: &Elem, path: &Path<'_>) -> Result<RegisterRequest> {
     let mut options = None;
     let mut commit = false;
     let children = struct_children(e, path)?;
     for (i, c) in children.iter().enumerate() {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "register_options" => set_once(&mut options, parse_register_options(c, &p)?, &p)?,
             "AQXmlCommit" => commit_flag(c, &p, &mut commit, i, children.len())?,
             _ => return Err(unknown(c, path)),
@@ -1025,13 +1096,13 @@ fn parse_register(e: &Elem, path: &str) -> Result<RegisterRequest> {
     Ok(RegisterRequest { destination, consumer_name, notify_url, commit })
 }
 
-fn parse_register_options(e: &Elem, path: &str) -> Result<(Destination, Option<String>, String)> {
+fn parse_register_options(e: &Elem, path: &Path<'_>) -> Result<(Destination, Option<String>, String)> {
     check_attrs(e, &[], path)?;
     let (mut destination, mut consumer_name, mut notify_url) = (None, None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
             "consumer_name" => set_once(&mut consumer_name, leaf(c, &p)?, &p)?,
             // Empty means "unregister" (aqgate's documented form).
@@ -1044,13 +1115,13 @@ fn parse_register_options(e: &Elem, path: &str) -> Result<(Destination, Option<S
 
 // --- responses ----------------------------------------------------------------------------
 
-fn parse_response_method(e: &Elem, path: &str, limits: &Limits) -> Result<Response> {
+fn parse_response_method(e: &Elem, path: &Path<'_>, limits: &Limits) -> Result<Response> {
     if e.local == "Fault" && e.ns.as_deref().is_none_or(|ns| ns == ENVELOPE_NS) {
         return Ok(Response::Fault(parse_fault(e, path)?));
     }
     expect_ns(e, ACCESS_NS, path)?;
     check_attrs(e, &[], path)?;
-    Ok(match e.local.as_str() {
+    Ok(match &*e.local {
         "AQXmlSendResponse" => {
             let (status, result) = parse_status_and_result(e, path, "send_result", limits)?;
             Response::Send(status, result.map(|r| r.into_enqueue()).transpose()?)
@@ -1071,13 +1142,13 @@ fn parse_response_method(e: &Elem, path: &str, limits: &Limits) -> Result<Respon
     })
 }
 
-fn parse_status(e: &Elem, path: &str) -> Result<StatusResponse> {
+fn parse_status(e: &Elem, path: &Path<'_>) -> Result<StatusResponse> {
     check_attrs(e, &[], path)?;
     let (mut status_code, mut error_code, mut error_message) = (None, None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "status_code" => set_once(&mut status_code, number(c, &p)?, &p)?,
             "error_code" => set_once(&mut error_code, number(c, &p)?, &p)?,
             "error_message" => set_once(&mut error_message, leaf(c, &p)?, &p)?,
@@ -1087,12 +1158,12 @@ fn parse_status(e: &Elem, path: &str) -> Result<StatusResponse> {
     Ok(StatusResponse { status_code: required(status_code, "status_code", path)?, error_code, error_message })
 }
 
-fn parse_status_only(e: &Elem, path: &str) -> Result<StatusResponse> {
+fn parse_status_only(e: &Elem, path: &Path<'_>) -> Result<StatusResponse> {
     let mut status = None;
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "status_response" => set_once(&mut status, parse_status(c, &p)?, &p)?,
             _ => return Err(unknown(c, path)),
         }
@@ -1136,7 +1207,7 @@ impl RawResult {
 
 fn parse_status_and_result(
     e: &Elem,
-    path: &str,
+    path: &Path<'_>,
     result_name: &str,
     limits: &Limits,
 ) -> Result<(StatusResponse, Option<RawResult>)> {
@@ -1144,7 +1215,7 @@ fn parse_status_and_result(
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "status_response" => set_once(&mut status, parse_status(c, &p)?, &p)?,
             name if name == result_name => set_once(&mut result, parse_result(c, &p, limits)?, &p)?,
             _ => return Err(unknown(c, path)),
@@ -1153,13 +1224,13 @@ fn parse_status_and_result(
     Ok((required(status, "status_response", path)?, result))
 }
 
-fn parse_result(e: &Elem, path: &str, limits: &Limits) -> Result<RawResult> {
+fn parse_result(e: &Elem, path: &Path<'_>, limits: &Limits) -> Result<RawResult> {
     check_attrs(e, &[], path)?;
-    let mut r = RawResult { path: path.to_owned(), destination: None, message_ids: Vec::new(), messages: None };
+    let mut r = RawResult { path: path.to_string(), destination: None, message_ids: Vec::new(), messages: None };
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "destination" => set_once(&mut r.destination, non_empty(c, &p)?, &p)?,
             "message_id" => r.message_ids.push(hex_id(c, &p)?),
             "message_set" => set_once(&mut r.messages, parse_message_set(c, &p, limits, 0)?, &p)?,
@@ -1169,19 +1240,19 @@ fn parse_result(e: &Elem, path: &str, limits: &Limits) -> Result<RawResult> {
     Ok(r)
 }
 
-fn parse_notification(e: &Elem, path: &str, limits: &Limits) -> Result<Notification> {
+fn parse_notification(e: &Elem, path: &Path<'_>, limits: &Limits) -> Result<Notification> {
     let (mut options, mut messages) = (None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ACCESS_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "notification_options" => {
                 check_attrs(c, &[], &p)?;
                 let (mut destination, mut consumer_name) = (None, None);
                 for o in struct_children(c, &p)? {
                     let op = child_path(&p, o);
                     expect_ns(o, ACCESS_NS, &op)?;
-                    match o.local.as_str() {
+                    match &*o.local {
                         "destination" => set_once(&mut destination, non_empty(o, &op)?, &op)?,
                         "consumer_name" => set_once(&mut consumer_name, leaf(o, &op)?, &op)?,
                         _ => return Err(unknown(o, &p)),
@@ -1202,13 +1273,13 @@ fn parse_notification(e: &Elem, path: &str, limits: &Limits) -> Result<Notificat
     Ok(Notification { destination, consumer_name, messages: messages.unwrap_or_default() })
 }
 
-fn parse_fault(e: &Elem, path: &str) -> Result<Fault> {
+fn parse_fault(e: &Elem, path: &Path<'_>) -> Result<Fault> {
     check_attrs(e, &[], path)?;
     let (mut faultcode, mut faultstring, mut detail) = (None, None, None);
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
         expect_ns(c, ENVELOPE_NS, &p)?;
-        match c.local.as_str() {
+        match &*c.local {
             "faultcode" => set_once(&mut faultcode, leaf(c, &p)?, &p)?,
             "faultstring" => set_once(&mut faultstring, leaf(c, &p)?, &p)?,
             "detail" => {
@@ -1217,7 +1288,7 @@ fn parse_fault(e: &Elem, path: &str) -> Result<Fault> {
                 for d in struct_children(c, &p)? {
                     let dp = child_path(&p, d);
                     expect_ns(d, ACCESS_NS, &dp)?;
-                    match d.local.as_str() {
+                    match &*d.local {
                         "status_response" => set_once(&mut status, parse_status(d, &dp)?, &dp)?,
                         _ => return Err(unknown(d, &p)),
                     }
@@ -1279,12 +1350,12 @@ fn convert(e: &Elem) -> XmlNode {
             Node::Elem(child) => Some(XmlChild::Element(convert(child))),
             // Whitespace between elements is layout; leaf text is data and kept exactly.
             Node::Text(t) if has_elements && t.trim().is_empty() => None,
-            Node::Text(t) => Some(XmlChild::Text(t.clone())),
+            Node::Text(t) => Some(XmlChild::Text(t.to_string())),
         })
         .collect();
     XmlNode {
-        name: e.qname.clone(),
-        attrs: e.attrs.iter().map(|a| (a.qname.clone(), a.value.clone())).collect(),
+        name: e.qname.to_string(),
+        attrs: e.attrs.iter().map(|a| (a.qname.to_string(), a.value.to_string())).collect(),
         children,
     }
 }
@@ -1875,6 +1946,40 @@ mod tests {
             panic!("expected Invalid");
         };
         assert!(m.len() < 300, "error messages quote input briefly: {m}");
+    }
+
+    #[test]
+    fn the_tree_borrows_from_the_document_unless_a_reference_was_expanded() {
+        let doc =
+            r#"<a xmlns="http://ns.oracle.com/AQ/schemas/access" k="v" e="&lt;"><b>plain</b><c>x &amp; y</c></a>"#;
+        let root = build_tree(doc.as_bytes(), &Limits::default()).expect("well-formed");
+        assert!(matches!(root.qname, Cow::Borrowed("a")));
+        assert!(matches!(root.ns, Some(Cow::Borrowed(ACCESS_NS))));
+        let value = |name: &str| &root.attrs.iter().find(|a| a.qname == name).expect("attribute").value;
+        assert!(matches!(value("k"), Cow::Borrowed("v")));
+        assert!(matches!(value("e"), Cow::Owned(v) if v == "<"));
+        let text: Vec<&Cow<'_, str>> = root
+            .elements()
+            .map(|e| match e.children.as_slice() {
+                [Node::Text(t)] => t,
+                other => panic!("one text node expected: {other:?}"),
+            })
+            .collect();
+        assert!(matches!(text[0], Cow::Borrowed("plain")));
+        assert!(matches!(text[1], Cow::Owned(t) if t == "x & y"));
+        // A slice from elsewhere is copied, not mistaken for part of the document.
+        assert!(matches!(borrow_from("abc", b"bc"), Cow::Owned(s) if s == "bc"));
+        assert!(matches!(borrow_from(&doc[1..], &doc.as_bytes()[1..2]), Cow::Borrowed("a")));
+    }
+
+    #[test]
+    fn paths_are_written_only_as_deep_as_the_element() {
+        let root = Path::root("Envelope");
+        let body = root.child("Body");
+        let long = "x".repeat(100);
+        let method = body.child(&long);
+        assert_eq!(body.to_string(), "/Envelope/Body");
+        assert_eq!(method.to_string(), format!("/Envelope/Body/{}...", "x".repeat(64)));
     }
 
     #[test]
