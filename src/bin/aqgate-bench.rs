@@ -16,12 +16,19 @@
 //!   process, then sends single messages (+ commit) at `--rate` per second in all; latency
 //!   is commit → notification POST received (the server must allow the receiver:
 //!   `--notify-allow 127.0.0.1`).
+//! - `store`: no HTTP or XML: committed enqueues straight into the store at `--database`.
+//! - `parse`: no HTTP or store: the batch request parsed in this process, by `--clients`
+//!   threads.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+
+/// The server's allocator, so that the parse and store scenarios cost what they cost there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Scenario {
@@ -34,6 +41,9 @@ enum Scenario {
     /// at `--database` (the servlet's code path below HTTP and XML), to tell the database's
     /// share from the servlet's.
     Store,
+    /// The codec alone: the batch scenario's request (`--batch` messages) parsed over and
+    /// over in this process by `--clients` threads, to tell the XML's share of the servlet.
+    Parse,
 }
 
 #[derive(Parser, Debug)]
@@ -427,6 +437,9 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario == Scenario::Notify {
         return notify_bench(&args).await;
     }
+    if args.scenario == Scenario::Parse {
+        return parse_bench(&args).await;
+    }
     let hex = "AB".repeat(args.payload);
     Client::new(&args.url, &args.user, &args.password)?;
     let mk = || Client::new(&args.url, &args.user, &args.password).expect("--url was checked above");
@@ -449,7 +462,9 @@ async fn main() -> anyhow::Result<()> {
     let body = Arc::new(match args.scenario {
         Scenario::Send => send_xml(&args.queue, 1, &hex),
         Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
-        Scenario::Receive | Scenario::Smtp | Scenario::Notify | Scenario::Store => receive_xml(&args.queue),
+        Scenario::Receive | Scenario::Smtp | Scenario::Notify | Scenario::Store | Scenario::Parse => {
+            receive_xml(&args.queue)
+        }
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));
@@ -564,6 +579,37 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for t in tasks {
         // A store error ends the run: every request counted was committed.
+        runs.push(t.await??);
+    }
+    report(args, args.batch, 0, runs);
+    Ok(())
+}
+
+/// The parse scenario: each client thread parses the batch request document in a loop.
+async fn parse_bench(args: &Args) -> anyhow::Result<()> {
+    use aqgate::idap::parse::{Limits, parse_request};
+    let doc = Arc::new(send_xml(&args.queue, args.batch, &"AB".repeat(args.payload)));
+    parse_request(doc.as_bytes(), &Limits::default())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..args.clients)
+        .map(|_| {
+            let (doc, stop) = (doc.clone(), stop.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut lat = Vec::new();
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    parse_request(doc.as_bytes(), &Limits::default())?;
+                    lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+                }
+                anyhow::Ok((lat, start.elapsed()))
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut runs = Vec::new();
+    for t in tasks {
         runs.push(t.await??);
     }
     report(args, args.batch, 0, runs);

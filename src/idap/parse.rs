@@ -4,13 +4,15 @@
 //! Parsing runs in two steps:
 //!
 //! 1. `build_tree` reads the bytes with quick-xml's namespace-aware `NsReader` into a small
-//!    owned tree. This is where the hostile-input guards live: a byte limit checked before
+//!    tree that borrows names and text from the document (a copy only where a reference was
+//!    expanded). This is where the hostile-input guards live: a byte limit checked before
 //!    anything else, UTF-8 only, no DOCTYPE (so no DTD and no custom entities: only the five
 //!    predefined entities and character references are expanded), and a depth limit that is
 //!    enforced while reading, so nesting can never exhaust the stack later on.
 //! 2. The `parse_*` walkers check that tree against the IDAP and AQ XML schemas (Tables 9-1
 //!    to 9-7 of the reference) and build the model values. Errors name the element path,
-//!    e.g. `/Envelope/Body/AQXmlSend/producer_options/foo`.
+//!    e.g. `/Envelope/Body/AQXmlSend/producer_options/foo`, which is written out only for
+//!    an error (see `Path`).
 //!
 //! # Namespaces
 //!
@@ -350,7 +352,7 @@ fn build_tree<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Elem<'a>> {
             }
             Event::Text(t) => {
                 // Text without references is the document's own (already checked) UTF-8.
-                let s = if t.contains(&b'&') {
+                let s = if memchr::memchr(b'&', &t).is_some() {
                     t.unescape().map_err(|e| {
                         CodecError::Malformed(format!(
                             "{} (near byte {})",
