@@ -506,7 +506,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Prints a scenario's result line from its clients' runs (latencies in µs, time taken).
-fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<(Vec<u64>, Duration)>) {
+/// One client's run: its request latencies in µs, and how long it ran.
+type Run = (Vec<u64>, Duration);
+
+fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<Run>) {
     let elapsed = runs.iter().map(|(_, e)| *e).max().unwrap_or(Duration::ZERO);
     let mut all: Vec<u64> = runs.into_iter().flat_map(|(lat, _)| lat).collect();
     all.sort_unstable();
@@ -574,15 +577,8 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
             anyhow::Ok((lat, start.elapsed()))
         }));
     }
-    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut runs = Vec::new();
-    for t in tasks {
-        // A store error ends the run: every request counted was committed.
-        runs.push(t.await??);
-    }
-    report(args, args.batch, 0, runs);
-    Ok(())
+    // A store error ends the run: every request counted was committed.
+    run_in_process(args, &stop, tasks).await
 }
 
 /// The parse scenario: each client thread parses the batch request document in a loop.
@@ -606,6 +602,16 @@ async fn parse_bench(args: &Args) -> anyhow::Result<()> {
             })
         })
         .collect();
+    run_in_process(args, &stop, tasks).await
+}
+
+/// The in-process scenarios' end: lets the clients run for `--seconds`, stops them and
+/// reports `--batch` messages per request. An error in any client ends the run.
+async fn run_in_process(
+    args: &Args,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<Run>>>,
+) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     stop.store(true, Ordering::Relaxed);
     let mut runs = Vec::new();
