@@ -2002,4 +2002,52 @@ mod tests {
             }
         }
     }
+
+    mod mutations {
+        use super::super::super::write::{write_request, write_response};
+        use super::*;
+        use proptest::prelude::*;
+
+        const EXAMPLES: [&str; 17] =
+            [EX01, EX02, EX03, EX04, EX05, EX06, EX07, EX08, EX09, EX10, EX11, EX12, EX13, EX14, EX15, EX16, EX17];
+
+        /// Bytes that matter to XML more often than chance would pick them.
+        fn byte() -> impl Strategy<Value = u8> {
+            prop_oneof![prop::sample::select(b"<>&;#/=\"' :x\n\xc3\x80\x00".to_vec()), any::<u8>()]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Every example with a few bytes inserted, removed or replaced parses or is
+            /// refused, never panics; and what is accepted survives writing and reading back.
+            #[test]
+            fn mutated_examples_are_refused_or_survive_a_round_trip(
+                which in 0..EXAMPLES.len(),
+                edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, byte()), 1..6),
+            ) {
+                let mut doc = EXAMPLES[which].as_bytes().to_vec();
+                for (at, kind, b) in edits {
+                    let i = at.index(doc.len() + 1);
+                    match kind {
+                        0 => doc.insert(i, b),
+                        1 if i < doc.len() => {
+                            doc.remove(i);
+                        }
+                        _ if i < doc.len() => doc[i] = b,
+                        _ => {}
+                    }
+                }
+                let limits = Limits::default();
+                if let Ok(env) = parse_request(&doc, &limits) {
+                    let xml = write_request(&env);
+                    prop_assert_eq!(parse_request(xml.as_bytes(), &limits), Ok(env), "{}", xml);
+                }
+                if let Ok(env) = parse_response(&doc, &limits) {
+                    let xml = write_response(&env);
+                    prop_assert_eq!(parse_response(xml.as_bytes(), &limits), Ok(env), "{}", xml);
+                }
+            }
+        }
+    }
 }
