@@ -363,6 +363,16 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     assert_eq!(after, before + 2000 - i64::try_from(received).expect("count"));
 }
 
+/// The codec alone (`--scenario parse`): the load generator's batch request parses, and
+/// the result line counts whole documents of `--batch` messages.
+#[test]
+fn the_load_generator_measures_the_codec_alone() {
+    let text = run_bench(&["--scenario", "parse", "--clients", "2", "--seconds", "1", "--batch", "10"]);
+    assert!(text.contains("scenario=Parse clients=2 payload=1024B batch=10 "), "{text}");
+    assert!(result_field(&text, "requests") > 0, "{text}");
+    assert_eq!(result_field(&text, "faults"), 0, "{text}");
+}
+
 /// On PostgreSQL, concurrent committed sends from several client connections share
 /// statements, and the writer recognises the connections that keep coming back (the
 /// servlet passes each request's connection down to the store): over a few thousand
