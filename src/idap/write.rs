@@ -183,32 +183,43 @@ pub fn write_node(out: &mut String, node: &XmlNode) {
 /// Escapes character data. `>` is escaped so that `]]>` cannot occur; `\r` as a character
 /// reference so that a conforming parser's line-end normalisation keeps it.
 fn escape_text(out: &mut String, s: &str) {
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\r' => out.push_str("&#13;"),
-            _ => out.push(ch),
+    escape_with(out, s, |b| match b {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'\r' => Some("&#13;"),
+        _ => None,
+    });
+}
+
+/// Writes `s`, replacing the ASCII bytes `escape` names; the runs between them (payload
+/// hex, mostly) are copied whole.
+fn escape_with(out: &mut String, s: &str, escape: impl Fn(u8) -> Option<&'static str>) {
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if let Some(replacement) = escape(b) {
+            // `i` is at an ASCII byte, so both slices fall on character boundaries.
+            out.push_str(s.get(start..i).unwrap_or_default());
+            out.push_str(replacement);
+            start = i + 1;
         }
     }
+    out.push_str(s.get(start..).unwrap_or_default());
 }
 
 /// Escapes an attribute value for double quotes; whitespace other than the space is written
 /// as character references so that attribute-value normalisation keeps it.
 fn escape_attr(out: &mut String, s: &str) {
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\t' => out.push_str("&#9;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            _ => out.push(ch),
-        }
-    }
+    escape_with(out, s, |b| match b {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'"' => Some("&quot;"),
+        b'\t' => Some("&#9;"),
+        b'\n' => Some("&#10;"),
+        b'\r' => Some("&#13;"),
+        _ => None,
+    });
 }
 
 fn visibility(v: Visibility) -> &'static str {
