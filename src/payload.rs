@@ -675,7 +675,6 @@ fn leaf(name: &str, text: impl Into<String>) -> XmlNode {
 /// The text of an element that must hold text only.
 fn leaf_text<'n>(node: &'n XmlNode, path: &str) -> Result<Cow<'n, str>, PayloadError> {
     match node.children.as_slice() {
-        [] => Ok(Cow::Borrowed("")),
         [XmlChild::Text(t)] => Ok(Cow::Borrowed(t)),
         _ => {
             if let Some(e) = node.elements().next() {
@@ -909,7 +908,7 @@ fn canon_scalar(ty: &Ty, text: &str, path: &str) -> Result<Option<String>, Paylo
             {
                 return Err(invalid(path, format!("value of {} bytes is too long for {}", bytes.len(), ty.decl)));
             }
-            Ok(Some(hex::encode_upper(bytes)))
+            Ok(Some(hex_upper(&bytes)))
         }
         AttrType::Clob => Ok(if text.is_empty() { None } else { Some(text.to_string()) }),
         AttrType::Xml | AttrType::Named(_) => Err(invalid(path, "not a scalar type")),
@@ -1194,7 +1193,7 @@ fn canon_jms(kind: &PayloadKind, node: &XmlNode) -> Result<XmlNode, PayloadError
             "user_properties" => canon_named_values(e, "user_properties", "property", &path)?,
             "text_data" => leaf("text_data", leaf_text(e, &path)?),
             "map_data" => canon_named_values(e, "map_data", "item", &path)?,
-            _ => leaf(&ln, hex::encode_upper(parse_hex(&leaf_text(e, &path)?).map_err(|m| invalid(&path, m))?)),
+            _ => leaf(&ln, hex_upper(&parse_hex(&leaf_text(e, &path)?).map_err(|m| invalid(&path, m))?)),
         });
     }
     let mut out = XmlNode::new(root);

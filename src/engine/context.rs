@@ -84,7 +84,7 @@ impl ConditionContext for MessageContext<'_> {
         Some(match name {
             "priority" => num(self.priority),
             "corrid" | "correlation" => text(self.corrid),
-            "msgid" | "message_id" => Value::Text(hex::encode_upper(self.msgid)),
+            "msgid" | "message_id" => Value::Text(crate::payload::hex_upper(&self.msgid)),
             "enq_time" => Value::Text(format_timestamp(self.enq_time)),
             "state" | "msg_state" | "message_state" => num(i64::from(self.state)),
             "delay" => self.delay_until.map_or(Value::Null, |t| Value::Text(format_timestamp(t))),

@@ -387,7 +387,7 @@ impl Dispatcher {
         let default_eq = queue.map(|q| q.exception_queue.clone());
         let now = self.engine.now();
         let header = MessageHeader {
-            message_id: Some(hex::encode_upper(e.msgid)),
+            message_id: Some(crate::payload::hex_upper(&e.msgid)),
             correlation: e.corrid.clone(),
             expiration: e
                 .expire_at
