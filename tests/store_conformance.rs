@@ -1023,6 +1023,161 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// The advisory lock class of interests (`store::interest`).
+const INTEREST_CLASS: i64 = 0x6171_6761;
+
+/// A second process's engine on the harness's database.
+async fn second_process(h: &Harness) -> std::sync::Arc<aqgate::engine::Engine> {
+    let store = aqgate::store::open(&h.url).await.expect("second process store");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("second engine")
+}
+
+async fn send_from(e: &aqgate::engine::Engine, hex: &str) {
+    let mut p = aqgate::engine::Session::new("SCOTT", 0);
+    let req = aqgate::idap::parse_request(raw_send(RAWQ, &[("", hex)], COMMIT).as_bytes(), &Default::default())
+        .expect("parse")
+        .body;
+    e.execute(&mut p, req).await.expect("send in the other process");
+}
+
+async fn queue_id(h: &Harness, name: &str) -> i64 {
+    let ids = h.engine.store().queue_ids().await.expect("queue ids");
+    ids.into_iter().find(|(n, _)| n == name).map(|(_, id)| id).expect("queue exists")
+}
+
+/// Granted interests in `q` on the harness's database.
+async fn interests_held(h: &Harness, q: i64) -> i64 {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&h.url).await.expect("connect");
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock'
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+         AND classid = $1 AND objid = $2 AND objsubid = 2",
+    )
+    .bind(INTEREST_CLASS)
+    .bind(q)
+    .fetch_one(&mut c)
+    .await
+    .expect("pg_locks")
+}
+
+async fn signalled_within(rx: &mut tokio::sync::mpsc::Receiver<i64>, d: Duration) -> Option<i64> {
+    tokio::time::timeout(d, rx.recv()).await.ok().flatten()
+}
+
+/// Commits signal (NOTIFY) only the queues some process holds interest in: with nobody
+/// waiting, a send costs no notification; an interest makes the next one signal; given up,
+/// it lapses after its linger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commits_signal_only_queues_somebody_holds_interest_in() {
+    let a = Harness::new(Backend::Postgres).await;
+    let b = second_process(&a).await;
+    let q = queue_id(&a, RAWQ).await;
+    let mut rx = a.engine.store().listen().await.expect("listen").expect("PostgreSQL has a channel");
+    send_from(&b, "01").await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_millis(500)).await, None, "nobody waits: no NOTIFY");
+    assert_eq!(interests_held(&a, q).await, 0);
+
+    let interest = a.engine.store().interest(q).await.expect("interest");
+    assert!(interest.is_held());
+    assert_eq!(interests_held(&a, q).await, 1);
+    send_from(&b, "02").await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "an interest is signalled");
+
+    // A second holder shares the lock; the last one to go gives it up after the linger.
+    let again = a.engine.store().interest(q).await.expect("second interest");
+    assert_eq!(interests_held(&a, q).await, 1, "one lock per process and queue");
+    drop(interest);
+    drop(again);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while interests_held(&a, q).await > 0 {
+        assert!(Instant::now() < deadline, "the interest was never given up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    send_from(&b, "03").await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_millis(500)).await, None, "given up: no NOTIFY again");
+}
+
+/// The handshake that leaves no gap: a commit that found nobody interested (and so sends
+/// no NOTIFY) keeps the key until it has ended, so an interest asked for meanwhile is
+/// granted only after that commit, and the waiter's next read sees its messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_interest_is_granted_after_a_commit_that_did_not_signal() {
+    use sqlx::Connection;
+    let a = Harness::new(Backend::Postgres).await;
+    let q = queue_id(&a, RAWQ).await;
+    let mut committer = sqlx::PgConnection::connect(&a.url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut committer).await.expect("begin");
+    let nobody: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)")
+        .bind(INTEREST_CLASS)
+        .bind(q)
+        .fetch_one(&mut committer)
+        .await
+        .expect("try lock");
+    assert!(nobody, "nobody holds interest yet");
+    let store = a.engine.store().clone();
+    let mut waiter = tokio::spawn(async move { store.interest(q).await });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), &mut waiter).await.is_err(),
+        "interest granted while an unsignalled commit was still open"
+    );
+    sqlx::query("COMMIT").execute(&mut committer).await.expect("commit");
+    let interest = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("granted after the commit")
+        .expect("task")
+        .expect("interest");
+    assert!(interest.is_held());
+    assert_eq!(interests_held(&a, q).await, 1);
+}
+
+/// A lost interest connection loses its locks: they are taken again, and this process's
+/// waiters on those queues are woken to look again; later commits signal as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lost_interest_connection_is_taken_again() {
+    use sqlx::Connection;
+    let a = Harness::new(Backend::Postgres).await;
+    let b = second_process(&a).await;
+    let q = queue_id(&a, RAWQ).await;
+    let mut rx = a.engine.store().listen().await.expect("listen").expect("PostgreSQL has a channel");
+    let _interest = a.engine.store().interest(q).await.expect("interest");
+    let mut admin = sqlx::PgConnection::connect(&a.url).await.expect("connect");
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'aqgate interest') t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("terminate");
+    assert_eq!(killed, 1, "only the process that took an interest has connected for it");
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(15)).await, Some(q), "waiters woken to look again");
+    assert_eq!(interests_held(&a, q).await, 1, "the interest is held again");
+    send_from(&b, "04").await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "commits signal it again");
+}
+
+/// A process whose dispatcher refreshes its registrations holds interest in the
+/// registered queues, so that other processes' commits wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_registered_queues_hold_interest_for_the_dispatcher() {
+    let h = Harness::new(Backend::Postgres).await;
+    let q = queue_id(&h, RAWQ).await;
+    h.engine.refresh_registered().await.expect("refresh");
+    assert_eq!(interests_held(&h, q).await, 0, "no registration, no interest");
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(RAWQ, "", "http://93.184.216.34/hook")).await.expect("register");
+    h.engine.refresh_registered().await.expect("refresh");
+    assert_eq!(interests_held(&h, q).await, 1);
+    h.run(&mut s, &register(RAWQ, "", "")).await.expect("unregister");
+    h.engine.refresh_registered().await.expect("refresh");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while interests_held(&h, q).await > 0 {
+        assert!(Instant::now() < deadline, "the interest outlived the registration");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn directory_destinations_and_agent_aliases(b: Backend) {
     // Without a directory: a clear fault.
     let plain = Harness::new(b).await;

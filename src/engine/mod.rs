@@ -89,6 +89,8 @@ pub struct Engine {
     /// Queues with registrations, as last seen (see [`Engine::refresh_registered`]): only
     /// their commits wake the dispatcher, so queues nobody registered for cost it nothing.
     registered: RwLock<std::collections::HashSet<QueueId>>,
+    /// Held while the queue has registrations, by an engine whose dispatcher refreshes them.
+    registered_interest: tokio::sync::Mutex<HashMap<QueueId, crate::store::Interest>>,
     pub sessions: Sessions,
 }
 
@@ -125,6 +127,7 @@ impl Engine {
             wakers: StdMutex::new(HashMap::new()),
             commits: Arc::new(Notify::new()),
             registered: RwLock::new(std::collections::HashSet::new()),
+            registered_interest: tokio::sync::Mutex::new(HashMap::new()),
             sessions: Sessions::default(),
         });
         engine.reload().await?;
@@ -179,6 +182,16 @@ impl Engine {
     pub async fn refresh_registered(&self) -> Result<(), AqError> {
         let set: std::collections::HashSet<QueueId> =
             self.store.all_registrations().await?.into_iter().map(|r| r.queue).collect();
+        // The dispatcher's interest in those queues, so that other processes' commits
+        // signal them (see `Store::interest`).
+        let mut interests = self.registered_interest.lock().await;
+        interests.retain(|q, _| set.contains(q));
+        for q in &set {
+            if !interests.contains_key(q) {
+                interests.insert(*q, self.store.interest(*q).await?);
+            }
+        }
+        drop(interests);
         *self.registered.write().unwrap_or_else(|p| p.into_inner()) = set;
         Ok(())
     }
@@ -468,6 +481,7 @@ impl Engine {
         }
         let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
         let deadline = tokio::time::Instant::now() + wait;
+        let mut interest: Option<crate::store::Interest> = None;
         loop {
             let waker = self.waker(qid);
             let notified = waker.notified();
@@ -480,6 +494,17 @@ impl Engine {
             let now_i = tokio::time::Instant::now();
             if now_i >= deadline {
                 break;
+            }
+            // Other processes signal a queue only while somebody holds interest in it:
+            // take it before the first wait, then look once more for what was committed
+            // before it took effect.
+            if interest.is_none() {
+                let i = self.store.interest(qid).await?;
+                let look_again = i.is_held();
+                interest = Some(i);
+                if look_again {
+                    continue;
+                }
             }
             // Wake on an enqueue signal, at the deadline, or when a delayed message's delay ends.
             let mut until = deadline;

@@ -152,6 +152,9 @@ impl Store for GroupCommitStore {
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         self.inner.listen().await
     }
+    async fn interest(&self, queue: QueueId) -> Result<Interest> {
+        self.inner.interest(queue).await
+    }
     /// Mail accepted by concurrent SMTP sessions shares the servlet's batches: one disk
     /// sync for all of them. The 250 still waits for the commit that holds the mail.
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {

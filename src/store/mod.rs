@@ -14,6 +14,7 @@
 //! [`Store::recover`], which rolls back every tagged row.
 
 pub mod group;
+mod interest;
 pub mod postgres;
 pub mod regulars;
 pub mod sqlite;
@@ -45,6 +46,41 @@ impl StoreError {
             }
             _ => false,
         }
+    }
+}
+
+/// Interest in a queue's enqueue signals (see [`Store::interest`]), given up when dropped.
+#[must_use = "the interest ends when this is dropped"]
+pub struct Interest(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl Interest {
+    /// No interest needed (the backend signals every process there is).
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    fn held(release: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self(Some(Box::new(release)))
+    }
+
+    /// Whether the backend needed it: then what was committed before it took effect must
+    /// be looked for once more.
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for Interest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Interest").field(&self.is_held()).finish()
     }
 }
 
@@ -328,6 +364,17 @@ pub trait Store: Send + Sync + 'static {
     /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+
+    /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
+    /// to wait, a notification dispatcher with registrations on it) until the returned
+    /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
+    /// somebody holds interest in (see `store::interest`); once this returns, whatever
+    /// was committed without a signal is visible to the caller's next read, so a waiter
+    /// takes interest and then looks once more before it waits. SQLite, one process per
+    /// file, needs none: [`Interest::is_held`] is false.
+    async fn interest(&self, _queue: QueueId) -> Result<Interest> {
+        Ok(Interest::none())
+    }
 
     /// Stores an accepted mail (committed when this returns), or counts a duplicate. A mail
     /// put `held` owes no reply yet and is not forwarded; a duplicate put `held` changes

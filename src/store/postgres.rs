@@ -1,7 +1,8 @@
 //! PostgreSQL backend: a connection pool, read-committed transactions; dequeue claims are
 //! conditional UPDATEs, so two consumers never take the same delivery. Commits that make
 //! messages visible send `pg_notify('aqgate_enqueue', queue_id)`, which every aqgate
-//! process LISTENs to, to wake its long-polls.
+//! process LISTENs to, to wake its long-polls, for the queues some process holds interest
+//! in (see [`super::interest`]).
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ pub struct PgStore {
     /// of a queue: see [`Coalescer`].
     inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
     takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
+    interests: super::interest::Interests,
 }
 
 /// One request's remove-the-head receive.
@@ -354,6 +356,7 @@ impl PgStore {
         // would JIT-compile it (hundreds of milliseconds per query): no JIT for these
         // short OLTP statements.
         let opts = PgConnectOptions::from_str(url)?.options([("enable_sort", "off"), ("jit", "off")]);
+        let interests = super::interest::Interests::start(opts.clone());
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(30))
@@ -364,7 +367,7 @@ impl PgStore {
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let inserts = Coalescer::start(pool.clone());
         let takes = Coalescer::start_takes(pool.clone());
-        Ok(Self { pool, inserts, takes })
+        Ok(Self { pool, inserts, takes, interests })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -717,6 +720,7 @@ impl Store for PgStore {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(CHANNEL).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        self.interests.wake_through(tx.clone());
         tokio::spawn(async move {
             loop {
                 match listener.recv().await {
@@ -736,6 +740,10 @@ impl Store for PgStore {
             }
         });
         Ok(Some(rx))
+    }
+
+    async fn interest(&self, queue: QueueId) -> Result<Interest> {
+        self.interests.acquire(queue).await
     }
 }
 
@@ -1089,8 +1097,8 @@ fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres>
 }
 
 /// One statement for a whole message_set: messages and (multi-consumer) their deliveries
-/// from arrays, and
-/// the wake-up signal for the messages that are visible at commit.
+/// from arrays, and the wake-up signal for the queues whose messages are visible at commit
+/// and that some process holds interest in.
 /// The arrays borrow from `msgs` (sqlx encodes them when bound): payloads are not copied
 /// on their way into the statement.
 fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments> {
@@ -1138,7 +1146,7 @@ fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres,
             d_prios.push(m.prio_key);
         }
     }
-    sqlx::query(
+    sqlx::query(concat!(
         "WITH m AS (
             INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key)
             SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[])
@@ -1158,8 +1166,9 @@ fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres,
             JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
             WHERE EXISTS (SELECT 1 FROM registrations WHERE queue_id = ANY($2::int8[]))
          )
-         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q",
-    )
+         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
+        super::interest::uninterested!()
+    ))
     .bind(ids)
     .bind(queues)
     .bind(corrids)
@@ -1181,11 +1190,12 @@ fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres,
     .bind(prio_keys)
 }
 
-/// Tells other processes (and our own listener) that `queues` have new visible messages;
-/// PostgreSQL delivers the notification only if the transaction commits.
+/// Tells the processes interested in `queues` (ours included) that they have new visible
+/// messages; PostgreSQL delivers the notification only if the transaction commits, which
+/// must come next (see [`super::interest::NOTIFY_SQL`]).
 async fn notify_queues(tx: &mut Transaction<'static, Postgres>, queues: &[QueueId]) -> Result<()> {
-    for q in queues {
-        sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(q.to_string()).execute(&mut **tx).await?;
+    if !queues.is_empty() {
+        sqlx::query(super::interest::NOTIFY_SQL).bind(CHANNEL).bind(queues).execute(&mut **tx).await?;
     }
     Ok(())
 }
