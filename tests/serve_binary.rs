@@ -354,8 +354,11 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     );
     let (batches, faults) = bench("batch");
     assert!(batches > 0 && faults == 0, "batch: {batches} requests, {faults} faults");
+    // A send, then its commit as a request of its own: every cycle commits its message.
+    let (transacted, faults) = bench("transact");
+    assert!(transacted > 0 && faults == 0, "transact: {transacted} cycles, {faults} faults");
     let before = depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE");
-    assert_eq!(before, i64::try_from(sends + 10 * batches).expect("count"));
+    assert_eq!(before, i64::try_from(sends + 10 * batches + transacted).expect("count"));
     // The receive run first tops the queue up by 2,000 (in sets of 500), then removes.
     let (received, faults) = bench("receive");
     assert!(received > 0 && faults == 0, "receive: {received} requests, {faults} faults");

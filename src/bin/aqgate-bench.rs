@@ -5,6 +5,9 @@
 //! Scenarios (RAW payloads of `--payload` bytes):
 //! - `send`: one message per request, with a trailing AQXmlCommit;
 //! - `batch`: a message_set of `--batch` messages, with a trailing AQXmlCommit;
+//! - `transact`: one message per AQXmlSend without a commit, then an AQXmlCommit request
+//!   (as examples 01 and 10): the session's transaction path, each client committing its
+//!   own transaction; latency covers both requests;
 //! - `receive`: AQXmlReceive (REMOVE) with a trailing AQXmlCommit; the queue is filled
 //!   first (in batches) with enough messages for the run.
 //! - `smtp`: signed mails (`--mail`, e.g. from `aqgate mail sign`) over SMTP to `--smtp`;
@@ -34,6 +37,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 enum Scenario {
     Send,
     Batch,
+    /// A send, then a commit as a request of its own.
+    Transact,
     Receive,
     Smtp,
     Notify,
@@ -119,6 +124,8 @@ fn send_xml(queue: &str, n: usize, hex: &str) -> String {
     s.push_str("</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>");
     s
 }
+
+const COMMIT_XML: &str = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlCommit xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body></Envelope>"#;
 
 fn receive_xml(queue: &str) -> String {
     format!(
@@ -459,11 +466,15 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Batch => args.batch,
         _ => 1,
     };
-    let body = Arc::new(match args.scenario {
-        Scenario::Send => send_xml(&args.queue, 1, &hex),
-        Scenario::Batch => send_xml(&args.queue, args.batch, &hex),
+    // The requests of one cycle, posted in turn.
+    let bodies = Arc::new(match args.scenario {
+        Scenario::Send => vec![send_xml(&args.queue, 1, &hex)],
+        Scenario::Batch => vec![send_xml(&args.queue, args.batch, &hex)],
+        Scenario::Transact => {
+            vec![send_xml(&args.queue, 1, &hex).replace("<AQXmlCommit/>", ""), COMMIT_XML.to_string()]
+        }
         Scenario::Receive | Scenario::Smtp | Scenario::Notify | Scenario::Store | Scenario::Parse => {
-            receive_xml(&args.queue)
+            vec![receive_xml(&args.queue)]
         }
     });
     let stop = Arc::new(AtomicBool::new(false));
@@ -471,7 +482,7 @@ async fn main() -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
         let mut c = mk();
-        let body = body.clone();
+        let bodies = bodies.clone();
         let stop = stop.clone();
         let faults = faults.clone();
         tasks.push(tokio::spawn(async move {
@@ -481,15 +492,23 @@ async fn main() -> anyhow::Result<()> {
             let start = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                match c.post((*body).clone()).await {
-                    Ok(text) if text.contains("<Fault") => {
-                        faults.fetch_add(1, Ordering::Relaxed);
+                let mut ok = true;
+                for body in bodies.iter() {
+                    match c.post(body.clone()).await {
+                        Ok(text) if text.contains("<Fault") => ok = false,
+                        Ok(_) => {}
+                        Err(e) => {
+                            eprintln!("request failed: {e}");
+                            ok = false;
+                        }
                     }
-                    Ok(_) => lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)),
-                    Err(e) => {
-                        eprintln!("request failed: {e}");
+                    if !ok {
                         faults.fetch_add(1, Ordering::Relaxed);
+                        break;
                     }
+                }
+                if ok {
+                    lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
                 }
             }
             (lat, start.elapsed())
