@@ -25,6 +25,7 @@ on_both_backends!(
     send_then_receive_in_fifo_order,
     on_commit_work_is_invisible_until_commit,
     rollback_discards_enqueues,
+    a_commit_of_its_own_performs_the_sessions_removes_and_enqueues,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
     browse_does_not_remove_and_navigates,
@@ -122,6 +123,30 @@ async fn on_commit_work_is_invisible_until_commit(b: Backend) {
     assert_eq!(recv_raw(&h, &mut a, "<dequeue_mode>BROWSE</dequeue_mode>", "").await, Ok("AA".into()));
     h.run(&mut a, &envelope(COMMIT)).await.expect("commit");
     assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("AA".into()));
+}
+
+/// AQXmlCommit as a request of its own, after ON_COMMIT removes and enqueues: the
+/// removes happen, the enqueues appear (a session that only enqueued skips the dequeue
+/// bookkeeping; one that dequeued must not).
+async fn a_commit_of_its_own_performs_the_sessions_removes_and_enqueues(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01"), ("", "02")], COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "an ON_COMMIT remove");
+    h.run(&mut c, &envelope(COMMIT)).await.expect("commit the remove");
+    assert_eq!(depth(&h, RAWQ).await, 1, "removed at the commit");
+    // Enqueue and remove in one transaction, committed on its own.
+    h.run(&mut c, &raw_send(RAWQ, &[("", "03")], "")).await.expect("send in the transaction");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("02".into()));
+    h.run(&mut c, &envelope(COMMIT)).await.expect("commit both");
+    let mut other = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("03".into()), "02 is gone, 03 is there");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Err(code::NO_MESSAGE));
+    // Enqueues alone, committed on their own.
+    h.run(&mut c, &raw_send(RAWQ, &[("", "04")], "")).await.expect("send");
+    h.run(&mut c, &envelope(COMMIT)).await.expect("commit the send");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("04".into()));
 }
 
 async fn rollback_discards_enqueues(b: Backend) {
@@ -439,7 +464,7 @@ async fn a_message_locked_while_expiring_stays_with_its_consumer(b: Backend) {
     tx.commit().await.expect("commit the move");
     assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (1, 0), "not moved");
     let mut tx = store.begin().await.expect("begin");
-    tx.commit_session("consumer-txn").await.expect("the consumer commits");
+    tx.commit_session("consumer-txn", true).await.expect("the consumer commits");
     tx.commit().await.expect("commit");
     assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (0, 0), "removed by its consumer");
 }
@@ -725,7 +750,7 @@ async fn notification_outbox_survives_restart_but_not_open_work(b: Backend) {
     let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
     let e2 = aqgate::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
     let mut tx = store.begin().await.expect("begin");
-    tx.commit_session(&s.txn).await.expect("commit the dead session's txn");
+    tx.commit_session(&s.txn, true).await.expect("commit the dead session's txn");
     tx.commit().await.expect("commit");
     let now = h.clock.now();
     let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");

@@ -305,7 +305,7 @@ impl Engine {
             let mut tx = self.store.begin().await?;
             tx.insert_messages(&rows).await?;
             if commit_session {
-                woken.extend(tx.commit_session(&session.txn).await?.enqueued_queues);
+                woken.extend(tx.commit_session(&session.txn, session.dequeued).await?.enqueued_queues);
             }
             tx.commit().await?;
         }
@@ -640,7 +640,7 @@ impl Engine {
         let takes_lock = !browse && !remove_now;
         let mut woken = Vec::new();
         if req.commit && (session.pending || takes_lock) {
-            woken = tx.commit_session(&session.txn).await?.enqueued_queues;
+            woken = tx.commit_session(&session.txn, session.dequeued || takes_lock).await?.enqueued_queues;
         }
         tx.commit().await?;
         session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
@@ -648,6 +648,7 @@ impl Engine {
             session.end_transaction();
         } else if takes_lock {
             session.pending = true;
+            session.dequeued = true;
         }
         for q in woken {
             self.wake(q);
@@ -702,7 +703,7 @@ impl Engine {
         }
         let mut woken = Vec::new();
         if req.commit && session.pending {
-            woken = tx.commit_session(&session.txn).await?.enqueued_queues;
+            woken = tx.commit_session(&session.txn, session.dequeued).await?.enqueued_queues;
         }
         tx.commit().await?;
         if req.commit {
@@ -718,7 +719,7 @@ impl Engine {
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
         if session.pending {
             let mut tx = self.store.begin().await?;
-            let outcome = tx.commit_session(&session.txn).await?;
+            let outcome = tx.commit_session(&session.txn, session.dequeued).await?;
             tx.commit().await?;
             for q in outcome.enqueued_queues {
                 self.wake(q);

@@ -27,6 +27,9 @@ pub struct Session {
     pub txn: String,
     /// Whether the transaction has uncommitted work.
     pub pending: bool,
+    /// Whether that work may include removes or locks (ON_COMMIT dequeues): a commit of
+    /// enqueues alone skips looking for them.
+    pub dequeued: bool,
     pub positions: HashMap<(QueueId, String), Position>,
     pub last_used: Micros,
     /// Set when the session timed out and was rolled back: a request that was already on
@@ -47,6 +50,7 @@ impl Session {
             agent: agent.to_string(),
             txn: random_id(),
             pending: false,
+            dequeued: false,
             positions: HashMap::new(),
             last_used: now,
             closed: false,
@@ -61,6 +65,7 @@ impl Session {
     pub fn end_transaction(&mut self) {
         self.txn = random_id();
         self.pending = false;
+        self.dequeued = false;
         self.positions.clear();
     }
 }

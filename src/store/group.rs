@@ -314,8 +314,8 @@ impl StoreTx for GroupTx {
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
         self.tx()?.remove_now(seq, consumer, txn, shared).await
     }
-    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
-        self.tx()?.commit_session(txn).await
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
+        self.tx()?.commit_session(txn, dequeues).await
     }
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
         self.tx()?.rollback_session(txn).await

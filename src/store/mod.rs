@@ -508,8 +508,10 @@ pub trait StoreTx: Send {
     /// consumers' deliveries (multi-consumer queue).
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
 
-    /// Publishes `txn`'s enqueues, performs its removes, releases its locks.
-    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome>;
+    /// Publishes `txn`'s enqueues, performs its removes, releases its locks. `dequeues`:
+    /// whether `txn` may hold removes or locks; false when it only enqueued, and then the
+    /// backend skips looking for them (four statements on PostgreSQL).
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
 
     /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
     /// Returns deliveries whose retry count now exceeds `max_retries` of their queue.

@@ -878,7 +878,7 @@ impl StoreTx for PgTx {
         Ok(removed.is_some())
     }
 
-    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
         let mut queues: Vec<i64> =
             sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id")
@@ -887,38 +887,40 @@ impl StoreTx for PgTx {
                 .await?;
         queues.sort_unstable();
         queues.dedup();
-        // Lock the messages whose deliveries this transaction removes (in one order, so
-        // concurrent commits cannot deadlock); then a message whose last delivery goes is
-        // deleted exactly once, even when its consumers commit at the same time.
-        sqlx::query(
-            "SELECT m.seq FROM messages m JOIN deliveries d ON d.msg_seq = m.seq
-             WHERE d.lock_txn = $1 AND d.lock_kind = 1 ORDER BY m.seq FOR UPDATE OF m",
-        )
-        .bind(txn)
-        .execute(&mut *self.tx)
-        .await?;
-        sqlx::query(
-            "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq)
-             DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
-               AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
-                               AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1))",
-        )
-        .bind(txn)
-        .execute(&mut *self.tx)
-        .await?;
-        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
+        if dequeues {
+            // Lock the messages whose deliveries this transaction removes (in one order, so
+            // concurrent commits cannot deadlock); then a message whose last delivery goes is
+            // deleted exactly once, even when its consumers commit at the same time.
+            sqlx::query(
+                "SELECT m.seq FROM messages m JOIN deliveries d ON d.msg_seq = m.seq
+                 WHERE d.lock_txn = $1 AND d.lock_kind = 1 ORDER BY m.seq FOR UPDATE OF m",
+            )
             .bind(txn)
             .execute(&mut *self.tx)
             .await?;
-        // Single-consumer messages: removed ones go, locked ones are released (disjoint
-        // rows, so one statement).
-        sqlx::query(
-            "WITH gone AS (DELETE FROM messages WHERE lock_txn = $1 AND lock_kind = 1)
-             UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1 AND lock_kind <> 1",
-        )
-        .bind(txn)
-        .execute(&mut *self.tx)
-        .await?;
+            sqlx::query(
+                "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq)
+                 DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+                   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
+                                   AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1))",
+            )
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await?;
+            sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1")
+                .bind(txn)
+                .execute(&mut *self.tx)
+                .await?;
+            // Single-consumer messages: removed ones go, locked ones are released (disjoint
+            // rows, so one statement).
+            sqlx::query(
+                "WITH gone AS (DELETE FROM messages WHERE lock_txn = $1 AND lock_kind = 1)
+                 UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1 AND lock_kind <> 1",
+            )
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await?;
+        }
         notify_queues(&mut self.tx, &queues).await?;
         Ok(CommitOutcome { enqueued_queues: queues })
     }

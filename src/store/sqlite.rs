@@ -502,30 +502,32 @@ impl StoreTx for SqliteTx {
         Ok(true)
     }
 
-    async fn commit_session(&mut self, txn: &str) -> Result<CommitOutcome> {
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         let queues: Vec<i64> =
             sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = ?1 RETURNING queue_id")
                 .bind(txn)
                 .fetch_all(&mut *self.tx)
                 .await?;
-        let removed: Vec<i64> =
-            sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
-                .bind(txn)
-                .fetch_all(&mut *self.tx)
+        if dequeues {
+            let removed: Vec<i64> =
+                sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
+                    .bind(txn)
+                    .fetch_all(&mut *self.tx)
+                    .await?;
+            for seq in removed {
+                sqlx::query(
+                    "DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)",
+                )
+                .bind(seq)
+                .execute(&mut *self.tx)
                 .await?;
-        for seq in removed {
-            sqlx::query(
-                "DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)",
-            )
-            .bind(seq)
-            .execute(&mut *self.tx)
-            .await?;
+            }
+            sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = ?1")
+                .bind(txn)
+                .execute(&mut *self.tx)
+                .await?;
         }
-        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = ?1")
-            .bind(txn)
-            .execute(&mut *self.tx)
-            .await?;
         let mut enqueued_queues = queues;
         enqueued_queues.sort_unstable();
         enqueued_queues.dedup();
