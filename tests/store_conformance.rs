@@ -1028,9 +1028,7 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     let (_stop, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(a.engine.clone().run_background(Duration::from_secs(3600), rx));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let store = aqgate::store::open(&a.url).await.expect("second process store");
-    let clock = a.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    let b = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("second engine");
+    let b = second_process(&a).await;
     let a2 = a.clone();
     let started = Instant::now();
     let waiter = tokio::spawn(async move {
@@ -1038,11 +1036,7 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
         a2.run(&mut c, &receive(RAWQ, "<wait_time>30</wait_time>", COMMIT)).await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut p = aqgate::engine::Session::new("SCOTT", 0);
-    let req = aqgate::idap::parse_request(raw_send(RAWQ, &[("", "5A")], COMMIT).as_bytes(), &Default::default())
-        .expect("parse")
-        .body;
-    b.execute(&mut p, req).await.expect("send in the other process");
+    send_from(&b, "5A").await;
     let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken by NOTIFY").expect("task");
     assert_eq!(raw_of(&received(&r.expect("message"))[0]), "5A");
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -1071,6 +1065,15 @@ async fn queue_id(h: &Harness, name: &str) -> i64 {
     ids.into_iter().find(|(n, _)| n == name).map(|(_, id)| id).expect("queue exists")
 }
 
+/// Process A (the harness, listening) and process B on one database, and RAWQ's id.
+async fn two_processes() -> (Harness, std::sync::Arc<aqgate::engine::Engine>, i64, tokio::sync::mpsc::Receiver<i64>) {
+    let a = Harness::new(Backend::Postgres).await;
+    let b = second_process(&a).await;
+    let q = queue_id(&a, RAWQ).await;
+    let rx = a.engine.store().listen().await.expect("listen").expect("PostgreSQL has a channel");
+    (a, b, q, rx)
+}
+
 /// Granted interests in `q` on the harness's database.
 async fn interests_held(h: &Harness, q: i64) -> i64 {
     use sqlx::Connection;
@@ -1096,10 +1099,7 @@ async fn signalled_within(rx: &mut tokio::sync::mpsc::Receiver<i64>, d: Duration
 /// it lapses after its linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_commits_signal_only_queues_somebody_holds_interest_in() {
-    let a = Harness::new(Backend::Postgres).await;
-    let b = second_process(&a).await;
-    let q = queue_id(&a, RAWQ).await;
-    let mut rx = a.engine.store().listen().await.expect("listen").expect("PostgreSQL has a channel");
+    let (a, b, q, mut rx) = two_processes().await;
     send_from(&b, "01").await;
     assert_eq!(signalled_within(&mut rx, Duration::from_millis(500)).await, None, "nobody waits: no NOTIFY");
     assert_eq!(interests_held(&a, q).await, 0);
@@ -1162,10 +1162,7 @@ async fn postgres_interest_is_granted_after_a_commit_that_did_not_signal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_lost_interest_connection_is_taken_again() {
     use sqlx::Connection;
-    let a = Harness::new(Backend::Postgres).await;
-    let b = second_process(&a).await;
-    let q = queue_id(&a, RAWQ).await;
-    let mut rx = a.engine.store().listen().await.expect("listen").expect("PostgreSQL has a channel");
+    let (a, b, q, mut rx) = two_processes().await;
     let _interest = a.engine.store().interest(q).await.expect("interest");
     let mut admin = sqlx::PgConnection::connect(&a.url).await.expect("connect");
     let killed: i64 = sqlx::query_scalar(
