@@ -86,7 +86,8 @@ impl Interests {
     pub(super) fn start(opts: PgConnectOptions) -> Self {
         let (cmd, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(StdMutex::new(None));
-        let task = Task { opts: opts.application_name("aqgate interest"), conn: None, held: HashMap::new() };
+        let opts = opts.application_name("aqgate interest").options([("lock_timeout", LOCK_TIMEOUT)]);
+        let task = Task { opts, conn: None, held: HashMap::new() };
         tokio::spawn(task.run(rx, wake.clone()));
         Self { cmd, wake }
     }
@@ -176,15 +177,10 @@ impl Task {
     }
 
     async fn connection(&mut self) -> Result<&mut PgConnection> {
-        let conn = match self.conn.take() {
-            Some(c) => self.conn.insert(c),
-            None => {
-                let mut c = PgConnection::connect_with(&self.opts).await?;
-                sqlx::query(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'")).execute(&mut c).await?;
-                self.conn.insert(c)
-            }
-        };
-        Ok(conn)
+        if self.conn.is_none() {
+            self.conn = Some(PgConnection::connect_with(&self.opts).await?);
+        }
+        self.conn.as_mut().ok_or_else(gone)
     }
 
     /// Takes `q`'s lock (waiting for a committer that holds the key).
