@@ -1179,6 +1179,60 @@ async fn postgres_a_lost_interest_connection_is_taken_again() {
     assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "commits signal it again");
 }
 
+/// A lost LISTEN connection loses the NOTIFYs sent until it listens again: once it does,
+/// every waiter of the process (each holds interest in its queue) is woken to look again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lost_listen_connection_wakes_the_waiters() {
+    use sqlx::Connection;
+    let (a, b, q, mut rx) = two_processes().await;
+    let _interest = a.engine.store().interest(q).await.expect("interest");
+    let mut admin = sqlx::PgConnection::connect(&a.url).await.expect("connect");
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("terminate");
+    assert!(killed >= 1, "the listener's connection was there to lose");
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(15)).await, Some(q), "waiters woken to look again");
+    // Listening again: another process's commit reaches it.
+    send_from(&b, "04").await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "commits signal it again");
+}
+
+/// As after a database restart: every connection of the database is gone and new ones are
+/// refused for a while. Once they are accepted again the process listens again, its
+/// waiters are woken to look again, and other processes' commits reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_listening_resumes_after_the_database_refused_connections() {
+    use sqlx::Connection;
+    let (a, b, q, mut rx) = two_processes().await;
+    let _interest = a.engine.store().interest(q).await.expect("interest");
+    // From another database: a database cannot refuse connections to itself.
+    let (server, db) = a.url.rsplit_once('/').expect("a database URL");
+    let mut admin = sqlx::PgConnection::connect(&format!("{server}/postgres")).await.expect("connect");
+    let allow = |yes: bool| format!("ALTER DATABASE \"{db}\" WITH ALLOW_CONNECTIONS {yes}");
+    sqlx::query(&allow(false)).execute(&mut admin).await.expect("refuse connections");
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(db)
+        .execute(&mut admin)
+        .await
+        .expect("terminate");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
+    sqlx::query(&allow(true)).execute(&mut admin).await.expect("accept connections");
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(40)).await, Some(q), "waiters woken to look again");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        send_from(&b, "05").await;
+        if signalled_within(&mut rx, Duration::from_secs(2)).await == Some(q) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "commits never reached the listener again");
+    }
+}
+
 /// A process whose dispatcher refreshes its registrations holds interest in the
 /// registered queues, so that other processes' commits wake it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,6 +72,8 @@ pub(super) fn key(q: QueueId) -> i32 {
 enum Cmd {
     Acquire(QueueId, oneshot::Sender<Result<()>>),
     Release(QueueId),
+    /// Wake this process's waiters on every queue it holds interest in.
+    WakeAll,
 }
 
 /// This process's interests, held by one task on one connection.
@@ -97,6 +99,13 @@ impl Interests {
         *self.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
+    /// A handle that wakes this process's waiters on every queue it holds interest in: for
+    /// the listener, after its connection was lost (the NOTIFYs sent meanwhile are gone,
+    /// and every waiter holds interest in the queue it waits on).
+    pub(super) fn waker(&self) -> WakeAll {
+        WakeAll(self.cmd.clone())
+    }
+
     /// Holds interest in `queue` until the returned guard is dropped; returns once it is
     /// in force.
     pub(super) async fn acquire(&self, queue: QueueId) -> Result<Interest> {
@@ -110,6 +119,15 @@ impl Interests {
         self.cmd.send(Cmd::Acquire(queue, tx)).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())??;
         Ok(guard)
+    }
+}
+
+/// See [`Interests::waker`].
+pub(super) struct WakeAll(mpsc::UnboundedSender<Cmd>);
+
+impl WakeAll {
+    pub(super) fn wake_all(&self) {
+        let _ = self.0.send(Cmd::WakeAll);
     }
 }
 
@@ -154,6 +172,14 @@ impl Task {
                     h.idle_since = None;
                     let r = if h.locked { Ok(()) } else { self.lock(q).await };
                     let _ = reply.send(r);
+                }
+                Some(Cmd::WakeAll) => {
+                    let tx = wake.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    if let Some(tx) = tx {
+                        for q in self.held.keys() {
+                            let _ = tx.try_send(*q);
+                        }
+                    }
                 }
                 Some(Cmd::Release(q)) => {
                     if let Some(h) = self.held.get_mut(&q) {

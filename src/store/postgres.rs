@@ -721,21 +721,34 @@ impl Store for PgStore {
         listener.listen(CHANNEL).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         self.interests.wake_through(tx.clone());
+        let waker = self.interests.waker();
+        let pool = self.pool.clone();
         tokio::spawn(async move {
             loop {
-                match listener.recv().await {
-                    Ok(n) => {
+                match listener.try_recv().await {
+                    Ok(Some(n)) => {
                         if let Ok(q) = n.payload().parse::<QueueId>()
                             && tx.send(q).await.is_err()
                         {
                             return;
                         }
                     }
-                    // PgListener reconnects by itself on the next recv.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    // Lost, and already connected and listening again: what was sent
+                    // meanwhile is gone, so every waiter looks again.
+                    Ok(None) => {
+                        tracing::warn!("LISTEN connection lost; listening again, waking the waiters");
+                        waker.wake_all();
                     }
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                        let Some(again) = relisten(&pool).await else { return };
+                        listener = again;
+                        waker.wake_all();
+                    }
+                }
+                if tx.is_closed() {
+                    return;
                 }
             }
         });
@@ -744,6 +757,26 @@ impl Store for PgStore {
 
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
         self.interests.acquire(queue).await
+    }
+}
+
+/// A new listener on the store's channel, once one can be had (`None`: the pool was
+/// closed, the process is shutting down).
+async fn relisten(pool: &PgPool) -> Option<PgListener> {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if pool.is_closed() {
+            return None;
+        }
+        let listener = async {
+            let mut l = PgListener::connect_with(pool).await?;
+            l.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        match listener.await {
+            Ok(l) => return Some(l),
+            Err(e) => tracing::warn!(error = %e, "LISTEN connection: still reconnecting"),
+        }
     }
 }
 
