@@ -34,6 +34,9 @@ pub mod code {
     pub const NOT_A_SUBSCRIBER: i32 = 24035;
     /// ORA-25200 invalid value for a selector condition (aqgate: condition not supported).
     pub const BAD_CONDITION: i32 = 25200;
+    /// ORA-25402 transaction must roll back: the store lost part of the session's
+    /// uncommitted work (the database restarted since it was sent); the client rolls back.
+    pub const TRANSACTION_LOST: i32 = 25402;
     /// ORA-25254 time-out in LISTEN / session expired; aqgate: the session's work was rolled back.
     pub const SESSION_EXPIRED: i32 = 25254;
     /// aqgate: a name (agent alias, …) is not in the directory, or the directory is not

@@ -26,6 +26,7 @@ on_both_backends!(
     on_commit_work_is_invisible_until_commit,
     rollback_discards_enqueues,
     a_commit_of_its_own_performs_the_sessions_removes_and_enqueues,
+    a_transaction_the_store_lost_part_of_must_roll_back,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
     browse_does_not_remove_and_navigates,
@@ -146,6 +147,52 @@ async fn a_commit_of_its_own_performs_the_sessions_removes_and_enqueues(b: Backe
     // Enqueues alone, committed on their own.
     h.run(&mut c, &raw_send(RAWQ, &[("", "04")], "")).await.expect("send");
     h.run(&mut c, &envelope(COMMIT)).await.expect("commit the send");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("04".into()));
+}
+
+/// What a database crash does to a session's provisional writes (`begin_provisional`):
+/// the newest message the session's open transaction enqueued is gone.
+async fn lose_the_newest_uncommitted_message(h: &Harness, b: Backend) {
+    use sqlx::Connection;
+    let newest = "SELECT max(seq) FROM messages WHERE enq_txn IS NOT NULL";
+    let gone = ["DELETE FROM deliveries WHERE msg_seq = $1", "DELETE FROM messages WHERE seq = $1"];
+    match b {
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&h.url).await.expect("connect");
+            let seq: i64 = sqlx::query_scalar(newest).fetch_one(&mut c).await.expect("newest");
+            for sql in gone {
+                sqlx::query(sql).bind(seq).execute(&mut c).await.expect("delete");
+            }
+        }
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&h.url).await.expect("connect");
+            let seq: i64 = sqlx::query_scalar(newest).fetch_one(&mut c).await.expect("newest");
+            for sql in gone {
+                sqlx::query(sql).bind(seq).execute(&mut c).await.expect("delete");
+            }
+        }
+    }
+}
+
+/// A commit publishes exactly what its transaction enqueued, or nothing: when the store
+/// lost part of it (a database crash after a send answered), the commit is refused with
+/// ORA-25402 until the client rolls back, also when the commit comes with a send.
+async fn a_transaction_the_store_lost_part_of_must_roll_back(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01"), ("", "02")], "")).await.expect("send");
+    lose_the_newest_uncommitted_message(&h, b).await;
+    let (c, msg) = h.run(&mut p, &envelope(COMMIT)).await.expect_err("part of the transaction is gone");
+    assert_eq!(c, code::TRANSACTION_LOST);
+    assert!(msg.contains("1 of the 2"), "{msg}");
+    let (c, _) = h.run(&mut p, &raw_send(RAWQ, &[("", "03")], COMMIT)).await.expect_err("a send with a commit too");
+    assert_eq!(c, code::TRANSACTION_LOST);
+    let mut other = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Err(code::NO_MESSAGE), "nothing was published");
+    h.run(&mut p, &envelope(ROLLBACK)).await.expect("rollback");
+    assert_eq!(depth(&h, RAWQ).await, 0, "the rollback removed what was left");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "04")], "")).await.expect("a new transaction");
+    h.run(&mut p, &envelope(COMMIT)).await.expect("commits");
     assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("04".into()));
 }
 

@@ -302,10 +302,11 @@ impl Engine {
             // Nothing else to commit: one atomic write where the backend can.
             self.store.insert_committed(&rows, session.origin).await?;
         } else {
-            let mut tx = self.store.begin().await?;
+            // Tagged rows, published by a later durable commit: see `begin_provisional`.
+            let mut tx = if commit_now { self.store.begin().await? } else { self.store.begin_provisional().await? };
             tx.insert_messages(&rows).await?;
             if commit_session {
-                woken.extend(tx.commit_session(&session.txn, session.dequeued).await?.enqueued_queues);
+                woken.extend(publish(&mut *tx, session, session.dequeued).await?);
             }
             tx.commit().await?;
         }
@@ -313,6 +314,7 @@ impl Engine {
             session.end_transaction();
         } else if !immediate {
             session.pending = true;
+            session.enqueued += rows.len() as u64;
         }
         if commit_now {
             for q in woken {
@@ -640,7 +642,7 @@ impl Engine {
         let takes_lock = !browse && !remove_now;
         let mut woken = Vec::new();
         if req.commit && (session.pending || takes_lock) {
-            woken = tx.commit_session(&session.txn, session.dequeued || takes_lock).await?.enqueued_queues;
+            woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
         }
         tx.commit().await?;
         session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
@@ -703,7 +705,7 @@ impl Engine {
         }
         let mut woken = Vec::new();
         if req.commit && session.pending {
-            woken = tx.commit_session(&session.txn, session.dequeued).await?.enqueued_queues;
+            woken = publish(&mut *tx, session, session.dequeued).await?;
         }
         tx.commit().await?;
         if req.commit {
@@ -719,9 +721,9 @@ impl Engine {
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
         if session.pending {
             let mut tx = self.store.begin().await?;
-            let outcome = tx.commit_session(&session.txn, session.dequeued).await?;
+            let woken = publish(&mut *tx, session, session.dequeued).await?;
             tx.commit().await?;
-            for q in outcome.enqueued_queues {
+            for q in woken {
                 self.wake(q);
             }
         }
@@ -982,6 +984,32 @@ pub fn agent_from_json(s: &str) -> Option<AgentRef> {
         protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
         alias: None,
     })
+}
+
+/// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
+/// the queues that got new visible messages. Refuses, leaving `tx` to be rolled back, if
+/// the store does not hold exactly the messages the transaction enqueued: provisional
+/// writes lost with a database crash (`Store::begin_provisional`), or a send whose
+/// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
+/// to roll the transaction back.
+async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
+    let outcome = tx.commit_session(&session.txn, dequeues).await?;
+    if outcome.published != session.enqueued {
+        tracing::warn!(
+            enqueued = session.enqueued,
+            found = outcome.published,
+            "a session's uncommitted messages were lost by the store; its commit is refused"
+        );
+        return Err(AqError::server(
+            code::TRANSACTION_LOST,
+            format!(
+                "transaction must roll back: the store holds {} of the {} message(s) it enqueued \
+                 (the database restarted since, or a write's outcome was unknown); nothing was committed",
+                outcome.published, session.enqueued
+            ),
+        ));
+    }
+    Ok(outcome.enqueued_queues)
 }
 
 /// The message properties returned with a dequeued message.

@@ -30,6 +30,9 @@ pub struct Session {
     /// Whether that work may include removes or locks (ON_COMMIT dequeues): a commit of
     /// enqueues alone skips looking for them.
     pub dequeued: bool,
+    /// How many messages the transaction enqueued so far (its commit must publish as
+    /// many: see `Store::begin_provisional`).
+    pub enqueued: u64,
     pub positions: HashMap<(QueueId, String), Position>,
     pub last_used: Micros,
     /// Set when the session timed out and was rolled back: a request that was already on
@@ -51,6 +54,7 @@ impl Session {
             txn: random_id(),
             pending: false,
             dequeued: false,
+            enqueued: 0,
             positions: HashMap::new(),
             last_used: now,
             closed: false,
@@ -66,6 +70,7 @@ impl Session {
         self.txn = random_id();
         self.pending = false;
         self.dequeued = false;
+        self.enqueued = 0;
         self.positions.clear();
     }
 }

@@ -225,6 +225,8 @@ pub enum LockKind {
 #[derive(Debug, Default, Clone)]
 pub struct CommitOutcome {
     pub enqueued_queues: Vec<QueueId>,
+    /// How many of the transaction's enqueued messages it made visible.
+    pub published: u64,
 }
 
 /// A registration for notifications (AQXmlRegister): one per (queue, consumer, agent);
@@ -338,6 +340,16 @@ pub enum SpoolPut {
 pub trait Store: Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
     async fn begin(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// A transaction for work that a later commit of the session publishes (rows tagged
+    /// with the session's transaction): its commit need not wait until it is durable,
+    /// because the publishing commit is durable and makes everything before it durable
+    /// too. If the database loses such work in a crash, that commit finds fewer messages
+    /// than the session enqueued ([`CommitOutcome::published`]) and the engine refuses it.
+    /// The default is [`Store::begin`].
+    async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
+        self.begin().await
+    }
 
     /// Rolls back every session transaction left by a previous process.
     async fn recover(&self) -> Result<u64>;

@@ -426,6 +426,12 @@ impl Store for PgStore {
         Ok(Box::new(PgTx { tx }))
     }
 
+    /// Commits without waiting for the WAL flush (one round trip, as `BEGIN`).
+    async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit TO off").await?;
+        Ok(Box::new(PgTx { tx }))
+    }
+
     async fn recover(&self) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         let a: i64 = sqlx::query_scalar(
@@ -918,6 +924,7 @@ impl StoreTx for PgTx {
                 .bind(txn)
                 .fetch_all(&mut *self.tx)
                 .await?;
+        let published = queues.len() as u64;
         queues.sort_unstable();
         queues.dedup();
         if dequeues {
@@ -955,7 +962,7 @@ impl StoreTx for PgTx {
             .await?;
         }
         notify_queues(&mut self.tx, &queues).await?;
-        Ok(CommitOutcome { enqueued_queues: queues })
+        Ok(CommitOutcome { enqueued_queues: queues, published })
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {

@@ -509,6 +509,7 @@ impl StoreTx for SqliteTx {
                 .bind(txn)
                 .fetch_all(&mut *self.tx)
                 .await?;
+        let published = queues.len() as u64;
         if dequeues {
             let removed: Vec<i64> =
                 sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
@@ -531,7 +532,7 @@ impl StoreTx for SqliteTx {
         let mut enqueued_queues = queues;
         enqueued_queues.sort_unstable();
         enqueued_queues.dedup();
-        Ok(CommitOutcome { enqueued_queues })
+        Ok(CommitOutcome { enqueued_queues, published })
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
