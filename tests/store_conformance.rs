@@ -1226,6 +1226,31 @@ async fn postgres_a_lost_interest_connection_is_taken_again() {
     assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "commits signal it again");
 }
 
+/// A session's commit, as a request of its own, signals like an inline one: only queues
+/// somebody holds interest in, once per queue however many messages it publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_session_commit_signals_only_queues_somebody_holds_interest_in() {
+    let (a, b, q, mut rx) = two_processes().await;
+    let send_then_commit = |hexes: &'static [&'static str]| {
+        let b = b.clone();
+        async move {
+            let mut p = aqgate::engine::Session::new("SCOTT", 0);
+            let msgs: Vec<(&str, &str)> = hexes.iter().map(|h| ("", *h)).collect();
+            for xml in [raw_send(RAWQ, &msgs, ""), envelope(COMMIT)] {
+                let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+                b.execute(&mut p, req).await.expect("in the other process");
+            }
+        }
+    };
+    send_then_commit(&["01"]).await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_millis(500)).await, None, "nobody waits: no NOTIFY");
+    let _interest = a.engine.store().interest(q).await.expect("interest");
+    send_then_commit(&["02", "03"]).await;
+    assert_eq!(signalled_within(&mut rx, Duration::from_secs(10)).await, Some(q), "an interest is signalled");
+    assert_eq!(signalled_within(&mut rx, Duration::from_millis(500)).await, None, "once per queue");
+    assert_eq!(depth(&a, RAWQ).await, 3, "all of them published");
+}
+
 /// A lost LISTEN connection loses the NOTIFYs sent until it listens again: once it does,
 /// every waiter of the process (each holds interest in its queue) is woken to look again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@
 //! declared interest in it: a long-poll about to wait on it, or a notification dispatcher
 //! with registrations on it. Interest is a *shared* advisory lock `(CLASS, queue)` held on
 //! a connection of the process's own (not the pool's). The committing statement takes the
-//! same key with `pg_try_advisory_xact_lock` (exclusive, never waits; see [`NOTIFY_SQL`])
+//! same key with `pg_try_advisory_xact_lock` (exclusive, never waits; see [`uninterested`])
 //! and notifies only where that fails. The handshake leaves no gap:
 //! - the try fails while an interest is held, or is being waited for → NOTIFY at commit;
 //! - the try succeeded → the committer holds the key until its commit has ended, so an
@@ -46,12 +46,6 @@ macro_rules! uninterested {
     };
 }
 pub(super) use uninterested;
-
-/// Signals `$2` (an `int8[]` of queue ids) on channel `$1`, each only if some process holds
-/// interest in it. The exclusive try-locks it takes are held until the transaction ends,
-/// which should come right after.
-pub(super) const NOTIFY_SQL: &str =
-    concat!("SELECT pg_notify($1, q::text) FROM UNNEST($2::int8[]) AS q WHERE NOT ", uninterested!());
 
 /// An interest nobody holds any more is given up after this long: a client that
 /// long-polls in a loop keeps it.
@@ -302,6 +296,5 @@ mod tests {
         assert_eq!(key((1 << 31) + 5), 5);
         assert_eq!(key(-1), i32::MAX);
         assert!(uninterested!().contains(&format!("({CLASS},")), "the SQL names the same class");
-        assert!(NOTIFY_SQL.ends_with(uninterested!()));
     }
 }

@@ -18,6 +18,20 @@ use super::*;
 /// The LISTEN/NOTIFY channel for enqueue signals.
 const CHANNEL: &str = "aqgate_enqueue";
 
+/// A session commit's enqueues: clears the tags of transaction `$1` on its outbox rows and
+/// messages, signals each queue that got messages on channel `$2` where somebody holds
+/// interest (`interest::uninterested`; its try-locks are held until the commit that
+/// follows), and returns (queue, messages) per queue, in queue order.
+const PUBLISH_SQL: &str = concat!(
+    "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
+          m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
+          c AS (SELECT queue_id AS q, count(*) AS n FROM m GROUP BY queue_id),
+          s AS (SELECT pg_notify($2, q::text) FROM c WHERE NOT ",
+    super::interest::uninterested!(),
+    ")
+     SELECT q, n FROM c WHERE (SELECT count(*) FROM s) >= 0 ORDER BY q"
+);
+
 pub struct PgStore {
     pool: PgPool,
     /// Group commit for enqueues that commit at once, and for receives that take the head
@@ -918,15 +932,11 @@ impl StoreTx for PgTx {
     }
 
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
-        sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
-        let mut queues: Vec<i64> =
-            sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id")
-                .bind(txn)
-                .fetch_all(&mut *self.tx)
-                .await?;
-        let published = queues.len() as u64;
-        queues.sort_unstable();
-        queues.dedup();
+        // The enqueues are published and signalled in one statement (one round trip).
+        let published: Vec<(i64, i64)> =
+            sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?;
+        let queues: Vec<i64> = published.iter().map(|(q, _)| *q).collect();
+        let published = published.iter().map(|(_, n)| u64::try_from(*n).unwrap_or(0)).sum();
         if dequeues {
             // Lock the messages whose deliveries this transaction removes (in one order, so
             // concurrent commits cannot deadlock); then a message whose last delivery goes is
@@ -961,7 +971,6 @@ impl StoreTx for PgTx {
             .execute(&mut *self.tx)
             .await?;
         }
-        notify_queues(&mut self.tx, &queues).await?;
         Ok(CommitOutcome { enqueued_queues: queues, published })
     }
 
@@ -1230,16 +1239,6 @@ fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres,
     .bind(visible)
     .bind(singles)
     .bind(prio_keys)
-}
-
-/// Tells the processes interested in `queues` (ours included) that they have new visible
-/// messages; PostgreSQL delivers the notification only if the transaction commits, which
-/// must come next (see [`super::interest::NOTIFY_SQL`]).
-async fn notify_queues(tx: &mut Transaction<'static, Postgres>, queues: &[QueueId]) -> Result<()> {
-    if !queues.is_empty() {
-        sqlx::query(super::interest::NOTIFY_SQL).bind(CHANNEL).bind(queues).execute(&mut **tx).await?;
-    }
-    Ok(())
 }
 
 fn registration_from_row(r: &PgRow) -> Result<Registration> {
