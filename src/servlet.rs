@@ -216,25 +216,13 @@ enum Who {
     New(String),
 }
 
-/// Works out who is calling: a live session, or Basic credentials (+ on-behalf-of).
+/// Works out who is calling: Basic credentials (+ on-behalf-of), verified on every
+/// request, and then their live session if the cookie names one of this agent's. The
+/// second value: the cookie named an expired session of this agent (its tombstone is used
+/// up here, so only an authenticated request learns of it).
 async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), Response> {
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
     let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
-    let mut expired = false;
-    if let Some(id) = session_cookie(headers) {
-        match s.engine.sessions.get(&id) {
-            Lookup::Live(sess, agent) => {
-                // A cookie is bound to its agent; credentials for someone else start afresh.
-                // The agent this request speaks for: the on-behalf-of agent, else the user.
-                let claimed = on_behalf.as_deref().or(basic.as_ref().map(|(u, _)| u.as_str()));
-                if claimed.is_none_or(|c| crate::topology::canon(c) == agent) {
-                    return Ok((Who::Session(sess), false));
-                }
-            }
-            Lookup::Expired => expired = true,
-            Lookup::Unknown => {}
-        }
-    }
     let Some((user, password)) = basic else { return Err(unauthorized()) };
     let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
     let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
@@ -261,7 +249,13 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
         }
         Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
     };
-    Ok((Who::New(effective), expired))
+    // A cookie is bound to the agent its session speaks for; credentials for someone else
+    // start afresh.
+    match session_cookie(headers).map(|id| s.engine.sessions.get(&id, &effective)) {
+        Some(Lookup::Live(sess)) => Ok((Who::Session(sess), false)),
+        Some(Lookup::Expired) => Ok((Who::New(effective), true)),
+        Some(Lookup::Unknown) | None => Ok((Who::New(effective), false)),
+    }
 }
 
 fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
@@ -309,6 +303,27 @@ async fn idap_post(
         Ok(w) => w,
         Err(r) => return r,
     };
+    if expired {
+        // The client learns once that its work is gone; its next request starts afresh.
+        let e = AqError::client(
+            code::SESSION_EXPIRED,
+            "the session timed out and its uncommitted work was rolled back; send the request again",
+        );
+        return fault(&e, None);
+    }
+    // Parsed before a session is opened: a request refused here leaves none behind.
+    let envelope = match idap::parse_request(&body, &s.limits) {
+        Ok(e) => e,
+        Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), None),
+    };
+    if let Some(m) = headers.get("idapmethodname") {
+        let checked = m.to_str().map_err(|_| AqError::invalid("IDAPMethodName header is not text")).and_then(|v| {
+            idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
+        });
+        if let Err(e) = checked {
+            return fault(&e, None);
+        }
+    }
     let (session, new_cookie) = match who {
         Who::Session(sess) => (sess, None),
         Who::New(agent) => {
@@ -320,31 +335,7 @@ async fn idap_post(
             (sess, Some(id))
         }
     };
-    if expired {
-        // The client learns once that its work is gone; its next request starts afresh.
-        if let Some(id) = &new_cookie {
-            s.engine.sessions.remove(id, false);
-        }
-        let e = AqError::client(
-            code::SESSION_EXPIRED,
-            "the session timed out and its uncommitted work was rolled back; send the request again",
-        );
-        return fault(&e, None);
-    }
     let set_cookie = new_cookie.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
-    let cookie = set_cookie.as_deref();
-    let envelope = match idap::parse_request(&body, &s.limits) {
-        Ok(e) => e,
-        Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), cookie),
-    };
-    if let Some(m) = headers.get("idapmethodname") {
-        let checked = m.to_str().map_err(|_| AqError::invalid("IDAPMethodName header is not text")).and_then(|v| {
-            idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
-        });
-        if let Err(e) = checked {
-            return fault(&e, cookie);
-        }
-    }
     // The request runs to its end in its own task even if the client goes away: a request
     // cancelled between its database commit and the session's bookkeeping would leave
     // tagged rows the session no longer knows about.

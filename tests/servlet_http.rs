@@ -6,6 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aqgate::clock::SystemClock;
 use aqgate::engine::{Engine, EngineConfig};
@@ -26,9 +27,13 @@ impl Server {
     }
 
     async fn start_with(b: Backend, limits: Limits) -> Self {
+        Self::start_configured(b, limits, EngineConfig::default()).await
+    }
+
+    async fn start_configured(b: Backend, limits: Limits, config: EngineConfig) -> Self {
         let url = fresh_url(b).await;
         let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
-        let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
+        let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let router = app(AppState::new(engine.clone(), limits));
@@ -240,6 +245,69 @@ async fn sessions_carry_transactions_and_cookies_cannot_be_chosen() {
     // a commits through its cookie.
     assert!(matches!(a.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)));
     assert_eq!(s.depth_total().await, 1);
+}
+
+/// Every request proves who it is: a session cookie is no credential of its own. A
+/// request refused before it runs (not XML, a method header naming another method)
+/// leaves no session behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_needs_its_agents_credentials_on_every_request() {
+    let s = Server::start(Backend::Sqlite).await;
+    let mut a = Client::new(&s, "scott", "tiger");
+    assert!(matches!(a.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await.idap(), Response::Send(..)));
+    let cookie = a.cookie.clone().expect("open work gets a session");
+    let mut wrong = Client::new(&s, "scott", "wrong");
+    wrong.cookie = Some(cookie.clone());
+    assert_eq!(wrong.post(&envelope(COMMIT)).await.status, 401, "the cookie with a wrong password");
+    let r = s
+        .http
+        .post(s.url())
+        .header("content-type", "text/xml")
+        .header("cookie", cookie)
+        .body(envelope(COMMIT))
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(r.status().as_u16(), 401, "the cookie without credentials");
+    assert_eq!(s.depth_total().await, 0, "neither committed");
+    assert!(matches!(a.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)));
+    assert_eq!(s.depth_total().await, 1);
+
+    let open = s.engine.sessions.len();
+    for _ in 0..5 {
+        let mut c = Client::new(&s, "scott", "tiger");
+        let r = c.post("not XML").await;
+        assert!(r.fault_code() > 0 && r.set_cookie.is_none());
+        let r = c
+            .post_with(
+                &raw_send("AQUSER.RAW_QUE", &[("", "01")], ""),
+                &[("IDAPMethodName", "http://ns.oracle.com/AQ/schemas/access#AQXmlReceive")],
+            )
+            .await;
+        assert!(r.fault_code() > 0 && r.set_cookie.is_none());
+    }
+    assert_eq!(s.engine.sessions.len(), open, "refused requests opened no session");
+}
+
+/// The one-time notice that an idle session was rolled back goes to its own agent only:
+/// a request with the cookie that fails to authenticate does not use it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_sessions_agent_learns_that_it_expired() {
+    let config = EngineConfig { session_timeout: Duration::from_millis(200), ..EngineConfig::default() };
+    let s = Server::start_configured(Backend::Sqlite, Limits::default(), config).await;
+    let mut a = Client::new(&s, "scott", "tiger");
+    assert!(matches!(a.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await.idap(), Response::Send(..)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(s.engine.expire_sessions().await, 1);
+    let mut wrong = Client::new(&s, "scott", "wrong");
+    wrong.cookie = a.cookie.clone();
+    assert_eq!(wrong.post(&envelope(COMMIT)).await.status, 401);
+    let mut john = Client::new(&s, "john", "welcome");
+    john.cookie = a.cookie.clone();
+    assert!(matches!(john.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)), "not john's session");
+    assert_eq!(a.post(&envelope(COMMIT)).await.fault_code(), code::SESSION_EXPIRED, "told once");
+    assert!(matches!(a.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)), "then a fresh session");
+    assert_eq!(s.depth_total().await, 0, "the send was rolled back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

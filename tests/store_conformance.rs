@@ -629,7 +629,7 @@ async fn idle_sessions_roll_back(b: Backend) {
     assert_eq!(h.engine.expire_sessions().await, 0, "not idle long enough");
     h.clock.advance_secs(600);
     assert_eq!(h.engine.expire_sessions().await, 1);
-    assert!(matches!(h.engine.sessions.get(&id), aqgate::engine::Lookup::Expired));
+    assert!(matches!(h.engine.sessions.get(&id, "SCOTT"), aqgate::engine::Lookup::Expired));
     let mut c = h.session("scott");
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
 }

@@ -93,7 +93,7 @@ struct SessionsInner {
 }
 
 pub enum Lookup {
-    Live(SessionRef, String),
+    Live(SessionRef),
     /// The session timed out with uncommitted work, which was rolled back.
     Expired,
     Unknown,
@@ -112,12 +112,16 @@ impl Sessions {
         (id, r)
     }
 
-    pub fn get(&self, id: &str) -> Lookup {
+    /// The session `id` of `agent` (canonical name). A cookie is bound to its agent: for
+    /// another agent it is unknown, and an expired session's tombstone is used up only by
+    /// its own agent.
+    pub fn get(&self, id: &str, agent: &str) -> Lookup {
         let mut g = self.lock();
-        if let Some((s, agent)) = g.live.get(id) {
-            return Lookup::Live(s.clone(), agent.clone());
+        if let Some((s, owner)) = g.live.get(id) {
+            return if owner == agent { Lookup::Live(s.clone()) } else { Lookup::Unknown };
         }
-        if g.tombstones.remove(id).is_some() {
+        if g.tombstones.get(id).is_some_and(|owner| owner == agent) {
+            g.tombstones.remove(id);
             return Lookup::Expired;
         }
         Lookup::Unknown
