@@ -96,6 +96,8 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     let catalog: Catalog =
         wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
 
+    refuse_reshaping_queues_with_messages(store, &current, &catalog).await?;
+
     let new_rows = rows_of(&wanted)?;
     let old_rows: BTreeMap<(String, String), String> = current_rows.into_iter().map(|(k, n, s)| ((k, n), s)).collect();
     let mut changes = Vec::new();
@@ -130,6 +132,35 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     }
     tx.commit().await?;
     Ok(changes)
+}
+
+/// A queue's stored messages must stay readable: while it holds messages its payload
+/// type and its consumer model (single or multiple) cannot change.
+async fn refuse_reshaping_queues_with_messages(
+    store: &dyn Store,
+    current: &Topology,
+    wanted: &Catalog,
+) -> Result<(), ApplyError> {
+    let Ok(before) = current.resolve(&|_| Err("unreachable: stored passwords are hashes".into())) else {
+        // What is stored did not resolve (an older or hand-edited topology): nothing to compare.
+        return Ok(());
+    };
+    let ids: BTreeMap<String, i64> = store.queue_ids().await?.into_iter().collect();
+    let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
+    let mut refused = Vec::new();
+    for (name, old) in &before.queues {
+        let Some(new) = wanted.queues.get(name) else { continue };
+        if old.payload == new.payload && old.multi_consumer == new.multi_consumer {
+            continue;
+        }
+        let depth = ids.get(name).and_then(|id| depths.get(id)).copied().unwrap_or(0);
+        if depth > 0 {
+            refused.push(format!(
+                "queue {name} holds {depth} message(s): its payload type and consumer model cannot change until it is empty"
+            ));
+        }
+    }
+    if refused.is_empty() { Ok(()) } else { Err(ApplyError::Invalid(refused)) }
 }
 
 /// One row of `admin queues`.

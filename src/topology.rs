@@ -59,6 +59,10 @@ pub struct QueueDef {
     /// Failed (rolled back) dequeues before a message moves to the exception queue.
     #[serde(default = "default_max_retries")]
     pub max_retries: i64,
+    /// An exception queue (`DBMS_AQADM.EXCEPTION_QUEUE`): messages of its queue table that
+    /// name it as their `exception_queue` move here; nobody enqueues to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exception: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -296,16 +300,17 @@ impl Topology {
                 errors.push(format!("{key}.max_retries: must be >= 0"));
             }
             let name = canon(&q.name);
+            // Exception queues are single-consumer and closed for enqueue, like the default one.
             let info = QueueInfo {
                 name: name.clone(),
                 queue_table: canon(&t.name),
                 payload: payload.clone(),
-                multi_consumer: t.multiple_consumers,
+                multi_consumer: t.multiple_consumers && !q.exception,
                 sort: *sort,
-                enqueue_enabled: q.enqueue,
+                enqueue_enabled: q.enqueue && !q.exception,
                 dequeue_enabled: q.dequeue,
-                max_retries: q.max_retries,
-                is_exception_queue: false,
+                max_retries: if q.exception { 0 } else { q.max_retries },
+                is_exception_queue: q.exception,
                 exception_queue: exception_queue_name(&t.name),
                 subscribers: Vec::new(),
             };

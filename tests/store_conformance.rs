@@ -27,6 +27,9 @@ on_both_backends!(
     rollback_discards_enqueues,
     a_commit_of_its_own_performs_the_sessions_removes_and_enqueues,
     a_transaction_the_store_lost_part_of_must_roll_back,
+    exception_queues_are_of_the_messages_own_queue_table,
+    a_queue_with_messages_keeps_its_payload_type,
+    a_message_that_cannot_be_returned_stays_where_it_was,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
     browse_does_not_remove_and_navigates,
@@ -150,28 +153,31 @@ async fn a_commit_of_its_own_performs_the_sessions_removes_and_enqueues(b: Backe
     assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("04".into()));
 }
 
-/// What a database crash does to a session's provisional writes (`begin_provisional`):
-/// the newest message the session's open transaction enqueued is gone.
-async fn lose_the_newest_uncommitted_message(h: &Harness, b: Backend) {
+/// Runs `sql` on the harness's database, as another client would.
+async fn sql_on(h: &Harness, b: Backend, sql: &str) {
     use sqlx::Connection;
-    let newest = "SELECT max(seq) FROM messages WHERE enq_txn IS NOT NULL";
-    let gone = ["DELETE FROM deliveries WHERE msg_seq = $1", "DELETE FROM messages WHERE seq = $1"];
     match b {
         Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&h.url).await.expect("connect");
-            let seq: i64 = sqlx::query_scalar(newest).fetch_one(&mut c).await.expect("newest");
-            for sql in gone {
-                sqlx::query(sql).bind(seq).execute(&mut c).await.expect("delete");
-            }
+            sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
         }
         Backend::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(&h.url).await.expect("connect");
-            let seq: i64 = sqlx::query_scalar(newest).fetch_one(&mut c).await.expect("newest");
-            for sql in gone {
-                sqlx::query(sql).bind(seq).execute(&mut c).await.expect("delete");
-            }
+            sqlx::raw_sql(sql).execute(&mut c).await.expect(sql);
         }
     }
+}
+
+/// What a database crash does to a session's provisional writes (`begin_provisional`):
+/// the newest message the session's open transaction enqueued is gone.
+async fn lose_the_newest_uncommitted_message(h: &Harness, b: Backend) {
+    let newest = "(SELECT max(seq) FROM messages WHERE enq_txn IS NOT NULL)";
+    sql_on(
+        h,
+        b,
+        &format!("DELETE FROM deliveries WHERE msg_seq = {newest}; DELETE FROM messages WHERE seq = {newest}"),
+    )
+    .await;
 }
 
 /// A commit publishes exactly what its transaction enqueued, or nothing: when the store
@@ -194,6 +200,95 @@ async fn a_transaction_the_store_lost_part_of_must_roll_back(b: Backend) {
     h.run(&mut p, &raw_send(RAWQ, &[("", "04")], "")).await.expect("a new transaction");
     h.run(&mut p, &envelope(COMMIT)).await.expect("commits");
     assert_eq!(recv_raw(&h, &mut other, "", COMMIT).await, Ok("04".into()));
+}
+
+/// A message's own exception queue must be an exception queue of its queue table: any
+/// other queue would take messages of another type, or let a sender reach a queue it may
+/// not enqueue to. A name that does not exist yet falls back to the default at the move.
+async fn exception_queues_are_of_the_messages_own_queue_table(b: Backend) {
+    let topo = format!(
+        "{}\n[[queues]]\nname = \"AQUSER.RAW_ERRORS\"\nqueue_table = \"AQUSER.RAW_TAB\"\nexception = true\n",
+        aqgate::DEFAULT_TOPOLOGY
+    );
+    let h = Harness::with_topology(b, &topo).await;
+    let mut p = h.session("scott");
+    for other in ["OE.OE_NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.RAW_QUE", "AQUSER.AQ$XML_TAB_E"] {
+        let hdr = format!("<expiration>1</expiration><exception_queue>{other}</exception_queue>");
+        let (c, msg) = h.run(&mut p, &raw_send(RAWQ, &[(&hdr, "01")], COMMIT)).await.expect_err(other);
+        assert_eq!(c, code::INVALID_VALUE, "{other}: {msg}");
+        assert!(msg.contains("AQUSER.RAW_TAB"), "{msg}");
+    }
+    assert_eq!(depth(&h, RAWQ).await, 0);
+    assert_eq!(
+        fault_code(h.run(&mut p, &raw_send("AQUSER.RAW_ERRORS", &[("", "01")], COMMIT)).await),
+        code::ENQUEUE_DISABLED,
+        "nobody enqueues to an exception queue"
+    );
+    let named = "<expiration>1</expiration><exception_queue>aquser.raw_errors</exception_queue>";
+    let unknown = "<expiration>1</expiration><exception_queue>AQUSER.NOT_YET</exception_queue>";
+    h.run(&mut p, &raw_send(RAWQ, &[(named, "0A"), (unknown, "0B")], COMMIT)).await.expect("send");
+    h.clock.advance_secs(2);
+    assert_eq!(h.engine.expire_messages().await.expect("tm"), 2);
+    assert_eq!(depth(&h, "AQUSER.AQ$RAW_TAB_E").await, 1, "a name that does not exist: the default");
+    let mut c = h.session("scott");
+    let r = h.run(&mut c, &receive("AQUSER.RAW_ERRORS", "<wait_time>0</wait_time>", COMMIT)).await.expect("named");
+    let m = &received(&r)[0];
+    assert_eq!(raw_of(m), "0A");
+    assert_eq!(m.header.message_state, Some(3));
+}
+
+/// `admin apply` refuses to change the payload type (or the consumer model) of a queue
+/// that holds messages: they could not be read any more. Once it is empty, it may.
+async fn a_queue_with_messages_keeps_its_payload_type(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
+    let retyped = aqgate::DEFAULT_TOPOLOGY.replace(
+        "name = \"AQUSER.RAW_TAB\"\npayload_type = \"RAW\"",
+        "name = \"AQUSER.RAW_TAB\"\npayload_type = \"SYS.XMLTYPE\"",
+    );
+    assert_ne!(retyped, aqgate::DEFAULT_TOPOLOGY);
+    let t = aqgate::topology::Topology::from_toml(&retyped).expect("topology");
+    let store = h.engine.store();
+    for dry_run in [true, false] {
+        let e = aqgate::admin::apply(store.as_ref(), &t, dry_run).await.expect_err("refused");
+        assert!(e.to_string().contains("AQUSER.RAW_QUE holds 1 message"), "{e}");
+    }
+    assert_eq!(recv_raw(&h, &mut p, "", COMMIT).await, Ok("01".into()), "still RAW, still readable");
+    let changes = aqgate::admin::apply(store.as_ref(), &t, false).await.expect("empty now");
+    assert!(!changes.is_empty());
+}
+
+/// A stored message that cannot be turned back into XML (here: bytes that are no UTF-8 in
+/// an XMLType queue) gets fault 600, and the fault changes nothing: not removed, not
+/// locked, whichever way it was asked for.
+async fn a_message_that_cannot_be_returned_stays_where_it_was(b: Backend) {
+    let h = Harness::new(b).await;
+    let q = "AQUSER.XML_QUE";
+    let mut p = h.session("scott");
+    h.run(&mut p, &send_payload(q, "<xml_data><order id=\"7\"/></xml_data>")).await.expect("send");
+    let garbage = match b {
+        Backend::Postgres => "'\\xff'::bytea",
+        Backend::Sqlite => "X'FF'",
+    };
+    sql_on(&h, b, "CREATE TABLE kept AS SELECT msgid, payload FROM messages").await;
+    sql_on(&h, b, &format!("UPDATE messages SET payload = {garbage}")).await;
+    let mut c = h.session("scott");
+    for (how, opts, extra) in [
+        ("REMOVE with a commit", "<wait_time>0</wait_time>", COMMIT),
+        ("REMOVE in a transaction", "<wait_time>0</wait_time>", ""),
+        ("LOCKED", "<wait_time>0</wait_time><dequeue_mode>LOCKED</dequeue_mode>", ""),
+        ("BROWSE", "<wait_time>0</wait_time><dequeue_mode>BROWSE</dequeue_mode>", ""),
+        ("IMMEDIATE", "<wait_time>0</wait_time><visibility>IMMEDIATE</visibility>", ""),
+    ] {
+        assert_eq!(fault_code(h.run(&mut c, &receive(q, opts, extra)).await), code::INTERNAL, "{how}");
+        assert_eq!(depth(&h, q).await, 1, "{how}: still there");
+    }
+    h.run(&mut c, &envelope(COMMIT)).await.expect("nothing to commit");
+    sql_on(&h, b, "UPDATE messages SET payload = (SELECT payload FROM kept WHERE kept.msgid = messages.msgid)").await;
+    let r = h.run(&mut c, &receive(q, "<wait_time>0</wait_time>", COMMIT)).await.expect("readable again, and free");
+    assert_eq!(received(&r).len(), 1);
+    assert_eq!(depth(&h, q).await, 0);
 }
 
 async fn rollback_discards_enqueues(b: Backend) {

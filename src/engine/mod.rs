@@ -366,10 +366,20 @@ impl Engine {
             }
             None => None,
         };
-        if let Some(eq) = &h.exception_queue
-            && eq.trim().is_empty()
-        {
-            return Err(AqError::invalid("exception_queue is empty"));
+        if let Some(eq) = &h.exception_queue {
+            if eq.trim().is_empty() {
+                return Err(AqError::invalid("exception_queue is empty"));
+            }
+            // A message can only be moved within its queue table, to a queue made for
+            // failed messages (a name that does not exist yet is resolved at the move).
+            if let Some(target) = resolved.catalog.queue(eq)
+                && !exception_queue_of(target, queue)
+            {
+                return Err(AqError::invalid(format!(
+                    "exception_queue {} is not an exception queue of queue table {}",
+                    target.name, queue.queue_table
+                )));
+            }
         }
         let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
@@ -571,12 +581,21 @@ impl Engine {
                 limit: 1,
             };
             let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(None) };
+            let out = match self.message_out(resolved, queue, &m, now) {
+                Ok(out) => out,
+                Err(e) => {
+                    // Removed already, but not returnable: put it back (at the end of its
+                    // priority), so that the Fault loses nothing.
+                    self.put_back(&m).await?;
+                    return Err(e);
+                }
+            };
             if req.commit {
                 session.end_transaction();
             } else {
                 session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
             }
-            return self.message_out(resolved, queue, &m, now).map(Some);
+            return Ok(Some(out));
         }
         let mut tx = self.store.begin().await?;
         // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
@@ -639,6 +658,9 @@ impl Engine {
             }
             return Ok(None);
         };
+        // Decoded before anything commits: a message that cannot be returned is neither
+        // removed nor locked nor passed by the browse position (a Fault changes nothing).
+        let out = self.message_out(resolved, queue, &m, now)?;
         let takes_lock = !browse && !remove_now;
         let mut woken = Vec::new();
         if req.commit && (session.pending || takes_lock) {
@@ -655,7 +677,30 @@ impl Engine {
         for q in woken {
             self.wake(q);
         }
-        self.message_out(resolved, queue, &m, now).map(Some)
+        Ok(Some(out))
+    }
+
+    /// Enqueues a single-consumer message taken by `take_head` again, as it was.
+    async fn put_back(&self, m: &StoredMessage) -> Result<(), AqError> {
+        tracing::error!(queue = m.queue, msgid = %payload::hex_upper(&m.msgid), "a stored message could not be returned; it is put back");
+        let row = NewMessage {
+            msgid: m.msgid,
+            queue: m.queue,
+            corrid: m.corrid.clone(),
+            priority: m.priority,
+            enq_time: m.enq_time,
+            delay_until: m.delay_until,
+            expire_at: m.expire_at,
+            sender: m.sender.clone(),
+            exception_queue: m.exception_queue.clone(),
+            payload: m.payload.clone(),
+            enq_txn: None,
+            // The single consumer's delivery (take_head serves single-consumer queues).
+            consumers: vec![String::new()],
+            prio_key: m.prio_key,
+        };
+        self.store.insert_committed(std::slice::from_ref(&row), 0).await?;
+        Ok(())
     }
 
     fn message_out(
@@ -797,12 +842,17 @@ impl Engine {
                 .get(&m.queue)
                 .and_then(|n| resolved.catalog.queues.get(n))
                 .map(|q| q.exception_queue.clone());
-            // A named exception queue that does not exist falls back to the default one.
-            let target = m
-                .exception_queue
-                .as_deref()
-                .and_then(|n| resolved.ids.get(&canon(n)))
-                .or_else(|| default_eq.as_ref().and_then(|n| resolved.ids.get(n)));
+            // A named exception queue that does not exist (or, after a topology change, is
+            // no exception queue of the message's queue table) falls back to the default.
+            let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
+            let named = m.exception_queue.as_deref().and_then(|n| {
+                let found = resolved.catalog.queue(n).filter(|t| own.is_some_and(|q| exception_queue_of(t, q)));
+                if found.is_none() {
+                    tracing::warn!(seq = m.seq, exception_queue = n, "no such exception queue; using the default");
+                }
+                found.and_then(|t| resolved.ids.get(&t.name))
+            });
+            let target = named.or_else(|| default_eq.as_ref().and_then(|n| resolved.ids.get(n)));
             match target {
                 Some(t) => tx.move_to_exception(m.seq, *t).await?,
                 None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
@@ -984,6 +1034,12 @@ pub fn agent_from_json(s: &str) -> Option<AgentRef> {
         protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
         alias: None,
     })
+}
+
+/// Whether `target` may receive `queue`'s failed messages: an exception queue of the same
+/// queue table (so of the same payload type and consumers).
+fn exception_queue_of(target: &QueueInfo, queue: &QueueInfo) -> bool {
+    target.is_exception_queue && target.queue_table == queue.queue_table
 }
 
 /// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
