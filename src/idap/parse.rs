@@ -290,6 +290,46 @@ fn borrow_from<'a>(text: &'a str, part: &[u8]) -> Cow<'a, str> {
     }
 }
 
+/// XML 1.0's `Char`: what a document may contain, written or by character reference.
+fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// Refuses a document holding a character XML does not allow (C0 controls other than tab,
+/// line feed and carriage return; U+FFFE, U+FFFF): it is not well-formed, and echoed back
+/// in a response it would make that response unreadable. UTF-8 excludes surrogates.
+fn check_xml_chars(text: &str) -> Result<()> {
+    let bytes = text.as_bytes();
+    // Branch-free per block, so that the common case (nothing found) is a fast scan.
+    let control = |b: u8| b < 0x20 && b != b'\t' && b != b'\n' && b != b'\r';
+    let suspect = bytes.chunks(64).any(|c| c.iter().fold(false, |acc, &b| acc | control(b)))
+        || memchr::memmem::find(bytes, "\u{FFFE}".as_bytes()).is_some()
+        || memchr::memmem::find(bytes, "\u{FFFF}".as_bytes()).is_some();
+    if !suspect {
+        return Ok(());
+    }
+    match text.char_indices().find(|(_, c)| !is_xml_char(*c)) {
+        Some((at, c)) => {
+            Err(CodecError::Malformed(format!("character U+{:04X} at byte {at} is not allowed in XML", u32::from(c))))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The same for what character references produced (text written as it is was checked
+/// with the document).
+fn check_referenced_chars(value: &Cow<'_, str>) -> Result<()> {
+    if let Cow::Owned(s) = value
+        && let Some(c) = s.chars().find(|c| !is_xml_char(*c))
+    {
+        return Err(CodecError::Malformed(format!(
+            "a character reference to U+{:04X} is not allowed in XML",
+            u32::from(c)
+        )));
+    }
+    Ok(())
+}
+
 /// [`borrow_from`] for a value quick-xml may have unescaped into a new string.
 fn rebase<'a>(text: &'a str, value: Cow<'_, str>) -> Cow<'a, str> {
     match value {
@@ -305,6 +345,7 @@ fn build_tree<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Elem<'a>> {
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| CodecError::Malformed(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
+    check_xml_chars(text)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
 
     let mut reader = NsReader::from_str(text);
@@ -353,13 +394,15 @@ fn build_tree<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Elem<'a>> {
             Event::Text(t) => {
                 // Text without references is the document's own (already checked) UTF-8.
                 let s = if memchr::memchr(b'&', &t).is_some() {
-                    t.unescape().map_err(|e| {
+                    let s = t.unescape().map_err(|e| {
                         CodecError::Malformed(format!(
                             "{} (near byte {})",
                             snip(&e.to_string()),
                             reader.buffer_position()
                         ))
-                    })?
+                    })?;
+                    check_referenced_chars(&s)?;
+                    s
                 } else {
                     borrow_from(text, &t)
                 };
@@ -428,6 +471,7 @@ fn open_elem<'a>(
         let value = attr
             .unescape_value()
             .map_err(|e| CodecError::Malformed(format!("bad attribute {} in <{}>: {e}", snip(&name), snip(&qname))))?;
+        check_referenced_chars(&value)?;
         let value = rebase(text, value);
         let is_decl = name == "xmlns" || name.starts_with("xmlns:");
         let ns = if !is_decl && name.contains(':') { ns_string(reader.resolve_attribute(attr.key).0)? } else { None };
@@ -1844,6 +1888,33 @@ mod tests {
                 |e| matches!(e, E::Invalid(m) if m.contains("message_id")),
             ),
             ("invalid utf-8", b"<Envelope>\xff\xfe</Envelope>".to_vec(), |e| matches!(e, E::Malformed(_))),
+            (
+                "a control character, written",
+                send(dest, &msg.replace("<raw>", "<raw>\u{1}")).into_bytes(),
+                |e| matches!(e, E::Malformed(m) if m.contains("U+0001")),
+            ),
+            (
+                "a control character, by reference",
+                send(
+                    dest,
+                    &msg.replace(
+                        "<message_payload>",
+                        "<message_header><correlation>a&#x1;b</correlation></message_header><message_payload>",
+                    ),
+                )
+                .into_bytes(),
+                |e| matches!(e, E::Malformed(m) if m.contains("U+0001")),
+            ),
+            (
+                "a control character by reference in an attribute",
+                send(&dest.replace("<destination>", "<destination lookup_type=\"&#x1F;\">"), msg).into_bytes(),
+                |e| matches!(e, E::Malformed(m) if m.contains("U+001F")),
+            ),
+            (
+                "U+FFFF, written",
+                send(dest, &msg.replace("<raw>", "<raw>\u{FFFF}")).into_bytes(),
+                |e| matches!(e, E::Malformed(m) if m.contains("U+FFFF")),
+            ),
             (
                 "unknown element in producer_options",
                 send(&format!("{dest}<priority>1</priority>"), msg).into_bytes(),
