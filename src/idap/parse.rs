@@ -317,11 +317,11 @@ fn check_xml_chars(text: &str) -> Result<()> {
 }
 
 /// The same for what character references produced (text written as it is was checked
-/// with the document).
+/// with the document; a borrowed value is such text).
+#[expect(clippy::ptr_arg, reason = "whether the value is owned (expanded) is the point")]
 fn check_referenced_chars(value: &Cow<'_, str>) -> Result<()> {
-    if let Cow::Owned(s) = value
-        && let Some(c) = s.chars().find(|c| !is_xml_char(*c))
-    {
+    let Cow::Owned(s) = value else { return Ok(()) };
+    if let Some(c) = s.chars().find(|c| !is_xml_char(*c)) {
         return Err(CodecError::Malformed(format!(
             "a character reference to U+{:04X} is not allowed in XML",
             u32::from(c)
