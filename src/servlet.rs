@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::auth;
-use crate::engine::{Engine, Lookup, SessionRef};
+use crate::engine::{Abandon, Engine, Lookup, SessionRef};
 use crate::error::{AqError, code};
 use crate::idap::{self, Envelope, Limits};
 use crate::topology::AgentInfo;
@@ -200,6 +200,15 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
+/// Raises its [`Abandon`] when dropped (see `idap_post`).
+struct AbandonOnDrop(Arc<Abandon>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
+}
+
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
         v.split(';').find_map(|kv| {
@@ -340,6 +349,10 @@ async fn idap_post(
     // cancelled between its database commit and the session's bookkeeping would leave
     // tagged rows the session no longer knows about.
     let engine = s.engine.clone();
+    // Dropped with this handler: when the client goes away before the answer, hyper drops
+    // the handler, and a long poll of the request stops waiting (it takes nothing).
+    let abandon = AbandonOnDrop(Arc::new(Abandon::default()));
+    let abandoned = abandon.0.clone();
     let task = tokio::spawn(async move {
         let mut guard = session.lock_owned().await;
         if guard.closed {
@@ -352,7 +365,9 @@ async fn idap_post(
             );
         }
         guard.origin = origin;
+        guard.abandon = Some(abandoned);
         let result = engine.execute_envelope(&mut guard, envelope).await;
+        guard.abandon = None;
         // A session opened by this request that holds nothing (no open work, no navigation
         // position) is not kept: clients that never send the cookie back must not pile up
         // sessions. The next request simply opens a new one.

@@ -310,6 +310,35 @@ async fn only_the_sessions_agent_learns_that_it_expired() {
     assert_eq!(s.depth_total().await, 0, "the send was rolled back");
 }
 
+/// A long poll whose client hung up stops waiting: a message sent afterwards stays in the
+/// queue for somebody who is there to receive it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_whose_client_left_takes_nothing() {
+    use tokio::io::AsyncWriteExt;
+    let s = Server::start(Backend::Sqlite).await;
+    let body = receive("AQUSER.RAW_QUE", "<wait_time>20</wait_time>", COMMIT);
+    let mut tcp = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    let head = format!(
+        "POST /aqserv HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic c2NvdHQ6dGlnZXI=\r\n\
+         Content-Type: text/xml\r\nContent-Length: {}\r\n\r\n",
+        s.addr,
+        body.len()
+    );
+    tcp.write_all(format!("{head}{body}").as_bytes()).await.expect("request");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(tcp);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut p = Client::new(&s, "scott", "tiger");
+    assert!(matches!(p.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], COMMIT)).await.idap(), Response::Send(..)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(s.depth_total().await, 1, "nobody took the message");
+    let mut c = Client::new(&s, "scott", "tiger");
+    assert!(matches!(
+        c.post(&receive("AQUSER.RAW_QUE", "<wait_time>0</wait_time>", COMMIT)).await.idap(),
+        Response::Receive(..)
+    ));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_acts_on_behalf_of_agents() {
     let s = Server::start(Backend::Sqlite).await;

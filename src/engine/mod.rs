@@ -23,7 +23,7 @@ use crate::selector::Condition;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, Topology, canon};
 
-pub use session::{Lookup, Session, SessionRef, Sessions};
+pub use session::{Abandon, Lookup, Session, SessionRef, Sessions};
 
 /// Tunables of the engine.
 #[derive(Clone)]
@@ -494,12 +494,17 @@ impl Engine {
         let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
         let deadline = tokio::time::Instant::now() + wait;
         let mut interest: Option<crate::store::Interest> = None;
+        let abandon = session.abandon.clone();
         loop {
             let waker = self.waker(qid);
             let notified = waker.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
 
+            if abandon.as_ref().is_some_and(|a| a.is_abandoned()) {
+                // Nobody is there to receive: take nothing.
+                return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
+            }
             if let Some(m) = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await? {
                 return Ok(ReceiveResult { destination: queue.name.clone(), messages: vec![m] });
             }
@@ -525,7 +530,17 @@ impl Engine {
                 let d = Duration::from_micros(u64::try_from(t.saturating_sub(now)).unwrap_or(0));
                 until = until.min(now_i + d);
             }
-            let _ = tokio::time::timeout_at(until, notified).await;
+            match &abandon {
+                Some(a) => {
+                    tokio::select! {
+                        _ = tokio::time::timeout_at(until, notified) => {}
+                        () = a.abandoned() => {}
+                    }
+                }
+                None => {
+                    let _ = tokio::time::timeout_at(until, notified).await;
+                }
+            }
         }
         if filter.msgid.is_some() {
             return Err(AqError::client(

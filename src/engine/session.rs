@@ -44,6 +44,8 @@ pub struct Session {
     /// group commit waits a moment for a connection it has just answered (see
     /// `store::regulars`).
     pub origin: u64,
+    /// The request being performed, abandoned by its client (see [`Abandon`]).
+    pub abandon: Option<Arc<Abandon>>,
 }
 
 impl Session {
@@ -60,6 +62,7 @@ impl Session {
             closed: false,
             headers: Vec::new(),
             origin: 0,
+            abandon: None,
         }
     }
 
@@ -76,6 +79,39 @@ impl Session {
 }
 
 pub type SessionRef = Arc<Mutex<Session>>;
+
+/// Raised when the client of the request being performed has gone away (its HTTP
+/// connection closed): a long poll then stops waiting instead of taking a message that
+/// nobody would receive.
+#[derive(Debug, Default)]
+pub struct Abandon {
+    flag: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Abandon {
+    pub fn abandon(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_abandoned(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once [`Abandon::abandon`] was called.
+    pub async fn abandoned(&self) {
+        loop {
+            let n = self.notify.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_abandoned() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
 
 /// Where an expired session's id goes, so its client is told its work was rolled back.
 const TOMBSTONE_LIMIT: usize = 100_000;
