@@ -379,6 +379,35 @@ fn is_reserved_type_name(n: &str) -> bool {
 }
 
 impl TypeRegistry {
+    /// Whether `tab.user_data.<path>` (lower-case segments) can name something in a payload
+    /// of `kind`: an attribute chain of the object type (not through a VARRAY), any element
+    /// path of an XMLType, a JMS message's `text_data` / `text_vc` / `text_len` /
+    /// `header.<field>`; a RAW payload has only itself (the empty path).
+    pub fn has_user_data_path(&self, kind: &PayloadKind, path: &[String]) -> bool {
+        if path.is_empty() {
+            return true;
+        }
+        match kind {
+            PayloadKind::Raw => false,
+            PayloadKind::Xml => true,
+            PayloadKind::Object(t) => {
+                let mut ty = AttrType::Named(t.clone());
+                for seg in path {
+                    let AttrType::Named(name) = &ty else { return false };
+                    let Some(Body::Object(attrs)) = self.types.get(name) else { return false };
+                    let Some(a) = attrs.iter().find(|a| a.name.eq_ignore_ascii_case(seg)) else { return false };
+                    ty = a.ty.kind.clone();
+                }
+                true
+            }
+            _ => match path {
+                [s] => ["text_data", "text_vc", "text_len"].iter().any(|t| s.eq_ignore_ascii_case(t)),
+                [h, _] => h.eq_ignore_ascii_case("header"),
+                _ => false,
+            },
+        }
+    }
+
     /// Builds the registry; checks names, attribute type strings, that referenced types exist
     /// and that no type contains itself. All problems are reported in one error.
     pub fn new(defs: Vec<TypeDef>) -> Result<Self, PayloadError> {
@@ -575,6 +604,11 @@ impl PayloadKind {
     }
 
     /// The root element of a JMS payload.
+    /// Whether messages of this kind are JMS messages (with JMS properties).
+    pub fn is_jms(&self) -> bool {
+        self.jms_root().is_some()
+    }
+
     fn jms_root(&self) -> Option<(&'static str, &'static str)> {
         match self {
             PayloadKind::JmsText => Some(("jms_text_message", "text_data")),

@@ -180,6 +180,20 @@ impl Condition {
         matches!(eval(&self.root, ctx), Value::Bool(true))
     }
 
+    /// Every name the condition refers to, in order of appearance (so that a caller who
+    /// knows the queue can refuse names that cannot mean anything there).
+    pub fn names(&self) -> Vec<NameRef<'_>> {
+        let mut out = Vec::new();
+        self.root.visit(&mut |n| match n {
+            Node::Name { prop, original } => out.push(NameRef::Bare { prop, original }),
+            Node::Prop(p) => out.push(NameRef::Column(p)),
+            Node::UserProp(p) => out.push(NameRef::UserProperty(p)),
+            Node::UserData(path) => out.push(NameRef::UserData(path)),
+            _ => {}
+        });
+        out
+    }
+
     /// Whether evaluation may read the payload (`tab.user_data...`); when `false`
     /// the caller can skip decoding it.
     pub fn references_user_data(&self) -> bool {
@@ -297,26 +311,50 @@ enum LikeTok {
 }
 
 impl Node {
-    fn references_user_data(&self) -> bool {
+    /// Calls `f` on this node and every node below it.
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(&'a Node)) {
+        f(self);
         match self {
-            Node::UserData(_) => true,
-            Node::Lit(_) | Node::Name { .. } | Node::Prop(_) | Node::UserProp(_) => false,
-            Node::Not(e) | Node::Neg(e) | Node::IsNull { expr: e, .. } | Node::In { expr: e, .. } => {
-                e.references_user_data()
-            }
-            Node::And(v) | Node::Or(v) | Node::Call(_, v) => v.iter().any(Node::references_user_data),
+            Node::Lit(_) | Node::Name { .. } | Node::Prop(_) | Node::UserProp(_) | Node::UserData(_) => {}
+            Node::Not(e) | Node::Neg(e) | Node::IsNull { expr: e, .. } | Node::In { expr: e, .. } => e.visit(f),
+            Node::And(v) | Node::Or(v) | Node::Call(_, v) => v.iter().for_each(|n| n.visit(f)),
             Node::Cmp(_, a, b) | Node::Arith(_, a, b) | Node::Concat(a, b) => {
-                a.references_user_data() || b.references_user_data()
+                a.visit(f);
+                b.visit(f);
             }
             Node::Between { expr, low, high, .. } => {
-                expr.references_user_data() || low.references_user_data() || high.references_user_data()
+                expr.visit(f);
+                low.visit(f);
+                high.visit(f);
             }
             Node::Like { expr, pattern, .. } => {
-                expr.references_user_data()
-                    || matches!(pattern, LikePattern::Dynamic { pattern, .. } if pattern.references_user_data())
+                expr.visit(f);
+                if let LikePattern::Dynamic { pattern, .. } = pattern {
+                    pattern.visit(f);
+                }
             }
         }
     }
+
+    fn references_user_data(&self) -> bool {
+        let mut found = false;
+        self.visit(&mut |n| found |= matches!(n, Node::UserData(_)));
+        found
+    }
+}
+
+/// A name a condition refers to (see [`Condition::names`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRef<'a> {
+    /// A bare identifier: the message property `prop` (lower-case) if there is one, else
+    /// the JMS user property `original`.
+    Bare { prop: &'a str, original: &'a str },
+    /// `tab.<column>`: a message property.
+    Column(&'a str),
+    /// A quoted identifier: a JMS user property.
+    UserProperty(&'a str),
+    /// `tab.user_data.<path>`.
+    UserData(&'a [String]),
 }
 
 // ---------------------------------------------------------------------------

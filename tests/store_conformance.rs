@@ -29,6 +29,7 @@ on_both_backends!(
     a_transaction_the_store_lost_part_of_must_roll_back,
     exception_queues_are_of_the_messages_own_queue_table,
     a_queue_with_messages_keeps_its_payload_type,
+    conditions_naming_nothing_the_queue_has_are_refused,
     a_message_that_cannot_be_returned_stays_where_it_was,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
@@ -257,6 +258,46 @@ async fn a_queue_with_messages_keeps_its_payload_type(b: Backend) {
     assert_eq!(recv_raw(&h, &mut p, "", COMMIT).await, Ok("01".into()), "still RAW, still readable");
     let changes = aqgate::admin::apply(store.as_ref(), &t, false).await.expect("empty now");
     assert!(!changes.is_empty());
+}
+
+/// A condition naming something no message of the queue can have would match nothing,
+/// silently, for the whole wait: it is refused at once (25200), naming the name.
+async fn conditions_naming_nothing_the_queue_has_are_refused(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut c = h.session("scott");
+    let on = |q: &str, consumer: &str, cond: &str| {
+        receive(
+            q,
+            &format!("{consumer}<wait_time>30</wait_time><selector><condition>{cond}</condition></selector>"),
+            "",
+        )
+    };
+    let app1 = "<consumer_name>APP1</consumer_name>";
+    let started = Instant::now();
+    for (q, consumer, cond, named) in [
+        ("AQUSER.EMP_TOPIC", app1, "tab.user_data.nosuch = 1", "tab.user_data.nosuch"),
+        ("AQUSER.EMP_TOPIC", app1, "deptno = 60", "deptno"),
+        ("AQUSER.EMP_TOPIC", app1, "tab.nosuch = 1", "tab.nosuch"),
+        ("AQUSER.EMP_TOPIC", app1, "\"Country\" = 'Canada'", "Country"),
+        (RAWQ, "", "priority = 1 OR tab.user_data.x = 1", "tab.user_data.x"),
+        ("AQUSER.JMS_TEXTQ", "", "tab.user_data.nosuch = 1", "tab.user_data.nosuch"),
+        ("QS.NEW_ORDERS_QUE", "", "tab.user_data.customer.planet = 'Mars'", "customer.planet"),
+        ("QS.NEW_ORDERS_QUE", "", "tab.user_data.orderno.digits = 1", "orderno.digits"),
+    ] {
+        let (code, msg) = h.run(&mut c, &on(q, consumer, cond)).await.expect_err(cond);
+        assert_eq!(code, code::BAD_CONDITION, "{cond}: {msg}");
+        assert!(msg.contains(named), "{cond}: {msg}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "refused, not waited for");
+    for (q, consumer, cond) in [
+        ("AQUSER.EMP_TOPIC", app1, "tab.user_data.deptno = 60 AND priority >= 0 AND corrid IS NULL"),
+        ("AQUSER.JMS_TEXTQ", "", "Country = 'Canada' AND \"Region\" IS NULL AND tab.user_data.text_data IS NULL"),
+        ("AQUSER.XML_QUE", "", "tab.user_data.order.id = 7"),
+        ("QS.NEW_ORDERS_QUE", "", "tab.user_data.customer.country = 'USA' OR tab.user_data.items IS NULL"),
+    ] {
+        let xml = on(q, consumer, cond).replace("<wait_time>30</wait_time>", "<wait_time>0</wait_time>");
+        assert_eq!(fault_code(h.run(&mut c, &xml).await), code::NO_MESSAGE, "{cond}");
+    }
 }
 
 /// A stored message that cannot be turned back into XML (here: bytes that are no UTF-8 in

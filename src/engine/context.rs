@@ -7,6 +7,31 @@ use crate::selector::ConditionContext;
 use crate::store::{NewMessage, StoredMessage};
 use crate::value::Value;
 
+/// The message properties a condition can name (lower-case, aliases included): exactly
+/// those [`MessageContext`] answers (a test checks the two agree).
+pub const MESSAGE_PROPERTIES: &[&str] = &[
+    "priority",
+    "corrid",
+    "correlation",
+    "msgid",
+    "message_id",
+    "enq_time",
+    "state",
+    "msg_state",
+    "message_state",
+    "delay",
+    "expiration",
+    "retry_count",
+    "delivery_count",
+    "sender_name",
+    "sender_address",
+    "sender_protocol",
+    "exception_queue",
+    "consumer_name",
+    "q_name",
+    "queue",
+];
+
 pub struct MessageContext<'a> {
     msgid: [u8; 16],
     corrid: Option<&'a str>,
@@ -135,6 +160,33 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_property_list_is_what_the_context_answers() {
+        let m = NewMessage {
+            msgid: [7; 16],
+            queue: 1,
+            corrid: None,
+            priority: 1,
+            enq_time: 0,
+            delay_until: None,
+            expire_at: None,
+            sender: None,
+            exception_queue: None,
+            payload: Vec::new(),
+            enq_txn: None,
+            consumers: Vec::new(),
+            prio_key: 0,
+        };
+        let reg = TypeRegistry::default();
+        let ctx = MessageContext::for_new(&m, "Q", &PayloadKind::Raw, &reg);
+        for p in MESSAGE_PROPERTIES {
+            assert!(ctx.property(p).is_some(), "{p}");
+        }
+        for other in ["deptno", "country", "user_data", "payload"] {
+            assert!(ctx.property(other).is_none(), "{other}");
+        }
+    }
 
     #[test]
     fn timestamps_format_as_utc() {

@@ -485,10 +485,10 @@ impl Engine {
             Some(Selector::Correlation(c)) => filter.corrid = Some(c.clone()),
             Some(Selector::MessageId(id)) => filter.msgid = Some(parse_msgid(id)?),
             Some(Selector::Condition(c)) => {
-                filter.condition = Some(
-                    Condition::parse(c)
-                        .map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?,
-                )
+                let cond = Condition::parse(c)
+                    .map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?;
+                check_condition_names(&cond, queue, &resolved.catalog.types)?;
+                filter.condition = Some(cond);
             }
         }
         let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
@@ -1049,6 +1049,32 @@ pub fn agent_from_json(s: &str) -> Option<AgentRef> {
         protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
         alias: None,
     })
+}
+
+/// Refuses a condition naming something no message of `queue` can have: it would
+/// silently match nothing (and a long poll would wait its whole time for nothing).
+fn check_condition_names(cond: &Condition, queue: &QueueInfo, types: &payload::TypeRegistry) -> Result<(), AqError> {
+    use crate::selector::NameRef;
+    let property = |p: &str| context::MESSAGE_PROPERTIES.contains(&p);
+    let jms = queue.payload.is_jms();
+    let no_jms = || format!("queue {} holds no JMS messages, so it has no JMS properties", queue.name);
+    for name in cond.names() {
+        let problem = match name {
+            NameRef::Bare { prop, original } if !property(prop) && !jms => {
+                Some(format!("{original} is not a message property, and {}", no_jms()))
+            }
+            NameRef::Column(c) if !property(c) => Some(format!("tab.{c} is not a message property")),
+            NameRef::UserProperty(p) if !jms => Some(format!("\"{p}\": {}", no_jms())),
+            NameRef::UserData(path) if !types.has_user_data_path(&queue.payload, path) => {
+                Some(format!("tab.user_data.{} names nothing in the payload of queue {}", path.join("."), queue.name))
+            }
+            _ => None,
+        };
+        if let Some(p) = problem {
+            return Err(AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {p}")));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `target` may receive `queue`'s failed messages: an exception queue of the same
