@@ -225,14 +225,24 @@ enum Who {
     New(String),
 }
 
-/// Works out who is calling: Basic credentials (+ on-behalf-of), verified on every
-/// request, and then their live session if the cookie names one of this agent's. The
-/// second value: the cookie named an expired session of this agent (its tombstone is used
-/// up here, so only an authenticated request learns of it).
+/// Works out who is calling. Basic credentials (+ on-behalf-of), when present, are always
+/// verified (wrong ones are 401, whatever the cookie), and then the cookie counts only if
+/// it names a session of that agent. Without credentials the session cookie alone is the
+/// credential: a server-issued token of one agent, valid while the session lives (and the
+/// agent exists). The second value: the cookie named an expired session of this agent
+/// (its tombstone is used up here, so a request that fails to authenticate does not).
 async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), Response> {
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
     let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
-    let Some((user, password)) = basic else { return Err(unauthorized()) };
+    let Some((user, password)) = basic else {
+        let id = session_cookie(headers).filter(|_| on_behalf.is_none()).ok_or_else(unauthorized)?;
+        let owner = s.engine.sessions.owner(&id).filter(|a| s.engine.agent(a).is_some()).ok_or_else(unauthorized)?;
+        return match s.engine.sessions.get(&id, &owner) {
+            Lookup::Live(sess) => Ok((Who::Session(sess), false)),
+            Lookup::Expired => Ok((Who::New(owner), true)),
+            Lookup::Unknown => Err(unauthorized()),
+        };
+    };
     let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
     let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
     if !s.credentials.check(&agent.name, &password) {

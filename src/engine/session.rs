@@ -163,6 +163,12 @@ impl Sessions {
         Lookup::Unknown
     }
 
+    /// The agent a live or expired session `id` belongs to.
+    pub fn owner(&self, id: &str) -> Option<String> {
+        let g = self.lock();
+        g.live.get(id).map(|(_, agent)| agent.clone()).or_else(|| g.tombstones.get(id).cloned())
+    }
+
     pub fn len(&self) -> usize {
         self.lock().live.len()
     }
