@@ -30,6 +30,7 @@ on_both_backends!(
     exception_queues_are_of_the_messages_own_queue_table,
     a_queue_with_messages_keeps_its_payload_type,
     conditions_naming_nothing_the_queue_has_are_refused,
+    a_multi_consumer_message_moves_once_no_consumer_can_take_it,
     a_message_that_cannot_be_returned_stays_where_it_was,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
@@ -1037,6 +1038,50 @@ async fn too_many_failed_dequeues_move_to_exception_queue(b: Backend) {
     }
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
     assert_eq!(depth(&h, "AQUSER.AQ$RAW_TAB_E").await, 1);
+}
+
+/// Too many failed dequeues on a multi-consumer queue (as Oracle does it): the consumer
+/// that failed no longer sees the message, the others still do, and once nobody can take
+/// it any more it moves to the exception queue.
+async fn a_multi_consumer_message_moves_once_no_consumer_can_take_it(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let both = "<recipient_list><recipient><agent_name>APP1</agent_name></recipient>\
+                <recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
+    h.run(&mut p, &publish_emp(30, both, COMMIT)).await.expect("publish");
+    let eq = "AQUSER.AQ$EMP_TOPIC_TAB_E";
+    let fail = |consumer: &'static str| {
+        let h = &h;
+        async move {
+            let mut c = h.session("scott");
+            // max_retries is 5: the sixth rollback is one too many.
+            for i in 0..6 {
+                let r = h
+                    .run(
+                        &mut c,
+                        &receive(
+                            TOPIC,
+                            &format!("<consumer_name>{consumer}</consumer_name><wait_time>0</wait_time>"),
+                            "",
+                        ),
+                    )
+                    .await;
+                assert_eq!(deptno_of(&r.expect("delivered again")), "30", "{consumer}, attempt {i}");
+                h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
+            }
+        }
+    };
+    fail("APP1").await;
+    let mut c = h.session("scott");
+    assert_eq!(fault_code(h.run(&mut c, &emp_receive("APP1", "")).await), code::NO_MESSAGE, "APP1 gave up");
+    assert_eq!(depth(&h, eq).await, 0, "APP2 can still take it");
+    fail("APP2").await;
+    assert_eq!(fault_code(h.run(&mut c, &emp_receive("APP2", "")).await), code::NO_MESSAGE);
+    assert_eq!(depth(&h, eq).await, 1, "nobody can take it now");
+    let r = h.run(&mut c, &receive(eq, "<wait_time>0</wait_time>", COMMIT)).await.expect("from the exception queue");
+    assert_eq!(received(&r)[0].header.message_state, Some(3));
+    assert_eq!(deptno_of(&r), "30");
+    assert_eq!(depth(&h, TOPIC).await, 0);
 }
 
 async fn payload_conditions_on_adt_and_jms(b: Backend) {

@@ -798,15 +798,19 @@ impl Engine {
             let mut tx = self.store.begin().await?;
             let released = tx.rollback_session(&session.txn).await?;
             let mut woken = Vec::new();
-            for (seq, qid, retries) in released {
-                woken.push(qid);
-                let Some(q) = resolved.names.get(&qid).and_then(|n| resolved.catalog.queues.get(n)) else { continue };
-                if !q.multi_consumer
-                    && !q.is_exception_queue
-                    && retries > q.max_retries
-                    && let Some(eq) = resolved.ids.get(&q.exception_queue)
-                {
-                    tx.move_to_exception(seq, *eq).await?;
+            for r in released {
+                woken.push(r.queue);
+                let Some(q) = resolved.names.get(&r.queue).and_then(|n| resolved.catalog.queues.get(n)) else {
+                    continue;
+                };
+                if q.is_exception_queue || r.retry_count <= q.max_retries {
+                    continue;
+                }
+                let Some(eq) = resolved.ids.get(&q.exception_queue) else { continue };
+                // A multi-consumer message moves once none of its consumers can take it
+                // any more (as Oracle does); a consumer that gave up no longer sees it.
+                if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
+                    tx.move_to_exception(r.seq, *eq).await?;
                 }
             }
             tx.commit().await?;

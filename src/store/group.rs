@@ -317,8 +317,11 @@ impl StoreTx for GroupTx {
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         self.tx()?.commit_session(txn, dequeues).await
     }
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
         self.tx()?.rollback_session(txn).await
+    }
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        self.tx()?.drop_delivery(seq, consumer).await
     }
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
         self.tx()?.move_to_exception(seq, to).await

@@ -221,6 +221,16 @@ pub enum LockKind {
     Locked = 2,
 }
 
+/// A remove released by a rollback (see [`StoreTx::rollback_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub seq: i64,
+    pub queue: QueueId,
+    pub retry_count: i64,
+    /// `""` on a single-consumer queue.
+    pub consumer: String,
+}
+
 /// What a session commit did: queues that got new visible messages (to wake waiters).
 #[derive(Debug, Default, Clone)]
 pub struct CommitOutcome {
@@ -526,8 +536,14 @@ pub trait StoreTx: Send {
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
 
     /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
-    /// Returns deliveries whose retry count now exceeds `max_retries` of their queue.
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>>;
+    /// Returns the released removes: message, queue, new retry count, consumer (`""` on a
+    /// single-consumer queue).
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>>;
+
+    /// A consumer of a multi-consumer message gives up on it (too many failed dequeues):
+    /// its delivery goes. Returns how many deliveries the message has left; consumers of
+    /// one message serialise here, so exactly one of them sees 0.
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64>;
 
     /// Moves a message to `to` (an exception queue) in state 3 with one delivery.
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()>;

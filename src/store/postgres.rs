@@ -974,7 +974,7 @@ impl StoreTx for PgTx {
         Ok(CommitOutcome { enqueued_queues: queues, published })
     }
 
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
         sqlx::query("DELETE FROM notify_outbox WHERE txn = $1").bind(txn).execute(&mut *self.tx).await?;
         sqlx::query(
             "WITH m AS (DELETE FROM messages WHERE enq_txn = $1 RETURNING seq)
@@ -986,10 +986,10 @@ impl StoreTx for PgTx {
         let rows = sqlx::query(
             "WITH d AS (
                 UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
-                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count, consumer
              ), s AS (
                 UPDATE messages SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
-                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count, '' AS consumer
              )
              SELECT * FROM d UNION ALL SELECT * FROM s",
         )
@@ -1003,7 +1003,30 @@ impl StoreTx for PgTx {
         .bind(txn)
         .execute(&mut *self.tx)
         .await?;
-        rows.iter().map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?))).collect()
+        rows.iter()
+            .map(|r| {
+                Ok(Released {
+                    seq: r.try_get("msg_seq")?,
+                    queue: r.try_get("queue_id")?,
+                    retry_count: r.try_get("retry_count")?,
+                    consumer: r.try_get("consumer")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        // The message row first: its consumers giving up (or removing) at the same time
+        // count one after the other, so exactly one of them sees no delivery left.
+        sqlx::query("SELECT 1 FROM messages WHERE seq = $1 FOR UPDATE").bind(seq).execute(&mut *self.tx).await?;
+        Ok(sqlx::query_scalar(
+            "WITH gone AS (DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 RETURNING 1)
+             SELECT count(*) FROM deliveries WHERE msg_seq = $1 AND consumer <> $2",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .fetch_one(&mut *self.tx)
+        .await?)
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {

@@ -535,12 +535,12 @@ impl StoreTx for SqliteTx {
         Ok(CommitOutcome { enqueued_queues, published })
     }
 
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<(i64, QueueId, i64)>> {
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
         sqlx::query("DELETE FROM notify_outbox WHERE txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
-             WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count",
+             WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count, consumer",
         )
         .bind(txn)
         .fetch_all(&mut *self.tx)
@@ -549,7 +549,19 @@ impl StoreTx for SqliteTx {
             .bind(txn)
             .execute(&mut *self.tx)
             .await?;
-        rows.iter().map(|r| Ok((r.try_get("msg_seq")?, r.try_get("queue_id")?, r.try_get("retry_count")?))).collect()
+        rows.iter().map(released_from_row).collect()
+    }
+
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2")
+            .bind(seq)
+            .bind(consumer)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE msg_seq = ?1")
+            .bind(seq)
+            .fetch_one(&mut *self.tx)
+            .await?)
     }
 
     async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
@@ -752,4 +764,13 @@ async fn spool_attempted_on(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+fn released_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Released> {
+    Ok(Released {
+        seq: r.try_get("msg_seq")?,
+        queue: r.try_get("queue_id")?,
+        retry_count: r.try_get("retry_count")?,
+        consumer: r.try_get("consumer")?,
+    })
 }
