@@ -237,6 +237,16 @@ async fn exception_queues_are_of_the_messages_own_queue_table(b: Backend) {
     let m = &received(&r)[0];
     assert_eq!(raw_of(m), "0A");
     assert_eq!(m.header.message_state, Some(3));
+
+    // Too many failed dequeues move it to its own exception queue too.
+    let named = "<exception_queue>AQUSER.RAW_ERRORS</exception_queue>";
+    h.run(&mut p, &raw_send(RAWQ, &[(named, "0C")], COMMIT)).await.expect("send");
+    for i in 0..6 {
+        assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("0C".into()), "attempt {i}");
+        h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
+    }
+    assert_eq!(depth(&h, RAWQ).await, 0);
+    assert_eq!(depth(&h, "AQUSER.RAW_ERRORS").await, 1);
 }
 
 /// `admin apply` refuses to change the payload type (or the consumer model) of a queue

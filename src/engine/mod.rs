@@ -806,11 +806,11 @@ impl Engine {
                 if q.is_exception_queue || r.retry_count <= q.max_retries {
                     continue;
                 }
-                let Some(eq) = resolved.ids.get(&q.exception_queue) else { continue };
+                let Some(eq) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else { continue };
                 // A multi-consumer message moves once none of its consumers can take it
                 // any more (as Oracle does); a consumer that gave up no longer sees it.
                 if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
-                    tx.move_to_exception(r.seq, *eq).await?;
+                    tx.move_to_exception(r.seq, eq).await?;
                 }
             }
             tx.commit().await?;
@@ -856,24 +856,10 @@ impl Engine {
         }
         let mut tx = self.store.begin().await?;
         for m in &due {
-            let default_eq = resolved
-                .names
-                .get(&m.queue)
-                .and_then(|n| resolved.catalog.queues.get(n))
-                .map(|q| q.exception_queue.clone());
-            // A named exception queue that does not exist (or, after a topology change, is
-            // no exception queue of the message's queue table) falls back to the default.
             let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
-            let named = m.exception_queue.as_deref().and_then(|n| {
-                let found = resolved.catalog.queue(n).filter(|t| own.is_some_and(|q| exception_queue_of(t, q)));
-                if found.is_none() {
-                    tracing::warn!(seq = m.seq, exception_queue = n, "no such exception queue; using the default");
-                }
-                found.and_then(|t| resolved.ids.get(&t.name))
-            });
-            let target = named.or_else(|| default_eq.as_ref().and_then(|n| resolved.ids.get(n)));
+            let target = own.and_then(|q| exception_target(&resolved, q, m.exception_queue.as_deref(), m.seq));
             match target {
-                Some(t) => tx.move_to_exception(m.seq, *t).await?,
+                Some(t) => tx.move_to_exception(m.seq, t).await?,
                 None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
             }
         }
@@ -1079,6 +1065,22 @@ fn check_condition_names(cond: &Condition, queue: &QueueInfo, types: &payload::T
         }
     }
     Ok(())
+}
+
+/// Where a failed (expired, or too often rolled back) message `seq` of `queue` goes: the
+/// exception queue it names, else its queue table's default. A named one that does not
+/// exist (or, after a topology change, is no exception queue of the table) falls back to
+/// the default, as the reference says.
+fn exception_target(resolved: &Resolved, queue: &QueueInfo, named: Option<&str>, seq: i64) -> Option<QueueId> {
+    let named = named.and_then(|n| {
+        let found = resolved.catalog.queue(n).filter(|t| exception_queue_of(t, queue));
+        if found.is_none() {
+            tracing::warn!(seq, exception_queue = n, "no such exception queue; using the default");
+        }
+        found
+    });
+    let name = named.map_or(&queue.exception_queue, |t| &t.name);
+    resolved.ids.get(name).copied()
 }
 
 /// Whether `target` may receive `queue`'s failed messages: an exception queue of the same

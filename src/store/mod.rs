@@ -229,6 +229,8 @@ pub struct Released {
     pub retry_count: i64,
     /// `""` on a single-consumer queue.
     pub consumer: String,
+    /// The message's own exception queue, if it names one.
+    pub exception_queue: Option<String>,
 }
 
 /// What a session commit did: queues that got new visible messages (to wake waiters).

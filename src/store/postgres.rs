@@ -991,7 +991,8 @@ impl StoreTx for PgTx {
                 UPDATE messages SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
                 WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count, '' AS consumer
              )
-             SELECT * FROM d UNION ALL SELECT * FROM s",
+             SELECT x.*, m.exception_queue
+             FROM (SELECT * FROM d UNION ALL SELECT * FROM s) x JOIN messages m ON m.seq = x.msg_seq",
         )
         .bind(txn)
         .fetch_all(&mut *self.tx)
@@ -1010,6 +1011,7 @@ impl StoreTx for PgTx {
                     queue: r.try_get("queue_id")?,
                     retry_count: r.try_get("retry_count")?,
                     consumer: r.try_get("consumer")?,
+                    exception_queue: r.try_get("exception_queue")?,
                 })
             })
             .collect()

@@ -540,7 +540,9 @@ impl StoreTx for SqliteTx {
         sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
-             WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count, consumer",
+             WHERE lock_txn = ?1 AND lock_kind = 1
+             RETURNING msg_seq, queue_id, retry_count, consumer,
+                       (SELECT exception_queue FROM messages WHERE seq = msg_seq) AS exception_queue",
         )
         .bind(txn)
         .fetch_all(&mut *self.tx)
@@ -772,5 +774,6 @@ fn released_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Released> {
         queue: r.try_get("queue_id")?,
         retry_count: r.try_get("retry_count")?,
         consumer: r.try_get("consumer")?,
+        exception_queue: r.try_get("exception_queue")?,
     })
 }
