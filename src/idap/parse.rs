@@ -110,7 +110,7 @@ impl Default for Limits {
 /// | `TooLarge`       | 25443 | over `max_bytes`, or a `message_set` over `max_messages`   |
 /// | `TooDeep`        | 25444 | elements nested deeper than `max_depth`                    |
 /// | `WrongNamespace` | 25445 | a structural element, or `IDAPMethodName`, in a wrong namespace |
-/// | `Invalid`        | 25446 | well-formed but not a valid IDAP document (unknown, missing or duplicate element, bad number or enum value, `message_count` mismatch, bad hex) |
+/// | `Invalid`        | 25446 | well-formed but not a valid IDAP document (unknown, missing or duplicate element, bad number or enum value, `message_count` mismatch, duplicate `message_number`, bad hex) |
 /// | `Unsupported`    | 25447 | valid IDAP that aqgate does not implement (e.g. a non-UTF-8 encoding) |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
@@ -875,6 +875,11 @@ fn parse_message_set(e: &Elem, path: &Path<'_>, limits: &Limits, min_messages: u
     }
     if messages.len() < min_messages {
         return Err(invalid(format!("{path} contains no message")));
+    }
+    // message_number names a message (responses and faults refer to it): once each.
+    let mut seen = std::collections::HashSet::with_capacity(messages.len());
+    if let Some(n) = messages.iter().filter_map(|m| m.number).find(|n| !seen.insert(*n)) {
+        return Err(invalid(format!("{path}: message_number {n} is given twice")));
     }
     Ok(messages)
 }
@@ -1872,6 +1877,13 @@ mod tests {
             ("doctype", b"<!DOCTYPE Envelope><Envelope/>".to_vec(), |e| matches!(e, E::Doctype)),
             ("billion laughs", bomb.as_bytes().to_vec(), |e| matches!(e, E::Doctype)),
             ("deep nesting", deep.into_bytes(), |e| matches!(e, E::TooDeep(64))),
+            (
+                "message_number twice",
+                send(dest, &format!("<message_count>2</message_count>{msg}{msg}"))
+                    .replace("<message>", "<message><message_number>3</message_number>")
+                    .into_bytes(),
+                |e| matches!(e, E::Invalid(m) if m.contains("message_number 3 is given twice")),
+            ),
             (
                 "message_count mismatch",
                 send(dest, &format!("<message_count>2</message_count>{msg}")).into_bytes(),
