@@ -603,12 +603,12 @@ impl PayloadKind {
         })
     }
 
-    /// The root element of a JMS payload.
     /// Whether messages of this kind are JMS messages (with JMS properties).
     pub fn is_jms(&self) -> bool {
         self.jms_root().is_some()
     }
 
+    /// The root element of a JMS payload.
     fn jms_root(&self) -> Option<(&'static str, &'static str)> {
         match self {
             PayloadKind::JmsText => Some(("jms_text_message", "text_data")),

@@ -530,16 +530,15 @@ impl Engine {
                 let d = Duration::from_micros(u64::try_from(t.saturating_sub(now)).unwrap_or(0));
                 until = until.min(now_i + d);
             }
-            match &abandon {
-                Some(a) => {
-                    tokio::select! {
-                        _ = tokio::time::timeout_at(until, notified) => {}
-                        () = a.abandoned() => {}
-                    }
+            let gone = async {
+                match &abandon {
+                    Some(a) => a.abandoned().await,
+                    None => std::future::pending().await,
                 }
-                None => {
-                    let _ = tokio::time::timeout_at(until, notified).await;
-                }
+            };
+            tokio::select! {
+                _ = tokio::time::timeout_at(until, notified) => {}
+                () = gone => {}
             }
         }
         if filter.msgid.is_some() {

@@ -538,8 +538,7 @@ pub trait StoreTx: Send {
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
 
     /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
-    /// Returns the released removes: message, queue, new retry count, consumer (`""` on a
-    /// single-consumer queue).
+    /// Returns the released removes, each with its new retry count.
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>>;
 
     /// A consumer of a multi-consumer message gives up on it (too many failed dequeues):

@@ -21,7 +21,8 @@ const CHANNEL: &str = "aqgate_enqueue";
 /// A session commit's enqueues: clears the tags of transaction `$1` on its outbox rows and
 /// messages, signals each queue that got messages on channel `$2` where somebody holds
 /// interest (`interest::uninterested`; its try-locks are held until the commit that
-/// follows), and returns (queue, messages) per queue, in queue order.
+/// follows), and returns (queue, messages) per queue, in queue order. (`s` is a plain
+/// SELECT, which PostgreSQL runs only where it is referenced: hence the condition.)
 const PUBLISH_SQL: &str = concat!(
     "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
           m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
