@@ -44,6 +44,17 @@ pub mod code {
     pub const DIRECTORY: i32 = 24047;
     /// aqgate: the directory is temporarily unreachable or too slow; retry later.
     pub const DIRECTORY_UNAVAILABLE: i32 = 24048;
+    /// aqgate: the session cookie names no session of this agent that the store knows (it
+    /// ended and was forgotten, or was never issued). Whatever it left open is not
+    /// committed; the client drops the cookie and starts its transaction again.
+    pub const SESSION_UNKNOWN: i32 = 24049;
+    /// aqgate: another request of the same session (on another node) changed it while this
+    /// one ran; nothing of this request was performed, and it may be sent again.
+    pub const SESSION_BUSY: i32 = 24050;
+    /// aqgate: an `Idempotency-Key` was used before with a different request (HTTP 422).
+    pub const IDEMPOTENCY_MISMATCH: i32 = 24051;
+    /// aqgate: a request with the same `Idempotency-Key` is being performed now (HTTP 409).
+    pub const IDEMPOTENCY_IN_PROGRESS: i32 = 24052;
     /// ORA-00600 internal error (store failure); details are logged, not returned.
     pub const INTERNAL: i32 = 600;
 }

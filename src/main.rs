@@ -245,13 +245,21 @@ enum Command {
         /// Idle sessions roll back after this many seconds.
         #[arg(long, env = "AQGATE_SESSION_TIMEOUT", default_value_t = 300)]
         session_timeout: u64,
+        /// An expired session's cookie is answered "expired" (25254) for this many seconds;
+        /// after that, "unknown session" (24049).
+        #[arg(long, env = "AQGATE_SESSION_TOMBSTONE_TTL", default_value_t = 86_400)]
+        session_tombstone_ttl: u64,
+        /// A request performed under an Idempotency-Key is remembered (and replayed to a
+        /// retry) for this many seconds.
+        #[arg(long, env = "AQGATE_IDEMPOTENCY_WINDOW", default_value_t = 86_400)]
+        idempotency_window: u64,
         /// Longest receive wait_time honoured, in seconds.
         #[arg(long, env = "AQGATE_MAX_WAIT", default_value_t = 60)]
         max_wait: u64,
         /// Largest request body, in bytes (larger: 413).
         #[arg(long, env = "AQGATE_MAX_BODY", default_value_t = 4 * 1024 * 1024)]
         max_body: usize,
-        /// Open sessions beyond this are refused with 503.
+        /// New sessions are refused with 503 while the store holds this many.
         #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
         max_sessions: usize,
         /// Mark the session cookie Secure (when clients reach the servlet over HTTPS, e.g.
@@ -413,6 +421,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             topology,
             no_topology,
             session_timeout,
+            session_tombstone_ttl,
+            idempotency_window,
             max_wait,
             max_body,
             max_sessions,
@@ -437,6 +447,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 engine: EngineConfig {
                     max_wait: Duration::from_secs(max_wait),
                     session_timeout: Duration::from_secs(session_timeout),
+                    tombstone_ttl: Duration::from_secs(session_tombstone_ttl),
+                    idempotency_window: Duration::from_secs(idempotency_window),
                     directory: Some(directory.clone()),
                     notify_policy: std::sync::Arc::new(
                         aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,

@@ -45,6 +45,34 @@ pub struct ServeConfig {
     pub notify: Option<crate::notify::NotifyConfig>,
 }
 
+/// A SQLite file is one process's store (one writer; long polls and the time manager see
+/// only their own process): a second `aqgate serve` on the same file is refused, by an
+/// exclusive lock on `<file>.serve-lock` held while the server runs. Several nodes share a
+/// PostgreSQL database instead. `None` for other databases and in-memory SQLite.
+fn sole_server_on_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    let Some(rest) = url.strip_prefix("sqlite:") else { return Ok(None) };
+    let path = rest.trim_start_matches("//");
+    let path = path.split('?').next().unwrap_or(path);
+    if path.is_empty() || path == ":memory:" {
+        return Ok(None);
+    }
+    let lock_path = format!("{path}.serve-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| anyhow::anyhow!("{lock_path}: {e}"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(anyhow::anyhow!(
+            "another aqgate serve is running on the SQLite database {path}: a SQLite file serves one process; \
+             run several nodes on PostgreSQL instead"
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("{lock_path}: {e}")),
+    }
+}
+
 /// Runs until `shutdown` resolves; in-flight requests finish first.
 pub async fn serve(
     cfg: ServeConfig,
@@ -52,6 +80,8 @@ pub async fn serve(
     mail: Option<MailConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Held until the server ends (and let go by the OS if it dies).
+    let _sole = sole_server_on_sqlite(&cfg.database_url)?;
     let store = crate::store::open(&cfg.database_url).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;

@@ -20,13 +20,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::auth;
-use crate::engine::{Abandon, Engine, Lookup, SessionRef};
+use crate::engine::{Abandon, Engine, IdempotencyClaim, Resumed, Session};
 use crate::error::{AqError, code};
 use crate::idap::{self, Envelope, Limits};
 use crate::topology::AgentInfo;
 
 pub const SESSION_COOKIE: &str = "AQSESSIONID";
 pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
+/// A client's key for performing a request at most once (IETF httpapi
+/// "The Idempotency-Key HTTP Header Field").
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// Set on a response that is the recorded response of an earlier request with the same key.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 #[derive(Clone)]
 pub struct AppState {
@@ -34,7 +39,7 @@ pub struct AppState {
     pub limits: Limits,
     /// Recently verified Basic credentials (see [`auth::CredentialCache`]).
     pub credentials: Arc<auth::CredentialCache>,
-    /// Open sessions beyond this get 503 (each holds memory until it times out).
+    /// Stored sessions beyond this get 503 for new ones (each is a row until it times out).
     pub max_sessions: usize,
     /// Mark the session cookie `Secure` (clients send it back over HTTPS only): for a
     /// servlet behind a TLS-terminating proxy.
@@ -42,6 +47,8 @@ pub struct AppState {
     /// IDAP requests being answered now (long polls included); `/metrics` shows it, so an
     /// operator sees what a graceful shutdown waits for.
     pub in_flight: Arc<std::sync::atomic::AtomicU64>,
+    /// (agent, idempotency key) of requests being performed in this process now.
+    pub idempotent_in_flight: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
@@ -70,6 +77,7 @@ impl AppState {
             max_sessions: 100_000,
             secure_cookie: false,
             in_flight: Arc::default(),
+            idempotent_in_flight: Arc::default(),
         }
     }
 }
@@ -180,6 +188,20 @@ fn set_cookie_value(id: &str, secure: bool) -> String {
     format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}")
 }
 
+/// The Set-Cookie value that makes a client forget its session cookie.
+fn clear_cookie_value(secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}")
+}
+
+/// `r`, with the session cookie cleared.
+fn forget_cookie(mut r: Response, secure: bool) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&clear_cookie_value(secure)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
 /// An IDAP answer; `cookie` is a whole Set-Cookie value (see [`set_cookie_value`]).
 fn xml(body: String, cookie: Option<&str>) -> Response {
     let mut r = (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml; charset=utf-8")], body).into_response();
@@ -209,39 +231,34 @@ impl Drop for AbandonOnDrop {
     }
 }
 
+/// The session cookie's value; an empty one (a cleared cookie sent back) counts as none.
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
         v.split(';').find_map(|kv| {
             let (k, val) = kv.trim().split_once('=')?;
-            (k == SESSION_COOKIE).then(|| val.trim().to_string())
+            (k == SESSION_COOKIE && !val.trim().is_empty()).then(|| val.trim().to_string())
         })
     })
 }
 
 enum Who {
-    /// An existing session.
-    Session(SessionRef),
-    /// Authenticated; a new session for this effective agent.
-    New(String),
+    /// Authenticated by credentials as this effective agent; `cookie`: the session it names.
+    Agent { agent: String, cookie: Option<String> },
+    /// The session cookie alone.
+    Cookie(String),
 }
 
 /// Works out who is calling. Basic credentials (+ on-behalf-of), when present, are always
-/// verified (wrong ones are 401, whatever the cookie), and then the cookie counts only if
-/// it names a session of that agent. Without credentials the session cookie alone is the
+/// verified (wrong ones are 401, whatever the cookie); the cookie then counts only if it
+/// names a session of that agent. Without credentials the session cookie alone is the
 /// credential: a server-issued token of one agent, valid while the session lives (and the
-/// agent exists). The second value: the cookie named an expired session of this agent
-/// (its tombstone is used up here, so a request that fails to authenticate does not).
-async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), Response> {
+/// agent exists) — checked when the session is loaded.
+async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<Who, Response> {
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
     let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
     let Some((user, password)) = basic else {
         let id = session_cookie(headers).filter(|_| on_behalf.is_none()).ok_or_else(unauthorized)?;
-        let owner = s.engine.sessions.owner(&id).filter(|a| s.engine.agent(a).is_some()).ok_or_else(unauthorized)?;
-        return match s.engine.sessions.get(&id, &owner) {
-            Lookup::Live(sess) => Ok((Who::Session(sess), false)),
-            Lookup::Expired => Ok((Who::New(owner), true)),
-            Lookup::Unknown => Err(unauthorized()),
-        };
+        return Ok(Who::Cookie(id));
     };
     let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
     let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
@@ -268,13 +285,7 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<(Who, bool), 
         }
         Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
     };
-    // A cookie is bound to the agent its session speaks for; credentials for someone else
-    // start afresh.
-    match session_cookie(headers).map(|id| s.engine.sessions.get(&id, &effective)) {
-        Some(Lookup::Live(sess)) => Ok((Who::Session(sess), false)),
-        Some(Lookup::Expired) => Ok((Who::New(effective), true)),
-        Some(Lookup::Unknown) | None => Ok((Who::New(effective), false)),
-    }
+    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers) })
 }
 
 fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
@@ -306,6 +317,62 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     matches!(mime.as_str(), "text/xml" | "application/xml")
 }
 
+/// The `Idempotency-Key` header's key: a structured-field string (`"…"`) as the draft has
+/// it, or a bare token; 1–255 printable ASCII characters. `Ok(None)` without the header.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, AqError> {
+    let mut values = headers.get_all(IDEMPOTENCY_HEADER).iter();
+    let Some(v) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(AqError::invalid("Idempotency-Key is given more than once"));
+    }
+    let v = v.to_str().map_err(|_| AqError::invalid("Idempotency-Key is not printable ASCII"))?.trim();
+    let key = match v.strip_prefix('"') {
+        Some(rest) => rest.strip_suffix('"').ok_or_else(|| AqError::invalid("Idempotency-Key: unterminated string"))?,
+        None => v,
+    };
+    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+    {
+        return Err(AqError::invalid(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters (no quotes, backslashes or spaces)",
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
+/// An IDAP Fault with an HTTP status other than 200 (idempotency conflicts, as the
+/// draft's 409 and 422).
+fn fault_with_status(status: StatusCode, e: &AqError) -> Response {
+    let mut r = fault(e, None);
+    *r.status_mut() = status;
+    r
+}
+
+/// The recorded response of an earlier request with the same key, byte for byte.
+fn replayed(body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/xml; charset=utf-8")),
+            (axum::http::HeaderName::from_static(REPLAYED_HEADER), HeaderValue::from_static("true")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// How a request ended, as the task that performed it reports.
+enum Outcome {
+    /// Performed (or refused by the engine): the response, and whether the request opened
+    /// a session that is now stored (its cookie is answered).
+    Done { result: Result<idap::Response, AqError>, new_session: Option<String> },
+    /// The session cookie is of no use any more: fault, and the cookie is cleared.
+    Gone(AqError),
+    /// An earlier request with the same idempotency key answered this.
+    Replay(Vec<u8>),
+    /// A ready answer (401, idempotency conflicts).
+    Answer(Response),
+}
+
 async fn idap_post(
     State(s): State<AppState>,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
@@ -318,18 +385,14 @@ async fn idap_post(
     if !content_type_ok(&headers) {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
     }
-    let (who, expired) = match authenticate(&s, &headers).await {
+    let who = match authenticate(&s, &headers).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    if expired {
-        // The client learns once that its work is gone; its next request starts afresh.
-        let e = AqError::client(
-            code::SESSION_EXPIRED,
-            "the session timed out and its uncommitted work was rolled back; send the request again",
-        );
-        return fault(&e, None);
-    }
+    let key = match idempotency_key(&headers) {
+        Ok(k) => k,
+        Err(e) => return fault_with_status(StatusCode::BAD_REQUEST, &e),
+    };
     // Parsed before a session is opened: a request refused here leaves none behind.
     let envelope = match idap::parse_request(&body, &s.limits) {
         Ok(e) => e,
@@ -343,62 +406,159 @@ async fn idap_post(
             return fault(&e, None);
         }
     }
-    let (session, new_cookie) = match who {
-        Who::Session(sess) => (sess, None),
-        Who::New(agent) => {
-            if s.engine.sessions.len() >= s.max_sessions {
-                return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "too many open sessions\n")
-                    .into_response();
-            }
-            let (id, sess) = s.engine.sessions.create(&agent, s.engine.now());
-            (sess, Some(id))
-        }
-    };
-    let set_cookie = new_cookie.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
+    if matches!(who, Who::Agent { cookie: None, .. })
+        && s.engine.stored_sessions() >= i64::try_from(s.max_sessions).unwrap_or(i64::MAX)
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "too many open sessions\n")
+            .into_response();
+    }
+    let request_hash = key.as_ref().map(|_| ring::digest::digest(&ring::digest::SHA256, &body).as_ref().to_vec());
     // The request runs to its end in its own task even if the client goes away: a request
-    // cancelled between its database commit and the session's bookkeeping would leave
-    // tagged rows the session no longer knows about.
-    let engine = s.engine.clone();
+    // cancelled between its database commit and the answer would be performed unanswered
+    // with nothing to tell (and a session's next request must find it settled).
+    let state = s.clone();
     // Dropped with this handler: when the client goes away before the answer, hyper drops
     // the handler, and a long poll of the request stops waiting (it takes nothing).
     let abandon = AbandonOnDrop(Arc::new(Abandon::default()));
     let abandoned = abandon.0.clone();
     let task = tokio::spawn(async move {
-        let mut guard = session.lock_owned().await;
-        if guard.closed {
-            return (
-                Err(AqError::client(
-                    code::SESSION_EXPIRED,
-                    "the session timed out and its uncommitted work was rolled back",
-                )),
-                true,
-            );
+        let s = state;
+        let engine = s.engine.clone();
+        let (cookie, expected) = match who {
+            Who::Agent { agent, cookie } => (cookie, Some(agent)),
+            Who::Cookie(id) => (Some(id), None),
+        };
+        let hash = cookie.as_deref().map(crate::engine::session::id_hash);
+        // Requests of one session take turns in this process.
+        let _turn = match &hash {
+            Some(h) => Some(engine.sessions.turn(h).await),
+            None => None,
+        };
+        let mut session = match (cookie, expected) {
+            (None, Some(agent)) => Session::new(&agent, engine.now()),
+            (None, None) => return Outcome::Answer(unauthorized()),
+            (Some(id), expected) => match resume(&s, &id, expected.as_deref()).await {
+                Ok(sess) => sess,
+                Err(o) => return o,
+            },
+        };
+        let new = session.stored.is_none();
+        let mut in_flight = None;
+        if let (Some(key), Some(request_hash)) = (key, request_hash) {
+            match engine.store().idempotency_get(&session.agent, &key).await {
+                Ok(Some(rec)) => return replay_of(rec, &request_hash),
+                Ok(None) => {}
+                Err(e) => return Outcome::Done { result: Err(e.into()), new_session: None },
+            }
+            let entry = (session.agent.clone(), key.clone());
+            if !s.idempotent_in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.clone()) {
+                return Outcome::Answer(fault_with_status(
+                    StatusCode::CONFLICT,
+                    &AqError::client(
+                        code::IDEMPOTENCY_IN_PROGRESS,
+                        "a request with this Idempotency-Key is being performed now; send it again later",
+                    ),
+                ));
+            }
+            in_flight = Some(InFlightKey(s.idempotent_in_flight.clone(), entry));
+            session.idempotency = Some(IdempotencyClaim { key, request_hash });
         }
-        guard.origin = origin;
-        guard.abandon = Some(abandoned);
-        let result = engine.execute_envelope(&mut guard, envelope).await;
-        guard.abandon = None;
+        session.origin = origin;
+        session.abandon = Some(abandoned);
+        let result = engine.execute_envelope(&mut session, envelope).await;
+        if let (Err(e), Some(claim)) = (&result, &session.idempotency)
+            && e.code == code::IDEMPOTENCY_IN_PROGRESS
+        {
+            // Another process performed the same key first: its response is the answer.
+            if let Ok(Some(rec)) = engine.store().idempotency_get(&session.agent, &claim.key).await {
+                return replay_of(rec, &claim.request_hash);
+            }
+        }
+        drop(in_flight);
+        if let Err(e) = &result
+            && e.code == code::SESSION_EXPIRED
+        {
+            return Outcome::Gone(e.clone());
+        }
         // A session opened by this request that holds nothing (no open work, no navigation
-        // position) is not kept: clients that never send the cookie back must not pile up
-        // sessions. The next request simply opens a new one.
-        (result, !guard.pending && guard.positions.is_empty())
+        // position) has no row and gets no cookie: clients that never send the cookie back
+        // must not pile up sessions. The next request simply opens a new one.
+        let new_session = (new && session.stored.is_some()).then(|| session.id.clone());
+        Outcome::Done { result, new_session }
     });
-    let (result, stateless) = match task.await {
-        Ok(r) => r,
+    let outcome = match task.await {
+        Ok(o) => o,
         Err(e) => {
             tracing::error!(error = %e, "request task failed");
-            (Err(AqError::server(code::INTERNAL, "internal error; the request may not have been performed")), false)
+            let e = AqError::server(code::INTERNAL, "internal error; the request may not have been performed");
+            Outcome::Done { result: Err(e), new_session: None }
         }
     };
-    let cookie = match new_cookie.as_deref() {
-        Some(id) if stateless => {
-            s.engine.sessions.remove(id, false);
-            None
+    drop(abandon);
+    match outcome {
+        Outcome::Done { result, new_session } => {
+            let cookie = new_session.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
+            match result {
+                Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie.as_deref()),
+                Err(e) => fault(&e, cookie.as_deref()),
+            }
         }
-        _ => set_cookie.as_deref(),
+        Outcome::Gone(e) => fault(&e, Some(&clear_cookie_value(s.secure_cookie))),
+        Outcome::Replay(body) => replayed(body),
+        Outcome::Answer(r) => r,
+    }
+}
+
+/// Removes its (agent, key) from the in-flight set when dropped.
+struct InFlightKey(Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>, (String, String));
+
+impl Drop for InFlightKey {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+    }
+}
+
+fn replay_of(rec: crate::store::IdempotencyRecord, request_hash: &[u8]) -> Outcome {
+    if rec.request_hash != request_hash {
+        return Outcome::Answer(fault_with_status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &AqError::client(
+                code::IDEMPOTENCY_MISMATCH,
+                "this Idempotency-Key was used before with a different request; use a new key for a new request",
+            ),
+        ));
+    }
+    Outcome::Replay(rec.response)
+}
+
+/// The session the cookie `id` names, for `expected` (the agent the credentials
+/// authenticated; `None`: the cookie alone is the credential). A cookie that names no live
+/// session of that agent is never quietly a fresh session: its work may be gone, so the
+/// client hears so and drops the cookie.
+async fn resume(s: &AppState, id: &str, expected: Option<&str>) -> Result<Session, Outcome> {
+    let unknown = || {
+        Outcome::Gone(AqError::client(
+            code::SESSION_UNKNOWN,
+            format!(
+                "the session cookie names no session{} (it ended, or was never issued here); \
+                 whatever it left uncommitted is not committed: start the transaction again without the cookie",
+                expected.map(|a| format!(" of agent {a}")).unwrap_or_default()
+            ),
+        ))
     };
-    match result {
-        Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie),
-        Err(e) => fault(&e, cookie),
+    let ours = |agent: &str| expected.is_none_or(|e| e == agent);
+    match s.engine.resume(id).await {
+        Ok(Resumed::Live(sess)) if ours(&sess.agent) => {
+            if s.engine.agent(&sess.agent).is_none() {
+                // The agent was removed: its cookie authenticates nobody.
+                return Err(Outcome::Answer(unauthorized()));
+            }
+            Ok(*sess)
+        }
+        Ok(Resumed::Ended { agent, .. }) if ours(&agent) => Err(Outcome::Gone(crate::engine::session_expired_error())),
+        // The cookie alone authenticated nobody.
+        Ok(_) if expected.is_none() => Err(Outcome::Answer(forget_cookie(unauthorized(), s.secure_cookie))),
+        Ok(_) => Err(unknown()),
+        Err(e) => Err(Outcome::Done { result: Err(e), new_session: None }),
     }
 }

@@ -131,8 +131,10 @@ fn depth_of(listing: &str, queue: &str) -> i64 {
         .unwrap_or_else(|| panic!("{queue} not listed in:\n{listing}"))
 }
 
+/// A session lives in the store: kill -9 and a restart lose neither committed work nor an
+/// open transaction, which its client continues with its cookie.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_dash_nine_rolls_back_open_work_and_keeps_committed_work() {
+async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     let db = fresh_sqlite_url();
     let port = free_port();
     let s = Serve::start(&db, port);
@@ -152,18 +154,39 @@ async fn kill_dash_nine_rolls_back_open_work_and_keeps_committed_work() {
     let mut cookie2 = None;
     let r = post(port, &mut cookie2, &example("07")).await;
     assert!(
+        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        "the committed order is still locked by the open remove, the open send invisible: {r:?}"
+    );
+    let r = post(port, &mut cookie, &example("10")).await;
+    assert!(matches!(r, Response::Commit(_)), "the old session commits after the restart: {r:?}");
+    let r = post(port, &mut cookie2, &example("07")).await;
+    assert!(
         matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
-        "{r:?}"
+        "the open send was published by that commit: {r:?}"
     );
     let r = post(port, &mut cookie2, &example("07")).await;
     assert!(
         matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
-        "the uncommitted send was rolled back: {r:?}"
+        "the first order was removed by that commit: {r:?}"
     );
-    // The old session's cookie names a session the new process does not know: a new one.
-    let r = post(port, &mut cookie, &example("10")).await;
-    assert!(matches!(r, Response::Commit(_)));
     drop(s);
+}
+
+/// SQLite serves one process: a second `aqgate serve` on the same file is refused with a
+/// clear message (and the first one goes on).
+#[test]
+fn a_second_server_on_one_sqlite_file_is_refused() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let _first = Serve::start(&db, port);
+    let out = Command::new(BIN)
+        .args(["serve", "--database", &db, "--listen", &format!("127.0.0.1:{}", free_port()), "--no-smtp"])
+        .output()
+        .expect("run a second server");
+    assert!(!out.status.success(), "the second server must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another aqgate serve is running") && err.contains("PostgreSQL"), "{err}");
+    assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200), "the first one still serves");
 }
 
 #[test]

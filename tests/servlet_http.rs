@@ -224,15 +224,15 @@ async fn sessions_carry_transactions_and_cookies_cannot_be_chosen() {
     let mut a = Client::new(&s, "scott", "tiger");
     assert!(matches!(a.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await.idap(), Response::Send(..)));
     assert_eq!(s.depth_total().await, 0, "not committed yet");
-    // A client-invented session id is ignored: a new session, which has nothing to commit.
+    // A client-invented session id names no session: a fault (never a fresh session that
+    // would confirm a commit), and the cookie is cleared.
     let mut forger = Client::new(&s, "scott", "tiger");
     let forged = "AQSESSIONID=00000000000000000000000000000000";
     forger.cookie = Some(forged.into());
     let r = forger.post(&envelope(COMMIT)).await;
-    assert!(r.set_cookie.is_none(), "a session with nothing in it is not kept");
-    assert!(matches!(r.idap(), Response::Commit(_)));
+    assert_eq!(r.fault_code(), code::SESSION_UNKNOWN);
+    assert!(r.set_cookie.as_deref().is_some_and(|c| c.contains("Max-Age=0")), "cleared: {:?}", r.set_cookie);
     assert_eq!(s.depth_total().await, 0);
-    forger.cookie = Some(forged.into());
     let r = forger.post(&raw_send("AQUSER.RAW_QUE", &[("", "02")], "")).await;
     let issued = r.set_cookie.expect("open work gets a session cookie");
     assert!(!issued.starts_with(forged), "the server issues its own id: {issued}");
@@ -240,7 +240,7 @@ async fn sessions_carry_transactions_and_cookies_cannot_be_chosen() {
     // Another agent's credentials with a's cookie do not get a's session.
     let mut thief = Client::new(&s, "john", "welcome");
     thief.cookie = a.cookie.clone();
-    thief.post(&envelope(COMMIT)).await.idap();
+    assert_eq!(thief.post(&envelope(COMMIT)).await.fault_code(), code::SESSION_UNKNOWN);
     assert_eq!(s.depth_total().await, 0);
     // a commits through its cookie.
     assert!(matches!(a.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)));
@@ -286,7 +286,7 @@ async fn a_session_cookie_never_makes_wrong_credentials_good() {
     assert_eq!(r.status().as_u16(), 200, "the session's cookie alone");
     assert_eq!(s.depth_total().await, 1, "committed through the cookie");
 
-    let open = s.engine.sessions.len();
+    let open = s.engine.store().session_count().await.expect("count");
     for _ in 0..5 {
         let mut c = Client::new(&s, "scott", "tiger");
         let r = c.post("not XML").await;
@@ -299,11 +299,14 @@ async fn a_session_cookie_never_makes_wrong_credentials_good() {
             .await;
         assert!(r.fault_code() > 0 && r.set_cookie.is_none());
     }
-    assert_eq!(s.engine.sessions.len(), open, "refused requests opened no session");
+    assert_eq!(s.engine.store().session_count().await.expect("count"), open, "refused requests opened no session");
 }
 
-/// The one-time notice that an idle session was rolled back goes to its own agent only:
-/// a request with the cookie that fails to authenticate does not use it up.
+/// An idle session's cookie answers "expired" (25254) to its own agent, every time until
+/// the tombstone's time is up, and the fault clears the cookie, so the client's next
+/// request starts afresh; a request with the cookie that fails to authenticate learns
+/// nothing, and another agent's credentials with it get "unknown session", never a fresh
+/// session that would confirm a commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_sessions_agent_learns_that_it_expired() {
     let config = EngineConfig { session_timeout: Duration::from_millis(200), ..EngineConfig::default() };
@@ -317,8 +320,18 @@ async fn only_the_sessions_agent_learns_that_it_expired() {
     assert_eq!(wrong.post(&envelope(COMMIT)).await.status, 401);
     let mut john = Client::new(&s, "john", "welcome");
     john.cookie = a.cookie.clone();
-    assert!(matches!(john.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)), "not john's session");
-    assert_eq!(a.post(&envelope(COMMIT)).await.fault_code(), code::SESSION_EXPIRED, "told once");
+    assert_eq!(john.post(&envelope(COMMIT)).await.fault_code(), code::SESSION_UNKNOWN, "not john's session");
+    let cookie = a.cookie.clone();
+    let r = a.post(&envelope(COMMIT)).await;
+    assert_eq!(r.fault_code(), code::SESSION_EXPIRED);
+    assert!(
+        r.set_cookie.as_deref().is_some_and(|c| c.contains("Max-Age=0")),
+        "the cookie is cleared: {:?}",
+        r.set_cookie
+    );
+    let mut again = Client::new(&s, "scott", "tiger");
+    again.cookie = cookie;
+    assert_eq!(again.post(&envelope(COMMIT)).await.fault_code(), code::SESSION_EXPIRED, "told every time");
     assert!(matches!(a.post(&envelope(COMMIT)).await.idap(), Response::Commit(_)), "then a fresh session");
     assert_eq!(s.depth_total().await, 0, "the send was rolled back");
 }
@@ -382,7 +395,11 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
             code::NO_MESSAGE
         );
     }
-    assert_eq!(s.engine.sessions.len(), 0, "no session kept for requests that left nothing open");
+    assert_eq!(
+        s.engine.store().session_count().await.expect("count"),
+        0,
+        "no session kept for requests that left nothing open"
+    );
     // At the cap, new sessions are refused with 503 (transport level).
     let url = fresh_url(Backend::Sqlite).await;
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;

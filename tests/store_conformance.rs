@@ -47,14 +47,16 @@ on_both_backends!(
     a_request_is_all_or_nothing,
     two_consumers_never_remove_the_same_message,
     concurrent_senders_are_all_stored,
-    restart_rolls_back_open_sessions,
+    a_restart_keeps_open_sessions,
+    recovery_rolls_back_only_what_no_session_owns,
     idle_sessions_roll_back,
+    a_session_changed_meanwhile_refuses_the_stale_request,
     adt_payload_round_trips_examples,
     privileges_are_enforced,
     registrations,
     notification_aliases_resolve_through_the_directory,
     notification_outbox_is_transactional,
-    notification_outbox_survives_restart_but_not_open_work,
+    notification_outbox_survives_restart_with_its_session,
     notification_retries_park_and_unpark,
     multi_consumer_notifications_follow_deliveries,
     long_poll_wakes_on_commit,
@@ -742,43 +744,123 @@ async fn two_consumers_never_remove_the_same_message(b: Backend) {
     assert_eq!(all, want, "each message removed exactly once");
 }
 
-async fn restart_rolls_back_open_sessions(b: Backend) {
+/// A new process on the same database (a restart, or another node) continues the open
+/// sessions of the old one: their uncommitted work and their locks stay, and their commit
+/// publishes it.
+async fn a_restart_keeps_open_sessions(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
     h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
     let mut c = h.session("scott");
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "locked by an open remove");
-    // A new process on the same database.
     let store = aqgate::store::open(&h.url).await.expect("reopen");
     let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
     let e2 = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("restart");
-    let mut s2 = aqgate::engine::Session::new("SCOTT", 0);
-    let req =
-        aqgate::idap::parse_request(receive(RAWQ, "<wait_time>0</wait_time>", COMMIT).as_bytes(), &Default::default())
-            .expect("parse")
-            .body;
-    let r =
-        e2.execute(&mut s2, req.clone()).await.expect("the committed message survives, its open remove rolled back");
-    assert_eq!(raw_of(&received(&r)[0]), "01");
-    let e = e2.execute(&mut s2, req).await.expect_err("the uncommitted enqueue is gone");
-    assert_eq!(e.code, code::NO_MESSAGE);
+    let exec = |s: &mut aqgate::engine::Session, xml: String| {
+        let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+        let e2 = e2.clone();
+        let mut taken = std::mem::replace(s, aqgate::engine::Session::new("SCOTT", 0));
+        async move {
+            let r = e2.execute(&mut taken, req).await;
+            (taken, r)
+        }
+    };
+    let recv = receive(RAWQ, "<wait_time>0</wait_time>", COMMIT);
+    let mut other = aqgate::engine::Session::new("SCOTT", 0);
+    let (o, r) = exec(&mut other, recv.clone()).await;
+    other = o;
+    assert_eq!(r.expect_err("01 is locked, 02 not committed").code, code::NO_MESSAGE);
+    for (old, what) in [(&p, "the producer"), (&c, "the consumer")] {
+        let mut s = match e2.resume(&old.id).await.expect("resume") {
+            aqgate::engine::Resumed::Live(s) => s,
+            r => panic!("{what}'s session is not live after the restart: {r:?}"),
+        };
+        assert!(s.pending, "{what}'s work is still open");
+        let (_, r) = exec(&mut s, envelope(COMMIT)).await;
+        r.expect("commits after the restart");
+    }
+    let (o, r) = exec(&mut other, recv.clone()).await;
+    other = o;
+    assert_eq!(raw_of(&received(&r.expect("02 was published"))[0]), "02");
+    let (_, r) = exec(&mut other, recv).await;
+    assert_eq!(r.expect_err("01 was removed by the consumer's commit").code, code::NO_MESSAGE);
 }
 
+/// Deletes the session row of `s` (as if it had never been written): its uncommitted work
+/// is then an orphan that recovery rolls back.
+async fn orphan(h: &Harness, s: &aqgate::engine::Session) {
+    let mut tx = h.engine.store().begin().await.expect("begin");
+    assert!(tx.session_end(&s.id_hash(), s.stored.expect("stored"), None, None).await.expect("end"));
+    tx.commit().await.expect("commit");
+}
+
+/// Uncommitted rows that no stored session owns (a process that died mid-way through an
+/// older version) are rolled back at start; a stored session's rows are not.
+async fn recovery_rolls_back_only_what_no_session_owns(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open, owned");
+    let mut orphan = h.session("scott");
+    h.run(&mut orphan, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
+    self::orphan(&h, &orphan).await;
+    assert_eq!(h.engine.store().recover().await.expect("recover"), 1, "the orphan's one row");
+    h.run(&mut p, &envelope(COMMIT)).await.expect("the owned work commits");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "02 was rolled back");
+}
+
+/// An idle session is rolled back once, by whichever process finds it first; it leaves a
+/// tombstone that says so until its time is up.
 async fn idle_sessions_roll_back(b: Backend) {
     let h = Harness::new(b).await;
-    let (id, s) = h.engine.sessions.create("SCOTT", h.clock.now());
-    {
-        let mut g = s.lock().await;
-        h.run(&mut g, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
-    }
+    let mut s = h.session("scott");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
+    let store = aqgate::store::open(&h.url).await.expect("a second process");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    let e2 = aqgate::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
     h.clock.advance_secs(10);
     assert_eq!(h.engine.expire_sessions().await, 0, "not idle long enough");
     h.clock.advance_secs(600);
-    assert_eq!(h.engine.expire_sessions().await, 1);
-    assert!(matches!(h.engine.sessions.get(&id, "SCOTT"), aqgate::engine::Lookup::Expired));
+    let (a, b2) = tokio::join!(h.engine.expire_sessions(), e2.expire_sessions());
+    assert_eq!(a + b2, 1, "rolled back exactly once");
+    assert!(matches!(
+        h.engine.resume(&s.id).await.expect("resume"),
+        aqgate::engine::Resumed::Ended { had_work: true, .. }
+    ));
+    let (c, _) = h.run(&mut s, &envelope(COMMIT)).await.expect_err("a stale copy of the session cannot commit");
+    assert_eq!(c, code::SESSION_EXPIRED);
     let mut c = h.session("scott");
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
+    h.clock.advance_secs(2 * 86_400);
+    h.engine.purge_sessions().await;
+    assert!(matches!(h.engine.resume(&s.id).await.expect("resume"), aqgate::engine::Resumed::Unknown));
+}
+
+/// Two requests of one session in two processes at once: the one that writes second
+/// finds the session changed and is rolled back entirely (the client sends it again).
+async fn a_session_changed_meanwhile_refuses_the_stale_request(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut s = h.session("scott");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
+    let mut stale = match h.engine.resume(&s.id).await.expect("resume") {
+        aqgate::engine::Resumed::Live(x) => x,
+        r => panic!("{r:?}"),
+    };
+    h.run(&mut s, &raw_send(RAWQ, &[("", "02")], "")).await.expect("the other node's request");
+    let (c, _) = h.run(&mut stale, &raw_send(RAWQ, &[("", "03")], COMMIT)).await.expect_err("stale");
+    assert_eq!(c, code::SESSION_BUSY);
+    let mut fresh = match h.engine.resume(&s.id).await.expect("resume") {
+        aqgate::engine::Resumed::Live(x) => x,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(fresh.enqueued, 2);
+    h.run(&mut fresh, &envelope(COMMIT)).await.expect("commit");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("02".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "03 was not performed");
 }
 
 async fn adt_payload_round_trips_examples(b: Backend) {
@@ -932,23 +1014,27 @@ async fn notification_outbox_is_transactional(b: Backend) {
     assert_eq!(got[0].corrid.as_deref(), Some("GONE"));
 }
 
-async fn notification_outbox_survives_restart_but_not_open_work(b: Backend) {
+async fn notification_outbox_survives_restart_with_its_session(b: Backend) {
     let h = Harness::new(b).await;
     let mut s = h.session("scott");
     h.run(&mut s, &register(RAWQ, "", "http://93.184.216.34/hook")).await.expect("register");
     h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
     h.run(&mut s, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
-    // A new process: the committed notification is still owed, the open one is gone —
-    // even if the old session's transaction id were committed now.
+    // A new process: the committed notification is still owed; the open one is not due
+    // until the session, continued there, commits.
     let store = aqgate::store::open(&h.url).await.expect("reopen");
     let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
     let e2 = aqgate::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
-    let mut tx = store.begin().await.expect("begin");
-    tx.commit_session(&s.txn, true).await.expect("commit the dead session's txn");
-    tx.commit().await.expect("commit");
     let now = h.clock.now();
     let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
     assert_eq!(got.len(), 1, "{got:?}");
+    let aqgate::engine::Resumed::Live(mut s2) = e2.resume(&s.id).await.expect("resume") else {
+        panic!("the session survives the restart")
+    };
+    let req = aqgate::idap::parse_request(envelope(COMMIT).as_bytes(), &Default::default()).expect("parse").body;
+    e2.execute(&mut s2, req).await.expect("commit");
+    let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
+    assert_eq!(got.len(), 1, "the committed send's notification: {got:?}");
 }
 
 async fn notification_retries_park_and_unpark(b: Backend) {
@@ -1231,14 +1317,11 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
     let xml = raw_send(RAWQ, &[("", "01")], "");
     let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
     for _ in 0..n {
-        let (_, s) = h.engine.sessions.create("SCOTT", h.clock.now());
-        {
-            let mut g = s.lock().await;
-            h.exec(&mut g, req.clone()).await.expect("open send");
-        }
+        let mut s = h.session("SCOTT");
+        h.exec(&mut s, req.clone()).await.expect("open send");
         sessions.push(s);
     }
-    assert_eq!(h.engine.sessions.len(), n);
+    assert_eq!(h.engine.store().session_count().await.expect("count"), i64::try_from(n).expect("n"));
     assert_eq!(depth(&h, RAWQ).await, 0, "nothing committed yet");
     if let Backend::Postgres = b {
         let db = h.url.rsplit('/').next().expect("db name").to_string();
@@ -1251,10 +1334,9 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
         assert!(used <= 20, "{used} connections for {n} open sessions");
     }
     // Every other session commits; the rest roll back.
-    for (i, s) in sessions.iter().enumerate() {
-        let mut g = s.lock().await;
+    for (i, s) in sessions.iter_mut().enumerate() {
         let x = if i % 2 == 0 { COMMIT } else { ROLLBACK };
-        h.run(&mut g, &envelope(x)).await.expect("end transaction");
+        h.run(s, &envelope(x)).await.expect("end transaction");
     }
     assert_eq!(depth(&h, RAWQ).await, i64::try_from(n / 2).expect("fits"));
 }
@@ -1829,6 +1911,7 @@ async fn postgres_deleting_messages_leaves_no_orphan_deliveries() {
     h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
     assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "after rollback");
     h.run(&mut s, &publish_emp(20, two, "")).await.expect("open publish");
+    orphan(&h, &s).await;
     h.engine.store().recover().await.expect("recover");
     assert_eq!(rows(&mut admin).await, (0, 0, 0, 0), "after recovery");
     let mut s = h.session("scott");
@@ -1852,8 +1935,9 @@ async fn postgres_deleting_messages_leaves_no_orphan_deliveries() {
     assert_eq!(rows(&mut admin).await, (0, 0, 1, 0), "after the commit only C3 is left");
     assert_eq!(recv_raw(&h, &mut s, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("C3".into()));
     assert_eq!(rows(&mut admin).await, (0, 0, 1, 1), "C3 locked");
+    orphan(&h, &s).await;
     h.engine.store().recover().await.expect("recover");
-    assert_eq!(rows(&mut admin).await, (0, 0, 1, 0), "a restart releases the lock and keeps C3");
+    assert_eq!(rows(&mut admin).await, (0, 0, 1, 0), "recovery releases an orphaned lock and keeps C3");
 }
 
 /// PostgreSQL only: a database written before single-consumer messages carried their own

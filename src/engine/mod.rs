@@ -23,7 +23,7 @@ use crate::selector::Condition;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, Topology, canon};
 
-pub use session::{Abandon, Lookup, Session, SessionRef, Sessions};
+pub use session::{Abandon, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 
 /// Tunables of the engine.
 #[derive(Clone)]
@@ -37,6 +37,10 @@ pub struct EngineConfig {
     pub directory: Option<Arc<dyn Directory>>,
     /// Which HTTP notification targets a registration may name.
     pub notify_policy: Arc<crate::notify::Policy>,
+    /// How long an expired session's cookie is still answered "expired" (then "unknown").
+    pub tombstone_ttl: Duration,
+    /// How long a request performed under an idempotency key is remembered.
+    pub idempotency_window: Duration,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -46,6 +50,8 @@ impl std::fmt::Debug for EngineConfig {
             .field("session_timeout", &self.session_timeout)
             .field("directory", &self.directory.is_some())
             .field("notify_policy", &self.notify_policy)
+            .field("tombstone_ttl", &self.tombstone_ttl)
+            .field("idempotency_window", &self.idempotency_window)
             .finish()
     }
 }
@@ -57,6 +63,8 @@ impl Default for EngineConfig {
             session_timeout: Duration::from_secs(300),
             directory: None,
             notify_policy: Arc::new(crate::notify::Policy::default()),
+            tombstone_ttl: Duration::from_secs(24 * 3600),
+            idempotency_window: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -92,6 +100,19 @@ pub struct Engine {
     /// Held while the queue has registrations, by an engine whose dispatcher refreshes them.
     registered_interest: tokio::sync::Mutex<HashMap<QueueId, crate::store::Interest>>,
     pub sessions: Sessions,
+    stored_sessions: std::sync::atomic::AtomicI64,
+}
+
+/// What the store knows of a session id (see [`Engine::resume`]).
+#[derive(Debug)]
+pub enum Resumed {
+    Live(Box<Session>),
+    /// Timed out; `had_work`: its uncommitted work was rolled back.
+    Ended {
+        agent: String,
+        had_work: bool,
+    },
+    Unknown,
 }
 
 /// Candidates fetched per store round trip while scanning for a selector match.
@@ -107,13 +128,13 @@ impl Engine {
     ) -> Result<Arc<Self>, AqError> {
         let rolled_back = store.recover().await?;
         if rolled_back > 0 {
-            tracing::info!(rows = rolled_back, "rolled back transactions of the previous process");
+            tracing::info!(rows = rolled_back, "rolled back uncommitted work that no stored session owns");
         }
         Self::attach(store, clock, config).await
     }
 
     /// An engine for a process that shares the store with a running servlet (e.g. `aqgate
-    /// smtp`): it must not roll back the servlet's open sessions, so it skips recovery.
+    /// smtp`): it skips recovery (which never touches stored sessions' work anyway).
     pub async fn attach(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
@@ -129,6 +150,7 @@ impl Engine {
             registered: RwLock::new(std::collections::HashSet::new()),
             registered_interest: tokio::sync::Mutex::new(HashMap::new()),
             sessions: Sessions::default(),
+            stored_sessions: std::sync::atomic::AtomicI64::new(0),
         });
         engine.reload().await?;
         Ok(engine)
@@ -136,6 +158,29 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Loads the session `id` from the store, as it is now (any process may have served
+    /// it last). Take its [`Sessions::turn`] first, so that requests of this process take
+    /// turns.
+    pub async fn resume(&self, id: &str) -> Result<Resumed, AqError> {
+        Ok(match self.store.session_get(&session::id_hash(id)).await? {
+            SessionLookup::Live(row) => match Session::from_row(id, &row) {
+                Some(s) => Resumed::Live(Box::new(s)),
+                None => {
+                    tracing::error!(agent = %row.agent, "a stored session's navigation positions are unreadable");
+                    return Err(AqError::server(code::INTERNAL, "the session's stored state is unreadable"));
+                }
+            },
+            SessionLookup::Ended { agent, had_work } => Resumed::Ended { agent, had_work },
+            SessionLookup::Unknown => Resumed::Unknown,
+        })
+    }
+
+    /// Sessions the store held at the last look (the background duties count them), plus
+    /// those this process stored since.
+    pub fn stored_sessions(&self) -> i64 {
+        self.stored_sessions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn now(&self) -> Micros {
@@ -221,9 +266,144 @@ impl Engine {
         result
     }
 
-    /// Performs one IDAP request in `session` for `agent`.
+    /// Performs one IDAP request in `session` for `agent`. What the request leaves of the
+    /// session is written to the store in the request's own database transaction (see
+    /// [`Engine::seal`]); a stored session's use is recorded even when the request fails.
     pub async fn execute(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
         session.last_used = self.now();
+        let result = self.execute_inner(session, request).await;
+        match (result, session.stored) {
+            (Err(e), Some(version)) => Err(self.after_failure(session, version, e).await),
+            (r, _) => r,
+        }
+    }
+
+    /// A stored session's request failed: if another request (another process) changed
+    /// or ended the session meanwhile, this one ran on a stale copy, and says so instead;
+    /// else its use is recorded (it counts as activity for the idle timeout).
+    async fn after_failure(&self, session: &Session, version: i64, e: AqError) -> AqError {
+        if e.code == code::SESSION_BUSY || e.code == code::SESSION_EXPIRED {
+            return e;
+        }
+        let hash = session.id_hash();
+        match self.store.session_get(&hash).await {
+            Ok(SessionLookup::Live(row)) if row.version == version => {
+                if let Err(e) = self.store.session_touch(&hash, session.last_used).await {
+                    tracing::warn!(error = %e, "recording a session's use");
+                }
+                e
+            }
+            Ok(_) => self.session_conflict(session).await,
+            Err(_) => e,
+        }
+    }
+
+    /// Whether the request being performed must write down what it leaves (the session's
+    /// row, its idempotency record) in its own transaction: one-statement fast paths are
+    /// only for requests with neither.
+    fn sealed(&self, session: &Session) -> bool {
+        session.stored.is_some() || session.idempotency.is_some()
+    }
+
+    /// Writes, inside the request's transaction `tx`, what the request leaves: the session
+    /// row (once the session holds anything, for as long as it lives) and, under an
+    /// idempotency key, the response. Returns the row's new version, if it wrote one. A
+    /// session changed or ended meanwhile by another request (another process) fails the
+    /// request, so that `tx` is rolled back and nothing of it happened.
+    async fn seal(
+        &self,
+        tx: &mut dyn StoreTx,
+        session: &Session,
+        next: &SessionState,
+        response: Option<&Response>,
+        provisional: bool,
+    ) -> Result<Option<i64>, AqError> {
+        let mut version = None;
+        if session.stored.is_some() || next.holds_anything() {
+            let v = session.stored.map_or(1, |v| v + 1);
+            let row = SessionRow {
+                id_hash: session.id_hash(),
+                agent: session.agent.clone(),
+                txn: next.txn.clone(),
+                pending: next.pending,
+                dequeued: next.dequeued,
+                enqueued: i64::try_from(next.enqueued).unwrap_or(i64::MAX),
+                positions: next.positions_json(),
+                last_used: session.last_used,
+                version: v,
+                intact: true,
+            };
+            if !tx.session_put(&row, provisional).await? {
+                return Err(self.session_conflict(session).await);
+            }
+            version = Some(v);
+        }
+        if let Some(claim) = &session.idempotency {
+            let Some(response) = response else {
+                return Err(AqError::server(code::INTERNAL, "no response to record for the idempotency key"));
+            };
+            let rec = IdempotencyRecord {
+                agent: session.agent.clone(),
+                key: claim.key.clone(),
+                request_hash: claim.request_hash.clone(),
+                response: crate::idap::write_response(&Envelope { headers: Vec::new(), body: response.clone() })
+                    .into_bytes(),
+                opened: session.stored.is_none() && version.is_some(),
+                created_at: self.now(),
+            };
+            if !tx.idempotency_put(&rec).await? {
+                return Err(AqError::client(
+                    code::IDEMPOTENCY_IN_PROGRESS,
+                    "a request with this Idempotency-Key was performed meanwhile; send it again for its response",
+                ));
+            }
+        }
+        Ok(version)
+    }
+
+    /// The fault for a session whose row another request changed or ended.
+    async fn session_conflict(&self, session: &Session) -> AqError {
+        match self.store.session_get(&session.id_hash()).await {
+            Ok(SessionLookup::Live(_)) => AqError::client(
+                code::SESSION_BUSY,
+                "another request of this session ran at the same time; nothing of this one was performed, send it again",
+            ),
+            Ok(_) if session.stored.is_some() => session_expired_error(),
+            // A new session's id taken meanwhile (128 random bits: not in practice).
+            _ => AqError::server(code::INTERNAL, "the session could not be stored; the request was not performed"),
+        }
+    }
+
+    /// Takes on what a performed request left of the session.
+    fn settle(&self, session: &mut Session, next: SessionState, version: Option<i64>) {
+        let ended = next.txn != session.txn;
+        session.set_state(next);
+        if ended {
+            session.intact = true;
+        }
+        if version.is_some() {
+            if session.stored.is_none() {
+                self.stored_sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            session.stored = version;
+        }
+    }
+
+    /// Writes a change of the session that came with no other effect (a browse that
+    /// reached the end of the queue), in a transaction of its own.
+    async fn seal_alone(&self, session: &mut Session, next: SessionState) -> Result<(), AqError> {
+        if session.stored.is_none() && !next.holds_anything() {
+            session.set_state(next);
+            return Ok(());
+        }
+        let mut tx = self.store.begin().await?;
+        let v = self.seal(&mut *tx, session, &next, None, false).await?;
+        tx.commit().await?;
+        self.settle(session, next, v);
+        Ok(())
+    }
+
+    async fn execute_inner(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
         let resolved = self.resolved();
         let agent = resolved
             .catalog
@@ -232,12 +412,11 @@ impl Engine {
             .ok_or_else(|| AqError::client(code::NOT_PERMITTED, "agent no longer exists"))?;
         match request {
             Request::Send(r) => {
-                let res = self.enqueue(&resolved, session, &agent, r).await?;
-                Ok(Response::Send(StatusResponse::ok(), Some(res)))
+                self.enqueue(&resolved, session, &agent, r, |res| Response::Send(StatusResponse::ok(), Some(res))).await
             }
             Request::Publish(r) => {
-                let res = self.enqueue(&resolved, session, &agent, r).await?;
-                Ok(Response::Publish(StatusResponse::ok(), Some(res)))
+                self.enqueue(&resolved, session, &agent, r, |res| Response::Publish(StatusResponse::ok(), Some(res)))
+                    .await
             }
             Request::Receive(r) => {
                 let res = self.receive(&resolved, session, &agent, r).await?;
@@ -264,7 +443,8 @@ impl Engine {
         session: &mut Session,
         agent: &AgentInfo,
         req: EnqueueRequest,
-    ) -> Result<EnqueueResult, AqError> {
+        wrap: fn(EnqueueResult) -> Response,
+    ) -> Result<Response, AqError> {
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         let mut req = req;
@@ -298,30 +478,38 @@ impl Engine {
         }
         let mut woken = vec![qid];
         let commit_session = req.commit && session.pending;
-        if commit_now && !commit_session {
-            // Nothing else to commit: one atomic write where the backend can.
+        let mut next = session.state();
+        if req.commit {
+            next.end_transaction();
+        } else if !immediate {
+            next.pending = true;
+            next.enqueued += rows.len() as u64;
+        }
+        let response = wrap(EnqueueResult { destination: queue.name.clone(), message_ids: ids });
+        let version = if commit_now && !commit_session && !self.sealed(session) {
+            // Nothing else to commit and no session row to write: one atomic write where
+            // the backend can.
             self.store.insert_committed(&rows, session.origin).await?;
+            None
         } else {
             // Tagged rows, published by a later durable commit: see `begin_provisional`.
-            let mut tx = if commit_now { self.store.begin().await? } else { self.store.begin_provisional().await? };
+            let provisional = !commit_now;
+            let mut tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
             tx.insert_messages(&rows).await?;
             if commit_session {
                 woken.extend(publish(&mut *tx, session, session.dequeued).await?);
             }
+            let v = self.seal(&mut *tx, session, &next, Some(&response), provisional).await?;
             tx.commit().await?;
-        }
-        if req.commit {
-            session.end_transaction();
-        } else if !immediate {
-            session.pending = true;
-            session.enqueued += rows.len() as u64;
-        }
+            v
+        };
+        self.settle(session, next, version);
         if commit_now {
             for q in woken {
                 self.wake(q);
             }
         }
-        Ok(EnqueueResult { destination: queue.name.clone(), message_ids: ids })
+        Ok(response)
     }
 
     fn new_message(
@@ -516,6 +704,11 @@ impl Engine {
             // take it before the first wait, then look once more for what was committed
             // before it took effect.
             if interest.is_none() {
+                if session.stored.is_some() {
+                    // No process may take the session for idle while it waits here.
+                    let until = self.now().saturating_add(i64::try_from(wait.as_micros()).unwrap_or(i64::MAX));
+                    self.store.session_touch(&session.id_hash(), until).await?;
+                }
                 let i = self.store.interest(qid).await?;
                 let look_again = i.is_held();
                 interest = Some(i);
@@ -577,6 +770,8 @@ impl Engine {
         let remove_now = o.visibility == Visibility::Immediate || (req.commit && !session.pending);
         if o.dequeue_mode == DequeueMode::Remove
             && remove_now
+            && req.commit
+            && !self.sealed(session)
             && !session.pending
             && start.is_none()
             && filter.condition.is_none()
@@ -604,11 +799,8 @@ impl Engine {
                     return Err(e);
                 }
             };
-            if req.commit {
-                session.end_transaction();
-            } else {
-                session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
-            }
+            // A session without a row that ends its transaction: nothing to keep.
+            session.end_transaction();
             return Ok(Some(out));
         }
         let mut tx = self.store.begin().await?;
@@ -666,9 +858,11 @@ impl Engine {
         }
         let Some(m) = found else {
             tx.rollback().await?;
-            if browse && o.navigation == NavigationMode::NextMessage {
+            if browse && o.navigation == NavigationMode::NextMessage && session.positions.contains_key(&key) {
                 // End of fetch: the next browse starts from the beginning again.
-                session.positions.remove(&key);
+                let mut next = session.state();
+                next.positions.remove(&key);
+                self.seal_alone(session, next).await?;
             }
             return Ok(None);
         };
@@ -680,14 +874,23 @@ impl Engine {
         if req.commit && (session.pending || takes_lock) {
             woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
         }
-        tx.commit().await?;
-        session.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+        let mut next = session.state();
+        next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
         if req.commit {
-            session.end_transaction();
+            next.end_transaction();
         } else if takes_lock {
-            session.pending = true;
-            session.dequeued = true;
+            next.pending = true;
+            next.dequeued = true;
         }
+        let response = session.idempotency.is_some().then(|| {
+            Response::Receive(
+                StatusResponse::ok(),
+                Some(ReceiveResult { destination: queue.name.clone(), messages: vec![out.clone()] }),
+            )
+        });
+        let version = self.seal(&mut *tx, session, &next, response.as_ref(), false).await?;
+        tx.commit().await?;
+        self.settle(session, next, version);
         for q in woken {
             self.wake(q);
         }
@@ -766,10 +969,14 @@ impl Engine {
         if req.commit && session.pending {
             woken = publish(&mut *tx, session, session.dequeued).await?;
         }
-        tx.commit().await?;
+        let mut next = session.state();
         if req.commit {
-            session.end_transaction();
+            next.end_transaction();
         }
+        let response = Response::Register(StatusResponse::ok());
+        let version = self.seal(&mut *tx, session, &next, Some(&response), false).await?;
+        tx.commit().await?;
+        self.settle(session, next, version);
         for q in woken {
             self.wake(q);
         }
@@ -778,71 +985,112 @@ impl Engine {
 
     /// Commits the session's transaction.
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
-        if session.pending {
-            let mut tx = self.store.begin().await?;
-            let woken = publish(&mut *tx, session, session.dequeued).await?;
-            tx.commit().await?;
-            for q in woken {
-                self.wake(q);
-            }
+        let mut next = session.state();
+        next.end_transaction();
+        if !session.pending && !self.sealed(session) {
+            session.end_transaction();
+            return Ok(());
         }
-        session.end_transaction();
+        let mut tx = self.store.begin().await?;
+        let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
+        let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok())), false).await?;
+        tx.commit().await?;
+        self.settle(session, next, version);
+        for q in woken {
+            self.wake(q);
+        }
         Ok(())
     }
 
     /// Rolls back the session's transaction. Dequeues that fail too often move their
     /// message to the exception queue (single-consumer queues).
     pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
-        if session.pending {
-            let mut tx = self.store.begin().await?;
-            let released = tx.rollback_session(&session.txn).await?;
-            let mut woken = Vec::new();
-            for r in released {
-                woken.push(r.queue);
-                let Some(q) = resolved.names.get(&r.queue).and_then(|n| resolved.catalog.queues.get(n)) else {
-                    continue;
-                };
-                if q.is_exception_queue || r.retry_count <= q.max_retries {
-                    continue;
-                }
-                let Some(eq) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else { continue };
-                // A multi-consumer message moves once none of its consumers can take it
-                // any more (as Oracle does); a consumer that gave up no longer sees it.
-                if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
-                    tx.move_to_exception(r.seq, eq).await?;
-                }
-            }
-            tx.commit().await?;
-            for q in woken {
-                self.wake(q);
-            }
+        let mut next = session.state();
+        next.end_transaction();
+        if !session.pending && !self.sealed(session) {
+            session.end_transaction();
+            return Ok(());
         }
-        session.end_transaction();
+        let mut tx = self.store.begin().await?;
+        let woken = if session.pending { rollback_work(&mut *tx, resolved, &session.txn).await? } else { Vec::new() };
+        let version =
+            self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok())), false).await?;
+        tx.commit().await?;
+        self.settle(session, next, version);
+        for q in woken {
+            self.wake(q);
+        }
         Ok(())
     }
 
-    /// Rolls back and forgets sessions idle for longer than the timeout. Returns how many.
+    /// Rolls back and ends sessions idle for longer than the timeout, whichever process
+    /// finds them: ending one is conditional on its row's version and idleness, in the
+    /// transaction that rolls its work back, so each is rolled back exactly once (and a
+    /// request that ran meanwhile wins). An ended session leaves a tombstone, so its
+    /// cookie is answered "expired". Sessions with a request running in this process are
+    /// not idle. Returns how many ended.
     pub async fn expire_sessions(&self) -> usize {
         let now = self.now();
         let limit = i64::try_from(self.config.session_timeout.as_micros()).unwrap_or(i64::MAX);
+        let ttl = i64::try_from(self.config.tombstone_ttl.as_micros()).unwrap_or(i64::MAX);
+        let before = now.saturating_sub(limit);
+        let idle = match self.store.sessions_idle(before, 200).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for idle sessions");
+                return 0;
+            }
+        };
+        if let Ok(c) = self.store.session_count().await {
+            self.stored_sessions.store(c, std::sync::atomic::Ordering::Relaxed);
+        }
         let resolved = self.resolved();
         let mut n = 0;
-        for s in self.sessions.all() {
-            // A session busy with a request is not idle.
-            let Ok(mut g) = s.try_lock() else { continue };
-            if now.saturating_sub(g.last_used) < limit {
-                continue;
+        for row in idle {
+            let Some(_turn) = self.sessions.try_turn(&row.id_hash) else { continue };
+            match self.end_idle(&resolved, &row, before, now.saturating_add(ttl)).await {
+                Ok(true) => n += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "rolling back an idle session failed; will retry"),
             }
-            let had_work = g.pending;
-            if let Err(e) = self.rollback(&resolved, &mut g).await {
-                tracing::warn!(error = %e, "rolling back an idle session failed; will retry");
-                continue;
-            }
-            g.closed = true;
-            self.sessions.remove(&g.id, had_work);
-            n += 1;
         }
         n
+    }
+
+    async fn end_idle(
+        &self,
+        resolved: &Resolved,
+        row: &SessionRow,
+        before: Micros,
+        until: Micros,
+    ) -> Result<bool, AqError> {
+        let mut tx = self.store.begin().await?;
+        // First, so that of several processes exactly one goes on (the others wait for its
+        // row lock and then find the row gone).
+        if !tx.session_end(&row.id_hash, row.version, Some(before), Some((&row.agent, row.pending, until))).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn).await? } else { Vec::new() };
+        tx.commit().await?;
+        if row.pending {
+            tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");
+        }
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(true)
+    }
+
+    /// Forgets tombstones past their time and idempotency records past the window.
+    pub async fn purge_sessions(&self) {
+        let now = self.now();
+        let window = i64::try_from(self.config.idempotency_window.as_micros()).unwrap_or(i64::MAX);
+        match self.store.sessions_purge(now, now.saturating_sub(window)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "session tombstones and idempotency records forgotten"),
+            Err(e) => tracing::warn!(error = %e, "purging session tombstones and idempotency records"),
+        }
     }
 
     /// Moves expired messages to their exception queue (state 3). Returns how many.
@@ -854,6 +1102,11 @@ impl Engine {
             return Ok(0);
         }
         let mut tx = self.store.begin().await?;
+        if !tx.time_manager_turn().await? {
+            // Another process is at it now.
+            tx.rollback().await?;
+            return Ok(0);
+        }
         for m in &due {
             let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
             let target = own.and_then(|q| exception_target(&resolved, q, m.exception_queue.as_deref(), m.seq));
@@ -879,6 +1132,7 @@ impl Engine {
             });
         }
         let mut interval = tokio::time::interval(tick);
+        let mut purged = None;
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
@@ -888,6 +1142,10 @@ impl Engine {
                 tracing::warn!(error = %e, "time manager");
             }
             self.expire_sessions().await;
+            if purged.is_none_or(|t: tokio::time::Instant| t.elapsed() >= Duration::from_secs(60)) {
+                self.purge_sessions().await;
+                purged = Some(tokio::time::Instant::now());
+            }
         }
     }
 }
@@ -1088,6 +1346,38 @@ fn exception_queue_of(target: &QueueInfo, queue: &QueueInfo) -> bool {
     target.is_exception_queue && target.queue_table == queue.queue_table
 }
 
+/// Discards the transaction `txn`'s work inside `tx`: its enqueues go, its dequeues are
+/// released (their retry count goes up); messages rolled back too often move to their
+/// exception queue. Returns the queues whose messages came back.
+async fn rollback_work(tx: &mut dyn StoreTx, resolved: &Resolved, txn: &str) -> Result<Vec<QueueId>, AqError> {
+    let released = tx.rollback_session(txn).await?;
+    let mut woken = Vec::new();
+    for r in released {
+        woken.push(r.queue);
+        let Some(q) = resolved.names.get(&r.queue).and_then(|n| resolved.catalog.queues.get(n)) else {
+            continue;
+        };
+        if q.is_exception_queue || r.retry_count <= q.max_retries {
+            continue;
+        }
+        let Some(eq) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else { continue };
+        // A multi-consumer message moves once none of its consumers can take it any more
+        // (as Oracle does); a consumer that gave up no longer sees it.
+        if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
+            tx.move_to_exception(r.seq, eq).await?;
+        }
+    }
+    Ok(woken)
+}
+
+/// The fault for a request of a session that timed out (its work was rolled back).
+pub fn session_expired_error() -> AqError {
+    AqError::client(
+        code::SESSION_EXPIRED,
+        "the session timed out and its uncommitted work was rolled back; start the transaction again without the session cookie",
+    )
+}
+
 /// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
 /// the queues that got new visible messages. Refuses, leaving `tx` to be rolled back, if
 /// the store does not hold exactly the messages the transaction enqueued: provisional
@@ -1095,6 +1385,16 @@ fn exception_queue_of(target: &QueueInfo, queue: &QueueInfo) -> bool {
 /// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
 /// to roll the transaction back.
 async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
+    if !session.intact {
+        tracing::warn!(
+            "the database restarted since a provisional write of a session's transaction; its commit is refused"
+        );
+        return Err(AqError::server(
+            code::TRANSACTION_LOST,
+            "transaction must roll back: the database restarted since this transaction's work was written, \
+             and some of it may be lost; nothing was committed",
+        ));
+    }
     let outcome = tx.commit_session(&session.txn, dequeues).await?;
     if outcome.published != session.enqueued {
         tracing::warn!(

@@ -1,15 +1,22 @@
 //! Sessions: one per HTTP client (or per mail). A session carries one open AQ transaction
-//! at a time and the navigation position per (queue, consumer). Sessions live in memory;
-//! their uncommitted work lives in the store, tagged with the transaction id.
+//! at a time and the navigation position per (queue, consumer).
+//!
+//! A session that holds anything (open work, a navigation position) is a row in the store
+//! (`sessions`, keyed by the SHA-256 of its id; the id itself is never stored), written in
+//! the same database transaction as the effects of the request that changed it. Every
+//! request loads it afresh, so any process on the same store continues any session, and a
+//! restart loses none. A version number guards the row: a write that finds another
+//! version (another node changed the session meanwhile, or expired it) rolls its whole
+//! request back. In memory there is only a lock per session id while requests of it run
+//! in this process ([`Sessions`]), so that they take turns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 
 use rand::RngCore;
-use tokio::sync::Mutex;
 
 use crate::clock::Micros;
-use crate::store::{Position, QueueId};
+use crate::store::{Position, QueueId, SessionRow};
 
 /// 128 random bits, hex: unguessable, issued by the server only.
 pub fn random_id() -> String {
@@ -18,11 +25,14 @@ pub fn random_id() -> String {
     hex::encode(b)
 }
 
-#[derive(Debug)]
-pub struct Session {
-    pub id: String,
-    /// The effective agent (upper-case name).
-    pub agent: String,
+/// What the store keeps of a session id: its SHA-256 (a leaked table is no session token).
+pub fn id_hash(id: &str) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, id.as_bytes()).as_ref().to_vec()
+}
+
+/// The part of a session that lives in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
     /// The open transaction's id: tags uncommitted rows in the store.
     pub txn: String,
     /// Whether the transaction has uncommitted work.
@@ -34,10 +44,71 @@ pub struct Session {
     /// many: see `Store::begin_provisional`).
     pub enqueued: u64,
     pub positions: HashMap<(QueueId, String), Position>,
+}
+
+impl SessionState {
+    fn fresh() -> Self {
+        Self { txn: random_id(), pending: false, dequeued: false, enqueued: 0, positions: HashMap::new() }
+    }
+
+    /// Starts a fresh transaction after commit or rollback. Navigation starts over too:
+    /// after a transaction boundary, NEXT_MESSAGE sees the queue from its head again, so a
+    /// consumer never misses a message that sorts before its old position.
+    pub fn end_transaction(&mut self) {
+        *self = Self::fresh();
+    }
+
+    /// Whether there is anything to keep between requests.
+    pub fn holds_anything(&self) -> bool {
+        self.pending || !self.positions.is_empty()
+    }
+
+    /// Positions as stored: `[[queue, consumer, prio_key, seq], ...]`, sorted.
+    pub fn positions_json(&self) -> String {
+        let mut v: Vec<_> = self.positions.iter().map(|((q, c), p)| (*q, c.clone(), p.prio_key, p.seq)).collect();
+        v.sort();
+        serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// The state a store row holds; `None` if its positions are not readable.
+    pub fn from_row(row: &SessionRow) -> Option<Self> {
+        let v: Vec<(QueueId, String, i64, i64)> = serde_json::from_str(&row.positions).ok()?;
+        Some(Self {
+            txn: row.txn.clone(),
+            pending: row.pending,
+            dequeued: row.dequeued,
+            enqueued: u64::try_from(row.enqueued).unwrap_or(0),
+            positions: v.into_iter().map(|(q, c, prio_key, seq)| ((q, c), Position { prio_key, seq })).collect(),
+        })
+    }
+}
+
+/// A request's claim on an idempotency key: the response is recorded with the request's
+/// effects, in its transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    pub key: String,
+    /// SHA-256 of the request body: a retry must be the same request.
+    pub request_hash: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub id: String,
+    /// The effective agent (upper-case name).
+    pub agent: String,
+    pub txn: String,
+    pub pending: bool,
+    pub dequeued: bool,
+    pub enqueued: u64,
+    pub positions: HashMap<(QueueId, String), Position>,
     pub last_used: Micros,
-    /// Set when the session timed out and was rolled back: a request that was already on
-    /// its way must not use it.
-    pub closed: bool,
+    /// The version of the session's row in the store; `None` while it has none (a session
+    /// that never held anything costs no row).
+    pub stored: Option<i64>,
+    /// False when writes of the open transaction may have been lost by the database (see
+    /// `SessionRow::intact`): its commit is refused.
+    pub intact: bool,
     /// `IDAP:Header` entries of the request being performed.
     pub headers: Vec<crate::idap::model::XmlNode>,
     /// The connection the request being performed came on (0: unknown): the store's
@@ -46,39 +117,70 @@ pub struct Session {
     pub origin: u64,
     /// The request being performed, abandoned by its client (see [`Abandon`]).
     pub abandon: Option<Arc<Abandon>>,
+    /// The idempotency key of the request being performed.
+    pub idempotency: Option<IdempotencyClaim>,
 }
 
 impl Session {
     pub fn new(agent: &str, now: Micros) -> Self {
+        let s = SessionState::fresh();
         Self {
             id: random_id(),
             agent: agent.to_string(),
-            txn: random_id(),
+            txn: s.txn,
             pending: false,
             dequeued: false,
             enqueued: 0,
             positions: HashMap::new(),
             last_used: now,
-            closed: false,
+            stored: None,
+            intact: true,
             headers: Vec::new(),
             origin: 0,
             abandon: None,
+            idempotency: None,
         }
     }
 
-    /// Starts a fresh transaction after commit or rollback. Navigation starts over too:
-    /// after a transaction boundary, NEXT_MESSAGE sees the queue from its head again, so a
-    /// consumer never misses a message that sorts before its old position.
+    /// The session `id` as its store row has it.
+    pub fn from_row(id: &str, row: &SessionRow) -> Option<Self> {
+        let st = SessionState::from_row(row)?;
+        let mut s = Self::new(&row.agent, row.last_used);
+        s.id = id.to_string();
+        s.stored = Some(row.version);
+        s.intact = row.intact;
+        s.set_state(st);
+        Some(s)
+    }
+
+    pub fn state(&self) -> SessionState {
+        SessionState {
+            txn: self.txn.clone(),
+            pending: self.pending,
+            dequeued: self.dequeued,
+            enqueued: self.enqueued,
+            positions: self.positions.clone(),
+        }
+    }
+
+    pub fn set_state(&mut self, s: SessionState) {
+        self.txn = s.txn;
+        self.pending = s.pending;
+        self.dequeued = s.dequeued;
+        self.enqueued = s.enqueued;
+        self.positions = s.positions;
+    }
+
+    /// See [`SessionState::end_transaction`].
     pub fn end_transaction(&mut self) {
-        self.txn = random_id();
-        self.pending = false;
-        self.dequeued = false;
-        self.enqueued = 0;
-        self.positions.clear();
+        self.set_state(SessionState::fresh());
+        self.intact = true;
+    }
+
+    pub fn id_hash(&self) -> Vec<u8> {
+        id_hash(&self.id)
     }
 }
-
-pub type SessionRef = Arc<Mutex<Session>>;
 
 /// Raised when the client of the request being performed has gone away (its HTTP
 /// connection closed): a long poll then stops waiting instead of taking a message that
@@ -113,84 +215,126 @@ impl Abandon {
     }
 }
 
-/// Where an expired session's id goes, so its client is told its work was rolled back.
-const TOMBSTONE_LIMIT: usize = 100_000;
+type Turn = Arc<tokio::sync::Mutex<()>>;
 
+/// The sessions this process is performing requests of, by id hash: requests of one
+/// session take turns here (across processes the row's version keeps them apart). An
+/// entry lives only while a request holds or waits for it.
 #[derive(Default)]
 pub struct Sessions {
-    inner: StdMutex<SessionsInner>,
+    inner: StdMutex<HashMap<Vec<u8>, (Turn, usize)>>,
 }
 
-#[derive(Default)]
-struct SessionsInner {
-    live: HashMap<String, (SessionRef, String)>,
-    /// Expired sessions that had uncommitted work (id → agent).
-    tombstones: HashMap<String, String>,
+/// A session's turn in this process (see [`Sessions::turn`]); released when dropped.
+pub struct SessionTurn<'a> {
+    sessions: &'a Sessions,
+    key: Vec<u8>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
-pub enum Lookup {
-    Live(SessionRef),
-    /// The session timed out with uncommitted work, which was rolled back.
-    Expired,
-    Unknown,
+impl Drop for SessionTurn<'_> {
+    fn drop(&mut self) {
+        let mut g = self.sessions.lock();
+        if let Some(e) = g.get_mut(&self.key) {
+            e.1 -= 1;
+            if e.1 == 0 {
+                g.remove(&self.key);
+            }
+        }
+    }
 }
 
 impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, SessionsInner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, (Turn, usize)>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn create(&self, agent: &str, now: Micros) -> (String, SessionRef) {
-        let s = Session::new(agent, now);
-        let id = s.id.clone();
-        let r = Arc::new(Mutex::new(s));
-        self.lock().live.insert(id.clone(), (r.clone(), agent.to_string()));
-        (id, r)
+    /// Waits until no other request of the session `hash` runs in this process.
+    pub async fn turn(&self, hash: &[u8]) -> SessionTurn<'_> {
+        let m = {
+            let mut g = self.lock();
+            let e = g.entry(hash.to_vec()).or_insert_with(|| (Arc::default(), 0));
+            e.1 += 1;
+            e.0.clone()
+        };
+        let guard = m.lock_owned().await;
+        SessionTurn { sessions: self, key: hash.to_vec(), _guard: guard }
     }
 
-    /// The session `id` of `agent` (canonical name). A cookie is bound to its agent: for
-    /// another agent it is unknown, and an expired session's tombstone is used up only by
-    /// its own agent.
-    pub fn get(&self, id: &str, agent: &str) -> Lookup {
-        let mut g = self.lock();
-        if let Some((s, owner)) = g.live.get(id) {
-            return if owner == agent { Lookup::Live(s.clone()) } else { Lookup::Unknown };
-        }
-        if g.tombstones.get(id).is_some_and(|owner| owner == agent) {
-            g.tombstones.remove(id);
-            return Lookup::Expired;
-        }
-        Lookup::Unknown
-    }
-
-    /// The agent a live or expired session `id` belongs to.
-    pub fn owner(&self, id: &str) -> Option<String> {
-        let g = self.lock();
-        g.live.get(id).map(|(_, agent)| agent.clone()).or_else(|| g.tombstones.get(id).cloned())
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().live.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn all(&self) -> Vec<SessionRef> {
-        self.lock().live.values().map(|(s, _)| s.clone()).collect()
-    }
-
-    /// Forgets a session; `had_work` leaves a tombstone for its client.
-    pub fn remove(&self, id: &str, had_work: bool) {
-        let mut g = self.lock();
-        if let Some((_, agent)) = g.live.remove(id)
-            && had_work
-        {
-            if g.tombstones.len() >= TOMBSTONE_LIMIT {
-                g.tombstones.clear();
+    /// The turn of session `hash` if no request of it runs in this process now.
+    pub fn try_turn(&self, hash: &[u8]) -> Option<SessionTurn<'_>> {
+        let m = {
+            let mut g = self.lock();
+            let e = g.entry(hash.to_vec()).or_insert_with(|| (Arc::default(), 0));
+            e.1 += 1;
+            e.0.clone()
+        };
+        match m.try_lock_owned() {
+            Ok(guard) => Some(SessionTurn { sessions: self, key: hash.to_vec(), _guard: guard }),
+            Err(_) => {
+                let mut g = self.lock();
+                if let Some(e) = g.get_mut(hash) {
+                    e.1 -= 1;
+                    if e.1 == 0 {
+                        g.remove(hash);
+                    }
+                }
+                None
             }
-            g.tombstones.insert(id.to_string(), agent);
         }
+    }
+
+    /// Sessions with requests running or waiting in this process.
+    pub fn busy(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_survive_the_store() {
+        let mut s = SessionState::fresh();
+        s.positions.insert((3, "APP1".into()), Position { prio_key: 2, seq: 99 });
+        s.positions.insert((1, String::new()), Position { prio_key: 0, seq: 7 });
+        s.pending = true;
+        s.enqueued = 4;
+        let row = SessionRow {
+            id_hash: id_hash("x"),
+            agent: "SCOTT".into(),
+            txn: s.txn.clone(),
+            pending: s.pending,
+            dequeued: s.dequeued,
+            enqueued: 4,
+            positions: s.positions_json(),
+            last_used: 5,
+            version: 2,
+            intact: true,
+        };
+        assert_eq!(SessionState::from_row(&row), Some(s));
+        assert_eq!(SessionState::from_row(&SessionRow { positions: "{".into(), ..row }), None);
+    }
+
+    #[test]
+    fn the_store_never_sees_the_id() {
+        let id = random_id();
+        let h = id_hash(&id);
+        assert_eq!(h.len(), 32);
+        assert!(!hex::encode(&h).contains(&id));
+        assert_eq!(h, id_hash(&id));
+    }
+
+    #[tokio::test]
+    async fn requests_of_one_session_take_turns() {
+        let s = Sessions::default();
+        let a = s.turn(b"a").await;
+        assert!(s.try_turn(b"a").is_none(), "busy");
+        assert!(s.try_turn(b"b").is_some(), "another session");
+        assert_eq!(s.busy(), 1);
+        drop(a);
+        assert_eq!(s.busy(), 0, "entries go with their last request");
+        assert!(s.try_turn(b"a").is_some());
     }
 }

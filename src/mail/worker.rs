@@ -6,6 +6,12 @@
 //!
 //! Each mail is its own session: what it commits stays committed; open ON_COMMIT work it
 //! leaves is rolled back right after, and the reply says so.
+//!
+//! Every forward carries an idempotency key made of the spool row's identity, which the
+//! servlet records with the response in the request's own transaction. A forward repeated
+//! after a crash (before the response reached the spool), or after an answer lost on the
+//! way, gets the recorded response and performs nothing: a mail answered 250 is performed
+//! exactly once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +21,7 @@ use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, MICROS_PER_SEC};
-use crate::servlet::{ON_BEHALF_HEADER, SESSION_COOKIE};
+use crate::servlet::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, SESSION_COOKIE};
 use crate::store::{SpooledMail, Store};
 
 /// Where replies go.
@@ -148,6 +154,10 @@ impl Worker {
 
     /// Forwards (if not done yet) and replies; returns (id, replies sent) when replies went out.
     async fn handle(&self, m: &SpooledMail) -> Result<Option<(i64, i64)>, crate::store::StoreError> {
+        if !self.store.spool_claim(m.id, self.clock.now()).await? {
+            // Another process's worker has it.
+            return Ok(None);
+        }
         let mut m = m.clone();
         if m.state == "new" {
             match self.forward(&m).await {
@@ -186,7 +196,7 @@ impl Worker {
     }
 
     async fn forward(&self, m: &SpooledMail) -> Forwarded {
-        let post = |body: Vec<u8>, cookie: Option<&str>| {
+        let post = |body: Vec<u8>, cookie: Option<&str>, key: Option<String>| {
             let mut rb = self
                 .http
                 .post(&self.cfg.servlet_url)
@@ -197,19 +207,16 @@ impl Worker {
             if let Some(c) = cookie {
                 rb = rb.header("cookie", c.to_string());
             }
+            if let Some(k) = key {
+                rb = rb.header(IDEMPOTENCY_HEADER, k);
+            }
             rb.send()
         };
-        let resp = match post(m.idap.clone(), None).await {
+        let resp = match post(m.idap.clone(), None, Some(idempotency_key(m))).await {
             Ok(r) => r,
-            // Not connected: the request was certainly not performed; try again later.
-            Err(e) if e.is_connect() => return Forwarded::Retry(format!("servlet unreachable: {e}")),
-            // Sent, but the answer was lost: it may have been performed. Forwarding again
-            // could perform it twice, so this mail is not retried; its sender is told.
-            Err(e) => {
-                return Forwarded::Permanent(format!(
-                    "the servlet's answer was lost, the request may or may not have been performed: {e}"
-                ));
-            }
+            // Not performed, or performed and recorded under the mail's key: either way the
+            // next attempt (with the same key) answers it exactly once.
+            Err(e) => return Forwarded::Retry(format!("servlet unreachable or its answer lost: {e}")),
         };
         let status = resp.status();
         let cookie = resp
@@ -221,18 +228,13 @@ impl Worker {
             .map(String::from);
         let body = match resp.bytes().await {
             Ok(b) => b.to_vec(),
-            Err(e) => {
-                return Forwarded::Permanent(format!(
-                    "the servlet's answer was lost, the request may or may not have been performed: {e}"
-                ));
-            }
+            Err(e) => return Forwarded::Retry(format!("the servlet's answer was lost: {e}")),
         };
-        if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
-            // Refused before anything was done (e.g. too many sessions): safe to retry.
+        if status.is_server_error() || status == reqwest::StatusCode::CONFLICT {
+            // Not performed (refused before anything was done, e.g. too many sessions), or
+            // performed under the mail's key (the next attempt gets the recorded answer),
+            // or being performed by another attempt right now: safe to retry.
             return Forwarded::Retry(format!("servlet answered HTTP {status}"));
-        }
-        if status.is_server_error() {
-            return Forwarded::Permanent(format!("servlet answered HTTP {status}"));
         }
         if !status.is_success() {
             return Forwarded::Permanent(format!("servlet refused the gateway: HTTP {status}"));
@@ -240,7 +242,7 @@ impl Worker {
         // A kept session means open work (or a browse position): this mail's session ends
         // here, so roll it back.
         let rolled_back = match cookie {
-            Some(c) => post(ROLLBACK.as_bytes().to_vec(), Some(&c)).await.is_ok(),
+            Some(c) => post(ROLLBACK.as_bytes().to_vec(), Some(&c), None).await.is_ok(),
             None => false,
         };
         Forwarded::Answer { body, rolled_back }
@@ -268,6 +270,13 @@ impl Worker {
             .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
         send_mail(&self.cfg.transport, msg).await
     }
+}
+
+/// The idempotency key of a spooled mail's forward: its spool row (id and body digest, so
+/// that a row id used again by a rebuilt spool is another key).
+fn idempotency_key(m: &SpooledMail) -> String {
+    let digest: String = m.dedupe_key.chars().filter(char::is_ascii_alphanumeric).take(32).collect();
+    format!("mail-{}-{digest}", m.id)
 }
 
 /// Gathers one handled mail's outcome: replies sent, or the first error.

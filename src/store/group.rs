@@ -131,6 +131,24 @@ impl Store for GroupCommitStore {
     async fn recover(&self) -> Result<u64> {
         self.inner.recover().await
     }
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
+        self.inner.session_get(id_hash).await
+    }
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
+        self.inner.session_touch(id_hash, until).await
+    }
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
+        self.inner.sessions_idle(before, limit).await
+    }
+    async fn session_count(&self) -> Result<i64> {
+        self.inner.session_count().await
+    }
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
+        self.inner.sessions_purge(now, records_before).await
+    }
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
+        self.inner.idempotency_get(agent, key).await
+    }
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
         self.inner.load_topology().await
     }
@@ -202,6 +220,9 @@ impl Store for GroupCommitStore {
     }
     async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
         self.inner.spool_release(id, now).await
+    }
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        self.inner.spool_claim(id, now).await
     }
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_due(now, limit).await
@@ -290,6 +311,24 @@ impl Drop for GroupTx {
 
 #[async_trait]
 impl StoreTx for GroupTx {
+    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
+        self.tx()?.session_put(row, provisional).await
+    }
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        self.tx()?.session_end(id_hash, version, idle_before, tombstone).await
+    }
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        self.tx()?.idempotency_put(r).await
+    }
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        self.tx()?.time_manager_turn().await
+    }
     async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
         self.tx()?.spool_put(m).await
     }

@@ -348,6 +348,52 @@ pub enum SpoolPut {
     Duplicate(i64),
 }
 
+/// A session as the store keeps it (see `engine::session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    /// SHA-256 of the session id.
+    pub id_hash: Vec<u8>,
+    pub agent: String,
+    pub txn: String,
+    pub pending: bool,
+    pub dequeued: bool,
+    pub enqueued: i64,
+    /// Navigation positions, JSON.
+    pub positions: String,
+    pub last_used: Micros,
+    /// 1 for a new row; every write adds one.
+    pub version: i64,
+    /// Read only: false when provisional writes of the open transaction may have been
+    /// lost since (PostgreSQL restarted after one of them; see [`Store::begin_provisional`]).
+    pub intact: bool,
+}
+
+/// What the store knows of a session id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionLookup {
+    Live(SessionRow),
+    /// Timed out (rolled back if `had_work`); remembered until its tombstone's time is up.
+    Ended {
+        agent: String,
+        had_work: bool,
+    },
+    Unknown,
+}
+
+/// A request performed under an idempotency key, with its response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    pub agent: String,
+    pub key: String,
+    /// SHA-256 of the request.
+    pub request_hash: Vec<u8>,
+    /// The response exactly as it was answered.
+    pub response: Vec<u8>,
+    /// Whether the request left its session open (it answered a session cookie).
+    pub opened: bool,
+    pub created_at: Micros,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
@@ -363,8 +409,30 @@ pub trait Store: Send + Sync + 'static {
         self.begin().await
     }
 
-    /// Rolls back every session transaction left by a previous process.
+    /// Rolls back the uncommitted work that no stored session owns (left by a process
+    /// that ended without writing a session row for it, e.g. an older version). Work of
+    /// stored sessions stays: their clients continue them.
     async fn recover(&self) -> Result<u64>;
+
+    /// The session whose id hashes to `id_hash`.
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup>;
+
+    /// Marks a session as in use until `until` (a long poll about to wait), so that no
+    /// process takes it for idle meanwhile. Does not change its version.
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()>;
+
+    /// Sessions last used before `before`, oldest first.
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>>;
+
+    /// How many sessions the store holds.
+    async fn session_count(&self) -> Result<i64>;
+
+    /// Forgets tombstones whose time is up at `now` and idempotency records created
+    /// before `records_before`. Returns how many rows went.
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64>;
+
+    /// The request recorded under (`agent`, `key`).
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
 
     /// Topology objects: (kind, name) → JSON spec.
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
@@ -412,6 +480,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Mails to forward or answer now.
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;
+
+    /// Claims a due mail for this process's worker: its next attempt moves to the end of a
+    /// lease, so that the workers of other processes leave it alone meanwhile (a crashed
+    /// process's claim comes due again then). False if it is not due any more (another
+    /// process claimed it). SQLite has one process: always true.
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        let _ = (id, now);
+        Ok(true)
+    }
 
     /// Records the outcome of a forwarding attempt: `response` when forwarded, else the
     /// error and when to try again (`next_attempt_at = None`: give up, state `failed`).
@@ -506,6 +583,33 @@ pub trait Store: Send + Sync + 'static {
 
 #[async_trait]
 pub trait StoreTx: Send {
+    /// Writes a session row: inserted when `row.version` is 1, else updated from version
+    /// `row.version - 1`. False, with nothing written, if the row is not at that version
+    /// (another request changed or ended the session). `provisional`: the transaction was
+    /// begun with [`Store::begin_provisional`].
+    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool>;
+
+    /// Ends a session: deletes its row if it is still at `version` (and, with
+    /// `idle_before`, still last used before then), leaving a tombstone until `until` that
+    /// says whether it had work. False, with nothing changed, otherwise.
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool>;
+
+    /// Records a request performed under an idempotency key. False if the key is taken
+    /// (a concurrent request with it committed first): then this transaction must roll back.
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
+
+    /// Takes the time manager's turn for this transaction: false if another process has
+    /// it now (PostgreSQL advisory lock; SQLite has one process).
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+
     /// Inserts messages with their deliveries, and — in the same transaction — one outbox
     /// notification per delivery whose (queue, consumer) has registrations.
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;

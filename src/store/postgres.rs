@@ -15,6 +15,14 @@ use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 use super::regulars::Regulars;
 use super::*;
 
+/// The advisory lock class of cluster-wide duties (`(class, 1)`: the time manager), apart
+/// from the interest locks' `(0x61716761, queue)`.
+const TIME_MANAGER_LOCK: i32 = 0x6171_6762;
+
+/// How long a process's claim on a spooled mail lasts (see `spool_due`): longer than a
+/// forwarding attempt may take.
+const SPOOL_LEASE: Micros = 150 * crate::clock::MICROS_PER_SEC;
+
 /// The LISTEN/NOTIFY channel for enqueue signals.
 const CHANNEL: &str = "aqgate_enqueue";
 
@@ -450,21 +458,102 @@ impl Store for PgStore {
     async fn recover(&self) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         let a: i64 = sqlx::query_scalar(
-            "WITH m AS (DELETE FROM messages WHERE enq_txn IS NOT NULL RETURNING seq),
+            "WITH m AS (DELETE FROM messages
+                         WHERE enq_txn IS NOT NULL AND enq_txn NOT IN (SELECT txn FROM sessions) RETURNING seq),
                   d AS (DELETE FROM deliveries WHERE msg_seq IN (SELECT seq FROM m))
              SELECT count(*) FROM m",
         )
         .fetch_one(&mut *tx)
         .await?;
-        let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
+        let b = sqlx::query(
+            "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL
+              WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let c = sqlx::query(
+            "UPDATE messages SET lock_txn = NULL, lock_kind = NULL
+              WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL AND txn NOT IN (SELECT txn FROM sessions)")
             .execute(&mut *tx)
             .await?;
-        let c = sqlx::query("UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected() + c.rows_affected())
+    }
+
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
+        let row = sqlx::query(
+            "SELECT false AS ended, agent, txn, pending, dequeued, enqueued, positions, last_used, version,
+                    (prov_epoch IS NULL OR prov_epoch = pg_postmaster_start_time()) AS intact
+               FROM sessions WHERE id_hash = $1
+             UNION ALL
+             SELECT true, agent, '', had_work, false, 0, '', 0, 0, true FROM session_tombstones WHERE id_hash = $1",
+        )
+        .bind(id_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else { return Ok(SessionLookup::Unknown) };
+        if r.try_get::<bool, _>("ended")? {
+            return Ok(SessionLookup::Ended { agent: r.try_get("agent")?, had_work: r.try_get("pending")? });
+        }
+        Ok(SessionLookup::Live(session_from_row(&r, id_hash)?))
+    }
+
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
+        sqlx::query("UPDATE sessions SET last_used = greatest(last_used, $2) WHERE id_hash = $1")
+            .bind(id_hash)
+            .bind(until)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
+        let rows = sqlx::query(
+            "SELECT id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version,
+                    (prov_epoch IS NULL OR prov_epoch = pg_postmaster_start_time()) AS intact
+               FROM sessions WHERE last_used < $1 ORDER BY last_used LIMIT $2",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| session_from_row(r, &r.try_get::<Vec<u8>, _>("id_hash")?)).collect()
+    }
+
+    async fn session_count(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM sessions").fetch_one(&self.pool).await?)
+    }
+
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
+        let a = sqlx::query("DELETE FROM session_tombstones WHERE until <= $1").bind(now).execute(&self.pool).await?;
+        let b = sqlx::query("DELETE FROM idempotency WHERE created_at < $1")
+            .bind(records_before)
+            .execute(&self.pool)
+            .await?;
+        Ok(a.rows_affected() + b.rows_affected())
+    }
+
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
+        let row = sqlx::query("SELECT * FROM idempotency WHERE agent = $1 AND key = $2")
+            .bind(agent)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            Ok(IdempotencyRecord {
+                agent: r.try_get("agent")?,
+                key: r.try_get("key")?,
+                request_hash: r.try_get("request_hash")?,
+                response: r.try_get("response")?,
+                opened: r.try_get("opened")?,
+                created_at: r.try_get("created_at")?,
+            })
+        })
+        .transpose()
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
@@ -686,6 +775,19 @@ impl Store for PgStore {
         rows.iter().map(spool_from_row).collect()
     }
 
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        let r = sqlx::query(
+            "UPDATE mail_spool SET next_attempt_at = $3
+              WHERE id = $1 AND next_attempt_at <= $2 AND (state = 'new' OR replies_sent < replies_wanted)",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(now.saturating_add(SPOOL_LEASE))
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     async fn spool_attempted(
         &self,
         id: i64,
@@ -803,6 +905,96 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
 
 #[async_trait]
 impl StoreTx for PgTx {
+    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
+        // prov_epoch: the server run of the oldest provisional write of the open
+        // transaction that no durable commit of the same run has covered yet (a durable
+        // commit flushes all WAL before it). A new transaction starts afresh.
+        let sql = if row.version == 1 {
+            "INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CASE WHEN $10::boolean THEN pg_postmaster_start_time() END)
+             ON CONFLICT (id_hash) DO NOTHING"
+        } else {
+            "UPDATE sessions SET agent = $2, txn = $3, pending = $4, dequeued = $5, enqueued = $6, positions = $7,
+                    last_used = $8, version = $9,
+                    prov_epoch = CASE
+                        WHEN txn <> $3 THEN CASE WHEN $10::boolean THEN pg_postmaster_start_time() END
+                        WHEN $10::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
+                        WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
+                        ELSE prov_epoch END
+              WHERE id_hash = $1 AND version = $9 - 1"
+        };
+        let r = sqlx::query(sql)
+            .bind(&row.id_hash)
+            .bind(&row.agent)
+            .bind(&row.txn)
+            .bind(row.pending)
+            .bind(row.dequeued)
+            .bind(row.enqueued)
+            .bind(&row.positions)
+            .bind(row.last_used)
+            .bind(row.version)
+            .bind(provisional)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        let r = sqlx::query(
+            "DELETE FROM sessions WHERE id_hash = $1 AND version = $2 AND ($3::bigint IS NULL OR last_used < $3)",
+        )
+        .bind(id_hash)
+        .bind(version)
+        .bind(idle_before)
+        .execute(&mut *self.tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if let Some((agent, had_work, until)) = tombstone {
+            sqlx::query(
+                "INSERT INTO session_tombstones (id_hash, agent, had_work, until) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id_hash) DO UPDATE SET agent = $2, had_work = $3, until = $4",
+            )
+            .bind(id_hash)
+            .bind(agent)
+            .bind(had_work)
+            .bind(until)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        Ok(true)
+    }
+
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        let done = sqlx::query(
+            "INSERT INTO idempotency (agent, key, request_hash, response, opened, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (agent, key) DO NOTHING",
+        )
+        .bind(&r.agent)
+        .bind(&r.key)
+        .bind(&r.request_hash)
+        .bind(&r.response)
+        .bind(r.opened)
+        .bind(r.created_at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        Ok(sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, 1)")
+            .bind(TIME_MANAGER_LOCK)
+            .fetch_one(&mut *self.tx)
+            .await?)
+    }
+
     async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
         spool_put_on(&mut self.tx, m).await
     }
@@ -1296,6 +1488,21 @@ fn outbox_from_row(r: &PgRow) -> Result<OutboxEntry> {
         attempts: r.try_get("attempts")?,
         next_attempt_at: r.try_get("next_attempt_at")?,
         last_error: r.try_get("last_error")?,
+    })
+}
+
+fn session_from_row(r: &PgRow, id_hash: &[u8]) -> Result<SessionRow> {
+    Ok(SessionRow {
+        id_hash: id_hash.to_vec(),
+        agent: r.try_get("agent")?,
+        txn: r.try_get("txn")?,
+        pending: r.try_get("pending")?,
+        dequeued: r.try_get("dequeued")?,
+        enqueued: r.try_get("enqueued")?,
+        positions: r.try_get("positions")?,
+        last_used: r.try_get("last_used")?,
+        version: r.try_get("version")?,
+        intact: r.try_get("intact")?,
     })
 }
 

@@ -114,13 +114,91 @@ impl Store for SqliteStore {
 
     async fn recover(&self) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        let a = sqlx::query("DELETE FROM messages WHERE enq_txn IS NOT NULL").execute(&mut *tx).await?;
-        let b = sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn IS NOT NULL")
+        let a =
+            sqlx::query("DELETE FROM messages WHERE enq_txn IS NOT NULL AND enq_txn NOT IN (SELECT txn FROM sessions)")
+                .execute(&mut *tx)
+                .await?;
+        let b = sqlx::query(
+            "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL
+             WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL AND txn NOT IN (SELECT txn FROM sessions)")
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(a.rows_affected() + b.rows_affected())
+    }
+
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
+        let row = sqlx::query(
+            "SELECT 0 AS ended, agent, txn, pending, dequeued, enqueued, positions, last_used, version
+               FROM sessions WHERE id_hash = ?1
+             UNION ALL
+             SELECT 1, agent, '', had_work, 0, 0, '', 0, 0 FROM session_tombstones WHERE id_hash = ?1",
+        )
+        .bind(id_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else { return Ok(SessionLookup::Unknown) };
+        if r.try_get::<i64, _>("ended")? == 1 {
+            return Ok(SessionLookup::Ended { agent: r.try_get("agent")?, had_work: r.try_get("pending")? });
+        }
+        Ok(SessionLookup::Live(session_from_row(&r, id_hash)?))
+    }
+
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
+        sqlx::query("UPDATE sessions SET last_used = max(last_used, ?2) WHERE id_hash = ?1")
+            .bind(id_hash)
+            .bind(until)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
+        let rows = sqlx::query(
+            "SELECT id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version
+               FROM sessions WHERE last_used < ?1 ORDER BY last_used LIMIT ?2",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| session_from_row(r, &r.try_get::<Vec<u8>, _>("id_hash")?)).collect()
+    }
+
+    async fn session_count(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM sessions").fetch_one(&self.pool).await?)
+    }
+
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
+        let a = sqlx::query("DELETE FROM session_tombstones WHERE until <= ?1").bind(now).execute(&self.pool).await?;
+        let b = sqlx::query("DELETE FROM idempotency WHERE created_at < ?1")
+            .bind(records_before)
+            .execute(&self.pool)
+            .await?;
+        Ok(a.rows_affected() + b.rows_affected())
+    }
+
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
+        let row = sqlx::query("SELECT * FROM idempotency WHERE agent = ?1 AND key = ?2")
+            .bind(agent)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            Ok(IdempotencyRecord {
+                agent: r.try_get("agent")?,
+                key: r.try_get("key")?,
+                request_hash: r.try_get("request_hash")?,
+                response: r.try_get("response")?,
+                opened: r.try_get("opened")?,
+                created_at: r.try_get("created_at")?,
+            })
+        })
+        .transpose()
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
@@ -380,6 +458,77 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl StoreTx for SqliteTx {
+    async fn session_put(&mut self, row: &SessionRow, _provisional: bool) -> Result<bool> {
+        let sql = if row.version == 1 {
+            "INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id_hash) DO NOTHING"
+        } else {
+            "UPDATE sessions SET agent = ?2, txn = ?3, pending = ?4, dequeued = ?5, enqueued = ?6, positions = ?7,
+                    last_used = ?8, version = ?9
+              WHERE id_hash = ?1 AND version = ?9 - 1"
+        };
+        let r = sqlx::query(sql)
+            .bind(&row.id_hash)
+            .bind(&row.agent)
+            .bind(&row.txn)
+            .bind(row.pending)
+            .bind(row.dequeued)
+            .bind(row.enqueued)
+            .bind(&row.positions)
+            .bind(row.last_used)
+            .bind(row.version)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        let r =
+            sqlx::query("DELETE FROM sessions WHERE id_hash = ?1 AND version = ?2 AND (?3 IS NULL OR last_used < ?3)")
+                .bind(id_hash)
+                .bind(version)
+                .bind(idle_before)
+                .execute(&mut *self.tx)
+                .await?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if let Some((agent, had_work, until)) = tombstone {
+            sqlx::query(
+                "INSERT OR REPLACE INTO session_tombstones (id_hash, agent, had_work, until) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .bind(id_hash)
+            .bind(agent)
+            .bind(had_work)
+            .bind(until)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        Ok(true)
+    }
+
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        let done = sqlx::query(
+            "INSERT INTO idempotency (agent, key, request_hash, response, opened, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (agent, key) DO NOTHING",
+        )
+        .bind(&r.agent)
+        .bind(&r.key)
+        .bind(&r.request_hash)
+        .bind(&r.response)
+        .bind(r.opened)
+        .bind(r.created_at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
         spool_put_on(&mut self.tx, m).await
     }
@@ -675,6 +824,21 @@ impl StoreTx for SqliteTx {
         self.tx.rollback().await?;
         Ok(())
     }
+}
+
+fn session_from_row(r: &SqliteRow, id_hash: &[u8]) -> Result<SessionRow> {
+    Ok(SessionRow {
+        id_hash: id_hash.to_vec(),
+        agent: r.try_get("agent")?,
+        txn: r.try_get("txn")?,
+        pending: r.try_get("pending")?,
+        dequeued: r.try_get("dequeued")?,
+        enqueued: r.try_get("enqueued")?,
+        positions: r.try_get("positions")?,
+        last_used: r.try_get("last_used")?,
+        version: r.try_get("version")?,
+        intact: true,
+    })
 }
 
 fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
