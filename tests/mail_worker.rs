@@ -364,3 +364,53 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     let r = up.accept(&env(true, &[("bob@example.com", false), ("aq@localhost", true)]), &unsigned).await;
     assert_eq!(r.iter().map(|x| x.code).collect::<Vec<_>>(), [250, 550], "{r:?}");
 }
+
+/// A forward performed whose outcome never reached the spool (the process died between
+/// the servlet's commit and the spool's update): the next attempt carries the same
+/// idempotency key, gets the recorded response and performs nothing. The mail is
+/// performed exactly once and answered with the first response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_repeated_after_a_crash_performs_nothing() {
+    use sqlx::Connection;
+    let url = fresh_sqlite_url();
+    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let engine =
+        Engine::start(store.clone(), clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let servlet_url = format!("http://{}/aqserv", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app(AppState::new(engine, Limits::default()))).await });
+    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate::engine::session::random_id()));
+    let cfg = WorkerConfig {
+        servlet_url,
+        gateway_agent: "aqgateway".into(),
+        gateway_password: "gateway-demo".into(),
+        reply_from: "aq@localhost".into(),
+        transport: ReplyTransport::Files(outbox.clone()),
+        max_attempts: 5,
+        dedupe_window: std::time::Duration::from_secs(7 * 24 * 3600),
+    };
+    let worker = Arc::new(Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg));
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let SpoolPut::New(id) = store.spool_put(&spooled("<order-9@example.com>", &send)).await.expect("spool") else {
+        panic!("new mail")
+    };
+    assert_eq!(worker.run_once().await.expect("run"), 1);
+    assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1);
+    let first = store.spool_get(id).await.expect("get").expect("row").response.expect("response");
+    // As if the spool's update had never committed.
+    let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open the spool");
+    sqlx::query("UPDATE mail_spool SET state = 'new', response = NULL, replies_sent = 0 WHERE id = ?1")
+        .bind(id)
+        .execute(&mut db)
+        .await
+        .expect("undo");
+    db.close().await.expect("close");
+    assert_eq!(worker.run_once().await.expect("run"), 1);
+    assert_eq!(depth(store.as_ref(), "QS.NEW_ORDERS_QUE").await, 1, "performed once");
+    let again = store.spool_get(id).await.expect("get").expect("row");
+    assert_eq!(again.state, "done");
+    assert_eq!(again.response.as_deref(), Some(first.as_slice()), "the recorded response, byte for byte");
+    let r = replies(&outbox);
+    assert_eq!(r.len(), 2, "answered at least once (here: once per attempt)");
+}

@@ -419,3 +419,42 @@ async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
     assert!(metric(port, "aqgate_pg_group_waits_total") > 0, "no batch waited for a regular");
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"), sends);
 }
+
+/// Two `aqgate serve` processes on one PostgreSQL database are one service: a session
+/// opened through one continues through the other (no sticky sessions needed), a long
+/// poll on one wakes for a commit through the other, and an idle session is rolled back
+/// once, by whichever process finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_one_postgres_serve_any_session() {
+    let db = fresh_pg_url().await;
+    let (pa, pb) = (free_port(), free_port());
+    let a = Serve::start_with(&db, pa, &["--session-timeout", "2"]);
+    let b = Serve::start_with(&db, pb, &["--session-timeout", "2", "--no-topology"]);
+    let mut cookie = None;
+    assert!(matches!(post(pa, &mut cookie, &example("01")).await, Response::Send(..)));
+    assert!(cookie.is_some(), "open work gets a session");
+    // A long poll on node a, woken by node b's commit of the session opened on a.
+    let waiter = tokio::spawn(async move {
+        let mut c = None;
+        post(pa, &mut c, &example("07").replace("<wait_time>0</wait_time>", "<wait_time>20</wait_time>")).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(matches!(post(pb, &mut cookie, &example("10")).await, Response::Commit(_)), "committed through b");
+    let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
+    assert!(
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        "{r:?}"
+    );
+    // Open work through b, left idle: rolled back once, and either node says so.
+    assert!(matches!(post(pb, &mut cookie, &example("01")).await, Response::Send(..)));
+    let stale = cookie.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut c = stale.clone();
+    let r = post(pa, &mut c, &example("10")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::SESSION_EXPIRED), "{r:?}");
+    let mut c = stale;
+    let r = post(pb, &mut c, &example("10")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::SESSION_EXPIRED), "{r:?}");
+    assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 0, "rolled back");
+    drop((a, b));
+}

@@ -582,3 +582,85 @@ async fn bad_input_gets_the_documented_answer_and_changes_nothing() {
     assert!(matches!(r.idap(), Response::Send(..)));
     assert_eq!(s.depth_total().await, 1);
 }
+
+/// `Idempotency-Key`: a request is performed at most once per agent and key; a retry gets
+/// the first response byte for byte (marked as replayed); the same key with another
+/// request is refused (422); concurrent requests with one key perform it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_performs_a_request_at_most_once() {
+    for b in [Backend::Sqlite, Backend::Postgres] {
+        let s = Server::start(b).await;
+        let post = |user: &'static str, password: &'static str, key: &'static str, body: String| {
+            s.http
+                .post(s.url())
+                .basic_auth(user, Some(password))
+                .header("content-type", "text/xml")
+                .header("Idempotency-Key", key)
+                .body(body)
+                .send()
+        };
+        let send = raw_send("AQUSER.RAW_QUE", &[("", "01")], COMMIT);
+        let r1 = post("scott", "tiger", "\"order-1\"", send.clone()).await.expect("http");
+        assert_eq!(r1.status().as_u16(), 200);
+        assert!(r1.headers().get("idempotent-replayed").is_none());
+        let body1 = r1.bytes().await.expect("body");
+        let r2 = post("scott", "tiger", "\"order-1\"", send.clone()).await.expect("http");
+        assert_eq!(r2.status().as_u16(), 200);
+        assert_eq!(r2.headers().get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+        assert_eq!(r2.bytes().await.expect("body"), body1, "byte for byte");
+        assert_eq!(s.depth_total().await, 1, "performed once ({b:?})");
+        // Keys are per agent.
+        let r = post("john", "welcome", "\"order-1\"", send.clone()).await.expect("http");
+        assert!(r.headers().get("idempotent-replayed").is_none());
+        assert_eq!(s.depth_total().await, 2);
+        // The same key for another request.
+        let other = raw_send("AQUSER.RAW_QUE", &[("", "02")], COMMIT);
+        let r = post("scott", "tiger", "\"order-1\"", other).await.expect("http");
+        assert_eq!(r.status().as_u16(), 422);
+        let f = idap::parse_response(&r.bytes().await.expect("body"), &Limits::default()).expect("fault").body;
+        assert!(matches!(f, Response::Fault(ref x) if x.code == code::IDEMPOTENCY_MISMATCH), "{f:?}");
+        assert_eq!(s.depth_total().await, 2);
+        let r = post("scott", "tiger", "two words", send.clone()).await.expect("http");
+        assert_eq!(r.status().as_u16(), 400, "a malformed key");
+        // Concurrent retries: one performs, the others get its response or 409.
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            tasks.push(post("scott", "tiger", "order-2", send.clone()));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for r in futures_join(tasks).await {
+            let r = r.expect("http");
+            match r.status().as_u16() {
+                200 => {
+                    let body =
+                        idap::parse_response(&r.bytes().await.expect("body"), &Limits::default()).expect("parse").body;
+                    let Response::Send(_, Some(res)) = body else { panic!("{body:?}") };
+                    ids.extend(res.message_ids);
+                }
+                409 => {}
+                other => panic!("status {other}"),
+            }
+        }
+        assert_eq!(ids.len(), 1, "one message id in every answer");
+        assert_eq!(s.depth_total().await, 3, "performed once ({b:?})");
+        // A receive under a key: its retry returns the same message and removes nothing more.
+        let recv = receive("AQUSER.RAW_QUE", "<wait_time>0</wait_time>", COMMIT);
+        let a = post("scott", "tiger", "take-1", recv.clone()).await.expect("http").bytes().await.expect("body");
+        let b2 = post("scott", "tiger", "take-1", recv.clone()).await.expect("http").bytes().await.expect("body");
+        assert_eq!(a, b2);
+        assert_eq!(s.depth_total().await, 2, "one message taken ({b:?})");
+    }
+}
+
+async fn futures_join<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}

@@ -1341,6 +1341,34 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
     assert_eq!(depth(&h, RAWQ).await, i64::try_from(n / 2).expect("fits"));
 }
 
+/// PostgreSQL: sends of an open transaction are written provisionally (without waiting
+/// for their WAL flush), together with the session row, so a database crash can lose the
+/// newest of them and the session's own count with them. The session row remembers the
+/// server run of the oldest provisional write not yet covered by a durable commit: if the
+/// server restarted since (simulated here by moving that time back), the commit is refused
+/// with 25402, also after a durable write of the same transaction in the new run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_restart_since_a_provisional_write_refuses_the_commit() {
+    let b = Backend::Postgres;
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open, provisional");
+    sql_on(&h, b, "UPDATE sessions SET prov_epoch = prov_epoch - interval '1 hour' WHERE prov_epoch IS NOT NULL").await;
+    let aqgate::engine::Resumed::Live(mut s) = h.engine.resume(&p.id).await.expect("resume") else { panic!("live") };
+    assert!(!s.intact, "the server restarted since a provisional write");
+    assert_eq!(recv_raw(&h, &mut s, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("01".into()), "durable");
+    let (c, _) = h.run(&mut s, &envelope(COMMIT)).await.expect_err("may have lost work");
+    assert_eq!(c, code::TRANSACTION_LOST);
+    h.run(&mut s, &envelope(ROLLBACK)).await.expect("rollback");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "03")], "")).await.expect("a new transaction");
+    h.run(&mut s, &envelope(COMMIT)).await.expect("commits: its writes are of this run");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("03".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "02 was rolled back");
+}
+
 /// A commit in one process wakes a long-poll in another (PostgreSQL LISTEN/NOTIFY).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_commit_in_another_process_wakes_a_long_poll() {
