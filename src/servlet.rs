@@ -434,13 +434,29 @@ async fn idap_post(
             Some(h) => Some(engine.sessions.turn(h).await),
             None => None,
         };
-        let mut session = match (cookie, expected) {
-            (None, Some(agent)) => Session::new(&agent, engine.now()),
+        // A session this process wrote last starts from its copy (no read); if another
+        // process wrote it since, the request's own write finds out, nothing of it
+        // happened, and it runs once more from the row.
+        let mut from_copy = false;
+        let mut session = match (&cookie, expected.as_deref()) {
+            (None, Some(agent)) => Session::new(agent, engine.now()),
             (None, None) => return Outcome::Answer(unauthorized()),
-            (Some(id), expected) => match resume(&s, &id, expected.as_deref()).await {
-                Ok(sess) => sess,
-                Err(o) => return o,
-            },
+            (Some(id), expected) => {
+                let copy = hash
+                    .as_deref()
+                    .and_then(|h| engine.sessions.last_written(h))
+                    .filter(|row| expected.is_none_or(|e| e == row.agent) && engine.agent(&row.agent).is_some());
+                match copy.and_then(|row| Session::from_row(id, &row)) {
+                    Some(sess) => {
+                        from_copy = true;
+                        sess
+                    }
+                    None => match resume(&s, id, expected).await {
+                        Ok(sess) => sess,
+                        Err(o) => return o,
+                    },
+                }
+            }
         };
         let new = session.stored.is_none();
         let mut in_flight = None;
@@ -464,8 +480,38 @@ async fn idap_post(
             session.idempotency = Some(IdempotencyClaim { key, request_hash });
         }
         session.origin = origin;
-        session.abandon = Some(abandoned);
-        let result = engine.execute_envelope(&mut session, envelope).await;
+        session.abandon = Some(abandoned.clone());
+        let mut result = engine.execute_envelope(&mut session, envelope).await;
+        if from_copy
+            && let (Err(e), Some(id)) = (&result, &cookie)
+            && e.code == code::SESSION_BUSY
+        {
+            let claim = session.idempotency.take();
+            session = match resume(&s, id, expected.as_deref()).await {
+                Ok(sess) => sess,
+                Err(o) => {
+                    if let Some(h) = &hash {
+                        engine.sessions.forget(h);
+                    }
+                    return o;
+                }
+            };
+            session.idempotency = claim;
+            session.origin = origin;
+            session.abandon = Some(abandoned);
+            result = match idap::parse_request(&body, &s.limits) {
+                Ok(envelope) => engine.execute_envelope(&mut session, envelope).await,
+                Err(e) => Err(AqError::client(e.error_code(), e.to_string())),
+            };
+        }
+        if let Some(h) = &hash {
+            match &result {
+                Ok(_) => engine.sessions.wrote(&session),
+                Err(_) => engine.sessions.forget(h),
+            }
+        } else if session.stored.is_some() {
+            engine.sessions.wrote(&session);
+        }
         if let (Err(e), Some(claim)) = (&result, &session.idempotency)
             && e.code == code::IDEMPOTENCY_IN_PROGRESS
         {

@@ -445,6 +445,17 @@ async fn two_nodes_on_one_postgres_serve_any_session() {
         matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
         "{r:?}"
     );
+    // A session each node wrote in turn: a's copy is stale when it commits, so the commit
+    // runs again from the row and publishes both sends.
+    let mut c2 = None;
+    assert!(matches!(post(pa, &mut c2, &example("01")).await, Response::Send(..)));
+    assert!(matches!(post(pb, &mut c2, &example("01")).await, Response::Send(..)));
+    assert!(matches!(post(pa, &mut c2, &example("10")).await, Response::Commit(_)));
+    assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 2, "both sends");
+    for _ in 0..2 {
+        let mut c = None;
+        assert!(matches!(post(pb, &mut c, &example("07")).await, Response::Receive(..)));
+    }
     // Open work through b, left idle: rolled back once, and either node says so.
     assert!(matches!(post(pb, &mut cookie, &example("01")).await, Response::Send(..)));
     let stale = cookie.clone();

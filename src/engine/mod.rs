@@ -1044,12 +1044,16 @@ impl Engine {
         if let Ok(c) = self.store.session_count().await {
             self.stored_sessions.store(c, std::sync::atomic::Ordering::Relaxed);
         }
+        self.sessions.forget_idle(before);
         let resolved = self.resolved();
         let mut n = 0;
         for row in idle {
             let Some(_turn) = self.sessions.try_turn(&row.id_hash) else { continue };
             match self.end_idle(&resolved, &row, before, now.saturating_add(ttl)).await {
-                Ok(true) => n += 1,
+                Ok(true) => {
+                    self.sessions.forget(&row.id_hash);
+                    n += 1;
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "rolling back an idle session failed; will retry"),
             }

@@ -4,11 +4,15 @@
 //! A session that holds anything (open work, a navigation position) is a row in the store
 //! (`sessions`, keyed by the SHA-256 of its id; the id itself is never stored), written in
 //! the same database transaction as the effects of the request that changed it. Every
-//! request loads it afresh, so any process on the same store continues any session, and a
-//! restart loses none. A version number guards the row: a write that finds another
-//! version (another node changed the session meanwhile, or expired it) rolls its whole
-//! request back. In memory there is only a lock per session id while requests of it run
-//! in this process ([`Sessions`]), so that they take turns.
+//! request works on the session as the store has it, so any process on the same store
+//! continues any session, and a restart loses none. A version number guards the row: a
+//! write that finds another version (another node changed the session meanwhile, or
+//! expired it) rolls its whole request back. In memory there is a lock per session id
+//! while requests of it run in this process ([`Sessions`]), so that they take turns, and a
+//! copy of the row as this process last wrote it: a request starts from that copy without
+//! reading the row, and if another process has written it since, the request's write finds
+//! another version, nothing of it happened, and it runs again from the row (see
+//! `servlet`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -180,6 +184,23 @@ impl Session {
     pub fn id_hash(&self) -> Vec<u8> {
         id_hash(&self.id)
     }
+
+    /// The session's row as it was last written (`None` if it has none).
+    pub fn to_row(&self) -> Option<SessionRow> {
+        let st = self.state();
+        Some(SessionRow {
+            id_hash: self.id_hash(),
+            agent: self.agent.clone(),
+            txn: st.txn.clone(),
+            pending: st.pending,
+            dequeued: st.dequeued,
+            enqueued: i64::try_from(st.enqueued).unwrap_or(i64::MAX),
+            positions: st.positions_json(),
+            last_used: self.last_used,
+            version: self.stored?,
+            intact: self.intact,
+        })
+    }
 }
 
 /// Raised when the client of the request being performed has gone away (its HTTP
@@ -223,7 +244,12 @@ type Turn = Arc<tokio::sync::Mutex<()>>;
 #[derive(Default)]
 pub struct Sessions {
     inner: StdMutex<HashMap<Vec<u8>, (Turn, usize)>>,
+    /// Rows as this process last wrote them (see the module's doc).
+    written: StdMutex<HashMap<Vec<u8>, SessionRow>>,
 }
+
+/// Copies of rows beyond this are not kept (requests then read the row).
+const WRITTEN_LIMIT: usize = 100_000;
 
 /// A session's turn in this process (see [`Sessions::turn`]); released when dropped.
 pub struct SessionTurn<'a> {
@@ -287,6 +313,38 @@ impl Sessions {
     /// Sessions with requests running or waiting in this process.
     pub fn busy(&self) -> usize {
         self.lock().len()
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, SessionRow>> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The row of session `hash` as this process last wrote it.
+    pub fn last_written(&self, hash: &[u8]) -> Option<SessionRow> {
+        self.written().get(hash).cloned()
+    }
+
+    /// Remembers what a request of `session` left (or forgets it, if it has no row).
+    pub fn wrote(&self, session: &Session) {
+        let hash = session.id_hash();
+        let mut g = self.written();
+        match session.to_row() {
+            Some(row) if g.len() < WRITTEN_LIMIT || g.contains_key(&hash) => {
+                g.insert(hash, row);
+            }
+            _ => {
+                g.remove(&hash);
+            }
+        }
+    }
+
+    pub fn forget(&self, hash: &[u8]) {
+        self.written().remove(hash);
+    }
+
+    /// Forgets copies of rows last used before `before` (their sessions time out).
+    pub fn forget_idle(&self, before: Micros) {
+        self.written().retain(|_, r| r.last_used >= before);
     }
 }
 
