@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the tools the test suite drives (Debian packages): swaks (SMTP client, with TLS), gpgsm
-# (a second S/MIME implementation), the openssl CLI, and the headers the openssl crate
+# (a second S/MIME implementation), the openssl CLI, haproxy (the load balancer of the
+# multi-node crash test), and the headers the openssl crate
 # builds against; slapd and ldap-utils (scripts/slapd.sh install) and postfix (unconfigured:
 # the tests run private instances; scripts/postfix.sh install), both called here.
 # PostgreSQL comes from ensure-postgres.sh.
@@ -9,6 +10,7 @@ need=()
 command -v swaks >/dev/null 2>&1 || need+=(swaks)
 command -v gpgsm >/dev/null 2>&1 || need+=(gpgsm)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)   # tests/crash.rs: several nodes behind it
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 perl -MNet::SSLeay -e1 >/dev/null 2>&1 || need+=(libnet-ssleay-perl)   # swaks --tls
