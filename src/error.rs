@@ -105,6 +105,13 @@ impl AqError {
 
 impl From<crate::store::StoreError> for AqError {
     fn from(e: crate::store::StoreError) -> Self {
+        if matches!(e, crate::store::StoreError::SessionConflict) {
+            // Normally mapped by the engine, which knows whether the session still lives.
+            return AqError::client(
+                code::SESSION_BUSY,
+                "another request of this session ran at the same time; nothing of this one was performed, send it again",
+            );
+        }
         // The cause is logged here once; the client sees a generic server fault.
         tracing::error!(error = %e, "store failure");
         AqError::server(code::INTERNAL, "internal store error; the request was not performed")

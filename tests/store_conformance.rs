@@ -861,6 +861,21 @@ async fn a_session_changed_meanwhile_refuses_the_stale_request(b: Backend) {
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("02".into()));
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "03 was not performed");
+    // A stale copy whose request would succeed on its own terms (no count to disagree
+    // with): the session write finds the newer version and the send is undone.
+    let mut s = h.session("scott");
+    h.run(&mut s, &raw_send(RAWQ, &[("", "04")], "")).await.expect("open");
+    let mut stale = match h.engine.resume(&s.id).await.expect("resume") {
+        aqgate::engine::Resumed::Live(x) => x,
+        r => panic!("{r:?}"),
+    };
+    h.run(&mut s, &envelope(COMMIT)).await.expect("committed through the other node");
+    let (c2, _) = h.run(&mut stale, &raw_send(RAWQ, &[("", "05")], "")).await.expect_err("stale send");
+    assert_eq!(c2, code::SESSION_BUSY);
+    let (c2, _) = h.run(&mut stale, &envelope(ROLLBACK)).await.expect_err("stale rollback");
+    assert_eq!(c2, code::SESSION_BUSY, "a stale rollback must not undo the commit");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("04".into()));
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "05 was not performed");
 }
 
 async fn adt_payload_round_trips_examples(b: Backend) {

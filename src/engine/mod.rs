@@ -282,8 +282,13 @@ impl Engine {
     /// or ended the session meanwhile, this one ran on a stale copy, and says so instead;
     /// else its use is recorded (it counts as activity for the idle timeout).
     async fn after_failure(&self, session: &Session, version: i64, e: AqError) -> AqError {
-        if e.code == code::SESSION_BUSY || e.code == code::SESSION_EXPIRED {
+        if e.code == code::SESSION_EXPIRED {
             return e;
+        }
+        if e.code == code::SESSION_BUSY {
+            // The request's transaction is gone by now (on SQLite it holds the one
+            // connection): look whether the session still lives.
+            return self.session_conflict(session).await;
         }
         let hash = session.id_hash();
         match self.store.session_get(&hash).await {
@@ -334,7 +339,8 @@ impl Engine {
                 intact: true,
             };
             if !tx.session_put(&row, provisional).await? {
-                return Err(self.session_conflict(session).await);
+                // Told apart (busy or expired) once `tx` is gone: see `after_failure`.
+                return Err(session_busy_error());
             }
             version = Some(v);
         }
@@ -361,13 +367,21 @@ impl Engine {
         Ok(version)
     }
 
-    /// The fault for a session whose row another request changed or ended.
+    /// Commits a request's transaction; a session write the backend made with a later
+    /// statement that found another version fails it here (see `StoreTx::session_put`).
+    async fn commit_tx(&self, tx: Box<dyn StoreTx>) -> Result<(), AqError> {
+        match tx.commit().await {
+            Ok(()) => Ok(()),
+            Err(StoreError::SessionConflict) => Err(session_busy_error()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The fault for a session whose row another request changed or ended (called with
+    /// no transaction of the request open).
     async fn session_conflict(&self, session: &Session) -> AqError {
         match self.store.session_get(&session.id_hash()).await {
-            Ok(SessionLookup::Live(_)) => AqError::client(
-                code::SESSION_BUSY,
-                "another request of this session ran at the same time; nothing of this one was performed, send it again",
-            ),
+            Ok(SessionLookup::Live(_)) => session_busy_error(),
             Ok(_) if session.stored.is_some() => session_expired_error(),
             // A new session's id taken meanwhile (128 random bits: not in practice).
             _ => AqError::server(code::INTERNAL, "the session could not be stored; the request was not performed"),
@@ -398,7 +412,7 @@ impl Engine {
         }
         let mut tx = self.store.begin().await?;
         let v = self.seal(&mut *tx, session, &next, None, false).await?;
-        tx.commit().await?;
+        self.commit_tx(tx).await?;
         self.settle(session, next, v);
         Ok(())
     }
@@ -495,12 +509,13 @@ impl Engine {
             // Tagged rows, published by a later durable commit: see `begin_provisional`.
             let provisional = !commit_now;
             let mut tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
+            // Sealed first: a backend may write the session row with the insert.
+            let v = self.seal(&mut *tx, session, &next, Some(&response), provisional).await?;
             tx.insert_messages(&rows).await?;
             if commit_session {
                 woken.extend(publish(&mut *tx, session, session.dequeued).await?);
             }
-            let v = self.seal(&mut *tx, session, &next, Some(&response), provisional).await?;
-            tx.commit().await?;
+            self.commit_tx(tx).await?;
             v
         };
         self.settle(session, next, version);
@@ -870,10 +885,6 @@ impl Engine {
         // removed nor locked nor passed by the browse position (a Fault changes nothing).
         let out = self.message_out(resolved, queue, &m, now)?;
         let takes_lock = !browse && !remove_now;
-        let mut woken = Vec::new();
-        if req.commit && (session.pending || takes_lock) {
-            woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
-        }
         let mut next = session.state();
         next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
         if req.commit {
@@ -889,7 +900,11 @@ impl Engine {
             )
         });
         let version = self.seal(&mut *tx, session, &next, response.as_ref(), false).await?;
-        tx.commit().await?;
+        let mut woken = Vec::new();
+        if req.commit && (session.pending || takes_lock) {
+            woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
+        }
+        self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {
             self.wake(q);
@@ -965,17 +980,17 @@ impl Engine {
             })
             .await?;
         }
-        let mut woken = Vec::new();
-        if req.commit && session.pending {
-            woken = publish(&mut *tx, session, session.dequeued).await?;
-        }
         let mut next = session.state();
         if req.commit {
             next.end_transaction();
         }
         let response = Response::Register(StatusResponse::ok());
         let version = self.seal(&mut *tx, session, &next, Some(&response), false).await?;
-        tx.commit().await?;
+        let mut woken = Vec::new();
+        if req.commit && session.pending {
+            woken = publish(&mut *tx, session, session.dequeued).await?;
+        }
+        self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {
             self.wake(q);
@@ -992,9 +1007,9 @@ impl Engine {
             return Ok(());
         }
         let mut tx = self.store.begin().await?;
-        let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok())), false).await?;
-        tx.commit().await?;
+        let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
+        self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {
             self.wake(q);
@@ -1015,7 +1030,7 @@ impl Engine {
         let woken = if session.pending { rollback_work(&mut *tx, resolved, &session.txn).await? } else { Vec::new() };
         let version =
             self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok())), false).await?;
-        tx.commit().await?;
+        self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {
             self.wake(q);
@@ -1372,6 +1387,14 @@ async fn rollback_work(tx: &mut dyn StoreTx, resolved: &Resolved, txn: &str) -> 
         }
     }
     Ok(woken)
+}
+
+/// The fault for a request that found its session changed by another request meanwhile.
+fn session_busy_error() -> AqError {
+    AqError::client(
+        code::SESSION_BUSY,
+        "another request of this session ran at the same time; nothing of this one was performed, send it again",
+    )
 }
 
 /// The fault for a request of a session that timed out (its work was rolled back).

@@ -33,6 +33,10 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A session row written in the transaction was not at the version the write expected
+    /// (see [`StoreTx::session_put`]); the transaction was rolled back.
+    #[error("the session was changed by another request")]
+    SessionConflict,
 }
 
 impl StoreError {
@@ -585,8 +589,11 @@ pub trait Store: Send + Sync + 'static {
 pub trait StoreTx: Send {
     /// Writes a session row: inserted when `row.version` is 1, else updated from version
     /// `row.version - 1`. False, with nothing written, if the row is not at that version
-    /// (another request changed or ended the session). `provisional`: the transaction was
-    /// begun with [`Store::begin_provisional`].
+    /// (another request changed or ended the session). A backend may instead write it with
+    /// a later statement of the transaction (PostgreSQL folds it into the next enqueue or
+    /// session commit, one round trip fewer): then a row at another version makes
+    /// [`StoreTx::commit`] roll back and fail with [`StoreError::SessionConflict`].
+    /// `provisional`: the transaction was begun with [`Store::begin_provisional`].
     async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool>;
 
     /// Ends a session: deletes its row if it is still at `version` (and, with

@@ -346,13 +346,13 @@ impl OwnConn {
     /// is sent once more on a fresh one: the message ids are ours, so if the first one had
     /// committed, the second fails on their unique index, and that answers the question.
     async fn insert(&mut self, pool: &PgPool, msgs: &[&NewMessage]) -> Result<()> {
-        let r = insert_query(msgs).execute(self.get(pool).await?).await;
+        let r = insert_query(msgs, None).execute(self.get(pool).await?).await;
         match r {
             Err(e) if connection_broken(&e) => {
                 connection_lost();
                 tracing::warn!(error = %e, "the insert writer's connection failed; sending the statement again");
                 self.0 = None;
-                let again = insert_query(msgs).execute(self.get(pool).await?).await;
+                let again = insert_query(msgs, None).execute(self.get(pool).await?).await;
                 match again {
                     Err(sqlx::Error::Database(d)) if d.constraint() == Some("messages_msgid_key") => Ok(()),
                     again => self.check(again).map(|_| ()),
@@ -416,7 +416,85 @@ async fn ping_if_stale(conn: &mut sqlx::PgConnection, meta: sqlx::pool::PoolConn
 
 pub struct PgTx {
     tx: Transaction<'static, Postgres>,
+    /// A session row to write (see `StoreTx::session_put`): with the transaction's next
+    /// enqueue or session commit, in the same statement, else just before its commit.
+    staged: Option<(SessionRow, bool)>,
+    /// A folded session write found the row at another version.
+    conflict: bool,
 }
+
+impl PgTx {
+    fn new(tx: Transaction<'static, Postgres>) -> Self {
+        Self { tx, staged: None, conflict: false }
+    }
+}
+
+/// The session write as two data-modifying CTEs (`sw` inserts a new row, `su` updates
+/// from the previous version; exactly one of them can apply), parameters `$K` to `$K+9`
+/// as bound by [`bind_session`]. `(SELECT count(*) FROM sw) + (SELECT count(*) FROM su)`
+/// is 1 when the row was written. See `session_put` for `prov_epoch`.
+fn session_ctes(k: usize) -> String {
+    let p = |i: usize| format!("${}", k + i);
+    format!(
+        "sw AS (INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
+                SELECT {0}::bytea, {1}::text, {2}::text, {3}::boolean, {4}::boolean, {5}::int8, {6}::text, {7}::int8, {8}::int8,
+                       CASE WHEN {9}::boolean THEN pg_postmaster_start_time() END
+                WHERE {8}::int8 = 1
+                ON CONFLICT (id_hash) DO NOTHING RETURNING 1),
+         su AS (UPDATE sessions SET agent = {1}::text, txn = {2}::text, pending = {3}::boolean, dequeued = {4}::boolean,
+                       enqueued = {5}::int8, positions = {6}::text, last_used = {7}::int8, version = {8}::int8,
+                       prov_epoch = CASE
+                           WHEN txn <> {2}::text THEN CASE WHEN {9}::boolean THEN pg_postmaster_start_time() END
+                           WHEN {9}::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
+                           WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
+                           ELSE prov_epoch END
+                WHERE {8}::int8 > 1 AND id_hash = {0}::bytea AND version = {8}::int8 - 1 RETURNING 1)",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9)
+    )
+}
+
+fn bind_session<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    row: &'q SessionRow,
+    provisional: bool,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    q.bind(&row.id_hash)
+        .bind(&row.agent)
+        .bind(&row.txn)
+        .bind(row.pending)
+        .bind(row.dequeued)
+        .bind(row.enqueued)
+        .bind(&row.positions)
+        .bind(row.last_used)
+        .bind(row.version)
+        .bind(provisional)
+}
+
+/// `PUBLISH_SQL` with the session write folded in (its parameters from `$3`); one row
+/// per queue as there, plus `sealed`; a single row with `q` NULL when nothing was
+/// published.
+static PUBLISH_SEALED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
+              m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
+              c AS (SELECT queue_id AS q, count(*) AS n FROM m GROUP BY queue_id),
+              s AS (SELECT pg_notify($2, q::text) FROM c WHERE NOT {}),
+              {},
+              w AS (SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed)
+         SELECT c.q, c.n, w.sealed FROM w LEFT JOIN c ON true WHERE (SELECT count(*) FROM s) >= 0 ORDER BY c.q",
+        super::interest::uninterested!(),
+        session_ctes(3)
+    )
+});
 
 fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
     v.try_into().map_err(|_| StoreError::Corrupt("msgid is not 16 bytes".into()))
@@ -446,13 +524,13 @@ fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
 impl Store for PgStore {
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.pool.begin().await?;
-        Ok(Box::new(PgTx { tx }))
+        Ok(Box::new(PgTx::new(tx)))
     }
 
     /// Commits without waiting for the WAL flush (one round trip, as `BEGIN`).
     async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit TO off").await?;
-        Ok(Box::new(PgTx { tx }))
+        Ok(Box::new(PgTx::new(tx)))
     }
 
     async fn recover(&self) -> Result<u64> {
@@ -732,7 +810,7 @@ impl Store for PgStore {
         if msgs.len() >= COALESCE_ALONE_ROWS {
             // Already a batch: sharing a statement saves it nothing, and waiting behind the
             // one writer would keep PostgreSQL on one core.
-            insert_query(&msgs.iter().collect::<Vec<_>>()).execute(&self.pool).await?;
+            insert_query(&msgs.iter().collect::<Vec<_>>(), None).execute(&self.pool).await?;
             return Ok(());
         }
         let (done, answer) = tokio::sync::oneshot::channel();
@@ -908,35 +986,10 @@ impl StoreTx for PgTx {
     async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
         // prov_epoch: the server run of the oldest provisional write of the open
         // transaction that no durable commit of the same run has covered yet (a durable
-        // commit flushes all WAL before it). A new transaction starts afresh.
-        let sql = if row.version == 1 {
-            "INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CASE WHEN $10::boolean THEN pg_postmaster_start_time() END)
-             ON CONFLICT (id_hash) DO NOTHING"
-        } else {
-            "UPDATE sessions SET agent = $2, txn = $3, pending = $4, dequeued = $5, enqueued = $6, positions = $7,
-                    last_used = $8, version = $9,
-                    prov_epoch = CASE
-                        WHEN txn <> $3 THEN CASE WHEN $10::boolean THEN pg_postmaster_start_time() END
-                        WHEN $10::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
-                        WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
-                        ELSE prov_epoch END
-              WHERE id_hash = $1 AND version = $9 - 1"
-        };
-        let r = sqlx::query(sql)
-            .bind(&row.id_hash)
-            .bind(&row.agent)
-            .bind(&row.txn)
-            .bind(row.pending)
-            .bind(row.dequeued)
-            .bind(row.enqueued)
-            .bind(&row.positions)
-            .bind(row.last_used)
-            .bind(row.version)
-            .bind(provisional)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(r.rows_affected() == 1)
+        // commit flushes all WAL before it). A new transaction starts afresh. Written by
+        // the next enqueue or session commit of this transaction, or before its commit.
+        self.staged = Some((row.clone(), provisional));
+        Ok(true)
     }
 
     async fn session_end(
@@ -1008,8 +1061,19 @@ impl StoreTx for PgTx {
         spool_attempted_on(&mut self.tx, id, response, error, next_attempt_at).await
     }
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
-        if !msgs.is_empty() {
-            insert_query(&msgs.iter().collect::<Vec<_>>()).execute(&mut *self.tx).await?;
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        let msgs = msgs.iter().collect::<Vec<_>>();
+        match self.staged.take() {
+            None => {
+                insert_query(&msgs, None).execute(&mut *self.tx).await?;
+            }
+            Some((row, provisional)) => {
+                let sealed: i64 =
+                    insert_query(&msgs, Some((&row, provisional))).fetch_one(&mut *self.tx).await?.try_get("sealed")?;
+                self.conflict |= sealed != 1;
+            }
         }
         Ok(())
     }
@@ -1125,9 +1189,24 @@ impl StoreTx for PgTx {
     }
 
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
-        // The enqueues are published and signalled in one statement (one round trip).
-        let published: Vec<(i64, i64)> =
-            sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?;
+        // The enqueues are published and signalled in one statement (one round trip), with
+        // the session's row when one is staged.
+        let published: Vec<(i64, i64)> = match self.staged.take() {
+            None => sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?,
+            Some((row, provisional)) => {
+                let rows = bind_session(sqlx::query(&PUBLISH_SEALED_SQL).bind(txn).bind(CHANNEL), &row, provisional)
+                    .fetch_all(&mut *self.tx)
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    self.conflict |= r.try_get::<i64, _>("sealed")? != 1;
+                    if let Some(q) = r.try_get::<Option<i64>, _>("q")? {
+                        out.push((q, r.try_get::<i64, _>("n")?));
+                    }
+                }
+                out
+            }
+        };
         let queues: Vec<i64> = published.iter().map(|(q, _)| *q).collect();
         let published = published.iter().map(|(_, n)| u64::try_from(*n).unwrap_or(0)).sum();
         if dequeues {
@@ -1326,7 +1405,18 @@ impl StoreTx for PgTx {
         Ok(())
     }
 
-    async fn commit(self: Box<Self>) -> Result<()> {
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        if let Some((row, provisional)) = self.staged.take() {
+            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL), &row, provisional)
+                .fetch_one(&mut *self.tx)
+                .await?
+                .try_get("sealed")?;
+            self.conflict |= sealed != 1;
+        }
+        if self.conflict {
+            self.tx.rollback().await?;
+            return Err(StoreError::SessionConflict);
+        }
         self.tx.commit().await?;
         Ok(())
     }
@@ -1370,7 +1460,53 @@ fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static, Postgres>
 /// and that some process holds interest in.
 /// The arrays borrow from `msgs` (sqlx encodes them when bound): payloads are not copied
 /// on their way into the statement.
-fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments> {
+/// The insert's CTEs (see `insert_query`): messages, deliveries, outbox rows.
+macro_rules! insert_ctes {
+    () => {
+        "WITH m AS (
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[])
+            RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
+         ), d AS (
+            INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
+            SELECT m.seq, c.queue_id, c.consumer, c.prio_key
+            FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
+            RETURNING msg_seq, queue_id, consumer
+         ), o AS (
+            INSERT INTO notify_outbox (queue_id, consumer, agent, notify_url, msgid, corrid, priority, enq_time,
+                                       delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
+            SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
+                   m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn, COALESCE(m.delay_until, m.enq_time)
+            FROM (SELECT msg_seq, queue_id, consumer FROM d UNION ALL SELECT seq, queue_id, '' FROM m WHERE single) d
+            JOIN m ON m.seq = d.msg_seq
+            JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
+            WHERE EXISTS (SELECT 1 FROM registrations WHERE queue_id = ANY($2::int8[]))
+         )"
+    };
+}
+
+/// The insert with a session row written in the same statement (parameters from `$20`):
+/// one row, `sealed` 1 when the row was written.
+static INSERT_SEALED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}, nt AS MATERIALIZED (SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT {}),
+         {}
+         SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
+        insert_ctes!(),
+        super::interest::uninterested!(),
+        session_ctes(20)
+    )
+});
+
+/// A session row written alone (parameters from `$1`), before a commit.
+static SESSION_ALONE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("WITH {} SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed", session_ctes(1))
+});
+
+fn insert_query<'a>(
+    msgs: &[&'a NewMessage],
+    session: Option<(&'a SessionRow, bool)>,
+) -> sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments> {
     let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
     visible.sort_unstable();
     visible.dedup();
@@ -1415,48 +1551,38 @@ fn insert_query<'a>(msgs: &[&'a NewMessage]) -> sqlx::query::Query<'a, Postgres,
             d_prios.push(m.prio_key);
         }
     }
-    sqlx::query(concat!(
-        "WITH m AS (
-            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key)
-            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[])
-            RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
-         ), d AS (
-            INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
-            SELECT m.seq, c.queue_id, c.consumer, c.prio_key
-            FROM m JOIN UNNEST($12::bytea[], $13::text[], $14::int8[], $15::int8[]) AS c(msgid, consumer, queue_id, prio_key) ON c.msgid = m.msgid
-            RETURNING msg_seq, queue_id, consumer
-         ), o AS (
-            INSERT INTO notify_outbox (queue_id, consumer, agent, notify_url, msgid, corrid, priority, enq_time,
-                                       delay_until, expire_at, sender, exception_queue, txn, next_attempt_at)
-            SELECT m.queue_id, d.consumer, r.agent, r.notify_url, m.msgid, m.corrid, m.priority, m.enq_time,
-                   m.delay_until, m.expire_at, m.sender, m.exception_queue, m.enq_txn, COALESCE(m.delay_until, m.enq_time)
-            FROM (SELECT msg_seq, queue_id, consumer FROM d UNION ALL SELECT seq, queue_id, '' FROM m WHERE single) d
-            JOIN m ON m.seq = d.msg_seq
-            JOIN registrations r ON r.queue_id = d.queue_id AND r.consumer = d.consumer
-            WHERE EXISTS (SELECT 1 FROM registrations WHERE queue_id = ANY($2::int8[]))
-         )
-         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
-        super::interest::uninterested!()
-    ))
-    .bind(ids)
-    .bind(queues)
-    .bind(corrids)
-    .bind(prios)
-    .bind(enq)
-    .bind(delays)
-    .bind(expires)
-    .bind(senders)
-    .bind(excq)
-    .bind(payloads)
-    .bind(txns)
-    .bind(d_ids)
-    .bind(d_consumers)
-    .bind(d_queues)
-    .bind(d_prios)
-    .bind(CHANNEL)
-    .bind(visible)
-    .bind(singles)
-    .bind(prio_keys)
+    let sql: &'static str = match session {
+        None => concat!(
+            insert_ctes!(),
+            "\n         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
+            super::interest::uninterested!()
+        ),
+        Some(_) => INSERT_SEALED_SQL.as_str(),
+    };
+    let q = sqlx::query(sql)
+        .bind(ids)
+        .bind(queues)
+        .bind(corrids)
+        .bind(prios)
+        .bind(enq)
+        .bind(delays)
+        .bind(expires)
+        .bind(senders)
+        .bind(excq)
+        .bind(payloads)
+        .bind(txns)
+        .bind(d_ids)
+        .bind(d_consumers)
+        .bind(d_queues)
+        .bind(d_prios)
+        .bind(CHANNEL)
+        .bind(visible)
+        .bind(singles)
+        .bind(prio_keys);
+    match session {
+        None => q,
+        Some((row, provisional)) => bind_session(q, row, provisional),
+    }
 }
 
 fn registration_from_row(r: &PgRow) -> Result<Registration> {
