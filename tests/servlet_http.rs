@@ -652,9 +652,9 @@ async fn an_idempotency_key_performs_a_request_at_most_once() {
     }
 }
 
-async fn futures_join<F: std::future::Future>(fs: Vec<F>) -> Vec<F::Output>
+async fn futures_join<F>(fs: Vec<F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = fs.into_iter().map(tokio::spawn).collect();
