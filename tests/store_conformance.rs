@@ -51,6 +51,7 @@ on_both_backends!(
     recovery_rolls_back_only_what_no_session_owns,
     idle_sessions_roll_back,
     a_session_changed_meanwhile_refuses_the_stale_request,
+    idempotency_records_are_per_agent_and_kept_for_the_window,
     adt_payload_round_trips_examples,
     privileges_are_enforced,
     registrations,
@@ -836,6 +837,30 @@ async fn idle_sessions_roll_back(b: Backend) {
     h.clock.advance_secs(2 * 86_400);
     h.engine.purge_sessions().await;
     assert!(matches!(h.engine.resume(&s.id).await.expect("resume"), aqgate::engine::Resumed::Unknown));
+}
+
+/// An idempotency record is unique per (agent, key), and forgotten once the window is over.
+async fn idempotency_records_are_per_agent_and_kept_for_the_window(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store();
+    let rec = aqgate::store::IdempotencyRecord {
+        agent: "SCOTT".into(),
+        key: "order-1".into(),
+        request_hash: vec![7; 32],
+        response: b"<Envelope/>".to_vec(),
+        opened: false,
+        created_at: T0,
+    };
+    let mut tx = store.begin().await.expect("begin");
+    assert!(tx.idempotency_put(&rec).await.expect("put"));
+    assert!(!tx.idempotency_put(&rec).await.expect("put again"), "the key is taken");
+    tx.commit().await.expect("commit");
+    assert_eq!(store.idempotency_get("SCOTT", "order-1").await.expect("get"), Some(rec.clone()));
+    assert_eq!(store.idempotency_get("JOHN", "order-1").await.expect("get"), None, "keys are per agent");
+    store.sessions_purge(T0, T0).await.expect("purge");
+    assert!(store.idempotency_get("SCOTT", "order-1").await.expect("get").is_some(), "inside the window");
+    assert_eq!(store.sessions_purge(T0, T0 + 1).await.expect("purge"), 1);
+    assert_eq!(store.idempotency_get("SCOTT", "order-1").await.expect("get"), None, "the window is over");
 }
 
 /// Two requests of one session in two processes at once: the one that writes second

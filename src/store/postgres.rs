@@ -429,37 +429,42 @@ impl PgTx {
     }
 }
 
-/// The session write as two data-modifying CTEs (`sw` inserts a new row, `su` updates
-/// from the previous version; exactly one of them can apply), parameters `$K` to `$K+9`
-/// as bound by [`bind_session`]. `(SELECT count(*) FROM sw) + (SELECT count(*) FROM su)`
-/// is 1 when the row was written. See `session_put` for `prov_epoch`.
-fn session_ctes(k: usize) -> String {
+/// The session write as CTEs `sw` (inserts a new row: `new`) and `su` (updates from the
+/// previous version), one of them a no-op, parameters `$K` to `$K+9` as bound by
+/// [`bind_session`]. `(SELECT count(*) FROM sw) + (SELECT count(*) FROM su)` is 1 when the
+/// row was written. See `session_put` for `prov_epoch`.
+fn session_ctes(k: usize, new: bool) -> String {
     let p = |i: usize| format!("${}", k + i);
-    format!(
-        "sw AS (INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
-                SELECT {0}::bytea, {1}::text, {2}::text, {3}::boolean, {4}::boolean, {5}::int8, {6}::text, {7}::int8, {8}::int8,
-                       CASE WHEN {9}::boolean THEN pg_postmaster_start_time() END
-                WHERE {8}::int8 = 1
-                ON CONFLICT (id_hash) DO NOTHING RETURNING 1),
-         su AS (UPDATE sessions SET agent = {1}::text, txn = {2}::text, pending = {3}::boolean, dequeued = {4}::boolean,
-                       enqueued = {5}::int8, positions = {6}::text, last_used = {7}::int8, version = {8}::int8,
-                       prov_epoch = CASE
-                           WHEN txn <> {2}::text THEN CASE WHEN {9}::boolean THEN pg_postmaster_start_time() END
-                           WHEN {9}::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
-                           WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
-                           ELSE prov_epoch END
-                WHERE {8}::int8 > 1 AND id_hash = {0}::bytea AND version = {8}::int8 - 1 RETURNING 1)",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5),
-        p(6),
-        p(7),
-        p(8),
-        p(9)
-    )
+    let (id, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov) =
+        (p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9));
+    if new {
+        format!(
+            "sw AS (INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
+                    VALUES ({id}::bytea, {agent}::text, {txn}::text, {pending}::boolean, {dequeued}::boolean, {enqueued}::int8,
+                            {positions}::text, {last_used}::int8, {version}::int8,
+                            CASE WHEN {prov}::boolean THEN pg_postmaster_start_time() END)
+                    ON CONFLICT (id_hash) DO NOTHING RETURNING 1),
+             su AS (SELECT 1 WHERE false)"
+        )
+    } else {
+        format!(
+            "sw AS (SELECT 1 WHERE false),
+             su AS (UPDATE sessions SET agent = {agent}::text, txn = {txn}::text, pending = {pending}::boolean,
+                           dequeued = {dequeued}::boolean, enqueued = {enqueued}::int8, positions = {positions}::text,
+                           last_used = {last_used}::int8, version = {version}::int8,
+                           prov_epoch = CASE
+                               WHEN txn <> {txn}::text THEN CASE WHEN {prov}::boolean THEN pg_postmaster_start_time() END
+                               WHEN {prov}::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
+                               WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
+                               ELSE prov_epoch END
+                    WHERE id_hash = {id}::bytea AND version = {version}::int8 - 1 RETURNING 1)"
+        )
+    }
+}
+
+/// Index of a statement variant for a session row (new row or update).
+fn variant(row: &SessionRow) -> usize {
+    usize::from(row.version == 1)
 }
 
 fn bind_session<'q>(
@@ -482,18 +487,20 @@ fn bind_session<'q>(
 /// `PUBLISH_SQL` with the session write folded in (its parameters from `$3`); one row
 /// per queue as there, plus `sealed`; a single row with `q` NULL when nothing was
 /// published.
-static PUBLISH_SEALED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
+static PUBLISH_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+    [false, true].map(|new| {
+        format!(
+            "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
               m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
               c AS (SELECT queue_id AS q, count(*) AS n FROM m GROUP BY queue_id),
               s AS (SELECT pg_notify($2, q::text) FROM c WHERE NOT {}),
               {},
               w AS (SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed)
          SELECT c.q, c.n, w.sealed FROM w LEFT JOIN c ON true WHERE (SELECT count(*) FROM s) >= 0 ORDER BY c.q",
-        super::interest::uninterested!(),
-        session_ctes(3)
-    )
+            super::interest::uninterested!(),
+            session_ctes(3, new)
+        )
+    })
 });
 
 fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
@@ -1194,9 +1201,13 @@ impl StoreTx for PgTx {
         let published: Vec<(i64, i64)> = match self.staged.take() {
             None => sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?,
             Some((row, provisional)) => {
-                let rows = bind_session(sqlx::query(&PUBLISH_SEALED_SQL).bind(txn).bind(CHANNEL), &row, provisional)
-                    .fetch_all(&mut *self.tx)
-                    .await?;
+                let rows = bind_session(
+                    sqlx::query(&PUBLISH_SEALED_SQL[variant(&row)]).bind(txn).bind(CHANNEL),
+                    &row,
+                    provisional,
+                )
+                .fetch_all(&mut *self.tx)
+                .await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in &rows {
                     self.conflict |= r.try_get::<i64, _>("sealed")? != 1;
@@ -1407,7 +1418,7 @@ impl StoreTx for PgTx {
 
     async fn commit(mut self: Box<Self>) -> Result<()> {
         if let Some((row, provisional)) = self.staged.take() {
-            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL), &row, provisional)
+            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL[variant(&row)]), &row, provisional)
                 .fetch_one(&mut *self.tx)
                 .await?
                 .try_get("sealed")?;
@@ -1487,20 +1498,24 @@ macro_rules! insert_ctes {
 
 /// The insert with a session row written in the same statement (parameters from `$20`):
 /// one row, `sealed` 1 when the row was written.
-static INSERT_SEALED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "{}, nt AS MATERIALIZED (SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT {}),
+static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+    [false, true].map(|new| {
+        format!(
+            "{}, nt AS MATERIALIZED (SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT {}),
          {}
          SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
-        insert_ctes!(),
-        super::interest::uninterested!(),
-        session_ctes(20)
-    )
+            insert_ctes!(),
+            super::interest::uninterested!(),
+            session_ctes(20, new)
+        )
+    })
 });
 
 /// A session row written alone (parameters from `$1`), before a commit.
-static SESSION_ALONE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("WITH {} SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed", session_ctes(1))
+static SESSION_ALONE_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+    [false, true].map(|new| {
+        format!("WITH {} SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed", session_ctes(1, new))
+    })
 });
 
 fn insert_query<'a>(
@@ -1557,7 +1572,7 @@ fn insert_query<'a>(
             "\n         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
             super::interest::uninterested!()
         ),
-        Some(_) => INSERT_SEALED_SQL.as_str(),
+        Some((row, _)) => INSERT_SEALED_SQL[variant(row)].as_str(),
     };
     let q = sqlx::query(sql)
         .bind(ids)
