@@ -373,7 +373,14 @@ impl Engine {
         match tx.commit().await {
             Ok(()) => Ok(()),
             Err(StoreError::SessionConflict) => Err(session_busy_error()),
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                tracing::error!(error = %e, "store failure at commit");
+                Err(AqError::server(
+                    code::INTERNAL,
+                    "the database did not confirm the commit: the request may or may not have been performed \
+                     (with an Idempotency-Key, send it again to learn which)",
+                ))
+            }
         }
     }
 
