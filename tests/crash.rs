@@ -128,7 +128,7 @@ async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, prox
 
 /// HTTP clients against one node on a fresh SQLite file.
 #[test]
-fn kill_dash_nine_http_on_sqlite_loses_and_duplicates_nothing() {
+fn kill9_checker_http_on_sqlite_loses_and_duplicates_nothing() {
     run(async {
         let dir = procs::scratch("sqlite");
         let db = common::fresh_sqlite_url();
@@ -141,7 +141,7 @@ fn kill_dash_nine_http_on_sqlite_loses_and_duplicates_nothing() {
 
 /// HTTP clients against one node on a fresh PostgreSQL database.
 #[test]
-fn kill_dash_nine_http_on_postgres_loses_and_duplicates_nothing() {
+fn kill9_checker_http_on_postgres_loses_and_duplicates_nothing() {
     run(async {
         let dir = procs::scratch("pg");
         let db = common::fresh_pg_url().await;
@@ -155,7 +155,7 @@ fn kill_dash_nine_http_on_postgres_loses_and_duplicates_nothing() {
 /// Three nodes on one PostgreSQL database behind HAProxy (round-robin, no stickiness: a
 /// session's requests land on any node); one node at a time is killed and restarted.
 #[test]
-fn kill_dash_nine_one_of_three_nodes_behind_haproxy_loses_and_duplicates_nothing() {
+fn kill9_checker_one_of_three_nodes_behind_haproxy_loses_and_duplicates_nothing() {
     run(async {
         let dir = procs::scratch("multi");
         let db = common::fresh_pg_url().await;
@@ -176,7 +176,7 @@ fn kill_dash_nine_one_of_three_nodes_behind_haproxy_loses_and_duplicates_nothing
 /// one process, on SQLite) is killed: each mail answered 250 is performed exactly once;
 /// mails not answered 250 are submitted again after the load, until they are.
 #[test]
-fn kill_dash_nine_signed_mail_is_performed_exactly_once() {
+fn kill9_checker_signed_mail_is_performed_exactly_once() {
     run(async {
         let t0 = Instant::now();
         let seed = seed();
