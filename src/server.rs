@@ -47,29 +47,36 @@ pub struct ServeConfig {
 
 /// A SQLite file is one process's store (one writer; long polls and the time manager see
 /// only their own process): a second `aqgate serve` on the same file is refused, by an
-/// exclusive lock on `<file>.serve-lock` held while the server runs. Several nodes share a
+/// exclusive lock (flock) on the database file itself, held while the server runs and let
+/// go by the OS if it dies. The file is the one SQLite opens (the URL parsed as sqlx
+/// parses it), so another spelling of its path, a symbolic or a hard link, meets the same
+/// lock; SQLite's own locks are of another kind and unaffected. Several nodes share a
 /// PostgreSQL database instead. `None` for other databases and in-memory SQLite.
 fn sole_server_on_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
-    let Some(rest) = url.strip_prefix("sqlite:") else { return Ok(None) };
-    let path = rest.trim_start_matches("//");
-    let path = path.split('?').next().unwrap_or(path);
-    if path.is_empty() || path == ":memory:" {
+    use std::str::FromStr;
+    if !url.starts_with("sqlite:") {
         return Ok(None);
     }
-    let lock_path = format!("{path}.serve-lock");
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).map_err(|e| anyhow::anyhow!("database URL: {e}"))?;
+    let path = opts.get_filename();
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" || url.contains("mode=memory") {
+        return Ok(None);
+    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
-        .open(&lock_path)
-        .map_err(|e| anyhow::anyhow!("{lock_path}: {e}"))?;
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),
         Err(std::fs::TryLockError::WouldBlock) => Err(anyhow::anyhow!(
-            "another aqgate serve is running on the SQLite database {path}: a SQLite file serves one process; \
-             run several nodes on PostgreSQL instead"
+            "another aqgate serve is running on the SQLite database {}: a SQLite file serves one process; \
+             run several nodes on PostgreSQL instead",
+            path.display()
         )),
-        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("{lock_path}: {e}")),
+        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("{}: {e}", path.display())),
     }
 }
 

@@ -179,13 +179,21 @@ fn a_second_server_on_one_sqlite_file_is_refused() {
     let db = fresh_sqlite_url();
     let port = free_port();
     let _first = Serve::start(&db, port);
-    let out = Command::new(BIN)
-        .args(["serve", "--database", &db, "--listen", &format!("127.0.0.1:{}", free_port()), "--no-smtp"])
-        .output()
-        .expect("run a second server");
-    assert!(!out.status.success(), "the second server must not start");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("another aqgate serve is running") && err.contains("PostgreSQL"), "{err}");
+    let path = db.trim_start_matches("sqlite://").to_string();
+    let link = format!("{path}-link.db");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    // The same file, spelled another way each time.
+    let encoded = format!("sqlite://{}", path.replace(".db", "%2Edb"));
+    for url in [db.clone(), format!("sqlite:{path}"), format!("sqlite://{link}"), encoded] {
+        let out = Command::new(BIN)
+            .args(["serve", "--database", &url, "--listen", &format!("127.0.0.1:{}", free_port()), "--no-smtp"])
+            .output()
+            .expect("run a second server");
+        assert!(!out.status.success(), "a second server on {url} must not start");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("another aqgate serve is running") && err.contains("PostgreSQL"), "{url}: {err}");
+    }
+    let _ = std::fs::remove_file(&link);
     assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200), "the first one still serves");
 }
 

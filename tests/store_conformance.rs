@@ -1383,10 +1383,10 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
 
 /// PostgreSQL: sends of an open transaction are written provisionally (without waiting
 /// for their WAL flush), together with the session row, so a database crash can lose the
-/// newest of them and the session's own count with them. The session row remembers the
-/// server run of the oldest provisional write not yet covered by a durable commit: if the
-/// server restarted since (simulated here by moving that time back), the commit is refused
-/// with 25402, also after a durable write of the same transaction in the new run.
+/// newest writes, the session's own count with them. The row remembers the server run of
+/// its last write: if the server restarted since (simulated here by moving that time
+/// back), the commit is refused with 25402, also after a durable write of the same
+/// transaction in the new run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_restart_since_a_provisional_write_refuses_the_commit() {
     let b = Backend::Postgres;
@@ -1394,7 +1394,7 @@ async fn postgres_a_restart_since_a_provisional_write_refuses_the_commit() {
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
     h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open, provisional");
-    sql_on(&h, b, "UPDATE sessions SET prov_epoch = prov_epoch - interval '1 hour' WHERE prov_epoch IS NOT NULL").await;
+    sql_on(&h, b, "UPDATE sessions SET epoch = epoch - interval '1 hour'").await;
     let aqgate::engine::Resumed::Live(mut s) = h.engine.resume(&p.id).await.expect("resume") else { panic!("live") };
     assert!(!s.intact, "the server restarted since a provisional write");
     assert_eq!(recv_raw(&h, &mut s, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("01".into()), "durable");
@@ -1407,6 +1407,47 @@ async fn postgres_a_restart_since_a_provisional_write_refuses_the_commit() {
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("03".into()));
     assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Err(code::NO_MESSAGE), "02 was rolled back");
+}
+
+/// PostgreSQL: a crash lost the newest, provisional write of a transaction (a send after a
+/// durable receive), so the row is back at the receive's version and counts no send. The
+/// commit is refused with 25402 both by the process that wrote the send (its copy of the
+/// row is newer than the row) and by any other (the row was last written in another
+/// server run); a rollback then puts the received message back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lost_provisional_send_is_never_committed() {
+    let b = Backend::Postgres;
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "CA")], COMMIT)).await.expect("committed");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("CA".into()), "a durable remove, open");
+    let (version, pending, enqueued) = (c.stored.expect("stored"), c.pending, c.enqueued);
+    h.run(&mut c, &raw_send(RAWQ, &[("", "D0")], "")).await.expect("a provisional send");
+    // The crash: the send's rows and its row write are gone; the server runs anew.
+    sql_on(
+        &h,
+        b,
+        &format!(
+            "DELETE FROM messages WHERE enq_txn IS NOT NULL AND lock_txn IS NULL; \
+             UPDATE sessions SET version = {version}, pending = {pending}, enqueued = {enqueued}, \
+                    epoch = epoch - interval '1 hour'"
+        ),
+    )
+    .await;
+    let (code_copy, _) = h.run(&mut c, &envelope(COMMIT)).await.expect_err("the writer's copy is newer");
+    assert_eq!(code_copy, code::TRANSACTION_LOST);
+    let store = aqgate::store::open(&h.url).await.expect("another process");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
+    let e2 = aqgate::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
+    let aqgate::engine::Resumed::Live(mut s2) = e2.resume(&c.id).await.expect("resume") else { panic!("live") };
+    let req = |x: &str| aqgate::idap::parse_request(x.as_bytes(), &Default::default()).expect("parse").body;
+    let e = e2.execute(&mut s2, req(&envelope(COMMIT))).await.expect_err("another process");
+    assert_eq!(e.code, code::TRANSACTION_LOST);
+    e2.execute(&mut s2, req(&envelope(ROLLBACK))).await.expect("rollback");
+    let mut r = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut r, "", COMMIT).await, Ok("CA".into()), "the received message is back");
+    assert_eq!(recv_raw(&h, &mut r, "", COMMIT).await, Err(code::NO_MESSAGE));
 }
 
 /// A commit in one process wakes a long-poll in another (PostgreSQL LISTEN/NOTIFY).

@@ -12,10 +12,13 @@ CREATE TABLE sessions (
     last_used  BIGINT NOT NULL,
     -- Bumped by every write: a write that finds another version lost a race and rolls back.
     version    BIGINT NOT NULL,
-    -- The server start time of the oldest provisional (synchronous_commit off) write not
-    -- yet covered by a durable commit in the same server run: if the server restarted
-    -- since, such writes may be lost, and the session's commit is refused (25402).
-    prov_epoch TIMESTAMPTZ
+    -- The server run (pg_postmaster_start_time()) of the row's last write: a crash loses
+    -- provisional (synchronous_commit off) writes, always the newest ones, so a row last
+    -- written in another run may have lost writes of its open transaction.
+    epoch      TIMESTAMPTZ NOT NULL,
+    -- Set by a write that found the row so; cleared when the transaction ends. Such a
+    -- session's commit is refused (25402).
+    doubt      BOOLEAN NOT NULL DEFAULT false
 -- Every request of a session rewrites its row: room on the page and no index on a column
 -- that changes (last_used) keep those updates HOT (no new index entries). The idle scan
 -- (once a second) reads the table, which holds only the sessions open now.

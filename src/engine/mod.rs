@@ -388,6 +388,12 @@ impl Engine {
     /// no transaction of the request open).
     async fn session_conflict(&self, session: &Session) -> AqError {
         match self.store.session_get(&session.id_hash()).await {
+            // Older than what this process wrote: the database lost writes (a crash of
+            // PostgreSQL after provisional ones), not a concurrent request.
+            Ok(SessionLookup::Live(row)) if session.stored.is_some_and(|v| row.version < v) => {
+                tracing::warn!(agent = %row.agent, "a session's row is older than its last write: the database lost writes");
+                transaction_lost_error()
+            }
             Ok(SessionLookup::Live(_)) => session_busy_error(),
             Ok(_) if session.stored.is_some() => session_expired_error(),
             // A new session's id taken meanwhile (128 random bits: not in practice).
@@ -425,6 +431,18 @@ impl Engine {
     }
 
     async fn execute_inner(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
+        let commits = match &request {
+            Request::Send(r) | Request::Publish(r) => r.commit,
+            Request::Receive(r) => r.commit,
+            Request::Register(r) => r.commit,
+            Request::Commit => true,
+            Request::Rollback => false,
+        };
+        if commits && !session.intact {
+            // Also with nothing pending: the write that made it pending may be the lost one.
+            tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
+            return Err(transaction_lost_error());
+        }
         let resolved = self.resolved();
         let agent = resolved
             .catalog
@@ -1418,16 +1436,19 @@ pub fn session_expired_error() -> AqError {
 /// writes lost with a database crash (`Store::begin_provisional`), or a send whose
 /// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
 /// to roll the transaction back.
+/// 25402 for a session whose open transaction may have lost writes.
+fn transaction_lost_error() -> AqError {
+    AqError::server(
+        code::TRANSACTION_LOST,
+        "transaction must roll back: the database restarted since this transaction's work was written, \
+         and some of it may be lost; nothing was committed",
+    )
+}
+
 async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
     if !session.intact {
-        tracing::warn!(
-            "the database restarted since a provisional write of a session's transaction; its commit is refused"
-        );
-        return Err(AqError::server(
-            code::TRANSACTION_LOST,
-            "transaction must roll back: the database restarted since this transaction's work was written, \
-             and some of it may be lost; nothing was committed",
-        ));
+        tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
+        return Err(transaction_lost_error());
     }
     let outcome = tx.commit_session(&session.txn, dequeues).await?;
     if outcome.published != session.enqueued {

@@ -430,19 +430,26 @@ impl PgTx {
 }
 
 /// The session write as CTEs `sw` (inserts a new row: `new`) and `su` (updates from the
-/// previous version), one of them a no-op, parameters `$K` to `$K+9` as bound by
+/// previous version), one of them a no-op, parameters `$K` to `$K+8` as bound by
 /// [`bind_session`]. `(SELECT count(*) FROM sw) + (SELECT count(*) FROM su)` is 1 when the
-/// row was written. See `session_put` for `prov_epoch`.
+/// row was written.
+///
+/// `epoch` is the server run (`pg_postmaster_start_time()`) of the row's last write. A
+/// provisional write can be lost only by a crash of the server, and then every write after
+/// the last surviving one is lost with it: so a row whose `epoch` is not the current run
+/// may have lost writes of its open transaction, and a write that finds it so sets `doubt`,
+/// which stays until the transaction ends. Such a session is not `intact`: its commit is
+/// refused (25402). A session merely untouched across a restart is refused the same way.
+/// `last_used` never goes back (a long poll's touch may have moved it ahead).
 fn session_ctes(k: usize, new: bool) -> String {
     let p = |i: usize| format!("${}", k + i);
-    let (id, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov) =
-        (p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9));
+    let (id, agent, txn, pending, dequeued, enqueued, positions, last_used, version) =
+        (p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8));
     if new {
         format!(
-            "sw AS (INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, prov_epoch)
+            "sw AS (INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version, epoch, doubt)
                     VALUES ({id}::bytea, {agent}::text, {txn}::text, {pending}::boolean, {dequeued}::boolean, {enqueued}::int8,
-                            {positions}::text, {last_used}::int8, {version}::int8,
-                            CASE WHEN {prov}::boolean THEN pg_postmaster_start_time() END)
+                            {positions}::text, {last_used}::int8, {version}::int8, pg_postmaster_start_time(), false)
                     ON CONFLICT (id_hash) DO NOTHING RETURNING 1),
              su AS (SELECT 1 WHERE false)"
         )
@@ -451,12 +458,10 @@ fn session_ctes(k: usize, new: bool) -> String {
             "sw AS (SELECT 1 WHERE false),
              su AS (UPDATE sessions SET agent = {agent}::text, txn = {txn}::text, pending = {pending}::boolean,
                            dequeued = {dequeued}::boolean, enqueued = {enqueued}::int8, positions = {positions}::text,
-                           last_used = {last_used}::int8, version = {version}::int8,
-                           prov_epoch = CASE
-                               WHEN txn <> {txn}::text THEN CASE WHEN {prov}::boolean THEN pg_postmaster_start_time() END
-                               WHEN {prov}::boolean THEN coalesce(prov_epoch, pg_postmaster_start_time())
-                               WHEN prov_epoch = pg_postmaster_start_time() THEN NULL
-                               ELSE prov_epoch END
+                           last_used = greatest(last_used, {last_used}::int8), version = {version}::int8,
+                           epoch = pg_postmaster_start_time(),
+                           doubt = CASE WHEN txn <> {txn}::text THEN false
+                                        ELSE doubt OR epoch <> pg_postmaster_start_time() END
                     WHERE id_hash = {id}::bytea AND version = {version}::int8 - 1 RETURNING 1)"
         )
     }
@@ -470,7 +475,6 @@ fn variant(row: &SessionRow) -> usize {
 fn bind_session<'q>(
     q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
     row: &'q SessionRow,
-    provisional: bool,
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
     q.bind(&row.id_hash)
         .bind(&row.agent)
@@ -481,7 +485,6 @@ fn bind_session<'q>(
         .bind(&row.positions)
         .bind(row.last_used)
         .bind(row.version)
-        .bind(provisional)
 }
 
 /// `PUBLISH_SQL` with the session write folded in (its parameters from `$3`); one row
@@ -572,7 +575,7 @@ impl Store for PgStore {
     async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
         let row = sqlx::query(
             "SELECT false AS ended, agent, txn, pending, dequeued, enqueued, positions, last_used, version,
-                    (prov_epoch IS NULL OR prov_epoch = pg_postmaster_start_time()) AS intact
+                    (NOT doubt AND epoch = pg_postmaster_start_time()) AS intact
                FROM sessions WHERE id_hash = $1
              UNION ALL
              SELECT true, agent, '', had_work, false, 0, '', 0, 0, true FROM session_tombstones WHERE id_hash = $1",
@@ -599,7 +602,7 @@ impl Store for PgStore {
     async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
         let rows = sqlx::query(
             "SELECT id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version,
-                    (prov_epoch IS NULL OR prov_epoch = pg_postmaster_start_time()) AS intact
+                    (NOT doubt AND epoch = pg_postmaster_start_time()) AS intact
                FROM sessions WHERE last_used < $1 ORDER BY last_used LIMIT $2",
         )
         .bind(before)
@@ -991,10 +994,8 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
 #[async_trait]
 impl StoreTx for PgTx {
     async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
-        // prov_epoch: the server run of the oldest provisional write of the open
-        // transaction that no durable commit of the same run has covered yet (a durable
-        // commit flushes all WAL before it). A new transaction starts afresh. Written by
-        // the next enqueue or session commit of this transaction, or before its commit.
+        // Written by the next enqueue or session commit of this transaction, or before its
+        // commit; see `session_ctes` for `epoch` and `doubt`.
         self.staged = Some((row.clone(), provisional));
         Ok(true)
     }
@@ -1200,14 +1201,10 @@ impl StoreTx for PgTx {
         // the session's row when one is staged.
         let published: Vec<(i64, i64)> = match self.staged.take() {
             None => sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?,
-            Some((row, provisional)) => {
-                let rows = bind_session(
-                    sqlx::query(&PUBLISH_SEALED_SQL[variant(&row)]).bind(txn).bind(CHANNEL),
-                    &row,
-                    provisional,
-                )
-                .fetch_all(&mut *self.tx)
-                .await?;
+            Some((row, _)) => {
+                let rows = bind_session(sqlx::query(&PUBLISH_SEALED_SQL[variant(&row)]).bind(txn).bind(CHANNEL), &row)
+                    .fetch_all(&mut *self.tx)
+                    .await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in &rows {
                     self.conflict |= r.try_get::<i64, _>("sealed")? != 1;
@@ -1417,8 +1414,8 @@ impl StoreTx for PgTx {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<()> {
-        if let Some((row, provisional)) = self.staged.take() {
-            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL[variant(&row)]), &row, provisional)
+        if let Some((row, _)) = self.staged.take() {
+            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL[variant(&row)]), &row)
                 .fetch_one(&mut *self.tx)
                 .await?
                 .try_get("sealed")?;
@@ -1596,7 +1593,7 @@ fn insert_query<'a>(
         .bind(prio_keys);
     match session {
         None => q,
-        Some((row, provisional)) => bind_session(q, row, provisional),
+        Some((row, _)) => bind_session(q, row),
     }
 }
 

@@ -464,7 +464,7 @@ impl StoreTx for SqliteTx {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id_hash) DO NOTHING"
         } else {
             "UPDATE sessions SET agent = ?2, txn = ?3, pending = ?4, dequeued = ?5, enqueued = ?6, positions = ?7,
-                    last_used = ?8, version = ?9
+                    last_used = max(last_used, ?8), version = ?9
               WHERE id_hash = ?1 AND version = ?9 - 1"
         };
         let r = sqlx::query(sql)
