@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PGMQ on this machine, the yardstick of issue 2's targets (see BENCHMARKS.md): installs
+# PGMQ on this machine, the yardstick of the throughput targets (see BENCHMARKS.md): installs
 # PGMQ's plain SQL (pgmq-extension/sql/pgmq.sql from tembo-io/pgmq; not part of this
 # repository, pass its path) into a scratch database and drives it with pgbench, a C
 # client: 4 clients, 2 threads, prepared statements, 1 KiB JSON messages.

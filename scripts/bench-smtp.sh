@@ -20,7 +20,7 @@ scripts/ensure-postgres.sh >/dev/null
 pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
 work=$(mktemp -d /tmp/aqgate-bench-smtp.XXXXXX)
 chmod 755 "$work"   # Postfix (user postfix) must reach its data directory inside
-idap=../shared/reference/idap-examples/04-publish-and-commit.xml
+idap=examples/04-publish-and-commit.xml
 
 # --- Postfix + smtp-source: the same IDAP request in an unsigned text/xml mail ---------------
 {

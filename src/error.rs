@@ -109,7 +109,7 @@ impl From<crate::store::StoreError> for AqError {
             // Normally mapped by the engine, which knows whether the session still lives.
             return AqError::client(
                 code::SESSION_BUSY,
-                "another request of this session ran at the same time; nothing of this one was performed, send it again",
+                "another request with the same session cookie ran at the same time; nothing of this one was performed, send it again",
             );
         }
         // The cause is logged here once; the client sees a generic server fault.

@@ -1784,11 +1784,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const EX01: &str = include_str!("../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
-    const EX02: &str = include_str!("../../shared/reference/idap-examples/02-publish-adt-multi-consumer.xml");
-    const EX03: &str = include_str!("../../shared/reference/idap-examples/03-send-jms-text.xml");
-    const EX14: &str = include_str!("../../shared/reference/idap-examples/14-response-receive-adt.xml");
-    const EX16: &str = include_str!("../../shared/reference/idap-examples/16-servlet-send-oe-order.xml");
+    const EX01: &str = include_str!("../examples/01-send-adt-single-consumer.xml");
+    const EX02: &str = include_str!("../examples/02-publish-adt-multi-consumer.xml");
+    const EX03: &str = include_str!("../examples/03-send-jms-text.xml");
+    const EX14: &str = include_str!("../examples/14-response-receive-adt.xml");
+    const EX16: &str = include_str!("../examples/16-servlet-send-oe-order.xml");
     const TOPOLOGY: &str = include_str!("../config/topology.toml");
 
     #[derive(Deserialize)]

@@ -1418,7 +1418,7 @@ async fn rollback_work(tx: &mut dyn StoreTx, resolved: &Resolved, txn: &str) -> 
 fn session_busy_error() -> AqError {
     AqError::client(
         code::SESSION_BUSY,
-        "another request of this session ran at the same time; nothing of this one was performed, send it again",
+        "another request with the same session cookie ran at the same time; nothing of this one was performed, send it again",
     )
 }
 

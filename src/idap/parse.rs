@@ -1427,23 +1427,23 @@ fn used_prefixes<'a>(e: &'a Elem, used: &mut BTreeSet<&'a str>) {
 mod tests {
     use super::*;
 
-    const EX01: &str = include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
-    const EX02: &str = include_str!("../../../shared/reference/idap-examples/02-publish-adt-multi-consumer.xml");
-    const EX03: &str = include_str!("../../../shared/reference/idap-examples/03-send-jms-text.xml");
-    const EX04: &str = include_str!("../../../shared/reference/idap-examples/04-publish-and-commit.xml");
-    const EX05: &str = include_str!("../../../shared/reference/idap-examples/05-receive-single-consumer.xml");
-    const EX06: &str = include_str!("../../../shared/reference/idap-examples/06-receive-condition-multi-consumer.xml");
-    const EX07: &str = include_str!("../../../shared/reference/idap-examples/07-receive-and-commit.xml");
-    const EX08: &str = include_str!("../../../shared/reference/idap-examples/08-receive-browse.xml");
-    const EX09: &str = include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
-    const EX10: &str = include_str!("../../../shared/reference/idap-examples/10-commit.xml");
-    const EX11: &str = include_str!("../../../shared/reference/idap-examples/11-rollback.xml");
-    const EX12: &str = include_str!("../../../shared/reference/idap-examples/12-response-send.xml");
-    const EX13: &str = include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
-    const EX14: &str = include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
-    const EX15: &str = include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
-    const EX16: &str = include_str!("../../../shared/reference/idap-examples/16-servlet-send-oe-order.xml");
-    const EX17: &str = include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
+    const EX01: &str = include_str!("../../examples/01-send-adt-single-consumer.xml");
+    const EX02: &str = include_str!("../../examples/02-publish-adt-multi-consumer.xml");
+    const EX03: &str = include_str!("../../examples/03-send-jms-text.xml");
+    const EX04: &str = include_str!("../../examples/04-publish-and-commit.xml");
+    const EX05: &str = include_str!("../../examples/05-receive-single-consumer.xml");
+    const EX06: &str = include_str!("../../examples/06-receive-condition-multi-consumer.xml");
+    const EX07: &str = include_str!("../../examples/07-receive-and-commit.xml");
+    const EX08: &str = include_str!("../../examples/08-receive-browse.xml");
+    const EX09: &str = include_str!("../../examples/09-register-mailto.xml");
+    const EX10: &str = include_str!("../../examples/10-commit.xml");
+    const EX11: &str = include_str!("../../examples/11-rollback.xml");
+    const EX12: &str = include_str!("../../examples/12-response-send.xml");
+    const EX13: &str = include_str!("../../examples/13-response-publish.xml");
+    const EX14: &str = include_str!("../../examples/14-response-receive-adt.xml");
+    const EX15: &str = include_str!("../../examples/15-response-commit.xml");
+    const EX16: &str = include_str!("../../examples/16-servlet-send-oe-order.xml");
+    const EX17: &str = include_str!("../../examples/17-servlet-response-send.xml");
 
     fn req(xml: &str) -> Request {
         match parse_request(xml.as_bytes(), &Limits::default()) {

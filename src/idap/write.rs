@@ -433,13 +433,13 @@ mod tests {
     use quick_xml::Reader;
     use quick_xml::events::Event;
 
-    const EX12: &str = include_str!("../../../shared/reference/idap-examples/12-response-send.xml");
-    const EX13: &str = include_str!("../../../shared/reference/idap-examples/13-response-publish.xml");
-    const EX14: &str = include_str!("../../../shared/reference/idap-examples/14-response-receive-adt.xml");
-    const EX15: &str = include_str!("../../../shared/reference/idap-examples/15-response-commit.xml");
-    const EX17: &str = include_str!("../../../shared/reference/idap-examples/17-servlet-response-send.xml");
-    const EX01: &str = include_str!("../../../shared/reference/idap-examples/01-send-adt-single-consumer.xml");
-    const EX09: &str = include_str!("../../../shared/reference/idap-examples/09-register-mailto.xml");
+    const EX12: &str = include_str!("../../examples/12-response-send.xml");
+    const EX13: &str = include_str!("../../examples/13-response-publish.xml");
+    const EX14: &str = include_str!("../../examples/14-response-receive-adt.xml");
+    const EX15: &str = include_str!("../../examples/15-response-commit.xml");
+    const EX17: &str = include_str!("../../examples/17-servlet-response-send.xml");
+    const EX01: &str = include_str!("../../examples/01-send-adt-single-consumer.xml");
+    const EX09: &str = include_str!("../../examples/09-register-mailto.xml");
 
     /// An element-name tree (local names only), ignoring text, attributes and layout.
     #[derive(Debug, PartialEq)]

@@ -11,7 +11,7 @@ use aqgate::idap::{self, Limits, Request, Response};
 use aqgate::store::Store;
 use aqgate::topology::Topology;
 
-pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/idap-examples");
+pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
 
 pub fn example(name: &str) -> String {
     let dir = std::fs::read_dir(EXAMPLES).expect("examples directory");
