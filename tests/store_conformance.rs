@@ -848,7 +848,6 @@ async fn idempotency_records_are_per_agent_and_kept_for_the_window(b: Backend) {
         key: "order-1".into(),
         request_hash: vec![7; 32],
         response: b"<Envelope/>".to_vec(),
-        opened: false,
         created_at: T0,
     };
     let mut tx = store.begin().await.expect("begin");

@@ -41,7 +41,6 @@ CREATE TABLE idempotency (
     key          TEXT NOT NULL,
     request_hash BYTEA NOT NULL,
     response     BYTEA NOT NULL,
-    opened       BOOLEAN NOT NULL,
     created_at   BIGINT NOT NULL,
     PRIMARY KEY (agent, key)
 );

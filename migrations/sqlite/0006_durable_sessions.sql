@@ -32,7 +32,6 @@ CREATE TABLE idempotency (
     key          TEXT NOT NULL,
     request_hash BLOB NOT NULL,
     response     BLOB NOT NULL,
-    opened       INTEGER NOT NULL,
     created_at   INTEGER NOT NULL,
     PRIMARY KEY (agent, key)
 );

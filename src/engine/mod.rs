@@ -321,7 +321,6 @@ impl Engine {
         session: &Session,
         next: &SessionState,
         response: Option<&Response>,
-        provisional: bool,
     ) -> Result<Option<i64>, AqError> {
         let mut version = None;
         if session.stored.is_some() || next.holds_anything() {
@@ -338,7 +337,7 @@ impl Engine {
                 version: v,
                 intact: true,
             };
-            if !tx.session_put(&row, provisional).await? {
+            if !tx.session_put(&row).await? {
                 // Told apart (busy or expired) once `tx` is gone: see `after_failure`.
                 return Err(session_busy_error());
             }
@@ -354,7 +353,6 @@ impl Engine {
                 request_hash: claim.request_hash.clone(),
                 response: crate::idap::write_response(&Envelope { headers: Vec::new(), body: response.clone() })
                     .into_bytes(),
-                opened: session.stored.is_none() && version.is_some(),
                 created_at: self.now(),
             };
             if !tx.idempotency_put(&rec).await? {
@@ -424,7 +422,7 @@ impl Engine {
             return Ok(());
         }
         let mut tx = self.store.begin().await?;
-        let v = self.seal(&mut *tx, session, &next, None, false).await?;
+        let v = self.seal(&mut *tx, session, &next, None).await?;
         self.commit_tx(tx).await?;
         self.settle(session, next, v);
         Ok(())
@@ -535,7 +533,7 @@ impl Engine {
             let provisional = !commit_now;
             let mut tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
             // Sealed first: a backend may write the session row with the insert.
-            let v = self.seal(&mut *tx, session, &next, Some(&response), provisional).await?;
+            let v = self.seal(&mut *tx, session, &next, Some(&response)).await?;
             tx.insert_messages(&rows).await?;
             if commit_session {
                 woken.extend(publish(&mut *tx, session, session.dequeued).await?);
@@ -924,7 +922,7 @@ impl Engine {
                 Some(ReceiveResult { destination: queue.name.clone(), messages: vec![out.clone()] }),
             )
         });
-        let version = self.seal(&mut *tx, session, &next, response.as_ref(), false).await?;
+        let version = self.seal(&mut *tx, session, &next, response.as_ref()).await?;
         let mut woken = Vec::new();
         if req.commit && (session.pending || takes_lock) {
             woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
@@ -1010,7 +1008,7 @@ impl Engine {
             next.end_transaction();
         }
         let response = Response::Register(StatusResponse::ok());
-        let version = self.seal(&mut *tx, session, &next, Some(&response), false).await?;
+        let version = self.seal(&mut *tx, session, &next, Some(&response)).await?;
         let mut woken = Vec::new();
         if req.commit && session.pending {
             woken = publish(&mut *tx, session, session.dequeued).await?;
@@ -1032,7 +1030,7 @@ impl Engine {
             return Ok(());
         }
         let mut tx = self.store.begin().await?;
-        let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok())), false).await?;
+        let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok()))).await?;
         let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
@@ -1053,8 +1051,7 @@ impl Engine {
         }
         let mut tx = self.store.begin().await?;
         let woken = if session.pending { rollback_work(&mut *tx, resolved, &session.txn).await? } else { Vec::new() };
-        let version =
-            self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok())), false).await?;
+        let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {

@@ -311,8 +311,8 @@ impl Drop for GroupTx {
 
 #[async_trait]
 impl StoreTx for GroupTx {
-    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
-        self.tx()?.session_put(row, provisional).await
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
+        self.tx()?.session_put(row).await
     }
     async fn session_end(
         &mut self,

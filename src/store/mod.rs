@@ -393,8 +393,6 @@ pub struct IdempotencyRecord {
     pub request_hash: Vec<u8>,
     /// The response exactly as it was answered.
     pub response: Vec<u8>,
-    /// Whether the request left its session open (it answered a session cookie).
-    pub opened: bool,
     pub created_at: Micros,
 }
 
@@ -593,8 +591,7 @@ pub trait StoreTx: Send {
     /// a later statement of the transaction (PostgreSQL folds it into the next enqueue or
     /// session commit, one round trip fewer): then a row at another version makes
     /// [`StoreTx::commit`] roll back and fail with [`StoreError::SessionConflict`].
-    /// `provisional`: the transaction was begun with [`Store::begin_provisional`].
-    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool>;
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool>;
 
     /// Ends a session: deletes its row if it is still at `version` (and, with
     /// `idle_before`, still last used before then), leaving a tombstone until `until` that

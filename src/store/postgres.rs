@@ -418,7 +418,7 @@ pub struct PgTx {
     tx: Transaction<'static, Postgres>,
     /// A session row to write (see `StoreTx::session_put`): with the transaction's next
     /// enqueue or session commit, in the same statement, else just before its commit.
-    staged: Option<(SessionRow, bool)>,
+    staged: Option<SessionRow>,
     /// A folded session write found the row at another version.
     conflict: bool,
 }
@@ -637,7 +637,6 @@ impl Store for PgStore {
                 key: r.try_get("key")?,
                 request_hash: r.try_get("request_hash")?,
                 response: r.try_get("response")?,
-                opened: r.try_get("opened")?,
                 created_at: r.try_get("created_at")?,
             })
         })
@@ -993,10 +992,10 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
 
 #[async_trait]
 impl StoreTx for PgTx {
-    async fn session_put(&mut self, row: &SessionRow, provisional: bool) -> Result<bool> {
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
         // Written by the next enqueue or session commit of this transaction, or before its
         // commit; see `session_ctes` for `epoch` and `doubt`.
-        self.staged = Some((row.clone(), provisional));
+        self.staged = Some(row.clone());
         Ok(true)
     }
 
@@ -1035,14 +1034,13 @@ impl StoreTx for PgTx {
 
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         let done = sqlx::query(
-            "INSERT INTO idempotency (agent, key, request_hash, response, opened, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (agent, key) DO NOTHING",
+            "INSERT INTO idempotency (agent, key, request_hash, response, created_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent, key) DO NOTHING",
         )
         .bind(&r.agent)
         .bind(&r.key)
         .bind(&r.request_hash)
         .bind(&r.response)
-        .bind(r.opened)
         .bind(r.created_at)
         .execute(&mut *self.tx)
         .await?;
@@ -1077,9 +1075,8 @@ impl StoreTx for PgTx {
             None => {
                 insert_query(&msgs, None).execute(&mut *self.tx).await?;
             }
-            Some((row, provisional)) => {
-                let sealed: i64 =
-                    insert_query(&msgs, Some((&row, provisional))).fetch_one(&mut *self.tx).await?.try_get("sealed")?;
+            Some(row) => {
+                let sealed: i64 = insert_query(&msgs, Some(&row)).fetch_one(&mut *self.tx).await?.try_get("sealed")?;
                 self.conflict |= sealed != 1;
             }
         }
@@ -1201,7 +1198,7 @@ impl StoreTx for PgTx {
         // the session's row when one is staged.
         let published: Vec<(i64, i64)> = match self.staged.take() {
             None => sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await?,
-            Some((row, _)) => {
+            Some(row) => {
                 let rows = bind_session(sqlx::query(&PUBLISH_SEALED_SQL[variant(&row)]).bind(txn).bind(CHANNEL), &row)
                     .fetch_all(&mut *self.tx)
                     .await?;
@@ -1414,7 +1411,7 @@ impl StoreTx for PgTx {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<()> {
-        if let Some((row, _)) = self.staged.take() {
+        if let Some(row) = self.staged.take() {
             let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL[variant(&row)]), &row)
                 .fetch_one(&mut *self.tx)
                 .await?
@@ -1517,7 +1514,7 @@ static SESSION_ALONE_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock
 
 fn insert_query<'a>(
     msgs: &[&'a NewMessage],
-    session: Option<(&'a SessionRow, bool)>,
+    session: Option<&'a SessionRow>,
 ) -> sqlx::query::Query<'a, Postgres, sqlx::postgres::PgArguments> {
     let mut visible: Vec<QueueId> = msgs.iter().filter(|m| m.enq_txn.is_none()).map(|m| m.queue).collect();
     visible.sort_unstable();
@@ -1569,7 +1566,7 @@ fn insert_query<'a>(
             "\n         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
             super::interest::uninterested!()
         ),
-        Some((row, _)) => INSERT_SEALED_SQL[variant(row)].as_str(),
+        Some(row) => INSERT_SEALED_SQL[variant(row)].as_str(),
     };
     let q = sqlx::query(sql)
         .bind(ids)
@@ -1593,7 +1590,7 @@ fn insert_query<'a>(
         .bind(prio_keys);
     match session {
         None => q,
-        Some((row, _)) => bind_session(q, row),
+        Some(row) => bind_session(q, row),
     }
 }
 

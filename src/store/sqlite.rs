@@ -194,7 +194,6 @@ impl Store for SqliteStore {
                 key: r.try_get("key")?,
                 request_hash: r.try_get("request_hash")?,
                 response: r.try_get("response")?,
-                opened: r.try_get("opened")?,
                 created_at: r.try_get("created_at")?,
             })
         })
@@ -458,7 +457,7 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl StoreTx for SqliteTx {
-    async fn session_put(&mut self, row: &SessionRow, _provisional: bool) -> Result<bool> {
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
         let sql = if row.version == 1 {
             "INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id_hash) DO NOTHING"
@@ -515,14 +514,13 @@ impl StoreTx for SqliteTx {
 
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         let done = sqlx::query(
-            "INSERT INTO idempotency (agent, key, request_hash, response, opened, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (agent, key) DO NOTHING",
+            "INSERT INTO idempotency (agent, key, request_hash, response, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (agent, key) DO NOTHING",
         )
         .bind(&r.agent)
         .bind(&r.key)
         .bind(&r.request_hash)
         .bind(&r.response)
-        .bind(r.opened)
         .bind(r.created_at)
         .execute(&mut *self.tx)
         .await?;
