@@ -3,7 +3,7 @@
 # Build context: the repository root (.dockerignore keeps target/, .git and local state out).
 # Everything the binary embeds at compile time is in it: config/topology.toml,
 # ldap-fixtures/directory.ldif, certs/ca.pem + certs/ca.crl (the TEST ONLY demo CA, only used
-# next to the demo directory) and migrations/. The files under examples/ are
+# next to the demo directory) and crates/aqgate-store/migrations/. The files under examples/ are
 # included by unit tests only (#[cfg(test)]), which are not built here;
 # scripts/validate-compose.sh checks that this stays so.
 
@@ -12,20 +12,26 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 # Dependencies first, in a layer of their own: rebuilt only when Cargo.toml or Cargo.lock change.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/aqgate-proto/Cargo.toml crates/aqgate-proto/
+COPY crates/aqgate-core/Cargo.toml crates/aqgate-core/
+COPY crates/aqgate-store/Cargo.toml crates/aqgate-store/
+COPY crates/aqgate-directory/Cargo.toml crates/aqgate-directory/
+COPY crates/aqgate-mail/Cargo.toml crates/aqgate-mail/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
+    && for c in crates/*; do mkdir "$c/src" && touch "$c/src/lib.rs"; done \
     && cargo build --release --locked --bin aqgate \
-    && rm -rf src
+    && rm -rf src crates/*/src
 COPY src ./src
-COPY migrations ./migrations
+COPY crates ./crates
 COPY config ./config
 COPY ldap-fixtures ./ldap-fixtures
 COPY certs ./certs
 # touch: the stub's build output is newer than the copied sources, which keep their mtimes.
 # strip --strip-debug: the release profile's line tables (debug = 1) would make the binary six
 # times larger (135 MB); the symbols stay, so backtraces still name the functions.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs \
     && cargo build --release --locked --bin aqgate \
     && install -D -m 0755 target/release/aqgate /out/aqgate \
     && strip --strip-debug /out/aqgate

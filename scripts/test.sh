@@ -20,7 +20,7 @@ rm -f "${TMPDIR:-/tmp}"/aqgate-test-*.db*
 
 cargo fmt --all -- --check
 scripts/validate-compose.sh
-cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked --all-targets -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked --all-targets -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_
 # The kill -9 checker (tests/crash.rs) on its own, one variant at a time, with its figures.
 cargo test --locked --test crash -- --nocapture --test-threads=1 kill9_checker_

@@ -20,6 +20,7 @@ is used by some service. Exits 1 with one line per problem.
 
 import fnmatch
 import json
+import glob
 import os
 import re
 import sys
@@ -208,8 +209,17 @@ def test_only_files(src_root):
 
 def embedded_files(repo):
     """(source file:line, path) of every file the crate embeds outside test-only code."""
-    src_root = os.path.join(repo, "src")
+    out = []
+    roots = [os.path.join(repo, "src")] + sorted(glob.glob(os.path.join(repo, "crates", "*", "src")))
+    for src_root in roots:
+        out.extend(embedded_in(repo, src_root))
+    return out
+
+
+def embedded_in(repo, src_root):
+    """embedded_files for one package (its manifest directory is src_root's parent)."""
     skip = test_only_files(src_root)
+    package = os.path.dirname(src_root)
     out = []
     for dirpath, _, files in os.walk(src_root):
         for f in sorted(files):
@@ -225,7 +235,7 @@ def embedded_files(repo):
                 out.append((f"{os.path.relpath(path, repo)}:{line}", os.path.normpath(os.path.join(dirpath, m.group(1)))))
             for m in re.finditer(r'migrate!\(\s*"([^"]+)"\s*\)', code):
                 line = code.count("\n", 0, m.start()) + 1
-                out.append((f"{os.path.relpath(path, repo)}:{line}", os.path.normpath(os.path.join(repo, m.group(1)))))
+                out.append((f"{os.path.relpath(path, repo)}:{line}", os.path.normpath(os.path.join(package, m.group(1)))))
     return out
 
 

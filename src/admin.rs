@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::auth;
-use crate::engine::topology_from_rows;
-use crate::error::AqError;
-use crate::store::Store;
-use crate::topology::{Catalog, Topology, canon};
+use aqgate_core::auth;
+use aqgate_core::engine::topology_from_rows;
+use aqgate_core::error::AqError;
+use aqgate_core::store::Store;
+use aqgate_core::topology::{Catalog, Topology, canon};
 
 /// One line of `admin apply` output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +35,8 @@ pub enum ApplyError {
     Aq(#[from] AqError),
 }
 
-impl From<crate::store::StoreError> for ApplyError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<aqgate_core::store::StoreError> for ApplyError {
+    fn from(e: aqgate_core::store::StoreError) -> Self {
         ApplyError::Aq(e.into())
     }
 }
@@ -173,7 +173,7 @@ pub struct QueueRow {
 }
 
 pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
-    let resolved = crate::engine::load_resolved(store).await?;
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
     let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
     Ok(resolved
         .catalog
@@ -208,7 +208,7 @@ pub struct AgentRow {
 }
 
 pub async fn agents(store: &dyn Store) -> Result<Vec<AgentRow>, AqError> {
-    let resolved = crate::engine::load_resolved(store).await?;
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
     Ok(resolved
         .catalog
         .agents

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use aqgate::engine::EngineConfig;
-use aqgate::idap::Limits;
 use aqgate::server::{ServeConfig, serve};
-use aqgate::topology::Topology;
+use aqgate_core::engine::EngineConfig;
+use aqgate_core::topology::Topology;
+use aqgate_proto::idap::Limits;
 
 /// mimalloc instead of glibc's malloc: a message_set of 100 allocates and frees a few
 /// thousand buffers of 1–2 KiB across the runtime's threads, and glibc's arenas spent
@@ -144,7 +144,7 @@ impl NotifyArgs {
     fn config(
         &self,
         mail: &MailArgs,
-        directory: std::sync::Arc<dyn aqgate::directory::Directory>,
+        directory: std::sync::Arc<dyn aqgate_directory::Directory>,
     ) -> anyhow::Result<aqgate::notify::NotifyConfig> {
         let policy = aqgate::notify::Policy::parse(&self.notify_allow).map_err(|e| anyhow::anyhow!(e))?;
         let from = match &self.notify_from {
@@ -168,10 +168,10 @@ impl NotifyArgs {
     }
 }
 
-fn mail_transport(a: &MailArgs) -> aqgate::mail::worker::ReplyTransport {
+fn mail_transport(a: &MailArgs) -> aqgate_mail::worker::ReplyTransport {
     match &a.mail_relay {
-        Some(url) => aqgate::mail::worker::ReplyTransport::Relay(url.clone()),
-        None => aqgate::mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
+        Some(url) => aqgate_mail::worker::ReplyTransport::Relay(url.clone()),
+        None => aqgate_mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
     }
 }
 
@@ -183,7 +183,7 @@ struct DirectoryArgs {
     #[arg(long, env = "AQGATE_LDAP_URL")]
     ldap_url: Option<String>,
     /// Base DN of the searches.
-    #[arg(long, env = "AQGATE_LDAP_BASE_DN", default_value = aqgate::directory::DEFAULT_BASE_DN)]
+    #[arg(long, env = "AQGATE_LDAP_BASE_DN", default_value = aqgate_directory::DEFAULT_BASE_DN)]
     ldap_base_dn: String,
     /// Simple bind DN (anonymous when absent).
     #[arg(long, env = "AQGATE_LDAP_BIND_DN")]
@@ -203,7 +203,7 @@ struct DirectoryArgs {
 }
 
 impl DirectoryArgs {
-    fn config(&self) -> anyhow::Result<aqgate::directory::DirectoryConfig> {
+    fn config(&self) -> anyhow::Result<aqgate_directory::DirectoryConfig> {
         let bind_password = match (&self.ldap_password_file, std::env::var("AQGATE_LDAP_PASSWORD").ok()) {
             (Some(f), _) => Some(
                 std::fs::read_to_string(f)
@@ -213,7 +213,7 @@ impl DirectoryArgs {
             ),
             (None, p) => p,
         };
-        Ok(aqgate::directory::DirectoryConfig {
+        Ok(aqgate_directory::DirectoryConfig {
             url: self.ldap_url.clone(),
             base_dn: self.ldap_base_dn.clone(),
             bind_dn: self.ldap_bind_dn.clone(),
@@ -432,7 +432,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             notify: notify_args,
         } => {
             let stop = shutdown_signal();
-            let directory = aqgate::directory::open(&directory_args.config()?)
+            let directory = aqgate_directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let topology = match (topology, no_topology) {
@@ -474,7 +474,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Smtp { db, servlet_url, directory: directory_args, mail: mail_args } => {
             let stop = shutdown_signal();
-            let directory = aqgate::directory::open(&directory_args.config()?)
+            let directory = aqgate_directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
@@ -482,7 +482,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Notify { db, poll_ms, directory: directory_args, mail: mail_args, notify: notify_args } => {
             let stop = shutdown_signal();
-            let directory = aqgate::directory::open(&directory_args.config()?)
+            let directory = aqgate_directory::open(&directory_args.config()?)
                 .await
                 .map_err(|e| anyhow::anyhow!("directory: {e}"))?;
             let cfg = notify_args.config(&mail_args, directory)?;
@@ -490,7 +490,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
-            let mail = aqgate::mail::smime::sign(&read(&file)?, &read(&cert)?, &read(&key)?, &from, &to, &subject)
+            let mail = aqgate_mail::smime::sign(&read(&file)?, &read(&cert)?, &read(&key)?, &from, &to, &subject)
                 .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
             use std::io::Write as _;
             std::io::stdout().write_all(&mail)?;
@@ -501,7 +501,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let text = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
                 let topo =
                     Topology::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.join("; ")))?;
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 let changes = aqgate::admin::apply(store.as_ref(), &topo, dry_run).await?;
                 if changes.is_empty() {
                     out!("no changes");
@@ -512,7 +512,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             AdminCommand::Queues { db } => {
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 out!("{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
                 for q in aqgate::admin::queues(store.as_ref()).await? {
                     out!("{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
@@ -520,7 +520,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             AdminCommand::Agents { db } => {
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 out!("{:<16} {:<10} {:<20} {:<8} CERTIFICATE_LOCATION", "AGENT", "PROTOCOLS", "DB_USERS", "GATEWAY");
                 for a in aqgate::admin::agents(store.as_ref()).await? {
                     out!(
@@ -535,7 +535,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             AdminCommand::Spool { db } => {
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 let rows = store.spool_pending(1000).await?;
                 if rows.is_empty() {
                     out!("spool empty: every accepted mail was forwarded and answered");
@@ -565,9 +565,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             AdminCommand::Notifications { db, retry_parked } => {
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 if retry_parked {
-                    let n = store.notify_unpark(aqgate::clock::Clock::now(&aqgate::clock::SystemClock)).await?;
+                    let n =
+                        store.notify_unpark(aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock)).await?;
                     out!("{n} parked notification(s) put back in line");
                     return Ok(());
                 }
@@ -599,15 +600,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             AdminCommand::Registrations { db, set_secret } => {
-                let store = aqgate::store::open(&db.database).await?;
+                let store = aqgate_store::open(&db.database).await?;
                 let ids: std::collections::HashMap<_, _> = store.queue_ids().await?.into_iter().collect();
                 if let Some(args) = set_secret {
                     let [queue, consumer, agent] = args.as_slice() else {
                         anyhow::bail!("--set-secret takes QUEUE CONSUMER AGENT");
                     };
-                    let queue = aqgate::topology::canon(queue);
+                    let queue = aqgate_core::topology::canon(queue);
                     let qid = *ids.get(&queue).ok_or_else(|| anyhow::anyhow!("no queue {queue}"))?;
-                    let consumer = if consumer == "-" { String::new() } else { aqgate::topology::canon(consumer) };
+                    let consumer = if consumer == "-" { String::new() } else { aqgate_core::topology::canon(consumer) };
                     let secret = match std::env::var("AQGATE_NOTIFY_SECRET") {
                         Ok(s) => s,
                         Err(_) => {
@@ -617,7 +618,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         }
                     };
                     let secret = (!secret.is_empty()).then_some(secret.as_str());
-                    let agent = aqgate::topology::canon(agent);
+                    let agent = aqgate_core::topology::canon(agent);
                     if !store.set_registration_secret(qid, &consumer, &agent, secret).await? {
                         anyhow::bail!("no registration of agent {agent} for {queue} consumer {consumer:?}");
                     }
@@ -643,8 +644,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             AdminCommand::HashPassword => {
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line)?;
-                let h =
-                    aqgate::auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
+                let h = aqgate_core::auth::hash_password(line.trim_end_matches(['\r', '\n']))
+                    .map_err(|e| anyhow::anyhow!(e))?;
                 out!("{h}");
                 Ok(())
             }
@@ -659,9 +660,9 @@ const DEMO_CRL: &[u8] = include_bytes!("../certs/ca.crl");
 async fn mail_config(
     a: &MailArgs,
     real_directory: bool,
-    directory: std::sync::Arc<dyn aqgate::directory::Directory>,
+    directory: std::sync::Arc<dyn aqgate_directory::Directory>,
 ) -> anyhow::Result<aqgate::server::MailConfig> {
-    use aqgate::mail::smime::TrustStore;
+    use aqgate_mail::smime::TrustStore;
     let trust = if a.smime_ca.is_empty() {
         // The demo CA is only a default next to the demo directory: a real directory needs
         // a real CA, said explicitly.
@@ -690,18 +691,18 @@ async fn mail_config(
     let tls = match (&a.smtp_tls_cert, &a.smtp_tls_key) {
         (Some(c), Some(k)) => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
-            Some(aqgate::mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
+            Some(aqgate_mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
         }
         _ => None,
     };
     let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
     Ok(aqgate::server::MailConfig {
         smtp_listener,
-        smtp: aqgate::mail::smtp::SmtpConfig {
+        smtp: aqgate_mail::smtp::SmtpConfig {
             hostname: a.smtp_hostname.clone(),
             gateway_addresses: addresses,
             reinject: match &a.smtp_reinject {
-                Some(url) => Some(aqgate::mail::reinject::parse_target(url).map_err(|e| anyhow::anyhow!(e))?),
+                Some(url) => Some(aqgate_mail::reinject::parse_target(url).map_err(|e| anyhow::anyhow!(e))?),
                 None => None,
             },
             max_message_size: a.smtp_max_size,

@@ -7,24 +7,24 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::clock::SystemClock;
-use crate::engine::{Engine, EngineConfig};
-use crate::idap::Limits;
 use crate::servlet::{AppState, app};
-use crate::topology::Topology;
+use aqgate_core::clock::SystemClock;
+use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_core::topology::Topology;
+use aqgate_proto::idap::Limits;
 
 /// The SMTP ingestion filter and its forwarding worker.
 pub struct MailConfig {
     pub smtp_listener: TcpListener,
-    pub smtp: crate::mail::smtp::SmtpConfig,
+    pub smtp: aqgate_mail::smtp::SmtpConfig,
     /// STARTTLS is offered when set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
-    pub trust: crate::mail::smime::TrustStore,
-    pub directory: Arc<dyn crate::directory::Directory>,
+    pub trust: aqgate_mail::smime::TrustStore,
+    pub directory: Arc<dyn aqgate_directory::Directory>,
     pub gateway_agent: String,
     pub gateway_password: String,
     pub reply_from: String,
-    pub transport: crate::mail::worker::ReplyTransport,
+    pub transport: aqgate_mail::worker::ReplyTransport,
     /// How long finished mails are remembered for deduplication.
     pub dedupe_window: Duration,
 }
@@ -89,7 +89,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Held until the server ends (and let go by the OS if it dies).
     let _sole = sole_server_on_sqlite(&cfg.database_url)?;
-    let store = crate::store::open(&cfg.database_url).await?;
+    let store = aqgate_store::open(&cfg.database_url).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
         let changes = crate::admin::apply(store.as_ref(), &topo, false).await?;
@@ -166,11 +166,11 @@ pub fn start_mail(
     m: MailConfig,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock);
-    let worker = Arc::new(crate::mail::worker::Worker::new(
+    let clock: Arc<dyn aqgate_core::clock::Clock> = Arc::new(SystemClock);
+    let worker = Arc::new(aqgate_mail::worker::Worker::new(
         engine.store().clone(),
         clock.clone(),
-        crate::mail::worker::WorkerConfig {
+        aqgate_mail::worker::WorkerConfig {
             servlet_url,
             gateway_agent: m.gateway_agent,
             gateway_password: m.gateway_password,
@@ -180,13 +180,13 @@ pub fn start_mail(
             dedupe_window: m.dedupe_window,
         },
     ));
-    let gateway = crate::mail::gateway::Gateway {
+    let gateway = aqgate_mail::gateway::Gateway {
         engine,
         directory: m.directory,
         trust: m.trust,
         clock,
         wake: worker.wake.clone(),
-        reinject: m.smtp.reinject.as_ref().map(|addr| crate::mail::reinject::Reinjector {
+        reinject: m.smtp.reinject.as_ref().map(|addr| aqgate_mail::reinject::Reinjector {
             addr: addr.clone(),
             helo: m.smtp.hostname.clone(),
             timeout: std::time::Duration::from_secs(60),
@@ -197,7 +197,7 @@ pub fn start_mail(
     }
     tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
     Ok(vec![
-        tokio::spawn(crate::mail::gateway::serve_smtp(m.smtp_listener, m.smtp, m.tls, Arc::new(gateway), stop.clone())),
+        tokio::spawn(aqgate_mail::gateway::serve_smtp(m.smtp_listener, m.smtp, m.tls, Arc::new(gateway), stop.clone())),
         tokio::spawn(worker.run(stop)),
     ])
 }
@@ -210,7 +210,7 @@ pub async fn smtp_only(
     mail: MailConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store = crate::store::open(database_url).await?;
+    let store = aqgate_store::open(database_url).await?;
     let engine = Engine::attach(store, Arc::new(SystemClock), EngineConfig::default()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = start_mail(engine, servlet_url, mail, stop_rx)?;
@@ -231,7 +231,7 @@ pub async fn notify_only(
     poll: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store = crate::store::open(database_url).await?;
+    let store = aqgate_store::open(database_url).await?;
     let engine = Engine::attach(store.clone(), Arc::new(SystemClock), EngineConfig::default()).await?;
     let mut cfg = cfg;
     match store.listen().await? {

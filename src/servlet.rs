@@ -19,19 +19,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::auth;
-use crate::engine::{Abandon, Engine, IdempotencyClaim, Resumed, Session};
-use crate::error::{AqError, code};
-use crate::idap::{self, Envelope, Limits};
-use crate::topology::AgentInfo;
+use aqgate_core::auth;
+use aqgate_core::engine::{Abandon, Engine, IdempotencyClaim, Resumed, Session};
+use aqgate_core::error::{AqError, code};
+use aqgate_core::topology::AgentInfo;
+use aqgate_proto::idap::{self, Envelope, Limits};
 
-pub const SESSION_COOKIE: &str = "AQSESSIONID";
-pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
-/// A client's key for performing a request at most once (IETF httpapi
-/// "The Idempotency-Key HTTP Header Field").
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-/// Set on a response that is the recorded response of an earlier request with the same key.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SESSION_COOKIE};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -109,7 +103,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "IDAP requests being answered now, long polls included.",
         s.in_flight.load(Relaxed).to_string(),
     );
-    let g = &crate::store::postgres::GROUP_METRICS;
+    let g = &aqgate_store::postgres::GROUP_METRICS;
     for (name, help, v) in [
         (
             "aqgate_pg_insert_statements_total",
@@ -428,7 +422,7 @@ async fn idap_post(
             Who::Agent { agent, cookie } => (cookie, Some(agent)),
             Who::Cookie(id) => (Some(id), None),
         };
-        let hash = cookie.as_deref().map(crate::engine::session::id_hash);
+        let hash = cookie.as_deref().map(aqgate_core::engine::session::id_hash);
         // Requests of one session take turns in this process.
         let _turn = match &hash {
             Some(h) => Some(engine.sessions.turn(h).await),
@@ -564,7 +558,7 @@ impl Drop for InFlightKey {
     }
 }
 
-fn replay_of(rec: crate::store::IdempotencyRecord, request_hash: &[u8]) -> Outcome {
+fn replay_of(rec: aqgate_core::store::IdempotencyRecord, request_hash: &[u8]) -> Outcome {
     if rec.request_hash != request_hash {
         return Outcome::Answer(fault_with_status(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -601,7 +595,9 @@ async fn resume(s: &AppState, id: &str, expected: Option<&str>) -> Result<Sessio
             }
             Ok(*sess)
         }
-        Ok(Resumed::Ended { agent, .. }) if ours(&agent) => Err(Outcome::Gone(crate::engine::session_expired_error())),
+        Ok(Resumed::Ended { agent, .. }) if ours(&agent) => {
+            Err(Outcome::Gone(aqgate_core::engine::session_expired_error()))
+        }
         // The cookie alone authenticated nobody.
         Ok(_) if expected.is_none() => Err(Outcome::Answer(forget_cookie(unauthorized(), s.secure_cookie))),
         Ok(_) => Err(unknown()),

@@ -8,12 +8,12 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use aqgate::clock::{Clock, ManualClock};
-use aqgate::engine::{Engine, EngineConfig};
-use aqgate::idap::Limits;
-use aqgate::mail::worker::{ReplyTransport, Worker, WorkerConfig};
 use aqgate::servlet::{AppState, app};
-use aqgate::store::{SpoolPut, Store};
+use aqgate_core::clock::{Clock, ManualClock};
+use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_core::store::{SpoolPut, Store};
+use aqgate_mail::worker::{ReplyTransport, Worker, WorkerConfig};
+use aqgate_proto::idap::Limits;
 use common::*;
 
 fn replies(dir: &Path) -> Vec<String> {
@@ -44,7 +44,7 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let servlet_url = format!("http://{}/aqserv", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app(AppState::new(engine, Limits::default()))).await });
-    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate::engine::session::random_id()));
+    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate_core::engine::session::random_id()));
     let cfg = |servlet_url: &str| WorkerConfig {
         servlet_url: servlet_url.to_string(),
         gateway_agent: "aqgateway".into(),
@@ -116,44 +116,44 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
 
 /// A directory that fails in a chosen way, over the embedded demo directory otherwise.
 struct FailingDirectory {
-    inner: Arc<dyn aqgate::directory::Directory>,
-    mail: Option<aqgate::directory::DirectoryError>,
-    certs: Option<aqgate::directory::DirectoryError>,
+    inner: Arc<dyn aqgate_directory::Directory>,
+    mail: Option<aqgate_directory::DirectoryError>,
+    certs: Option<aqgate_directory::DirectoryError>,
 }
 
 #[async_trait::async_trait]
-impl aqgate::directory::Directory for FailingDirectory {
-    async fn resolve_queue(&self, name: &str) -> Result<String, aqgate::directory::DirectoryError> {
+impl aqgate_directory::Directory for FailingDirectory {
+    async fn resolve_queue(&self, name: &str) -> Result<String, aqgate_directory::DirectoryError> {
         self.inner.resolve_queue(name).await
     }
     async fn resolve_agent_alias(
         &self,
         alias: &str,
-    ) -> Result<aqgate::directory::AgentEntry, aqgate::directory::DirectoryError> {
+    ) -> Result<aqgate_directory::AgentEntry, aqgate_directory::DirectoryError> {
         self.inner.resolve_agent_alias(alias).await
     }
     async fn certificates(
         &self,
-        at: &aqgate::directory::CertificateLocation,
-    ) -> Result<Vec<Vec<u8>>, aqgate::directory::DirectoryError> {
+        at: &aqgate_directory::CertificateLocation,
+    ) -> Result<Vec<Vec<u8>>, aqgate_directory::DirectoryError> {
         match &self.certs {
             Some(e) => Err(e.clone()),
             None => self.inner.certificates(at).await,
         }
     }
-    async fn mail_address(&self, agent: &str) -> Result<Option<String>, aqgate::directory::DirectoryError> {
+    async fn mail_address(&self, agent: &str) -> Result<Option<String>, aqgate_directory::DirectoryError> {
         match &self.mail {
             Some(e) => Err(e.clone()),
             None => self.inner.mail_address(agent).await,
         }
     }
-    async fn agents_with_mail(&self, addr: &str) -> Result<Vec<String>, aqgate::directory::DirectoryError> {
+    async fn agents_with_mail(&self, addr: &str) -> Result<Vec<String>, aqgate_directory::DirectoryError> {
         match &self.mail {
             Some(e) => Err(e.clone()),
             None => self.inner.agents_with_mail(addr).await,
         }
     }
-    async fn resolve_notification_alias(&self, alias: &str) -> Result<String, aqgate::directory::DirectoryError> {
+    async fn resolve_notification_alias(&self, alias: &str) -> Result<String, aqgate_directory::DirectoryError> {
         self.inner.resolve_notification_alias(alias).await
     }
     fn invalidate(&self) {}
@@ -163,16 +163,16 @@ impl aqgate::directory::Directory for FailingDirectory {
 /// sender retries), a sender the directory does not know is 5xx; nothing is spooled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_maps_directory_failures_to_smtp_replies() {
-    use aqgate::directory::DirectoryError as D;
+    use aqgate_directory::DirectoryError as D;
     let url = fresh_sqlite_url();
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
-    let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(aqgate_core::clock::SystemClock);
     let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
     let root = env!("CARGO_MANIFEST_DIR");
     let read = |f: &str| std::fs::read(format!("{root}/certs/{f}")).expect("cert file");
-    let trust = aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust");
+    let trust = aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust");
     let send = example("04");
-    let mail = aqgate::mail::smime::sign(
+    let mail = aqgate_mail::smime::sign(
         send.as_bytes(),
         &read("scott.pem"),
         &read("scott.key.pem"),
@@ -181,7 +181,7 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
         "x",
     )
     .expect("sign");
-    let embedded = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
+    let embedded = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
     let cases: Vec<(Option<D>, Option<D>, u16, &str)> = vec![
         (Some(D::Unavailable("ldap down".into())), None, 451, "4.4.3"),
         (None, Some(D::Unavailable("ldap down".into())), 451, "4.4.3"),
@@ -192,10 +192,10 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
     ];
     for (mail_err, cert_err, code, status) in cases {
         let what = format!("{mail_err:?} / {cert_err:?}");
-        let gateway = aqgate::mail::gateway::Gateway {
+        let gateway = aqgate_mail::gateway::Gateway {
             engine: engine.clone(),
             directory: Arc::new(FailingDirectory { inner: embedded.clone(), mail: mail_err, certs: cert_err }),
-            trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+            trust: aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
             reinject: None,
@@ -260,16 +260,16 @@ async fn fake_reinjection_server() -> (String, Arc<std::sync::Mutex<Vec<String>>
 /// and what the client is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
-    use aqgate::mail::reinject::Reinjector;
-    use aqgate::mail::smtp::{Acceptor, MailEnvelope, Recipient};
+    use aqgate_mail::reinject::Reinjector;
+    use aqgate_mail::smtp::{Acceptor, MailEnvelope, Recipient};
     let url = fresh_sqlite_url();
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
-    let clock: Arc<dyn Clock> = Arc::new(aqgate::clock::SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(aqgate_core::clock::SystemClock);
     let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
     let root = env!("CARGO_MANIFEST_DIR");
     let read = |f: &str| std::fs::read(format!("{root}/certs/{f}")).expect("cert file");
     let signed = |idap: &str| {
-        aqgate::mail::smime::sign(
+        aqgate_mail::smime::sign(
             idap.as_bytes(),
             &read("scott.pem"),
             &read("scott.key.pem"),
@@ -282,11 +282,11 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     let unsigned = b"From: scott@example.com\r\nSubject: x\r\n\r\nhello\r\n".to_vec();
     let (addr, seen) = fake_reinjection_server().await;
     let down = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").to_string();
-    let directory = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
-    let gateway = |to: &str| aqgate::mail::gateway::Gateway {
+    let directory = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
+    let gateway = |to: &str| aqgate_mail::gateway::Gateway {
         engine: engine.clone(),
         directory: directory.clone(),
-        trust: aqgate::mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+        trust: aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
         clock: clock.clone(),
         wake: Arc::new(tokio::sync::Notify::new()),
         reinject: Some(Reinjector {
@@ -380,7 +380,7 @@ async fn a_forward_repeated_after_a_crash_performs_nothing() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let servlet_url = format!("http://{}/aqserv", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app(AppState::new(engine, Limits::default()))).await });
-    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate::engine::session::random_id()));
+    let outbox = std::env::temp_dir().join(format!("aqgate-outbox-{}", aqgate_core::engine::session::random_id()));
     let cfg = WorkerConfig {
         servlet_url,
         gateway_agent: "aqgateway".into(),

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::{self, Limits, Response};
+use aqgate_proto::idap::{self, Limits, Response};
 use axum::http::{HeaderMap, StatusCode};
 use common::*;
 
@@ -200,7 +200,7 @@ async fn http_notifications_are_delivered_signed_retried_and_transactional() {
     let _s = serve(&db, port, &["--notify-allow", "public,127.0.0.1"]);
     // The default allowlist refuses loopback targets other than those configured.
     let r = idap(port, "scott", "tiger", &register(RAWQ, "http://127.0.0.2:9/x")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NOT_PERMITTED), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NOT_PERMITTED), "{r:?}");
     // scott's registration answers at once, john's fails twice first.
     let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("http://127.0.0.1:{rport}/ok"))).await;
     assert!(matches!(r, Response::Register(_)), "{r:?}");
@@ -391,7 +391,7 @@ async fn tls_receiver() -> (Arc<Mutex<Vec<String>>>, u16) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/certs");
     let cert = std::fs::read(format!("{dir}/gateway-tls.pem")).expect("cert");
     let key = std::fs::read(format!("{dir}/gateway-tls.key.pem")).expect("key");
-    let acceptor = aqgate::mail::gateway::tls_acceptor(&cert, &key).expect("tls acceptor");
+    let acceptor = aqgate_mail::gateway::tls_acceptor(&cert, &key).expect("tls acceptor");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = l.local_addr().expect("addr").port();
     let bodies = Arc::new(Mutex::new(Vec::new()));

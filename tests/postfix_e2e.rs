@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::Response;
+use aqgate_proto::idap::Response;
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
@@ -150,7 +150,7 @@ fn spawn(args: &[&str], env: &[(&str, &str)], log: &Path) -> Serve {
 
 /// A fresh scratch directory.
 fn scratch(name: &str) -> PathBuf {
-    let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", &aqgate::engine::session::random_id()[..12]));
+    let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", &aqgate_core::engine::session::random_id()[..12]));
     std::fs::create_dir_all(&work).expect("mkdir");
     work
 }
@@ -168,7 +168,8 @@ fn openssl_sign(dir: &Path, name: &str, idap: &str, to: &str) -> PathBuf {
         .output()
         .expect("openssl (scripts/ensure-tools.sh installs it)");
     assert!(out.status.success(), "openssl smime -sign: {}", String::from_utf8_lossy(&out.stderr));
-    let mut mail = format!("Message-ID: <{name}-{}@example.com>\n", aqgate::engine::session::random_id()).into_bytes();
+    let mut mail =
+        format!("Message-ID: <{name}-{}@example.com>\n", aqgate_core::engine::session::random_id()).into_bytes();
     mail.extend_from_slice(&out.stdout);
     let eml = dir.join(format!("{name}.eml"));
     std::fs::write(&eml, mail).expect("write mail");
@@ -192,7 +193,7 @@ fn send_and_commit() -> String {
 }
 
 fn is_no_message(r: &Response) -> bool {
-    matches!(r, Response::Fault(f) if f.code == aqgate::error::code::NO_MESSAGE)
+    matches!(r, Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE)
 }
 
 fn is_order1(r: &Response) -> bool {

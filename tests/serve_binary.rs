@@ -6,7 +6,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::{self, Limits, Response};
+use aqgate_proto::idap::{self, Limits, Response};
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
@@ -154,7 +154,7 @@ async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     let mut cookie2 = None;
     let r = post(port, &mut cookie2, &example("07")).await;
     assert!(
-        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE),
         "the committed order is still locked by the open remove, the open send invisible: {r:?}"
     );
     let r = post(port, &mut cookie, &example("10")).await;
@@ -166,7 +166,7 @@ async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     );
     let r = post(port, &mut cookie2, &example("07")).await;
     assert!(
-        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE),
         "the first order was removed by that commit: {r:?}"
     );
     drop(s);
@@ -265,7 +265,7 @@ async fn sighup_reloads_the_topology_applied_by_another_process() {
     let send = raw_send("AQUSER.LATE_QUE", &[("", "0A")], COMMIT);
     let mut cookie = None;
     assert!(
-        matches!(post(port, &mut cookie, &send).await, Response::Fault(ref f) if f.code == aqgate::error::code::NO_SUCH_QUEUE)
+        matches!(post(port, &mut cookie, &send).await, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_SUCH_QUEUE)
     );
     let file = std::env::temp_dir().join(format!("aqgate-topo-{}.toml", std::process::id()));
     let extra = "\n[[queues]]\nname = \"AQUSER.LATE_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
@@ -310,7 +310,7 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     }
     signal(&s, "-TERM");
     let r = waiting.await.expect("in-flight request answered");
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
     let status = s.exit_status(Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
 }
@@ -470,10 +470,10 @@ async fn two_nodes_on_one_postgres_serve_any_session() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut c = stale.clone();
     let r = post(pa, &mut c, &example("10")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::SESSION_EXPIRED), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::SESSION_EXPIRED), "{r:?}");
     let mut c = stale;
     let r = post(pb, &mut c, &example("10")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::SESSION_EXPIRED), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::SESSION_EXPIRED), "{r:?}");
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 0, "rolled back");
     drop((a, b));
 }

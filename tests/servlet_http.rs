@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate::clock::SystemClock;
-use aqgate::engine::{Engine, EngineConfig};
-use aqgate::error::code;
-use aqgate::idap::{self, Limits, Response};
 use aqgate::servlet::{AppState, app};
+use aqgate_core::clock::SystemClock;
+use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_core::error::code;
+use aqgate_proto::idap::{self, Limits, Response};
 use common::*;
 
 struct Server {

@@ -10,12 +10,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqgate::clock::SystemClock;
-use aqgate::directory::DirectoryConfig;
-use aqgate::engine::{Engine, EngineConfig};
-use aqgate::error::code;
-use aqgate::idap::{self, Limits, Response};
 use aqgate::servlet::{AppState, app};
+use aqgate_core::clock::SystemClock;
+use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_core::error::code;
+use aqgate_directory::DirectoryConfig;
+use aqgate_proto::idap::{self, Limits, Response};
 use common::*;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/slapd.sh");
@@ -55,7 +55,7 @@ async fn post(http: &reqwest::Client, url: &str, body: &str) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
-    let dir = std::env::temp_dir().join(format!("aqgate-slapd-{}", aqgate::engine::session::random_id()));
+    let dir = std::env::temp_dir().join(format!("aqgate-slapd-{}", aqgate_core::engine::session::random_id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
     let guard = Slapd(dir.clone());
     let ldap_url = Slapd::start(&dir);
@@ -68,7 +68,7 @@ async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
         cache_ttl: Duration::ZERO,
         ..Default::default()
     };
-    let directory = aqgate::directory::open(&cfg).await.expect("ldap directory");
+    let directory = aqgate_directory::open(&cfg).await.expect("ldap directory");
 
     let db = fresh_sqlite_url();
     let store = store_with_topology(&db, aqgate::DEFAULT_TOPOLOGY).await;
@@ -99,7 +99,7 @@ async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
     match r {
         Response::Fault(f) => {
             assert_eq!(f.code, code::DIRECTORY_UNAVAILABLE, "{f:?}");
-            assert_eq!(f.kind, aqgate::idap::FaultKind::Server);
+            assert_eq!(f.kind, aqgate_proto::idap::FaultKind::Server);
         }
         other => panic!("expected a fault, got {other:?}"),
     }

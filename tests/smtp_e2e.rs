@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aqgate::idap::Response;
+use aqgate_proto::idap::Response;
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
@@ -194,7 +194,7 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
         "{reply}"
     );
     let r = http(hp, &example("07")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
     let _ = std::fs::remove_dir_all(&work);
 }
 
@@ -218,14 +218,14 @@ async fn answered_once_and_performed_once(out_dir: &Path, hp: u16) {
     );
     let r = http(hp, &example("07")).await;
     assert!(
-        matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE),
+        matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE),
         "performed exactly once: {r:?}"
     );
 }
 
 /// A fresh work directory and its reply outbox.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", aqgate::engine::session::random_id()));
+    let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", aqgate_core::engine::session::random_id()));
     std::fs::create_dir_all(&work).expect("mkdir");
     let out = work.join("outbox");
     (work, out)
@@ -407,7 +407,7 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(outbox(&out_dir).is_empty(), "no reply for a mail that was not accepted");
     let r = http(hp, &example("07")).await;
-    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate::error::code::NO_MESSAGE), "{r:?}");
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
     let spool = Command::new(BIN).args(["admin", "spool", "--database", &db]).output().expect("admin spool");
     let spool = String::from_utf8_lossy(&spool.stdout).to_string();
     assert!(spool.lines().any(|l| l.contains(" held ") && l.contains("SCOTT")), "held: {spool}");

@@ -5,9 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use aqgate::clock::Clock;
-use aqgate::error::code;
-use aqgate::idap::Response;
+use aqgate_core::clock::Clock;
+use aqgate_core::error::code;
+use aqgate_proto::idap::Response;
 use common::*;
 
 macro_rules! on_both_backends {
@@ -93,7 +93,7 @@ fn fault_code(r: Result<Response, (i32, String)>) -> i32 {
     }
 }
 
-async fn recv_raw(h: &Harness, s: &mut aqgate::engine::Session, opts: &str, extra: &str) -> Result<String, i32> {
+async fn recv_raw(h: &Harness, s: &mut aqgate_core::engine::Session, opts: &str, extra: &str) -> Result<String, i32> {
     match h.run(s, &receive(RAWQ, &format!("<wait_time>0</wait_time>{opts}"), extra)).await {
         Ok(r) => Ok(raw_of(&received(&r)[0])),
         Err((c, _)) => Err(c),
@@ -263,7 +263,7 @@ async fn a_queue_with_messages_keeps_its_payload_type(b: Backend) {
         "name = \"AQUSER.RAW_TAB\"\npayload_type = \"SYS.XMLTYPE\"",
     );
     assert_ne!(retyped, aqgate::DEFAULT_TOPOLOGY);
-    let t = aqgate::topology::Topology::from_toml(&retyped).expect("topology");
+    let t = aqgate_core::topology::Topology::from_toml(&retyped).expect("topology");
     let store = h.engine.store();
     for dry_run in [true, false] {
         let e = aqgate::admin::apply(store.as_ref(), &t, dry_run).await.expect_err("refused");
@@ -589,7 +589,7 @@ async fn later_subscribers_see_only_later_messages(b: Backend) {
     h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("publish");
     let topo =
         format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate::DEFAULT_TOPOLOGY);
-    let t = aqgate::topology::Topology::from_toml(&topo).expect("topology");
+    let t = aqgate_core::topology::Topology::from_toml(&topo).expect("topology");
     let changes = aqgate::admin::apply(h.engine.store().as_ref(), &t, false).await.expect("apply");
     assert_eq!(changes.len(), 1, "{changes:?}");
     h.engine.reload().await.expect("reload");
@@ -644,7 +644,7 @@ async fn expired_messages_move_to_the_exception_queue(b: Backend) {
 /// The time manager reads the due messages, then moves them: a consumer that locks one in
 /// between (its dequeue began before the expiry) keeps it, and its commit removes it.
 async fn a_message_locked_while_expiring_stays_with_its_consumer(b: Backend) {
-    use aqgate::store::LockKind;
+    use aqgate_core::store::LockKind;
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("<expiration>3</expiration>", "01")], COMMIT)).await.expect("send");
@@ -755,26 +755,26 @@ async fn a_restart_keeps_open_sessions(b: Backend) {
     h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
     let mut c = h.session("scott");
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "locked by an open remove");
-    let store = aqgate::store::open(&h.url).await.expect("reopen");
-    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    let e2 = aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("restart");
-    let exec = |s: &mut aqgate::engine::Session, xml: String| {
-        let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+    let store = aqgate_store::open(&h.url).await.expect("reopen");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
+    let e2 = aqgate_core::engine::Engine::start(store, clock, Default::default()).await.expect("restart");
+    let exec = |s: &mut aqgate_core::engine::Session, xml: String| {
+        let req = aqgate_proto::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
         let e2 = e2.clone();
-        let mut taken = std::mem::replace(s, aqgate::engine::Session::new("SCOTT", 0));
+        let mut taken = std::mem::replace(s, aqgate_core::engine::Session::new("SCOTT", 0));
         async move {
             let r = e2.execute(&mut taken, req).await;
             (taken, r)
         }
     };
     let recv = receive(RAWQ, "<wait_time>0</wait_time>", COMMIT);
-    let mut other = aqgate::engine::Session::new("SCOTT", 0);
+    let mut other = aqgate_core::engine::Session::new("SCOTT", 0);
     let (o, r) = exec(&mut other, recv.clone()).await;
     other = o;
     assert_eq!(r.expect_err("01 is locked, 02 not committed").code, code::NO_MESSAGE);
     for (old, what) in [(&p, "the producer"), (&c, "the consumer")] {
         let mut s = match e2.resume(&old.id).await.expect("resume") {
-            aqgate::engine::Resumed::Live(s) => s,
+            aqgate_core::engine::Resumed::Live(s) => s,
             r => panic!("{what}'s session is not live after the restart: {r:?}"),
         };
         assert!(s.pending, "{what}'s work is still open");
@@ -790,7 +790,7 @@ async fn a_restart_keeps_open_sessions(b: Backend) {
 
 /// Deletes the session row of `s` (as if it had never been written): its uncommitted work
 /// is then an orphan that recovery rolls back.
-async fn orphan(h: &Harness, s: &aqgate::engine::Session) {
+async fn orphan(h: &Harness, s: &aqgate_core::engine::Session) {
     let mut tx = h.engine.store().begin().await.expect("begin");
     assert!(tx.session_end(&s.id_hash(), s.stored.expect("stored"), None, None).await.expect("end"));
     tx.commit().await.expect("commit");
@@ -818,9 +818,9 @@ async fn idle_sessions_roll_back(b: Backend) {
     let h = Harness::new(b).await;
     let mut s = h.session("scott");
     h.run(&mut s, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
-    let store = aqgate::store::open(&h.url).await.expect("a second process");
-    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    let e2 = aqgate::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
+    let store = aqgate_store::open(&h.url).await.expect("a second process");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
+    let e2 = aqgate_core::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
     h.clock.advance_secs(10);
     assert_eq!(h.engine.expire_sessions().await, 0, "not idle long enough");
     h.clock.advance_secs(600);
@@ -828,7 +828,7 @@ async fn idle_sessions_roll_back(b: Backend) {
     assert_eq!(a + b2, 1, "rolled back exactly once");
     assert!(matches!(
         h.engine.resume(&s.id).await.expect("resume"),
-        aqgate::engine::Resumed::Ended { had_work: true, .. }
+        aqgate_core::engine::Resumed::Ended { had_work: true, .. }
     ));
     let (c, _) = h.run(&mut s, &envelope(COMMIT)).await.expect_err("a stale copy of the session cannot commit");
     assert_eq!(c, code::SESSION_EXPIRED);
@@ -836,14 +836,14 @@ async fn idle_sessions_roll_back(b: Backend) {
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
     h.clock.advance_secs(2 * 86_400);
     h.engine.purge_sessions().await;
-    assert!(matches!(h.engine.resume(&s.id).await.expect("resume"), aqgate::engine::Resumed::Unknown));
+    assert!(matches!(h.engine.resume(&s.id).await.expect("resume"), aqgate_core::engine::Resumed::Unknown));
 }
 
 /// An idempotency record is unique per (agent, key), and forgotten once the window is over.
 async fn idempotency_records_are_per_agent_and_kept_for_the_window(b: Backend) {
     let h = Harness::new(b).await;
     let store = h.engine.store();
-    let rec = aqgate::store::IdempotencyRecord {
+    let rec = aqgate_core::store::IdempotencyRecord {
         agent: "SCOTT".into(),
         key: "order-1".into(),
         request_hash: vec![7; 32],
@@ -869,14 +869,14 @@ async fn a_session_changed_meanwhile_refuses_the_stale_request(b: Backend) {
     let mut s = h.session("scott");
     h.run(&mut s, &raw_send(RAWQ, &[("", "01")], "")).await.expect("open");
     let mut stale = match h.engine.resume(&s.id).await.expect("resume") {
-        aqgate::engine::Resumed::Live(x) => x,
+        aqgate_core::engine::Resumed::Live(x) => x,
         r => panic!("{r:?}"),
     };
     h.run(&mut s, &raw_send(RAWQ, &[("", "02")], "")).await.expect("the other node's request");
     let (c, _) = h.run(&mut stale, &raw_send(RAWQ, &[("", "03")], COMMIT)).await.expect_err("stale");
     assert_eq!(c, code::SESSION_BUSY);
     let mut fresh = match h.engine.resume(&s.id).await.expect("resume") {
-        aqgate::engine::Resumed::Live(x) => x,
+        aqgate_core::engine::Resumed::Live(x) => x,
         r => panic!("{r:?}"),
     };
     assert_eq!(fresh.enqueued, 2);
@@ -890,7 +890,7 @@ async fn a_session_changed_meanwhile_refuses_the_stale_request(b: Backend) {
     let mut s = h.session("scott");
     h.run(&mut s, &raw_send(RAWQ, &[("", "04")], "")).await.expect("open");
     let mut stale = match h.engine.resume(&s.id).await.expect("resume") {
-        aqgate::engine::Resumed::Live(x) => x,
+        aqgate_core::engine::Resumed::Live(x) => x,
         r => panic!("{r:?}"),
     };
     h.run(&mut s, &envelope(COMMIT)).await.expect("committed through the other node");
@@ -1002,7 +1002,7 @@ async fn notification_aliases_resolve_through_the_directory(b: Backend) {
 }
 
 /// Outbox entries due now (claimed with a lease of 60 s).
-async fn claim(h: &Harness) -> Vec<aqgate::store::OutboxEntry> {
+async fn claim(h: &Harness) -> Vec<aqgate_core::store::OutboxEntry> {
     let now = h.clock.now();
     h.engine.store().notify_claim(now, now + 60_000_000, 100).await.expect("claim")
 }
@@ -1061,16 +1061,16 @@ async fn notification_outbox_survives_restart_with_its_session(b: Backend) {
     h.run(&mut s, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open");
     // A new process: the committed notification is still owed; the open one is not due
     // until the session, continued there, commits.
-    let store = aqgate::store::open(&h.url).await.expect("reopen");
-    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    let e2 = aqgate::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
+    let store = aqgate_store::open(&h.url).await.expect("reopen");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
+    let e2 = aqgate_core::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
     let now = h.clock.now();
     let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
     assert_eq!(got.len(), 1, "{got:?}");
-    let aqgate::engine::Resumed::Live(mut s2) = e2.resume(&s.id).await.expect("resume") else {
+    let aqgate_core::engine::Resumed::Live(mut s2) = e2.resume(&s.id).await.expect("resume") else {
         panic!("the session survives the restart")
     };
-    let req = aqgate::idap::parse_request(envelope(COMMIT).as_bytes(), &Default::default()).expect("parse").body;
+    let req = aqgate_proto::idap::parse_request(envelope(COMMIT).as_bytes(), &Default::default()).expect("parse").body;
     e2.execute(&mut s2, req).await.expect("commit");
     let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
     assert_eq!(got.len(), 1, "the committed send's notification: {got:?}");
@@ -1317,7 +1317,7 @@ async fn xml_and_jms_map_payloads_round_trip(b: Backend) {
     assert_eq!(m.payload.name, "po:order");
     assert!(m.payload.attrs.contains(&("id".to_string(), "7".to_string())));
     let mut out = String::new();
-    aqgate::idap::write_node(&mut out, &m.payload);
+    aqgate_proto::idap::write_node(&mut out, &m.payload);
     assert!(out.contains("mixed <b>bold</b> &amp; text"), "{out}");
 
     let map = r#"<jms_map_message><user_properties><property><name>kind</name><string_value>order</string_value></property></user_properties><map_data><item><name>qty</name><int_value>3</int_value></item><item><name>sku</name><string_value>A-1</string_value></item></map_data></jms_map_message>"#;
@@ -1354,7 +1354,7 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
     let n = 10_000;
     let mut sessions = Vec::with_capacity(n);
     let xml = raw_send(RAWQ, &[("", "01")], "");
-    let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+    let req = aqgate_proto::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
     for _ in 0..n {
         let mut s = h.session("SCOTT");
         h.exec(&mut s, req.clone()).await.expect("open send");
@@ -1394,7 +1394,9 @@ async fn postgres_a_restart_since_a_provisional_write_refuses_the_commit() {
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("committed");
     h.run(&mut p, &raw_send(RAWQ, &[("", "02")], "")).await.expect("open, provisional");
     sql_on(&h, b, "UPDATE sessions SET epoch = epoch - interval '1 hour'").await;
-    let aqgate::engine::Resumed::Live(mut s) = h.engine.resume(&p.id).await.expect("resume") else { panic!("live") };
+    let aqgate_core::engine::Resumed::Live(mut s) = h.engine.resume(&p.id).await.expect("resume") else {
+        panic!("live")
+    };
     assert!(!s.intact, "the server restarted since a provisional write");
     assert_eq!(recv_raw(&h, &mut s, "<dequeue_mode>LOCKED</dequeue_mode>", "").await, Ok("01".into()), "durable");
     let (c, _) = h.run(&mut s, &envelope(COMMIT)).await.expect_err("may have lost work");
@@ -1436,11 +1438,11 @@ async fn postgres_a_lost_provisional_send_is_never_committed() {
     .await;
     let (code_copy, _) = h.run(&mut c, &envelope(COMMIT)).await.expect_err("the writer's copy is newer");
     assert_eq!(code_copy, code::TRANSACTION_LOST);
-    let store = aqgate::store::open(&h.url).await.expect("another process");
-    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    let e2 = aqgate::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
-    let aqgate::engine::Resumed::Live(mut s2) = e2.resume(&c.id).await.expect("resume") else { panic!("live") };
-    let req = |x: &str| aqgate::idap::parse_request(x.as_bytes(), &Default::default()).expect("parse").body;
+    let store = aqgate_store::open(&h.url).await.expect("another process");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
+    let e2 = aqgate_core::engine::Engine::attach(store, clock, Default::default()).await.expect("attach");
+    let aqgate_core::engine::Resumed::Live(mut s2) = e2.resume(&c.id).await.expect("resume") else { panic!("live") };
+    let req = |x: &str| aqgate_proto::idap::parse_request(x.as_bytes(), &Default::default()).expect("parse").body;
     let e = e2.execute(&mut s2, req(&envelope(COMMIT))).await.expect_err("another process");
     assert_eq!(e.code, code::TRANSACTION_LOST);
     e2.execute(&mut s2, req(&envelope(ROLLBACK))).await.expect("rollback");
@@ -1474,15 +1476,15 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
 const INTEREST_CLASS: i64 = 0x6171_6761;
 
 /// A second process's engine on the harness's database.
-async fn second_process(h: &Harness) -> std::sync::Arc<aqgate::engine::Engine> {
-    let store = aqgate::store::open(&h.url).await.expect("second process store");
-    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate::clock::Clock>;
-    aqgate::engine::Engine::start(store, clock, Default::default()).await.expect("second engine")
+async fn second_process(h: &Harness) -> std::sync::Arc<aqgate_core::engine::Engine> {
+    let store = aqgate_store::open(&h.url).await.expect("second process store");
+    let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
+    aqgate_core::engine::Engine::start(store, clock, Default::default()).await.expect("second engine")
 }
 
-async fn send_from(e: &aqgate::engine::Engine, hex: &str) {
-    let mut p = aqgate::engine::Session::new("SCOTT", 0);
-    let req = aqgate::idap::parse_request(raw_send(RAWQ, &[("", hex)], COMMIT).as_bytes(), &Default::default())
+async fn send_from(e: &aqgate_core::engine::Engine, hex: &str) {
+    let mut p = aqgate_core::engine::Session::new("SCOTT", 0);
+    let req = aqgate_proto::idap::parse_request(raw_send(RAWQ, &[("", hex)], COMMIT).as_bytes(), &Default::default())
         .expect("parse")
         .body;
     e.execute(&mut p, req).await.expect("send in the other process");
@@ -1494,7 +1496,8 @@ async fn queue_id(h: &Harness, name: &str) -> i64 {
 }
 
 /// Process A (the harness, listening) and process B on one database, and RAWQ's id.
-async fn two_processes() -> (Harness, std::sync::Arc<aqgate::engine::Engine>, i64, tokio::sync::mpsc::Receiver<i64>) {
+async fn two_processes() -> (Harness, std::sync::Arc<aqgate_core::engine::Engine>, i64, tokio::sync::mpsc::Receiver<i64>)
+{
     let a = Harness::new(Backend::Postgres).await;
     let b = second_process(&a).await;
     let q = queue_id(&a, RAWQ).await;
@@ -1615,10 +1618,10 @@ async fn postgres_a_session_commit_signals_only_queues_somebody_holds_interest_i
     let send_then_commit = |hexes: &'static [&'static str]| {
         let b = b.clone();
         async move {
-            let mut p = aqgate::engine::Session::new("SCOTT", 0);
+            let mut p = aqgate_core::engine::Session::new("SCOTT", 0);
             let msgs: Vec<(&str, &str)> = hexes.iter().map(|h| ("", *h)).collect();
             for xml in [raw_send(RAWQ, &msgs, ""), envelope(COMMIT)] {
-                let req = aqgate::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
+                let req = aqgate_proto::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
                 b.execute(&mut p, req).await.expect("in the other process");
             }
         }
@@ -1754,7 +1757,7 @@ async fn directory_destinations_and_agent_aliases(b: Backend) {
 }
 
 async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
-    use aqgate::store::SpoolPut;
+    use aqgate_core::store::SpoolPut;
     let h = Harness::new(b).await;
     let store = h.engine.store().clone();
     let mail = spooled("<m1@example.com>", "<Envelope/>");
@@ -1798,7 +1801,7 @@ async fn mail_spool_stores_dedupes_and_retries(b: Backend) {
 /// not forwarded, no reply owed. A 4xx leaves it held, the client's next copy is the same
 /// mail (not a re-send), and only its release makes it due, with one reply owed.
 async fn held_mail_is_performed_and_answered_only_once_accepted(b: Backend) {
-    use aqgate::store::SpoolPut;
+    use aqgate_core::store::SpoolPut;
     let h = Harness::new(b).await;
     let store = h.engine.store().clone();
     let mut mail = spooled("<h1@example.com>", "<Envelope/>");
@@ -1843,7 +1846,7 @@ async fn held_mail_is_performed_and_answered_only_once_accepted(b: Backend) {
 /// commits): every mail is stored once, re-sent copies are recognised as such even inside
 /// the same batch, every send is committed, and every attempt recorded.
 async fn concurrent_spooling_and_sending_all_commit(b: Backend) {
-    use aqgate::store::SpoolPut;
+    use aqgate_core::store::SpoolPut;
     let h = std::sync::Arc::new(Harness::new(b).await);
     let store = h.engine.store().clone();
     let mut tasks = tokio::task::JoinSet::new();
@@ -2056,10 +2059,12 @@ async fn postgres_deleting_messages_leaves_no_orphan_deliveries() {
 async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
     use sqlx::Connection;
     let url = fresh_url(Backend::Postgres).await;
-    let mut old =
-        sqlx::migrate::Migrator::new(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres")))
-            .await
-            .expect("migrations");
+    let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/aqgate-store/migrations/postgres"
+    )))
+    .await
+    .expect("migrations");
     old.migrations = std::borrow::Cow::Owned(old.migrations.iter().filter(|m| m.version <= 5).cloned().collect());
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
     old.run(&mut conn).await.expect("the old schema");
@@ -2143,10 +2148,11 @@ async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
     assert_eq!(left, vec!["APP1", "APP2"]);
 
     // The engine's start releases the dead transaction's lock; the queue order holds.
-    let clock = std::sync::Arc::new(aqgate::clock::ManualClock::new(T0 + 1_000_000));
-    let engine = aqgate::engine::Engine::start(store, clock.clone() as std::sync::Arc<dyn Clock>, Default::default())
-        .await
-        .expect("engine");
+    let clock = std::sync::Arc::new(aqgate_core::clock::ManualClock::new(T0 + 1_000_000));
+    let engine =
+        aqgate_core::engine::Engine::start(store, clock.clone() as std::sync::Arc<dyn Clock>, Default::default())
+            .await
+            .expect("engine");
     let h = Harness { engine, clock, url };
     let mut s = h.session("scott");
     let hex = |t: &str| t.bytes().map(|b| format!("{b:02X}")).collect::<String>();

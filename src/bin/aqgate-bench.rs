@@ -341,7 +341,7 @@ fn smtp_mails(args: &Args) -> anyhow::Result<Vec<String>> {
                     let mut out = Vec::new();
                     for i in (k * chunk)..((k + 1) * chunk).min(args.mails) {
                         let doc = idap.replacen("<Envelope", &format!("<!-- aqgate-bench {i} --><Envelope"), 1);
-                        let m = aqgate::mail::smime::sign(doc.as_bytes(), cert, key, from, "aq@localhost", "bench")
+                        let m = aqgate_mail::smime::sign(doc.as_bytes(), cert, key, from, "aq@localhost", "bench")
                             .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
                         out.push(String::from_utf8(m)?);
                     }
@@ -553,9 +553,9 @@ fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<Run>) {
 /// `Store::insert_committed`, as the servlet does for a send with a trailing commit. Each
 /// client is its own producer, so the PostgreSQL group commit batches as for connections.
 async fn store_bench(args: &Args) -> anyhow::Result<()> {
-    use aqgate::store::NewMessage;
+    use aqgate_core::store::NewMessage;
     let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the store scenario needs --database"))?;
-    let store = aqgate::store::open(url).await?;
+    let store = aqgate_store::open(url).await?;
     let queue = {
         let mut tx = store.begin().await?;
         let q = tx.ensure_queue(&args.queue).await?;
@@ -571,7 +571,7 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
             let mut lat = Vec::new();
             let start = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                let now = aqgate::clock::Clock::now(&aqgate::clock::SystemClock);
+                let now = aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock);
                 let msgs: Vec<NewMessage> = (0..n)
                     .map(|_| NewMessage {
                         msgid: *uuid::Uuid::now_v7().as_bytes(),
@@ -602,7 +602,7 @@ async fn store_bench(args: &Args) -> anyhow::Result<()> {
 
 /// The parse scenario: each client thread parses the batch request document in a loop.
 async fn parse_bench(args: &Args) -> anyhow::Result<()> {
-    use aqgate::idap::parse::{Limits, parse_request};
+    use aqgate_proto::idap::parse::{Limits, parse_request};
     let doc = Arc::new(send_xml(&args.queue, args.batch, &"AB".repeat(args.payload)));
     parse_request(doc.as_bytes(), &Limits::default())?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use aqgate::clock::{Clock, ManualClock};
-use aqgate::engine::{Engine, EngineConfig, Session};
-use aqgate::idap::{self, Limits, Request, Response};
-use aqgate::store::Store;
-use aqgate::topology::Topology;
+use aqgate_core::clock::{Clock, ManualClock};
+use aqgate_core::engine::{Engine, EngineConfig, Session};
+use aqgate_core::store::Store;
+use aqgate_core::topology::Topology;
+use aqgate_proto::idap::{self, Limits, Request, Response};
 
 pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
 
@@ -25,7 +25,7 @@ pub fn example(name: &str) -> String {
 }
 
 fn rand_name() -> String {
-    aqgate::engine::session::random_id()[..12].to_string()
+    aqgate_core::engine::session::random_id()[..12].to_string()
 }
 
 /// The PostgreSQL server the tests use. Required: the suite does not silently skip it.
@@ -66,7 +66,7 @@ pub async fn fresh_url(b: Backend) -> String {
 }
 
 pub async fn store_with_topology(url: &str, topology: &str) -> Arc<dyn Store> {
-    let store = aqgate::store::open(url).await.expect("open store");
+    let store = aqgate_store::open(url).await.expect("open store");
     let t = Topology::from_toml(topology).expect("topology parses");
     aqgate::admin::apply(store.as_ref(), &t, false).await.expect("apply topology");
     store
@@ -91,7 +91,7 @@ impl Harness {
 
     /// With the embedded (LDIF) demo directory.
     pub async fn with_directory(b: Backend) -> Self {
-        let dir = aqgate::directory::open(&Default::default()).await.expect("embedded directory");
+        let dir = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
         Self::with_config(b, aqgate::DEFAULT_TOPOLOGY, EngineConfig { directory: Some(dir), ..Default::default() })
             .await
     }
@@ -180,8 +180,8 @@ pub fn example01_via_directory() -> String {
 }
 
 /// A spooled mail from scott, as the SMTP filter would store it.
-pub fn spooled(message_id: &str, idap: &str) -> aqgate::store::SpooledMail {
-    aqgate::store::SpooledMail {
+pub fn spooled(message_id: &str, idap: &str) -> aqgate_core::store::SpooledMail {
+    aqgate_core::store::SpooledMail {
         id: 0,
         received_at: T0,
         agent: "SCOTT".into(),

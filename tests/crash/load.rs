@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aqgate::error::code;
-use aqgate::idap::{self, Limits, Response};
+use aqgate_core::error::code;
+use aqgate_proto::idap::{self, Limits, Response};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

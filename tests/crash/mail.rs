@@ -81,7 +81,7 @@ fn dot_stuffed(data: &[u8]) -> Vec<u8> {
 /// A signed mail from scott carrying `id`'s send with a trailing commit.
 pub fn signed(id: &str, cert: &[u8], key: &[u8]) -> Vec<u8> {
     let idap = send_xml(&[id.to_string()], true);
-    aqgate::mail::smime::sign(idap.as_bytes(), cert, key, FROM, TO, &format!("crash {id}")).expect("sign")
+    aqgate_mail::smime::sign(idap.as_bytes(), cert, key, FROM, TO, &format!("crash {id}")).expect("sign")
 }
 
 pub fn scott_keys() -> (Vec<u8>, Vec<u8>) {

@@ -22,7 +22,8 @@ pub const SESSION_TIMEOUT_SECS: u64 = 8;
 
 /// A fresh scratch directory for one run.
 pub fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aqgate-crash-{tag}-{}", &aqgate::engine::session::random_id()[..12]));
+    let dir =
+        std::env::temp_dir().join(format!("aqgate-crash-{tag}-{}", &aqgate_core::engine::session::random_id()[..12]));
     std::fs::create_dir_all(&dir).expect("create scratch directory");
     dir
 }

@@ -1,0 +1,668 @@
+//! Persistence behind one interface, two native backends: SQLite (the default: a file,
+//! WAL) and PostgreSQL. Each backend owns its SQL and its migrations; one conformance
+//! suite (`tests/store_conformance.rs`) runs against both.
+//!
+//! The store knows rows, not AQ rules: the engine decides what to enqueue for whom, which
+//! candidate matches a selector, and what a commit means; the store makes each of those
+//! steps atomic and durable.
+//!
+//! Transactions of a *session* are not database transactions (10,000 open sessions must
+//! not hold 10,000 connections): uncommitted work is written at once, tagged with the
+//! session's transaction id (`enq_txn` on messages, `lock_txn` on deliveries — on
+//! PostgreSQL a single-consumer message is its own delivery), and is
+//! invisible to others until [`StoreTx::commit_session`] clears the tags. A restart runs
+//! [`Store::recover`], which rolls back every tagged row.
+
+use async_trait::async_trait;
+
+use crate::clock::Micros;
+
+pub use aqgate_proto::payload;
+
+pub type QueueId = i64;
+
+/// Why a store operation failed. Opaque: callers ask what it means
+/// ([`StoreError::is_unavailable`], [`StoreError::is_session_conflict`]), never which
+/// database said it; the message is for logs (never for a client).
+#[derive(Debug)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreErrorKind {
+    /// The database could not be reached, or the connection in use was lost.
+    Unavailable,
+    /// A session row was not at the version the write expected.
+    SessionConflict,
+    /// A row the store holds is not what it wrote, or an internal invariant broke.
+    Corrupt,
+    /// A statement failed.
+    Failed,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Message(String);
+
+impl StoreError {
+    /// A statement (or migration) failed on a healthy connection.
+    pub fn failed(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self { kind: StoreErrorKind::Failed, source: e.into() }
+    }
+    /// The database could not be reached (no connection to be had, or the one in use was
+    /// lost).
+    pub fn unavailable(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self { kind: StoreErrorKind::Unavailable, source: e.into() }
+    }
+    /// A row is not what the store wrote, or an internal hand-off broke.
+    pub fn corrupt(what: impl Into<String>) -> Self {
+        Self { kind: StoreErrorKind::Corrupt, source: Box::new(Message(what.into())) }
+    }
+    /// A session row written in the transaction was not at the version the write expected
+    /// (see [`StoreTx::session_put`]); the transaction was rolled back.
+    pub fn session_conflict() -> Self {
+        Self {
+            kind: StoreErrorKind::SessionConflict,
+            source: Box::new(Message("the session was changed by another request".into())),
+        }
+    }
+
+    /// The database could not be reached (no connection to be had, or the one in use was
+    /// lost), as opposed to a statement failing: trying again at once, request by
+    /// request, would only wait again.
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == StoreErrorKind::Unavailable
+    }
+
+    /// See [`StoreError::session_conflict`].
+    pub fn is_session_conflict(&self) -> bool {
+        self.kind == StoreErrorKind::SessionConflict
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            StoreErrorKind::Unavailable | StoreErrorKind::Failed => write!(f, "database: {}", self.source),
+            StoreErrorKind::Corrupt => write!(f, "corrupt row: {}", self.source),
+            StoreErrorKind::SessionConflict => write!(f, "{}", self.source),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+/// Interest in a queue's enqueue signals (see [`Store::interest`]), given up when dropped.
+#[must_use = "the interest ends when this is dropped"]
+pub struct Interest(Option<Box<dyn FnOnce() + Send + Sync>>);
+
+impl Interest {
+    /// No interest needed (the backend signals every process there is).
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Interest a backend holds until this is dropped, then gives up by `release`.
+    pub fn held(release: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self(Some(Box::new(release)))
+    }
+
+    /// Whether the backend needed it: then what was committed before it took effect must
+    /// be looked for once more.
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for Interest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Interest").field(&self.is_held()).finish()
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A message to insert, with one delivery row per consumer (`""` on single-consumer
+/// queues).
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub msgid: [u8; 16],
+    pub queue: QueueId,
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    /// JSON of the sender agent.
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    pub payload: Vec<u8>,
+    /// Session transaction id while uncommitted; `None` when committed in this request.
+    pub enq_txn: Option<String>,
+    pub consumers: Vec<String>,
+    /// Sort key for deliveries: the priority on priority-ordered queues, else 0.
+    pub prio_key: i64,
+}
+
+/// A message as seen by one consumer.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub seq: i64,
+    pub msgid: [u8; 16],
+    pub queue: QueueId,
+    pub consumer: String,
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub prio_key: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    pub payload: Vec<u8>,
+    pub retry_count: i64,
+    /// 0 normal, 3 expired (moved to an exception queue).
+    pub state: i32,
+}
+
+/// Where a consumer's navigation stands: the sort key of the last message it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub prio_key: i64,
+    pub seq: i64,
+}
+
+/// Which deliveries a dequeue may look at.
+#[derive(Debug, Clone)]
+pub struct CandidateQuery {
+    pub queue: QueueId,
+    pub consumer: String,
+    /// The session transaction; its own uncommitted enqueues and LOCKED messages count.
+    pub txn: String,
+    pub now: Micros,
+    pub after: Option<Position>,
+    pub corrid: Option<String>,
+    pub msgid: Option<[u8; 16]>,
+    /// BROWSE sees messages locked by others too.
+    pub include_locked: bool,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A pending REMOVE: deleted at commit.
+    Remove = 1,
+    /// A LOCKED dequeue: released at commit.
+    Locked = 2,
+}
+
+/// A remove released by a rollback (see [`StoreTx::rollback_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub seq: i64,
+    pub queue: QueueId,
+    pub retry_count: i64,
+    /// `""` on a single-consumer queue.
+    pub consumer: String,
+    /// The message's own exception queue, if it names one.
+    pub exception_queue: Option<String>,
+}
+
+/// What a session commit did: queues that got new visible messages (to wake waiters).
+#[derive(Debug, Default, Clone)]
+pub struct CommitOutcome {
+    pub enqueued_queues: Vec<QueueId>,
+    /// How many of the transaction's enqueued messages it made visible.
+    pub published: u64,
+}
+
+/// A registration for notifications (AQXmlRegister): one per (queue, consumer, agent);
+/// registering again replaces the URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub queue: QueueId,
+    pub consumer: String,
+    pub notify_url: String,
+    pub agent: String,
+}
+
+/// A notification in the transactional outbox: one per (message, registration), with the
+/// message's properties as they were at enqueue.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub queue: QueueId,
+    pub consumer: String,
+    pub agent: String,
+    pub notify_url: String,
+    /// The registration's HMAC secret (HTTP targets), if one is set.
+    pub secret: Option<String>,
+    pub msgid: [u8; 16],
+    pub corrid: Option<String>,
+    pub priority: i64,
+    pub enq_time: Micros,
+    pub delay_until: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    pub sender: Option<String>,
+    pub exception_queue: Option<String>,
+    /// `new` (to deliver) or `parked` (gave up; waits for `admin notifications --retry`).
+    pub state: String,
+    /// Delivery attempts started (counted when claimed).
+    pub attempts: i64,
+    pub next_attempt_at: Micros,
+    pub last_error: Option<String>,
+}
+
+impl OutboxEntry {
+    /// The notification's stable id (the same on every retry): receivers drop duplicates by it.
+    pub fn notification_id(&self) -> String {
+        format!("{}-{}", hex::encode_upper(self.msgid), self.id)
+    }
+}
+
+impl std::fmt::Debug for OutboxEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxEntry")
+            .field("id", &self.id)
+            .field("queue", &self.queue)
+            .field("consumer", &self.consumer)
+            .field("agent", &self.agent)
+            .field("notify_url", &self.notify_url)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("msgid", &hex::encode_upper(self.msgid))
+            .field("state", &self.state)
+            .field("attempts", &self.attempts)
+            .field("next_attempt_at", &self.next_attempt_at)
+            .field("last_error", &self.last_error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An expired message moved by the time manager.
+#[derive(Debug, Clone)]
+pub struct ExpiredMessage {
+    pub seq: i64,
+    pub queue: QueueId,
+    pub exception_queue: Option<String>,
+}
+
+/// A mail accepted by the SMTP filter: stored (committed) before the 250, then forwarded
+/// to the servlet and answered by the worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpooledMail {
+    pub id: i64,
+    pub received_at: Micros,
+    /// The verified agent the mail was signed by.
+    pub agent: String,
+    pub message_id: String,
+    /// Recognises a re-sent copy of the same signed mail (with the agent).
+    pub dedupe_key: String,
+    pub reply_to: String,
+    pub subject: Option<String>,
+    pub idap: Vec<u8>,
+    /// `new` (to forward), `done` (forwarded; `response` set), `failed` (given up), or
+    /// `held`: stored, but not to be performed until [`Store::spool_release`] (the SMTP
+    /// answer for the whole mail is not known yet). Given as `held` to `spool_put` to store
+    /// a mail held; anything else stores it `new`.
+    pub state: String,
+    pub attempts: i64,
+    pub response: Option<Vec<u8>>,
+    pub last_error: Option<String>,
+    /// Replies owed: 1, plus one for every re-sent copy of the same mail.
+    pub replies_wanted: i64,
+    pub replies_sent: i64,
+}
+
+/// What storing a mail did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpoolPut {
+    /// Stored now, or stored held before and this is that mail's first accepted copy.
+    New(i64),
+    /// The same signer sent the same signed mail before: not forwarded again; one more
+    /// reply with the original response is owed.
+    Duplicate(i64),
+}
+
+/// A session as the store keeps it (see `engine::session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    /// SHA-256 of the session id.
+    pub id_hash: Vec<u8>,
+    pub agent: String,
+    pub txn: String,
+    pub pending: bool,
+    pub dequeued: bool,
+    pub enqueued: i64,
+    /// Navigation positions, JSON.
+    pub positions: String,
+    pub last_used: Micros,
+    /// 1 for a new row; every write adds one.
+    pub version: i64,
+    /// Read only: false when provisional writes of the open transaction may have been
+    /// lost since (PostgreSQL restarted after one of them; see [`Store::begin_provisional`]).
+    pub intact: bool,
+}
+
+/// What the store knows of a session id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionLookup {
+    Live(SessionRow),
+    /// Timed out (rolled back if `had_work`); remembered until its tombstone's time is up.
+    Ended {
+        agent: String,
+        had_work: bool,
+    },
+    Unknown,
+}
+
+/// A request performed under an idempotency key, with its response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    pub agent: String,
+    pub key: String,
+    /// SHA-256 of the request.
+    pub request_hash: Vec<u8>,
+    /// The response exactly as it was answered.
+    pub response: Vec<u8>,
+    pub created_at: Micros,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Starts a database transaction: one request is all-or-nothing.
+    async fn begin(&self) -> Result<Box<dyn StoreTx>>;
+
+    /// A transaction for work that a later commit of the session publishes (rows tagged
+    /// with the session's transaction): its commit need not wait until it is durable,
+    /// because the publishing commit is durable and makes everything before it durable
+    /// too. If the database loses such work in a crash, that commit finds fewer messages
+    /// than the session enqueued ([`CommitOutcome::published`]) and the engine refuses it.
+    /// The default is [`Store::begin`].
+    async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
+        self.begin().await
+    }
+
+    /// Rolls back the uncommitted work that no stored session owns (left by a process
+    /// that ended without writing a session row for it, e.g. an older version). Work of
+    /// stored sessions stays: their clients continue them.
+    async fn recover(&self) -> Result<u64>;
+
+    /// The session whose id hashes to `id_hash`.
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup>;
+
+    /// Marks a session as in use until `until` (a long poll about to wait), so that no
+    /// process takes it for idle meanwhile. Does not change its version.
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()>;
+
+    /// Sessions last used before `before`, oldest first.
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>>;
+
+    /// How many sessions the store holds.
+    async fn session_count(&self) -> Result<i64>;
+
+    /// Forgets tombstones whose time is up at `now` and idempotency records created
+    /// before `records_before`. Returns how many rows went.
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64>;
+
+    /// The request recorded under (`agent`, `key`).
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
+
+    /// Topology objects: (kind, name) → JSON spec.
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
+
+    /// Queue ids by name.
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
+
+    /// Committed messages per queue id.
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+
+    /// Messages whose expiration has passed and are not locked: candidates for the time
+    /// manager.
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
+
+    /// Earliest future delay end on a queue (to wake long-polls when a delay ends).
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
+
+    /// Registrations on a queue.
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
+
+    /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
+    /// backend has no such channel (SQLite: one process owns the file).
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+
+    /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
+    /// to wait, a notification dispatcher with registrations on it) until the returned
+    /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
+    /// somebody holds interest in (see `store::interest`); once this returns, whatever
+    /// was committed without a signal is visible to the caller's next read, so a waiter
+    /// takes interest and then looks once more before it waits. SQLite, one process per
+    /// file, needs none: [`Interest::is_held`] is false.
+    async fn interest(&self, _queue: QueueId) -> Result<Interest> {
+        Ok(Interest::none())
+    }
+
+    /// Stores an accepted mail (committed when this returns), or counts a duplicate. A mail
+    /// put `held` owes no reply yet and is not forwarded; a duplicate put `held` changes
+    /// nothing (see [`Store::spool_release`]); a duplicate put otherwise of a held mail
+    /// releases it.
+    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut>;
+
+    /// The mail put `held` was accepted after all: a held mail becomes `new` (it will be
+    /// forwarded); one reply more is owed either way.
+    async fn spool_release(&self, id: i64, now: Micros) -> Result<()>;
+
+    /// Mails to forward or answer now.
+    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;
+
+    /// Claims a due mail for this process's worker: its next attempt moves to the end of a
+    /// lease, so that the workers of other processes leave it alone meanwhile (a crashed
+    /// process's claim comes due again then). False if it is not due any more (another
+    /// process claimed it). SQLite has one process: always true.
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        let _ = (id, now);
+        Ok(true)
+    }
+
+    /// Records the outcome of a forwarding attempt: `response` when forwarded, else the
+    /// error and when to try again (`next_attempt_at = None`: give up, state `failed`).
+    async fn spool_attempted(
+        &self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()>;
+
+    /// Records, for each (mail id, replies sent), how many replies have gone out — one
+    /// statement for a whole batch of mails.
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()>;
+
+    /// Forgets finished mails (forwarded or failed, every reply sent) received before
+    /// `before`: the dedupe window is over, a re-sent copy is a new request. Returns how many.
+    async fn spool_purge(&self, before: Micros) -> Result<u64>;
+
+    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
+
+    /// Mails that are not finished (to forward, replies owed, or failed), oldest first.
+    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
+
+    /// Every registration (for `admin registrations`).
+    async fn all_registrations(&self) -> Result<Vec<Registration>>;
+
+    /// Sets (or clears) the HMAC secret of a registration. False if there is none.
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool>;
+
+    /// Claims up to `limit` notifications due at `now`: their next attempt moves to
+    /// `lease_until` (so no one else takes them meanwhile; a crashed dispatcher's claims come
+    /// due again then) and their attempt count goes up.
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>>;
+
+    /// Removes delivered notifications.
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()>;
+
+    /// Records a failed attempt: try again at `next_attempt_at`, or park (`None`).
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()>;
+
+    /// When the next committed, unparked notification is due.
+    async fn notify_next_due(&self) -> Result<Option<Micros>>;
+
+    /// Notifications not yet delivered (pending and parked), oldest first.
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>>;
+
+    /// Counts of (pending, parked) committed notifications.
+    async fn notify_counts(&self) -> Result<(i64, i64)>;
+
+    /// Puts parked notifications back in line (due at `now`, attempts reset). Returns how many.
+    async fn notify_unpark(&self, now: Micros) -> Result<u64>;
+
+    /// Inserts committed messages as one atomic step (no session work involved).
+    /// `source` names the producer (its client connection, `Session::origin`; 0 for none):
+    /// a backend that writes concurrent requests together may wait a moment for a producer
+    /// it has just answered and that came back quickly before (see [`regulars`]).
+    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
+        let _ = source;
+        let mut tx = self.begin().await?;
+        tx.insert_messages(msgs).await?;
+        tx.commit().await
+    }
+
+    /// Takes the first committed, unlocked delivery matching `q` and removes it, as one
+    /// atomic step: a single-consumer REMOVE that commits at once. `source` as for
+    /// [`Store::insert_committed`].
+    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
+        let _ = source;
+        let mut tx = self.begin().await?;
+        let mut q = q.clone();
+        q.limit = 1;
+        loop {
+            let Some(m) = tx.candidates(&q).await?.into_iter().next() else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
+            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
+                tx.commit().await?;
+                return Ok(Some(m));
+            }
+            q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
+        }
+    }
+}
+
+#[async_trait]
+pub trait StoreTx: Send {
+    /// Writes a session row: inserted when `row.version` is 1, else updated from version
+    /// `row.version - 1`. False, with nothing written, if the row is not at that version
+    /// (another request changed or ended the session). A backend may instead write it with
+    /// a later statement of the transaction (PostgreSQL folds it into the next enqueue or
+    /// session commit, one round trip fewer): then a row at another version makes
+    /// [`StoreTx::commit`] roll back and fail with [`StoreError::SessionConflict`].
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool>;
+
+    /// Ends a session: deletes its row if it is still at `version` (and, with
+    /// `idle_before`, still last used before then), leaving a tombstone until `until` that
+    /// says whether it had work. False, with nothing changed, otherwise.
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool>;
+
+    /// Records a request performed under an idempotency key. False if the key is taken
+    /// (a concurrent request with it committed first): then this transaction must roll back.
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
+
+    /// Takes the time manager's turn for this transaction: false if another process has
+    /// it now (PostgreSQL advisory lock; SQLite has one process).
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Inserts messages with their deliveries, and — in the same transaction — one outbox
+    /// notification per delivery whose (queue, consumer) has registrations.
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
+    /// [`Store::spool_put`] inside this transaction.
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut>;
+    /// [`Store::spool_attempted`] inside this transaction.
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()>;
+
+    /// Deliveries matching `q`, in queue order, starting after `q.after`.
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>>;
+
+    /// Takes a delivery for `txn` (pending REMOVE or LOCKED). False if another session got
+    /// there first.
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
+
+    /// Removes a delivery now (IMMEDIATE REMOVE); the message goes when no delivery is
+    /// left. False if another session holds it. `shared`: the message may have other
+    /// consumers' deliveries (multi-consumer queue).
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
+
+    /// Publishes `txn`'s enqueues, performs its removes, releases its locks. `dequeues`:
+    /// whether `txn` may hold removes or locks; false when it only enqueued, and then the
+    /// backend skips looking for them (four statements on PostgreSQL).
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
+
+    /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
+    /// Returns the released removes, each with its new retry count.
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>>;
+
+    /// A consumer of a multi-consumer message gives up on it (too many failed dequeues):
+    /// its delivery goes. Returns how many deliveries the message has left; consumers of
+    /// one message serialise here, so exactly one of them sees 0.
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64>;
+
+    /// Moves a message to `to` (an exception queue) in state 3 with one delivery.
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()>;
+
+    /// Creates or replaces the registration of (queue, consumer, agent).
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
+
+    /// Removes the registration of (queue, consumer, agent) and its undelivered
+    /// notifications. False if there was none.
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool>;
+
+    /// Topology: replace the stored object set; queue ids are created for new queue names.
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
+
+    /// Savepoints, for group commit: one request's work inside a shared transaction.
+    async fn savepoint(&mut self) -> Result<()>;
+    async fn release_savepoint(&mut self) -> Result<()>;
+    async fn rollback_to_savepoint(&mut self) -> Result<()>;
+
+    async fn commit(self: Box<Self>) -> Result<()>;
+
+    /// Ends the transaction without keeping anything. Dropping it would too, but only
+    /// when its connection is next used — until then its row locks (e.g. from
+    /// `FOR UPDATE`) would hide rows from other consumers.
+    async fn rollback(self: Box<Self>) -> Result<()>;
+}

@@ -1,0 +1,51 @@
+//! Oracle-style error numbers used in IDAP faults (the table in README.md).
+
+/// ORA-01031 insufficient privileges.
+pub const NOT_PERMITTED: i32 = 1031;
+/// ORA-24010 queue does not exist.
+pub const NO_SUCH_QUEUE: i32 = 24010;
+/// ORA-24031 invalid value (a request parameter).
+pub const INVALID_VALUE: i32 = 24031;
+/// ORA-24033 no recipients for message.
+pub const NO_RECIPIENTS: i32 = 24033;
+/// ORA-24039 queue not created for multiple consumers (consumer_name on a single-consumer queue).
+pub const NOT_MULTI_CONSUMER: i32 = 24039;
+/// ORA-25207 enqueue failed, queue is disabled for enqueueing.
+pub const ENQUEUE_DISABLED: i32 = 25207;
+/// ORA-25215 user_data type and queue type do not match.
+pub const PAYLOAD_MISMATCH: i32 = 25215;
+/// ORA-25226 dequeue failed, queue is not enabled for dequeue.
+pub const DEQUEUE_DISABLED: i32 = 25226;
+/// ORA-25228 timeout or end-of-fetch during message dequeue.
+pub const NO_MESSAGE: i32 = 25228;
+/// ORA-25231 cannot dequeue because CONSUMER_NAME not specified.
+pub const CONSUMER_REQUIRED: i32 = 25231;
+/// ORA-25263 no message in queue with message ID.
+pub const NO_SUCH_MESSAGE_ID: i32 = 25263;
+/// ORA-24034 application is already a subscriber / unknown subscriber.
+pub const NOT_A_SUBSCRIBER: i32 = 24035;
+/// ORA-25200 invalid value for a selector condition (aqgate: condition not supported).
+pub const BAD_CONDITION: i32 = 25200;
+/// ORA-25402 transaction must roll back: the store lost part of the session's
+/// uncommitted work (the database restarted since it was sent); the client rolls back.
+pub const TRANSACTION_LOST: i32 = 25402;
+/// ORA-25254 time-out in LISTEN / session expired; aqgate: the session's work was rolled back.
+pub const SESSION_EXPIRED: i32 = 25254;
+/// aqgate: a name (agent alias, …) is not in the directory, or the directory is not
+/// configured.
+pub const DIRECTORY: i32 = 24047;
+/// aqgate: the directory is temporarily unreachable or too slow; retry later.
+pub const DIRECTORY_UNAVAILABLE: i32 = 24048;
+/// aqgate: the session cookie names no session of this agent that the store knows (it
+/// ended and was forgotten, or was never issued). Whatever it left open is not
+/// committed; the client drops the cookie and starts its transaction again.
+pub const SESSION_UNKNOWN: i32 = 24049;
+/// aqgate: another request of the same session (on another node) changed it while this
+/// one ran; nothing of this request was performed, and it may be sent again.
+pub const SESSION_BUSY: i32 = 24050;
+/// aqgate: an `Idempotency-Key` was used before with a different request (HTTP 422).
+pub const IDEMPOTENCY_MISMATCH: i32 = 24051;
+/// aqgate: a request with the same `Idempotency-Key` is being performed now (HTTP 409).
+pub const IDEMPOTENCY_IN_PROGRESS: i32 = 24052;
+/// ORA-00600 internal error (store failure); details are logged, not returned.
+pub const INTERNAL: i32 = 600;

@@ -1,0 +1,11 @@
+//! HTTP header and cookie names aqgate's servlet and its clients (the mail worker, the
+//! benchmark, tests) share.
+
+/// The session cookie (AQ's servlet keeps sessions by cookie).
+pub const SESSION_COOKIE: &str = "AQSESSIONID";
+/// A gateway (the mail path) acting on behalf of the agent named here.
+pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
+/// At most once per agent and key (IETF httpapi `Idempotency-Key`).
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// Set on a response replayed for an `Idempotency-Key` seen before.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";

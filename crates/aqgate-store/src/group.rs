@@ -1,0 +1,429 @@
+//! Group commit: concurrent requests share one database transaction, and so one fsync.
+//!
+//! SQLite has one writer and pays a disk sync per commit; with `synchronous=FULL` that
+//! sync, not SQL, bounds throughput. [`GroupCommitStore`] wraps a store: each request
+//! runs inside a savepoint of a shared transaction (so a failing request still undoes only
+//! its own work), and the last request of a run of concurrent ones commits the transaction
+//! for all of them. No request returns before the commit that makes its work durable, so
+//! "200 means committed" holds; if that commit fails, every request of the batch fails.
+//!
+//! Requests of one batch see each other's writes before the batch commits. That is safe
+//! because none of them answers before the batch is durable, and the batch commits or
+//! fails as a whole.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use tokio::sync::{Mutex, OwnedMutexGuard, watch};
+
+use crate::*;
+
+type Outcome = Option<std::result::Result<(), String>>;
+
+#[derive(Default)]
+struct Batch {
+    tx: Option<Box<dyn StoreTx>>,
+    /// Requests whose work is in the open transaction, waiting for its commit.
+    members: usize,
+    /// A request left without releasing or rolling back its savepoint.
+    dangling: bool,
+    done: Option<watch::Sender<Outcome>>,
+}
+
+struct Lane {
+    batch: Arc<Mutex<Batch>>,
+    waiting: AtomicUsize,
+    max_batch: usize,
+}
+
+pub struct GroupCommitStore {
+    inner: Arc<dyn Store>,
+    lane: Arc<Lane>,
+}
+
+impl GroupCommitStore {
+    pub fn new(inner: Arc<dyn Store>, max_batch: usize) -> Self {
+        let lane = Lane { batch: Arc::new(Mutex::new(Batch::default())), waiting: AtomicUsize::new(0), max_batch };
+        Self { inner, lane: Arc::new(lane) }
+    }
+}
+
+impl Lane {
+    /// A member is done with the open transaction: commit it when nobody else is queued
+    /// for it (or it is full), else hand it to the next member.
+    async fn leave(&self, mut g: OwnedMutexGuard<Batch>) -> Option<watch::Receiver<Outcome>> {
+        let rx = g.done.as_ref().map(watch::Sender::subscribe);
+        if self.waiting.load(Ordering::SeqCst) == 0 || g.members >= self.max_batch {
+            let tx = g.tx.take();
+            let done = g.done.take();
+            g.members = 0;
+            g.dangling = false;
+            let result = match tx {
+                Some(tx) => tx.commit().await.map_err(|e| e.to_string()),
+                None => Ok(()),
+            };
+            if let Some(d) = done {
+                let _ = d.send(Some(result));
+            }
+        }
+        rx
+    }
+
+    /// Gives up the open transaction: everything in it is rolled back and its members fail.
+    fn abort(&self, g: &mut Batch, why: &str) {
+        g.tx = None; // dropping a sqlx transaction rolls it back
+        g.members = 0;
+        g.dangling = false;
+        if let Some(d) = g.done.take() {
+            let _ = d.send(Some(Err(why.to_string())));
+        }
+    }
+
+    /// Undoes what a request left behind without committing.
+    async fn settle(&self, g: &mut Batch) {
+        if !g.dangling {
+            return;
+        }
+        g.dangling = false;
+        let ok = match g.tx.as_mut() {
+            Some(tx) => tx.rollback_to_savepoint().await.is_ok(),
+            None => true,
+        };
+        if !ok {
+            self.abort(g, "rolling back a request inside a group commit failed");
+        }
+    }
+}
+
+#[async_trait]
+impl Store for GroupCommitStore {
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        let lane = self.lane.clone();
+        let mut g = {
+            // Counted while queued; a request dropped while waiting (client gone) must not
+            // leave the count up, or the batch would never see "nobody waiting" again.
+            let _queued = Queued::new(&lane.waiting);
+            lane.batch.clone().lock_owned().await
+        };
+        lane.settle(&mut g).await;
+        if g.tx.is_none() {
+            match self.inner.begin().await {
+                Ok(tx) => {
+                    g.tx = Some(tx);
+                    g.done = Some(watch::channel(None).0);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let sp = match g.tx.as_mut() {
+            Some(tx) => tx.savepoint().await,
+            None => Err(StoreError::corrupt("group commit lost its transaction")),
+        };
+        if let Err(e) = sp {
+            lane.abort(&mut g, "could not open a savepoint");
+            return Err(e);
+        }
+        g.dangling = true;
+        Ok(Box::new(GroupTx { guard: Some(g), lane }))
+    }
+
+    async fn recover(&self) -> Result<u64> {
+        self.inner.recover().await
+    }
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
+        self.inner.session_get(id_hash).await
+    }
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
+        self.inner.session_touch(id_hash, until).await
+    }
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
+        self.inner.sessions_idle(before, limit).await
+    }
+    async fn session_count(&self) -> Result<i64> {
+        self.inner.session_count().await
+    }
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
+        self.inner.sessions_purge(now, records_before).await
+    }
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
+        self.inner.idempotency_get(agent, key).await
+    }
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
+        self.inner.load_topology().await
+    }
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
+        self.inner.queue_ids().await
+    }
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
+        self.inner.queue_depths().await
+    }
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
+        self.inner.due_expirations(now, limit).await
+    }
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
+        self.inner.next_delay_end(queue, now).await
+    }
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
+        self.inner.registrations(queue).await
+    }
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
+        self.inner.listen().await
+    }
+    async fn interest(&self, queue: QueueId) -> Result<Interest> {
+        self.inner.interest(queue).await
+    }
+    /// Mail accepted by concurrent SMTP sessions shares the servlet's batches: one disk
+    /// sync for all of them. The 250 still waits for the commit that holds the mail.
+    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
+        let mut tx = self.begin().await?;
+        match tx.spool_put(m).await {
+            Ok(put) => tx.commit().await.map(|()| put),
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        self.inner.all_registrations().await
+    }
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        self.inner.set_registration_secret(queue, consumer, agent, secret).await
+    }
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_claim(now, lease_until, limit).await
+    }
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        self.inner.notify_delivered(ids).await
+    }
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        self.inner.notify_failed(id, error, next_attempt_at).await
+    }
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        self.inner.notify_next_due().await
+    }
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_pending(limit).await
+    }
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        self.inner.notify_counts().await
+    }
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        self.inner.notify_unpark(now).await
+    }
+    async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
+        self.inner.spool_release(id, now).await
+    }
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        self.inner.spool_claim(id, now).await
+    }
+    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
+        self.inner.spool_due(now, limit).await
+    }
+    async fn spool_attempted(
+        &self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        match tx.spool_attempted(id, response, error, next_attempt_at).await {
+            Ok(()) => tx.commit().await,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+    async fn spool_purge(&self, before: Micros) -> Result<u64> {
+        self.inner.spool_purge(before).await
+    }
+    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
+        self.inner.spool_replied(sent).await
+    }
+    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
+        self.inner.spool_get(id).await
+    }
+    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
+        self.inner.spool_pending(limit).await
+    }
+}
+
+/// Counts a request queued for the batch, for as long as it waits.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Self(n)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One request's part of a shared transaction.
+struct GroupTx {
+    guard: Option<OwnedMutexGuard<Batch>>,
+    lane: Arc<Lane>,
+}
+
+impl GroupTx {
+    fn tx(&mut self) -> Result<&mut Box<dyn StoreTx>> {
+        self.guard
+            .as_mut()
+            .and_then(|g| g.tx.as_mut())
+            .ok_or_else(|| StoreError::corrupt("group commit transaction is gone"))
+    }
+}
+
+impl Drop for GroupTx {
+    fn drop(&mut self) {
+        // Left without commit (a fault, or a read that found nothing): roll back this
+        // request's savepoint and let the batch go on or commit.
+        if let Some(g) = self.guard.take() {
+            let lane = self.lane.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(async move {
+                        let mut g = g;
+                        lane.settle(&mut g).await;
+                        let _ = lane.leave(g).await;
+                    });
+                }
+                // No runtime: the next request settles the savepoint.
+                Err(_) => drop(g),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl StoreTx for GroupTx {
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
+        self.tx()?.session_put(row).await
+    }
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        self.tx()?.session_end(id_hash, version, idle_before, tombstone).await
+    }
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        self.tx()?.idempotency_put(r).await
+    }
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        self.tx()?.time_manager_turn().await
+    }
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
+        self.tx()?.spool_put(m).await
+    }
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        self.tx()?.spool_attempted(id, response, error, next_attempt_at).await
+    }
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        self.tx()?.insert_messages(msgs).await
+    }
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
+        self.tx()?.candidates(q).await
+    }
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        self.tx()?.lock(seq, consumer, txn, kind).await
+    }
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+        self.tx()?.remove_now(seq, consumer, txn, shared).await
+    }
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
+        self.tx()?.commit_session(txn, dequeues).await
+    }
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
+        self.tx()?.rollback_session(txn).await
+    }
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        self.tx()?.drop_delivery(seq, consumer).await
+    }
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        self.tx()?.move_to_exception(seq, to).await
+    }
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
+        self.tx()?.upsert_registration(r).await
+    }
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        self.tx()?.delete_registration(queue, consumer, agent).await
+    }
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
+        self.tx()?.put_topology_object(kind, name, spec).await
+    }
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
+        self.tx()?.delete_topology_object(kind, name).await
+    }
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
+        self.tx()?.ensure_queue(name).await
+    }
+    async fn savepoint(&mut self) -> Result<()> {
+        Err(StoreError::corrupt("nested group commit"))
+    }
+    async fn release_savepoint(&mut self) -> Result<()> {
+        Err(StoreError::corrupt("nested group commit"))
+    }
+    async fn rollback_to_savepoint(&mut self) -> Result<()> {
+        Err(StoreError::corrupt("nested group commit"))
+    }
+
+    async fn rollback(mut self: Box<Self>) -> Result<()> {
+        // This request's savepoint goes; the shared transaction goes on (or commits for
+        // the others) right away, not from a spawned task.
+        if let Some(mut g) = self.guard.take() {
+            self.lane.settle(&mut g).await;
+            // Nothing of this request needs the batch's commit: no need to wait for it.
+            let _ = self.lane.leave(g).await;
+        }
+        Ok(())
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        let Some(mut g) = self.guard.take() else {
+            return Err(StoreError::corrupt("group commit transaction is gone"));
+        };
+        let released = match g.tx.as_mut() {
+            Some(tx) => tx.release_savepoint().await,
+            None => Err(StoreError::corrupt("group commit transaction is gone")),
+        };
+        if let Err(e) = released {
+            // The request's work cannot be told apart from the others': fail them all.
+            self.lane.abort(&mut g, "releasing a savepoint failed");
+            return Err(e);
+        }
+        g.dangling = false;
+        g.members += 1;
+        let Some(mut rx) = self.lane.leave(g).await else {
+            return Err(StoreError::corrupt("group commit lost its outcome"));
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
+        match outcome {
+            Ok(Some(Ok(()))) => Ok(()),
+            Ok(Some(Err(e))) => Err(StoreError::corrupt(format!("group commit failed: {e}"))),
+            _ => Err(StoreError::corrupt("group commit was abandoned")),
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! aqgate's stores: SQLite (the default: a file, WAL) and PostgreSQL, behind the core's
+//! [`aqgate_core::store::Store`] interface, with group commit, cross-process interest and
+//! the migrations of both.
+
+pub mod group;
+mod interest;
+pub mod postgres;
+pub mod regulars;
+pub mod sqlite;
+
+use aqgate_core::clock::Micros;
+pub(crate) use aqgate_core::store::*;
+
+/// A pooled database connection idle this long is pinged before it is used again.
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The store's error for a database failure: unavailable when the connection is gone or
+/// none is to be had (and then remembered, see [`connection_lost`]), else failed.
+pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    if connection_broken(&e) {
+        connection_lost();
+        return StoreError::unavailable(e);
+    }
+    if matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) {
+        return StoreError::unavailable(e);
+    }
+    StoreError::failed(e)
+}
+
+/// `?` on a database result: `.db()?`.
+pub(crate) trait Db<T> {
+    fn db(self) -> Result<T>;
+}
+
+impl<T> Db<T> for std::result::Result<T, sqlx::Error> {
+    fn db(self) -> Result<T> {
+        self.map_err(db_error)
+    }
+}
+
+impl<T> Db<T> for std::result::Result<T, sqlx::migrate::MigrateError> {
+    fn db(self) -> Result<T> {
+        self.map_err(StoreError::failed)
+    }
+}
+
+/// Whether `e` means the connection is gone (I/O, protocol, TLS failure; PostgreSQL's
+/// `08` connection exceptions and `57P` shutdowns, e.g. `pg_terminate_backend` or a
+/// restart), as opposed to a statement failing on a healthy connection.
+pub(crate) fn connection_broken(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// When a connection was last seen lost (I/O or protocol failure), in microseconds since
+/// [`EPOCH`] plus one; 0 if never. A server restart breaks every pooled connection at once,
+/// so after one is seen broken, the others that have been idle since are pinged before use
+/// (see `postgres::ping_if_stale`) instead of each failing one request.
+static LAST_LOST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The monotonic origin of [`LAST_LOST`] (wall-clock steps must not matter).
+static EPOCH: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
+
+fn since_epoch(t: std::time::Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(*EPOCH).as_micros()).unwrap_or(u64::MAX).saturating_add(1)
+}
+
+pub(crate) fn connection_lost() {
+    LAST_LOST.store(since_epoch(std::time::Instant::now()), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a connection idle for `idle_for` went idle before a connection was last seen
+/// lost, or has been idle for [`STALE_AFTER`]: such a connection is pinged before use.
+pub(crate) fn idle_connection_suspect(idle_for: std::time::Duration) -> bool {
+    if idle_for >= STALE_AFTER {
+        return true;
+    }
+    let lost = LAST_LOST.load(std::sync::atomic::Ordering::Relaxed);
+    let now = std::time::Instant::now();
+    lost != 0 && since_epoch(now.checked_sub(idle_for).unwrap_or(*EPOCH)) <= lost
+}
+
+/// A spooled mail's state after a forwarding attempt: `done` with a response, `new` again
+/// with a retry time, else `failed`.
+pub(crate) fn spool_state_after(response: Option<&[u8]>, next_attempt_at: Option<Micros>) -> &'static str {
+    match (response, next_attempt_at) {
+        (Some(_), _) => "done",
+        (None, Some(_)) => "new",
+        (None, None) => "failed",
+    }
+}
+
+/// Opens the store named by `url`: `sqlite://path` (created if missing), `sqlite::memory:`,
+/// or `postgres://…`.
+pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(postgres::PgStore::open(url).await?))
+    } else {
+        let sqlite: std::sync::Arc<dyn Store> = std::sync::Arc::new(sqlite::SqliteStore::open(url).await?);
+        // One writer, one disk sync per commit: concurrent requests share commits.
+        Ok(std::sync::Arc::new(group::GroupCommitStore::new(sqlite, 256)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn connections_idle_since_a_loss_are_suspect() {
+        assert!(idle_connection_suspect(STALE_AFTER), "idle for the stale time");
+        connection_lost();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(idle_connection_suspect(Duration::from_millis(200)), "idle since before the loss");
+        assert!(!idle_connection_suspect(Duration::from_millis(5)), "went idle after the loss");
+        assert!(!idle_connection_suspect(Duration::ZERO));
+    }
+
+    #[test]
+    fn which_errors_mean_a_lost_connection() {
+        assert!(connection_broken(&sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))));
+        assert!(connection_broken(&sqlx::Error::Protocol("unexpected message".into())));
+        assert!(!connection_broken(&sqlx::Error::RowNotFound));
+        assert!(!connection_broken(&sqlx::Error::PoolTimedOut));
+        assert!(db_error(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(db_error(sqlx::Error::Protocol("eof".into())).is_unavailable());
+        assert!(!db_error(sqlx::Error::RowNotFound).is_unavailable());
+        assert!(!StoreError::corrupt("x").is_unavailable());
+    }
+}
