@@ -99,7 +99,7 @@ pub async fn serve(
     }
     let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let bg = tokio::spawn(engine.clone().run_background(cfg.tick, stop_rx.clone()));
+    let bg = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop_rx.clone()));
     let notifier = match cfg.notify.clone() {
         Some(n) => {
             let d = crate::notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
@@ -253,4 +253,31 @@ pub async fn notify_only(
     let _ = stop_tx.send(true);
     let _ = task.await;
     Ok(())
+}
+
+/// The engine's background duties, scheduled: a round of the time manager every `tick`
+/// (the purge of ended sessions at most once a minute), and cross-process wake-ups from
+/// the store's listener. Runs until `shutdown` changes.
+pub async fn time_manager(engine: Arc<Engine>, tick: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    if let Ok(Some(mut rx)) = engine.store().listen().await {
+        let me = engine.clone();
+        tokio::spawn(async move {
+            while let Some(q) = rx.recv().await {
+                me.wake(q);
+            }
+        });
+    }
+    let mut interval = tokio::time::interval(tick);
+    let mut purged: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let purge = purged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        engine.time_manager_round(purge).await;
+        if purge {
+            purged = Some(tokio::time::Instant::now());
+        }
+    }
 }

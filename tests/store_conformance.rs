@@ -1456,7 +1456,7 @@ async fn postgres_a_lost_provisional_send_is_never_committed() {
 async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     let a = std::sync::Arc::new(Harness::new(Backend::Postgres).await);
     let (_stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(a.engine.clone().run_background(Duration::from_secs(3600), rx));
+    tokio::spawn(aqgate::server::time_manager(a.engine.clone(), Duration::from_secs(3600), rx));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let b = second_process(&a).await;
     let a2 = a.clone();

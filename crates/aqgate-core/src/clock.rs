@@ -1,5 +1,6 @@
 //! The clock, injected so that delay, expiration and session timeouts are testable
-//! without sleeping.
+//! without sleeping. It is also what the engine waits with (a long poll's deadline): the
+//! engine takes no time and no timer from anywhere else.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,7 +11,19 @@ pub type Micros = i64;
 pub const MICROS_PER_SEC: i64 = 1_000_000;
 
 pub trait Clock: Send + Sync + 'static {
+    /// AQ's time: enqueue times, delays, expirations, session idleness.
     fn now(&self) -> Micros;
+
+    /// The monotonic time waits are measured in (a long poll's deadline). Real time for
+    /// both clocks here: a [`ManualClock`] moves AQ's time, not how long a wait lasts.
+    fn instant(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    /// Resolves at `deadline` (of [`Clock::instant`]).
+    fn sleep_until(&self, deadline: std::time::Instant) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep_until(deadline.into()))
+    }
 }
 
 /// The wall clock.

@@ -194,6 +194,34 @@ fn is_global(ip: IpAddr) -> bool {
     }
 }
 
+/// The host of an `http(s)://` notification target, or why it is not one aqgate posts to
+/// (not a URL, no host, credentials in it).
+pub fn http_target_host(url: &str) -> Result<String, String> {
+    let u = url::Url::parse(url).map_err(|e| format!("notify_url '{url}' is not a valid URL: {e}"))?;
+    let Some(host) = u.host_str() else {
+        return Err(format!("notify_url '{url}' has no host"));
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err("notify_url must not carry credentials; set a signing secret for the registration instead".into());
+    }
+    Ok(host.to_string())
+}
+
+/// Whether `addr` is a mail address a relay can be given: a valid local part (RFC 5322
+/// dot-atom or quoted string) `@` a domain name (IDNA), an IP address or an address
+/// literal.
+pub fn is_mail_address(addr: &str) -> bool {
+    let Some((user, domain)) = addr.rsplit_once('@') else { return false };
+    if !email_address::EmailAddress::is_valid_local_part(user) {
+        return false;
+    }
+    let ascii_ok = |d: &str| {
+        email_address::EmailAddress::is_valid_domain(d)
+            || d.strip_prefix('[').and_then(|ip| ip.strip_suffix(']')).unwrap_or(d).parse::<std::net::IpAddr>().is_ok()
+    };
+    ascii_ok(domain) || idna::domain_to_ascii(domain).is_ok_and(|d| ascii_ok(&d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +301,23 @@ mod tests {
         for bad in ["10.0.0.0/33", "::/129", "not a host", "1.2.3.4/x", "host_with_underscore"] {
             assert!(Policy::parse(&[bad]).is_err(), "{bad} should not parse");
         }
+    }
+
+    #[test]
+    fn mail_addresses_a_relay_can_be_given() {
+        for ok in ["app1@example.com", "first.last+tag@sub.example.org", "ops@[192.0.2.1]", "x@bücher.example"] {
+            assert!(is_mail_address(ok), "{ok}");
+        }
+        for bad in ["a@@b", "@example.com", "app1@", "no-at-sign", "a b@example.com", "a@exa mple.com", "a@-x.example"] {
+            assert!(!is_mail_address(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn http_targets_name_a_host_and_no_credentials() {
+        assert_eq!(http_target_host("https://hooks.example/x?y=1").as_deref(), Ok("hooks.example"));
+        assert!(http_target_host("https://user:pw@hooks.example/x").unwrap_err().contains("credentials"));
+        assert!(http_target_host("http://").is_err());
+        assert!(http_target_host("not a url").is_err());
     }
 }

@@ -1,0 +1,392 @@
+//! Dequeue: AQXmlReceive (REMOVE / BROWSE / LOCKED, FIRST / NEXT navigation, selectors,
+//! long polls).
+
+use std::time::Duration;
+
+use super::*;
+use crate::clock::Micros;
+use crate::error::{AqError, code};
+use crate::idap::model::*;
+use crate::payload;
+use crate::selector::Condition;
+use crate::store::*;
+use crate::topology::{AgentInfo, Privilege, QueueInfo, canon};
+
+impl Engine {
+    pub(super) async fn receive(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: ReceiveRequest,
+    ) -> Result<ReceiveResult, AqError> {
+        let o = &req.consumer;
+        let dest = self.destination_name(&o.destination).await?;
+        let (queue, qid) = resolved.queue(&dest)?;
+        if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
+            return Err(not_permitted(agent, "dequeue from", &queue.name));
+        }
+        if !queue.dequeue_enabled {
+            return Err(AqError::client(
+                code::DEQUEUE_DISABLED,
+                format!("dequeue failed, queue {} is not enabled for dequeue", queue.name),
+            ));
+        }
+        let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
+        if o.transformation.is_some() {
+            return Err(AqError::invalid("transformations are not supported"));
+        }
+        if o.navigation == NavigationMode::NextTransaction {
+            return Err(AqError::invalid("NEXT_TRANSACTION needs message grouping, which this queue does not have"));
+        }
+        if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
+            return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
+        }
+        let mut filter = Filter { corrid: None, msgid: None, condition: None };
+        match &o.selector {
+            None => {}
+            Some(Selector::Correlation(c)) => filter.corrid = Some(c.clone()),
+            Some(Selector::MessageId(id)) => filter.msgid = Some(parse_msgid(id)?),
+            Some(Selector::Condition(c)) => {
+                let cond = Condition::parse(c)
+                    .map_err(|e| AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {e}")))?;
+                check_condition_names(&cond, queue, &resolved.catalog.types)?;
+                filter.condition = Some(cond);
+            }
+        }
+        let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
+        let clock = self.clock.clone();
+        let deadline = clock.instant() + wait;
+        let mut interest: Option<crate::store::Interest> = None;
+        let abandon = session.abandon.clone();
+        loop {
+            let waker = self.waker(qid);
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            if abandon.as_ref().is_some_and(|a| a.is_abandoned()) {
+                // Nobody is there to receive: take nothing.
+                return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
+            }
+            if let Some(m) = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await? {
+                return Ok(ReceiveResult { destination: queue.name.clone(), messages: vec![m] });
+            }
+            let now_i = clock.instant();
+            if now_i >= deadline {
+                break;
+            }
+            // Other processes signal a queue only while somebody holds interest in it:
+            // take it before the first wait, then look once more for what was committed
+            // before it took effect.
+            if interest.is_none() {
+                if session.stored.is_some() {
+                    // No process may take the session for idle while it waits here.
+                    let until = self.now().saturating_add(i64::try_from(wait.as_micros()).unwrap_or(i64::MAX));
+                    self.store.session_touch(&session.id_hash(), until).await?;
+                }
+                let i = self.store.interest(qid).await?;
+                let look_again = i.is_held();
+                interest = Some(i);
+                if look_again {
+                    continue;
+                }
+            }
+            // Wake on an enqueue signal, at the deadline, or when a delayed message's delay ends.
+            let mut until = deadline;
+            let now = self.now();
+            if let Some(t) = self.store.next_delay_end(qid, now).await? {
+                let d = Duration::from_micros(u64::try_from(t.saturating_sub(now)).unwrap_or(0));
+                until = until.min(now_i + d);
+            }
+            let gone = async {
+                match &abandon {
+                    Some(a) => a.abandoned().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = clock.sleep_until(until) => {}
+                _ = notified => {}
+                () = gone => {}
+            }
+        }
+        if filter.msgid.is_some() {
+            return Err(AqError::client(
+                code::NO_SUCH_MESSAGE_ID,
+                format!("no message in queue {} with the given message ID", queue.name),
+            ));
+        }
+        Err(AqError::client(
+            code::NO_MESSAGE,
+            format!("timeout or end-of-fetch during message dequeue from {}", queue.name),
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn try_receive(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        queue: &QueueInfo,
+        qid: QueueId,
+        consumer: &str,
+        req: &ReceiveRequest,
+        filter: &Filter,
+    ) -> Result<Option<Message>, AqError> {
+        let o = &req.consumer;
+        let now = self.now();
+        let key = (qid, consumer.to_string());
+        let start = match o.navigation {
+            NavigationMode::FirstMessage => None,
+            _ => session.positions.get(&key).copied(),
+        };
+        let browse = o.dequeue_mode == DequeueMode::Browse;
+        // A REMOVE that commits at once (IMMEDIATE, or a trailing AQXmlCommit with nothing
+        // else pending) deletes the delivery directly instead of locking it first.
+        let remove_now = o.visibility == Visibility::Immediate || (req.commit && !session.pending);
+        if o.dequeue_mode == DequeueMode::Remove
+            && remove_now
+            && req.commit
+            && !self.sealed(session)
+            && !session.pending
+            && start.is_none()
+            && filter.condition.is_none()
+            && !queue.multi_consumer
+        {
+            // The common consumer loop — take the head, commit — in one atomic step.
+            let q = CandidateQuery {
+                queue: qid,
+                consumer: consumer.to_string(),
+                txn: session.txn.clone(),
+                now,
+                after: None,
+                corrid: filter.corrid.clone(),
+                msgid: filter.msgid,
+                include_locked: false,
+                limit: 1,
+            };
+            let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(None) };
+            let out = match self.message_out(resolved, queue, &m, now) {
+                Ok(out) => out,
+                Err(e) => {
+                    // Removed already, but not returnable: put it back (at the end of its
+                    // priority), so that the Fault loses nothing.
+                    self.put_back(&m).await?;
+                    return Err(e);
+                }
+            };
+            // A session without a row that ends its transaction: nothing to keep.
+            session.end_transaction();
+            return Ok(Some(out));
+        }
+        let mut tx = self.store.begin().await?;
+        // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
+        // never starves on messages sorted before its position (e.g. higher priority).
+        let passes: &[Option<Position>] = if start.is_some() && !browse { &[start, None] } else { &[start] };
+        let mut found = None;
+        'passes: for &from in passes.iter() {
+            let mut q = CandidateQuery {
+                queue: qid,
+                consumer: consumer.to_string(),
+                txn: session.txn.clone(),
+                now,
+                after: from,
+                corrid: filter.corrid.clone(),
+                msgid: filter.msgid,
+                include_locked: browse,
+                // Without a condition the first candidate is normally the answer: fetch one
+                // payload, not a page of them.
+                limit: if filter.condition.is_some() { SCAN_BATCH } else { 1 },
+            };
+            loop {
+                let batch = tx.candidates(&q).await?;
+                let exhausted = (batch.len() as i64) < q.limit;
+                for m in batch {
+                    q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
+                    if let Some(c) = &filter.condition {
+                        let ctx = context::MessageContext::for_stored(
+                            &m,
+                            &queue.name,
+                            &queue.payload,
+                            &resolved.catalog.types,
+                        );
+                        if !c.eval(&ctx) {
+                            continue;
+                        }
+                    }
+                    let taken = match o.dequeue_mode {
+                        DequeueMode::Browse => true,
+                        DequeueMode::Locked => tx.lock(m.seq, consumer, &session.txn, LockKind::Locked).await?,
+                        DequeueMode::Remove if remove_now => {
+                            tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await?
+                        }
+                        DequeueMode::Remove => tx.lock(m.seq, consumer, &session.txn, LockKind::Remove).await?,
+                    };
+                    if taken {
+                        found = Some(m);
+                        break 'passes;
+                    }
+                }
+                if exhausted {
+                    break;
+                }
+            }
+        }
+        let Some(m) = found else {
+            tx.rollback().await?;
+            if browse && o.navigation == NavigationMode::NextMessage && session.positions.contains_key(&key) {
+                // End of fetch: the next browse starts from the beginning again.
+                let mut next = session.state();
+                next.positions.remove(&key);
+                self.seal_alone(session, next).await?;
+            }
+            return Ok(None);
+        };
+        // Decoded before anything commits: a message that cannot be returned is neither
+        // removed nor locked nor passed by the browse position (a Fault changes nothing).
+        let out = self.message_out(resolved, queue, &m, now)?;
+        let takes_lock = !browse && !remove_now;
+        let mut next = session.state();
+        next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+        if req.commit {
+            next.end_transaction();
+        } else if takes_lock {
+            next.pending = true;
+            next.dequeued = true;
+        }
+        let response = session.idempotency.is_some().then(|| {
+            Response::Receive(
+                StatusResponse::ok(),
+                Some(ReceiveResult { destination: queue.name.clone(), messages: vec![out.clone()] }),
+            )
+        });
+        let version = self.seal(&mut *tx, session, &next, response.as_ref()).await?;
+        let mut woken = Vec::new();
+        if req.commit && (session.pending || takes_lock) {
+            woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
+        }
+        self.commit_tx(tx).await?;
+        self.settle(session, next, version);
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(Some(out))
+    }
+
+    /// Enqueues a single-consumer message taken by `take_head` again, as it was.
+    pub(super) async fn put_back(&self, m: &StoredMessage) -> Result<(), AqError> {
+        tracing::error!(queue = m.queue, msgid = %payload::hex_upper(&m.msgid), "a stored message could not be returned; it is put back");
+        let row = NewMessage {
+            msgid: m.msgid,
+            queue: m.queue,
+            corrid: m.corrid.clone(),
+            priority: m.priority,
+            enq_time: m.enq_time,
+            delay_until: m.delay_until,
+            expire_at: m.expire_at,
+            sender: m.sender.clone(),
+            exception_queue: m.exception_queue.clone(),
+            payload: m.payload.clone(),
+            enq_txn: None,
+            // The single consumer's delivery (take_head serves single-consumer queues).
+            consumers: vec![String::new()],
+            prio_key: m.prio_key,
+        };
+        self.store.insert_committed(std::slice::from_ref(&row), 0).await?;
+        Ok(())
+    }
+
+    pub(super) fn message_out(
+        &self,
+        resolved: &Resolved,
+        queue: &QueueInfo,
+        m: &StoredMessage,
+        now: Micros,
+    ) -> Result<Message, AqError> {
+        let payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
+            .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
+        Ok(Message { number: Some(1), header: header_of(m, queue, now), payload })
+    }
+}
+
+pub(super) struct Filter {
+    corrid: Option<String>,
+    msgid: Option<[u8; 16]>,
+    condition: Option<Condition>,
+}
+
+pub(super) fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {
+    let name = name.map(str::trim).filter(|n| !n.is_empty());
+    match (queue.multi_consumer, name) {
+        (true, None) => Err(AqError::client(
+            code::CONSUMER_REQUIRED,
+            format!("cannot dequeue because CONSUMER_NAME not specified: {} is a multi-consumer queue", queue.name),
+        )),
+        (true, Some(n)) => Ok(canon(n)),
+        (false, Some(_)) => Err(AqError::client(
+            code::NOT_MULTI_CONSUMER,
+            format!("consumer_name given, but queue {} is not a multi-consumer queue", queue.name),
+        )),
+        (false, None) => Ok(String::new()),
+    }
+}
+
+pub(super) fn parse_msgid(id: &str) -> Result<[u8; 16], AqError> {
+    let bytes = hex::decode(id.trim()).map_err(|_| AqError::invalid("message_id is not hexadecimal"))?;
+    bytes.try_into().map_err(|_| AqError::invalid("message_id must be 32 hex digits (16 bytes)"))
+}
+
+/// Refuses a condition naming something no message of `queue` can have: it would
+/// silently match nothing (and a long poll would wait its whole time for nothing).
+pub(super) fn check_condition_names(
+    cond: &Condition,
+    queue: &QueueInfo,
+    types: &payload::TypeRegistry,
+) -> Result<(), AqError> {
+    use crate::selector::NameRef;
+    let property = |p: &str| context::MESSAGE_PROPERTIES.contains(&p);
+    let jms = queue.payload.is_jms();
+    let no_jms = || format!("queue {} holds no JMS messages, so it has no JMS properties", queue.name);
+    for name in cond.names() {
+        let problem = match name {
+            NameRef::Bare { prop, original } if !property(prop) && !jms => {
+                Some(format!("{original} is not a message property, and {}", no_jms()))
+            }
+            NameRef::Column(c) if !property(c) => Some(format!("tab.{c} is not a message property")),
+            NameRef::UserProperty(p) if !jms => Some(format!("\"{p}\": {}", no_jms())),
+            NameRef::UserData(path) if !types.has_user_data_path(&queue.payload, path) => {
+                Some(format!("tab.user_data.{} names nothing in the payload of queue {}", path.join("."), queue.name))
+            }
+            _ => None,
+        };
+        if let Some(p) = problem {
+            return Err(AqError::client(code::BAD_CONDITION, format!("invalid dequeue condition: {p}")));
+        }
+    }
+    Ok(())
+}
+
+/// The message properties returned with a dequeued message.
+pub fn header_of(m: &StoredMessage, queue: &QueueInfo, now: Micros) -> MessageHeader {
+    let state = if m.state == 3 {
+        3
+    } else if m.delay_until.is_some_and(|t| t > now) {
+        1
+    } else {
+        0
+    };
+    MessageHeader {
+        message_id: Some(payload::hex_upper(&m.msgid)),
+        correlation: m.corrid.clone(),
+        expiration: None,
+        delay: None,
+        priority: Some(m.priority),
+        delivery_count: Some(m.retry_count),
+        sender_id: m.sender.as_deref().and_then(agent_from_json),
+        recipient_list: Vec::new(),
+        message_state: Some(state),
+        // The default exception queue is reported as absent, as Oracle does.
+        exception_queue: m.exception_queue.clone().filter(|e| *e != queue.exception_queue),
+    }
+}

@@ -1,0 +1,249 @@
+//! Enqueue: AQXmlSend and AQXmlPublish, message construction, agent aliases.
+
+use super::*;
+use crate::clock::{MICROS_PER_SEC, Micros};
+use crate::error::{AqError, code};
+use crate::idap::model::*;
+use crate::payload;
+use crate::store::*;
+use crate::topology::{AgentInfo, Privilege, QueueInfo, SortOrder, canon};
+
+impl Engine {
+    pub(super) async fn enqueue(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: EnqueueRequest,
+        wrap: fn(EnqueueResult) -> Response,
+    ) -> Result<Response, AqError> {
+        let dest = self.destination_name(&req.producer.destination).await?;
+        let (queue, qid) = resolved.queue(&dest)?;
+        let mut req = req;
+        for m in &mut req.messages {
+            self.resolve_aliases(&mut m.header).await?;
+        }
+        if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
+            return Err(not_permitted(agent, "enqueue to", &queue.name));
+        }
+        if !queue.enqueue_enabled {
+            return Err(AqError::client(
+                code::ENQUEUE_DISABLED,
+                format!("enqueue failed, queue {} is disabled for enqueueing", queue.name),
+            ));
+        }
+        if req.producer.transformation.is_some() {
+            return Err(AqError::invalid("transformations are not supported"));
+        }
+        let now = self.now();
+        let immediate = req.producer.visibility == Visibility::Immediate;
+        let commit_now = immediate || req.commit;
+        let mut rows = Vec::with_capacity(req.messages.len());
+        let mut ids = Vec::with_capacity(req.messages.len());
+        for (i, m) in req.messages.iter().enumerate() {
+            let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+            let row = self
+                .new_message(resolved, queue, qid, m, now, if commit_now { None } else { Some(session.txn.clone()) })
+                .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            ids.push(payload::hex_upper(&row.msgid));
+            rows.push(row);
+        }
+        let mut woken = vec![qid];
+        let commit_session = req.commit && session.pending;
+        let mut next = session.state();
+        if req.commit {
+            next.end_transaction();
+        } else if !immediate {
+            next.pending = true;
+            next.enqueued += rows.len() as u64;
+        }
+        let response = wrap(EnqueueResult { destination: queue.name.clone(), message_ids: ids });
+        let version = if commit_now && !commit_session && !self.sealed(session) {
+            // Nothing else to commit and no session row to write: one atomic write where
+            // the backend can.
+            self.store.insert_committed(&rows, session.origin).await?;
+            None
+        } else {
+            // Tagged rows, published by a later durable commit: see `begin_provisional`.
+            let provisional = !commit_now;
+            let mut tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
+            // Sealed first: a backend may write the session row with the insert.
+            let v = self.seal(&mut *tx, session, &next, Some(&response)).await?;
+            tx.insert_messages(&rows).await?;
+            if commit_session {
+                woken.extend(publish(&mut *tx, session, session.dequeued).await?);
+            }
+            self.commit_tx(tx).await?;
+            v
+        };
+        self.settle(session, next, version);
+        if commit_now {
+            for q in woken {
+                self.wake(q);
+            }
+        }
+        Ok(response)
+    }
+
+    pub(super) fn new_message(
+        &self,
+        resolved: &Resolved,
+        queue: &QueueInfo,
+        qid: QueueId,
+        m: &Message,
+        now: Micros,
+        enq_txn: Option<String>,
+    ) -> Result<NewMessage, AqError> {
+        let h = &m.header;
+        if h.message_id.is_some() {
+            return Err(AqError::invalid("message_id is assigned by the server; do not send it"));
+        }
+        if h.message_state.is_some() || h.delivery_count.is_some() {
+            return Err(AqError::invalid("message_state and delivery_count are filled in at dequeue"));
+        }
+        if let Some(c) = &h.correlation
+            && c.chars().count() > 128
+        {
+            return Err(AqError::invalid("correlation is longer than 128 characters"));
+        }
+        let delay = h.delay.unwrap_or(0);
+        if delay < 0 {
+            return Err(AqError::invalid("delay must not be negative"));
+        }
+        let expiration = h.expiration.unwrap_or(-1);
+        if expiration < -1 || expiration == 0 {
+            return Err(AqError::invalid("expiration must be a positive number of seconds, or -1 (never)"));
+        }
+        let priority = h.priority.unwrap_or(1);
+        let sender = match &h.sender_id {
+            Some(a) => {
+                if a.alias.is_some() {
+                    return Err(AqError::client(
+                        code::DIRECTORY,
+                        "sender_id agent_alias needs the directory, which is not configured",
+                    ));
+                }
+                Some(agent_json(a))
+            }
+            None => None,
+        };
+        if let Some(eq) = &h.exception_queue {
+            if eq.trim().is_empty() {
+                return Err(AqError::invalid("exception_queue is empty"));
+            }
+            // A message can only be moved within its queue table, to a queue made for
+            // failed messages (a name that does not exist yet is resolved at the move).
+            if let Some(target) = resolved.catalog.queue(eq)
+                && !exception_queue_of(target, queue)
+            {
+                return Err(AqError::invalid(format!(
+                    "exception_queue {} is not an exception queue of queue table {}",
+                    target.name, queue.queue_table
+                )));
+            }
+        }
+        let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
+            .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
+        // UUIDv7: time-ordered, so the unique index on message ids is appended to, not
+        // written at random pages; 74 random bits keep them unique across processes.
+        let msgid = *uuid::Uuid::now_v7().as_bytes();
+        let delay_until = (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC)));
+        let expire_at = (expiration > 0)
+            .then(|| now.saturating_add(delay.saturating_add(expiration).saturating_mul(MICROS_PER_SEC)));
+        let mut row = NewMessage {
+            msgid,
+            queue: qid,
+            corrid: h.correlation.clone(),
+            priority,
+            enq_time: now,
+            delay_until,
+            expire_at,
+            sender,
+            exception_queue: h.exception_queue.as_deref().map(canon),
+            payload,
+            enq_txn,
+            consumers: Vec::new(),
+            prio_key: if queue.sort == SortOrder::PriorityEnqTime { priority } else { 0 },
+        };
+        row.consumers = if queue.multi_consumer {
+            if !h.recipient_list.is_empty() {
+                let mut names = Vec::new();
+                for r in &h.recipient_list {
+                    if r.alias.is_some() {
+                        return Err(AqError::client(
+                            code::DIRECTORY,
+                            "recipient agent_alias needs the directory, which is not configured",
+                        ));
+                    }
+                    let Some(n) = r.name.as_deref().filter(|n| !n.trim().is_empty()) else {
+                        return Err(AqError::invalid("recipient without agent_name"));
+                    };
+                    let n = canon(n);
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names
+            } else {
+                let view = context::MessageContext::for_new(&row, &queue.name, &queue.payload, &resolved.catalog.types);
+                queue
+                    .subscribers
+                    .iter()
+                    .filter(|s| s.rule.as_ref().is_none_or(|r| r.eval(&view)))
+                    .map(|s| s.name.clone())
+                    .collect()
+            }
+        } else {
+            if !h.recipient_list.is_empty() {
+                return Err(AqError::client(
+                    code::NOT_MULTI_CONSUMER,
+                    format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name),
+                ));
+            }
+            vec![String::new()]
+        };
+        if row.consumers.is_empty() {
+            return Err(AqError::client(
+                code::NO_RECIPIENTS,
+                format!("no recipients for message: queue {} has no matching subscriber", queue.name),
+            ));
+        }
+        Ok(row)
+    }
+
+    /// Replaces `agent_alias` in sender_id and recipient_list by the agent it names.
+    pub(super) async fn resolve_aliases(&self, h: &mut MessageHeader) -> Result<(), AqError> {
+        let agents = h.sender_id.iter_mut().chain(h.recipient_list.iter_mut());
+        for a in agents {
+            let Some(alias) = a.alias.take() else { continue };
+            let Some(dir) = &self.config.directory else {
+                return Err(AqError::client(
+                    code::DIRECTORY,
+                    format!("agent_alias '{alias}' needs a directory, and none is configured"),
+                ));
+            };
+            let e = dir
+                .resolve_agent_alias(alias.trim())
+                .await
+                .map_err(|e| AqError::directory(e, &format!("agent_alias {alias}")))?;
+            a.name = Some(e.name);
+            a.address = e.address;
+            a.protocol = e.protocol;
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn agent_json(a: &AgentRef) -> String {
+    serde_json::json!({ "name": a.name, "address": a.address, "protocol": a.protocol }).to_string()
+}
+
+pub fn agent_from_json(s: &str) -> Option<AgentRef> {
+    let v: serde_json::Value = serde_json::from_str(s).ok()?;
+    Some(AgentRef {
+        name: v.get("name").and_then(|x| x.as_str()).map(String::from),
+        address: v.get("address").and_then(|x| x.as_str()).map(String::from),
+        protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
+        alias: None,
+    })
+}

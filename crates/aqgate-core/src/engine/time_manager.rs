@@ -1,0 +1,149 @@
+//! The time manager: idle sessions, message expiration, and the purge of ended sessions.
+
+use super::*;
+use crate::clock::Micros;
+use crate::error::AqError;
+use crate::store::*;
+use crate::topology::QueueInfo;
+
+impl Engine {
+    /// Rolls back and ends sessions idle for longer than the timeout, whichever process
+    /// finds them: ending one is conditional on its row's version and idleness, in the
+    /// transaction that rolls its work back, so each is rolled back exactly once (and a
+    /// request that ran meanwhile wins). An ended session leaves a tombstone, so its
+    /// cookie is answered "expired". Sessions with a request running in this process are
+    /// not idle. Returns how many ended.
+    pub async fn expire_sessions(&self) -> usize {
+        let now = self.now();
+        let limit = i64::try_from(self.config.session_timeout.as_micros()).unwrap_or(i64::MAX);
+        let ttl = i64::try_from(self.config.tombstone_ttl.as_micros()).unwrap_or(i64::MAX);
+        let before = now.saturating_sub(limit);
+        let idle = match self.store.sessions_idle(before, 200).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for idle sessions");
+                return 0;
+            }
+        };
+        if let Ok(c) = self.store.session_count().await {
+            self.stored_sessions.store(c, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.sessions.forget_idle(before);
+        let resolved = self.resolved();
+        let mut n = 0;
+        for row in idle {
+            let Some(_turn) = self.sessions.try_turn(&row.id_hash) else { continue };
+            match self.end_idle(&resolved, &row, before, now.saturating_add(ttl)).await {
+                Ok(true) => {
+                    self.sessions.forget(&row.id_hash);
+                    n += 1;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "rolling back an idle session failed; will retry"),
+            }
+        }
+        n
+    }
+
+    pub(super) async fn end_idle(
+        &self,
+        resolved: &Resolved,
+        row: &SessionRow,
+        before: Micros,
+        until: Micros,
+    ) -> Result<bool, AqError> {
+        let mut tx = self.store.begin().await?;
+        // First, so that of several processes exactly one goes on (the others wait for its
+        // row lock and then find the row gone).
+        if !tx.session_end(&row.id_hash, row.version, Some(before), Some((&row.agent, row.pending, until))).await? {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn).await? } else { Vec::new() };
+        tx.commit().await?;
+        if row.pending {
+            tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");
+        }
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(true)
+    }
+
+    /// Forgets tombstones past their time and idempotency records past the window.
+    pub async fn purge_sessions(&self) {
+        let now = self.now();
+        let window = i64::try_from(self.config.idempotency_window.as_micros()).unwrap_or(i64::MAX);
+        match self.store.sessions_purge(now, now.saturating_sub(window)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "session tombstones and idempotency records forgotten"),
+            Err(e) => tracing::warn!(error = %e, "purging session tombstones and idempotency records"),
+        }
+    }
+
+    /// Moves expired messages to their exception queue (state 3). Returns how many.
+    pub async fn expire_messages(&self) -> Result<usize, AqError> {
+        let now = self.now();
+        let resolved = self.resolved();
+        let due = self.store.due_expirations(now, 500).await?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.store.begin().await?;
+        if !tx.time_manager_turn().await? {
+            // Another process is at it now.
+            tx.rollback().await?;
+            return Ok(0);
+        }
+        for m in &due {
+            let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
+            let target = own.and_then(|q| exception_target(&resolved, q, m.exception_queue.as_deref(), m.seq));
+            match target {
+                Some(t) => tx.move_to_exception(m.seq, t).await?,
+                None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
+            }
+        }
+        tx.commit().await?;
+        Ok(due.len())
+    }
+
+    /// One round of the time manager: expired messages to their exception queues, idle
+    /// sessions rolled back, and (when `purge`) ended sessions' tombstones and old
+    /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
+    pub async fn time_manager_round(&self, purge: bool) {
+        if let Err(e) = self.expire_messages().await {
+            tracing::warn!(error = %e, "time manager");
+        }
+        self.expire_sessions().await;
+        if purge {
+            self.purge_sessions().await;
+        }
+    }
+}
+
+/// Where a failed (expired, or too often rolled back) message `seq` of `queue` goes: the
+/// exception queue it names, else its queue table's default. A named one that does not
+/// exist (or, after a topology change, is no exception queue of the table) falls back to
+/// the default, as the reference says.
+pub(super) fn exception_target(
+    resolved: &Resolved,
+    queue: &QueueInfo,
+    named: Option<&str>,
+    seq: i64,
+) -> Option<QueueId> {
+    let named = named.and_then(|n| {
+        let found = resolved.catalog.queue(n).filter(|t| exception_queue_of(t, queue));
+        if found.is_none() {
+            tracing::warn!(seq, exception_queue = n, "no such exception queue; using the default");
+        }
+        found
+    });
+    let name = named.map_or(&queue.exception_queue, |t| &t.name);
+    resolved.ids.get(name).copied()
+}
+
+/// Whether `target` may receive `queue`'s failed messages: an exception queue of the same
+/// queue table (so of the same payload type and consumers).
+pub(super) fn exception_queue_of(target: &QueueInfo, queue: &QueueInfo) -> bool {
+    target.is_exception_queue && target.queue_table == queue.queue_table
+}

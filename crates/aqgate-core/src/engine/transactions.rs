@@ -1,0 +1,281 @@
+//! Sessions and their transactions: writing the session row in the request's own
+//! transaction (seal), commit, rollback, and the faults of a session that changed or ended.
+
+use super::*;
+use crate::error::{AqError, code};
+use crate::idap::model::*;
+use crate::store::*;
+
+impl Engine {
+    /// A stored session's request failed: if another request (another process) changed
+    /// or ended the session meanwhile, this one ran on a stale copy, and says so instead;
+    /// else its use is recorded (it counts as activity for the idle timeout).
+    pub(super) async fn after_failure(&self, session: &Session, version: i64, e: AqError) -> AqError {
+        if e.code == code::SESSION_EXPIRED {
+            return e;
+        }
+        if e.code == code::SESSION_BUSY {
+            // The request's transaction is gone by now (on SQLite it holds the one
+            // connection): look whether the session still lives.
+            return self.session_conflict(session).await;
+        }
+        let hash = session.id_hash();
+        match self.store.session_get(&hash).await {
+            Ok(SessionLookup::Live(row)) if row.version == version => {
+                if let Err(e) = self.store.session_touch(&hash, session.last_used).await {
+                    tracing::warn!(error = %e, "recording a session's use");
+                }
+                e
+            }
+            Ok(_) => self.session_conflict(session).await,
+            Err(_) => e,
+        }
+    }
+
+    /// Whether the request being performed must write down what it leaves (the session's
+    /// row, its idempotency record) in its own transaction: one-statement fast paths are
+    /// only for requests with neither.
+    pub(super) fn sealed(&self, session: &Session) -> bool {
+        session.stored.is_some() || session.idempotency.is_some()
+    }
+
+    /// Writes, inside the request's transaction `tx`, what the request leaves: the session
+    /// row (once the session holds anything, for as long as it lives) and, under an
+    /// idempotency key, the response. Returns the row's new version, if it wrote one. A
+    /// session changed or ended meanwhile by another request (another process) fails the
+    /// request, so that `tx` is rolled back and nothing of it happened.
+    pub(super) async fn seal(
+        &self,
+        tx: &mut dyn StoreTx,
+        session: &Session,
+        next: &SessionState,
+        response: Option<&Response>,
+    ) -> Result<Option<i64>, AqError> {
+        let mut version = None;
+        if session.stored.is_some() || next.holds_anything() {
+            let v = session.stored.map_or(1, |v| v + 1);
+            let row = SessionRow {
+                id_hash: session.id_hash(),
+                agent: session.agent.clone(),
+                txn: next.txn.clone(),
+                pending: next.pending,
+                dequeued: next.dequeued,
+                enqueued: i64::try_from(next.enqueued).unwrap_or(i64::MAX),
+                positions: next.positions_json(),
+                last_used: session.last_used,
+                version: v,
+                intact: true,
+            };
+            if !tx.session_put(&row).await? {
+                // Told apart (busy or expired) once `tx` is gone: see `after_failure`.
+                return Err(session_busy_error());
+            }
+            version = Some(v);
+        }
+        if let Some(claim) = &session.idempotency {
+            let Some(response) = response else {
+                return Err(AqError::server(code::INTERNAL, "no response to record for the idempotency key"));
+            };
+            let rec = IdempotencyRecord {
+                agent: session.agent.clone(),
+                key: claim.key.clone(),
+                request_hash: claim.request_hash.clone(),
+                response: crate::idap::write_response(&Envelope { headers: Vec::new(), body: response.clone() })
+                    .into_bytes(),
+                created_at: self.now(),
+            };
+            if !tx.idempotency_put(&rec).await? {
+                return Err(AqError::client(
+                    code::IDEMPOTENCY_IN_PROGRESS,
+                    "a request with this Idempotency-Key was performed meanwhile; send it again for its response",
+                ));
+            }
+        }
+        Ok(version)
+    }
+
+    /// Commits a request's transaction; a session write the backend made with a later
+    /// statement that found another version fails it here (see `StoreTx::session_put`).
+    pub(super) async fn commit_tx(&self, tx: Box<dyn StoreTx>) -> Result<(), AqError> {
+        match tx.commit().await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_session_conflict() => Err(session_busy_error()),
+            Err(e) => {
+                tracing::error!(error = %e, "store failure at commit");
+                Err(AqError::server(
+                    code::INTERNAL,
+                    "the database did not confirm the commit: the request may or may not have been performed \
+                     (with an Idempotency-Key, send it again to learn which)",
+                ))
+            }
+        }
+    }
+
+    /// The fault for a session whose row another request changed or ended (called with
+    /// no transaction of the request open).
+    pub(super) async fn session_conflict(&self, session: &Session) -> AqError {
+        match self.store.session_get(&session.id_hash()).await {
+            // Older than what this process wrote: the database lost writes (a crash of
+            // PostgreSQL after provisional ones), not a concurrent request.
+            Ok(SessionLookup::Live(row)) if session.stored.is_some_and(|v| row.version < v) => {
+                tracing::warn!(agent = %row.agent, "a session's row is older than its last write: the database lost writes");
+                transaction_lost_error()
+            }
+            Ok(SessionLookup::Live(_)) => session_busy_error(),
+            Ok(_) if session.stored.is_some() => session_expired_error(),
+            // A new session's id taken meanwhile (128 random bits: not in practice).
+            _ => AqError::server(code::INTERNAL, "the session could not be stored; the request was not performed"),
+        }
+    }
+
+    /// Takes on what a performed request left of the session.
+    pub(super) fn settle(&self, session: &mut Session, next: SessionState, version: Option<i64>) {
+        let ended = next.txn != session.txn;
+        session.set_state(next);
+        if ended {
+            session.intact = true;
+        }
+        if version.is_some() {
+            if session.stored.is_none() {
+                self.stored_sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            session.stored = version;
+        }
+    }
+
+    /// Writes a change of the session that came with no other effect (a browse that
+    /// reached the end of the queue), in a transaction of its own.
+    pub(super) async fn seal_alone(&self, session: &mut Session, next: SessionState) -> Result<(), AqError> {
+        if session.stored.is_none() && !next.holds_anything() {
+            session.set_state(next);
+            return Ok(());
+        }
+        let mut tx = self.store.begin().await?;
+        let v = self.seal(&mut *tx, session, &next, None).await?;
+        self.commit_tx(tx).await?;
+        self.settle(session, next, v);
+        Ok(())
+    }
+
+    /// Commits the session's transaction.
+    pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
+        let mut next = session.state();
+        next.end_transaction();
+        if !session.pending && !self.sealed(session) {
+            session.end_transaction();
+            return Ok(());
+        }
+        let mut tx = self.store.begin().await?;
+        let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok()))).await?;
+        let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
+        self.commit_tx(tx).await?;
+        self.settle(session, next, version);
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(())
+    }
+
+    /// Rolls back the session's transaction. Dequeues that fail too often move their
+    /// message to the exception queue (single-consumer queues).
+    pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
+        let mut next = session.state();
+        next.end_transaction();
+        if !session.pending && !self.sealed(session) {
+            session.end_transaction();
+            return Ok(());
+        }
+        let mut tx = self.store.begin().await?;
+        let woken = if session.pending { rollback_work(&mut *tx, resolved, &session.txn).await? } else { Vec::new() };
+        let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;
+        self.commit_tx(tx).await?;
+        self.settle(session, next, version);
+        for q in woken {
+            self.wake(q);
+        }
+        Ok(())
+    }
+}
+
+/// Discards the transaction `txn`'s work inside `tx`: its enqueues go, its dequeues are
+/// released (their retry count goes up); messages rolled back too often move to their
+/// exception queue. Returns the queues whose messages came back.
+pub(super) async fn rollback_work(
+    tx: &mut dyn StoreTx,
+    resolved: &Resolved,
+    txn: &str,
+) -> Result<Vec<QueueId>, AqError> {
+    let released = tx.rollback_session(txn).await?;
+    let mut woken = Vec::new();
+    for r in released {
+        woken.push(r.queue);
+        let Some(q) = resolved.names.get(&r.queue).and_then(|n| resolved.catalog.queues.get(n)) else {
+            continue;
+        };
+        if q.is_exception_queue || r.retry_count <= q.max_retries {
+            continue;
+        }
+        let Some(eq) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else { continue };
+        // A multi-consumer message moves once none of its consumers can take it any more
+        // (as Oracle does); a consumer that gave up no longer sees it.
+        if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
+            tx.move_to_exception(r.seq, eq).await?;
+        }
+    }
+    Ok(woken)
+}
+
+/// The fault for a request that found its session changed by another request meanwhile.
+pub(super) fn session_busy_error() -> AqError {
+    AqError::client(
+        code::SESSION_BUSY,
+        "another request with the same session cookie ran at the same time; nothing of this one was performed, send it again",
+    )
+}
+
+/// The fault for a request of a session that timed out (its work was rolled back).
+pub fn session_expired_error() -> AqError {
+    AqError::client(
+        code::SESSION_EXPIRED,
+        "the session timed out and its uncommitted work was rolled back; start the transaction again without the session cookie",
+    )
+}
+
+/// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
+/// the queues that got new visible messages. Refuses, leaving `tx` to be rolled back, if
+/// the store does not hold exactly the messages the transaction enqueued: provisional
+/// writes lost with a database crash (`Store::begin_provisional`), or a send whose
+/// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
+/// to roll the transaction back.
+/// 25402 for a session whose open transaction may have lost writes.
+pub(super) fn transaction_lost_error() -> AqError {
+    AqError::server(
+        code::TRANSACTION_LOST,
+        "transaction must roll back: the database restarted since this transaction's work was written, \
+         and some of it may be lost; nothing was committed",
+    )
+}
+
+pub(super) async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
+    if !session.intact {
+        tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
+        return Err(transaction_lost_error());
+    }
+    let outcome = tx.commit_session(&session.txn, dequeues).await?;
+    if outcome.published != session.enqueued {
+        tracing::warn!(
+            enqueued = session.enqueued,
+            found = outcome.published,
+            "a session's uncommitted messages were lost by the store; its commit is refused"
+        );
+        return Err(AqError::server(
+            code::TRANSACTION_LOST,
+            format!(
+                "transaction must roll back: the store holds {} of the {} message(s) it enqueued \
+                 (the database restarted since, or a write's outcome was unknown); nothing was committed",
+                outcome.published, session.enqueued
+            ),
+        ));
+    }
+    Ok(outcome.enqueued_queues)
+}
