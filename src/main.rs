@@ -453,6 +453,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     notify_policy: std::sync::Arc::new(
                         aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
                     ),
+                    ..EngineConfig::default()
                 },
                 limits: Limits { max_bytes: max_body, ..Limits::default() },
                 tick: Duration::from_secs(1),

@@ -26,7 +26,6 @@ pub use aqgate_core::notify_policy as policy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lettre::Message;
@@ -35,6 +34,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use aqgate_core::clock::{MICROS_PER_SEC, Micros};
 use aqgate_core::engine::{Engine, agent_from_json};
+use aqgate_core::metrics::Counter;
 use aqgate_core::store::{OutboxEntry, Store};
 use aqgate_directory::Directory;
 use aqgate_mail::worker::{ReplyTransport, send_mail};
@@ -42,16 +42,27 @@ use aqgate_proto::idap::model::{Envelope, MessageHeader, Notification, Response}
 
 pub use policy::Policy;
 
-/// Counters for `/metrics` (process-wide).
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub delivered: AtomicU64,
-    pub failed_attempts: AtomicU64,
-    pub parked: AtomicU64,
+/// The dispatcher's counters (registered in the engine's metrics registry).
+#[derive(Debug, Clone)]
+struct Counters {
+    delivered: Counter,
+    failed_attempts: Counter,
+    parked: Counter,
 }
 
-pub static METRICS: Metrics =
-    Metrics { delivered: AtomicU64::new(0), failed_attempts: AtomicU64::new(0), parked: AtomicU64::new(0) };
+impl Counters {
+    fn register(m: &aqgate_core::metrics::Metrics) -> Self {
+        Self {
+            delivered: m.counter("aqgate_notifications_delivered_total", "Notifications delivered by this process."),
+            failed_attempts: m
+                .counter("aqgate_notification_failures_total", "Failed notification attempts in this process."),
+            parked: m.counter(
+                "aqgate_notifications_parked_total",
+                "Notifications this process parked after failing too often.",
+            ),
+        }
+    }
+}
 
 /// Tunables of the dispatcher.
 #[derive(Clone)]
@@ -121,6 +132,7 @@ pub struct Dispatcher {
     http: reqwest::Client,
     /// Rung on every commit that may have produced notifications.
     wake: Arc<Notify>,
+    counters: Counters,
 }
 
 /// Claims per store round trip.
@@ -149,7 +161,8 @@ impl Dispatcher {
             .map_err(|e| format!("notification HTTP client: {e}"))?;
         let store = engine.store().clone();
         let wake = engine.commit_signal();
-        Ok(Arc::new(Self { engine, store, cfg, http, wake }))
+        let counters = Counters::register(&engine.config().metrics);
+        Ok(Arc::new(Self { engine, store, cfg, http, wake, counters }))
     }
 
     /// Delivers until `shutdown` changes.
@@ -260,11 +273,11 @@ impl Dispatcher {
                     // The lease runs out and they go again: at least once, never lost.
                     tracing::warn!(error = %e, n = delivered.len(), "could not record delivered notifications");
                 }
-                METRICS.delivered.fetch_add(delivered.len() as u64, Ordering::Relaxed);
+                self.counters.delivered.add(delivered.len() as u64);
             }
             for (entry, result) in batch {
                 let Err(f) = result else { continue };
-                METRICS.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                self.counters.failed_attempts.inc();
                 let (why, park) = match f {
                     Failure::Retry(w) => {
                         let park = entry.attempts >= self.cfg.max_attempts;
@@ -274,7 +287,7 @@ impl Dispatcher {
                 };
                 let next = (!park).then(|| self.engine.now().saturating_add(self.backoff(entry.attempts)));
                 if park {
-                    METRICS.parked.fetch_add(1, Ordering::Relaxed);
+                    self.counters.parked.inc();
                     tracing::warn!(id = entry.id, url = %redact_url(&entry.notify_url), attempts = entry.attempts, error = %why, "notification parked");
                 } else {
                     tracing::info!(id = entry.id, url = %redact_url(&entry.notify_url), attempts = entry.attempts, error = %why, "notification failed; will retry");

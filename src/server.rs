@@ -89,7 +89,10 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Held until the server ends (and let go by the OS if it dies).
     let _sole = sole_server_on_sqlite(&cfg.database_url)?;
-    let store = aqgate_store::open(&cfg.database_url).await?;
+    // One metrics registry for the process: the store, the engine and the dispatcher
+    // register their counters in it, the servlet renders it.
+    let engine_cfg = cfg.engine.clone();
+    let store = aqgate_store::open_with(&cfg.database_url, &engine_cfg.metrics).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
         let changes = crate::admin::apply(store.as_ref(), &topo, false).await?;
@@ -97,7 +100,7 @@ pub async fn serve(
             tracing::info!(change = %c, "topology");
         }
     }
-    let engine = Engine::start(store, Arc::new(SystemClock), cfg.engine.clone()).await?;
+    let engine = Engine::start(store, Arc::new(SystemClock), engine_cfg).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop_rx.clone()));
     let notifier = match cfg.notify.clone() {

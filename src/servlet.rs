@@ -88,62 +88,33 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Prometheus text: notification counters of this process and the outbox as the store
+/// Prometheus text: the counters of this process's metrics registry, requests in flight, and the outbox as the store
 /// has it (pending and parked notifications, also those of other processes).
 async fn metrics(State(s): State<AppState>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
-    let m = &crate::notify::METRICS;
     let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, v: String| {
+    let metric = |out: &mut String, name: &str, kind: &str, help: &str, v: String| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     };
     metric(
+        &mut out,
         "aqgate_idap_requests_in_flight",
         "gauge",
         "IDAP requests being answered now, long polls included.",
         s.in_flight.load(Relaxed).to_string(),
     );
-    let g = &aqgate_store::postgres::GROUP_METRICS;
-    for (name, help, v) in [
-        (
-            "aqgate_pg_insert_statements_total",
-            "Statements of the PostgreSQL insert writer (group commit).",
-            &g.insert_statements,
-        ),
-        ("aqgate_pg_insert_requests_total", "Committed enqueues the insert writer wrote in them.", &g.insert_requests),
-        ("aqgate_pg_take_statements_total", "Statements of the PostgreSQL receive writer.", &g.take_statements),
-        ("aqgate_pg_take_requests_total", "Receives the receive writer answered with them.", &g.take_requests),
-        ("aqgate_pg_group_waits_total", "Writer batches that waited for a regular client connection.", &g.waits),
-    ] {
-        metric(name, "counter", help, v.load(Relaxed).to_string());
-    }
-    metric(
-        "aqgate_notifications_delivered_total",
-        "counter",
-        "Notifications delivered by this process.",
-        m.delivered.load(Relaxed).to_string(),
-    );
-    metric(
-        "aqgate_notification_failures_total",
-        "counter",
-        "Failed notification attempts in this process.",
-        m.failed_attempts.load(Relaxed).to_string(),
-    );
-    metric(
-        "aqgate_notifications_parked_total",
-        "counter",
-        "Notifications this process parked after failing too often.",
-        m.parked.load(Relaxed).to_string(),
-    );
+    s.engine.config().metrics.render(&mut out);
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {
             metric(
+                &mut out,
                 "aqgate_notify_outbox_pending",
                 "gauge",
                 "Committed notifications not yet delivered.",
                 pending.to_string(),
             );
             metric(
+                &mut out,
                 "aqgate_notify_outbox_parked",
                 "gauge",
                 "Notifications parked, waiting for an operator.",

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod directory;
 pub mod engine;
 pub mod error;
+pub mod metrics;
 pub mod notify_policy;
 pub mod store;
 pub mod topology;

@@ -96,8 +96,13 @@ pub(crate) fn spool_state_after(response: Option<&[u8]>, next_attempt_at: Option
 /// Opens the store named by `url`: `sqlite://path` (created if missing), `sqlite::memory:`,
 /// or `postgres://…`.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    open_with(url, &aqgate_core::metrics::Metrics::default()).await
+}
+
+/// [`open`], with the store's counters registered in `metrics`.
+pub async fn open_with(url: &str, metrics: &aqgate_core::metrics::Metrics) -> Result<std::sync::Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(std::sync::Arc::new(postgres::PgStore::open(url).await?))
+        Ok(std::sync::Arc::new(postgres::PgStore::open_with(url, metrics).await?))
     } else {
         let sqlite: std::sync::Arc<dyn Store> = std::sync::Arc::new(sqlite::SqliteStore::open(url).await?);
         // One writer, one disk sync per commit: concurrent requests share commits.

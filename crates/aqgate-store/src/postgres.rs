@@ -5,7 +5,6 @@
 //! in (see [`super::interest`]).
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +13,7 @@ use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 
 use crate::regulars::Regulars;
 use crate::*;
+use aqgate_core::metrics::{Counter, Metrics};
 
 /// The advisory lock class of cluster-wide duties (`(class, 1)`: the time manager), apart
 /// from the interest locks' `(0x61716761, queue)`.
@@ -57,23 +57,35 @@ struct TakeJob {
     done: tokio::sync::oneshot::Sender<Result<Option<StoredMessage>>>,
 }
 
-/// What the group-commit writers did in this process (see `/metrics`).
-pub struct GroupMetrics {
-    pub insert_statements: AtomicU64,
-    pub insert_requests: AtomicU64,
-    pub take_statements: AtomicU64,
-    pub take_requests: AtomicU64,
+/// What the group-commit writers did (registered in the process's metrics).
+#[derive(Clone)]
+struct GroupCounters {
+    insert_statements: Counter,
+    insert_requests: Counter,
+    take_statements: Counter,
+    take_requests: Counter,
     /// Batches that waited for a regular (see [`Regulars`]).
-    pub waits: AtomicU64,
+    waits: Counter,
 }
 
-pub static GROUP_METRICS: GroupMetrics = GroupMetrics {
-    insert_statements: AtomicU64::new(0),
-    insert_requests: AtomicU64::new(0),
-    take_statements: AtomicU64::new(0),
-    take_requests: AtomicU64::new(0),
-    waits: AtomicU64::new(0),
-};
+impl GroupCounters {
+    fn register(m: &Metrics) -> Self {
+        Self {
+            insert_statements: m.counter(
+                "aqgate_pg_insert_statements_total",
+                "Statements of the PostgreSQL insert writer (group commit).",
+            ),
+            insert_requests: m
+                .counter("aqgate_pg_insert_requests_total", "Committed enqueues the insert writer wrote in them."),
+            take_statements: m
+                .counter("aqgate_pg_take_statements_total", "Statements of the PostgreSQL receive writer."),
+            take_requests: m
+                .counter("aqgate_pg_take_requests_total", "Receives the receive writer answered with them."),
+            waits: m
+                .counter("aqgate_pg_group_waits_total", "Writer batches that waited for a regular client connection."),
+        }
+    }
+}
 
 /// Who sent a job (the `source` of [`Store::insert_committed`] / [`Store::take_head`];
 /// 0: unknown) and when.
@@ -140,11 +152,11 @@ const COALESCE_WRITERS: usize = 1;
 const COALESCE_ALONE_ROWS: usize = 32;
 
 impl Coalescer {
-    fn start(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<InsertJob> {
+    fn start(pool: PgPool, counters: GroupCounters) -> tokio::sync::mpsc::UnboundedSender<InsertJob> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<InsertJob>();
         let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
         for _ in 0..COALESCE_WRITERS {
-            let (pool, rx) = (pool.clone(), rx.clone());
+            let (pool, rx, counters) = (pool.clone(), rx.clone(), counters.clone());
             tokio::spawn(async move {
                 let mut conn = OwnConn::default();
                 let mut regulars = Regulars::default();
@@ -152,11 +164,11 @@ impl Coalescer {
                     let batch = {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
-                        Self::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await
+                        Self::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS, &counters).await
                     };
                     let sources: Vec<u64> = batch.iter().map(Job::source).collect();
-                    GROUP_METRICS.insert_statements.fetch_add(1, Ordering::Relaxed);
-                    GROUP_METRICS.insert_requests.fetch_add(sources.len() as u64, Ordering::Relaxed);
+                    counters.insert_statements.inc();
+                    counters.insert_requests.add(sources.len() as u64);
                     Self::write(&pool, &mut conn, batch).await;
                     regulars.answered_all(sources, std::time::Instant::now());
                 }
@@ -172,6 +184,7 @@ impl Coalescer {
         first: J,
         regulars: &mut Regulars,
         max_rows: usize,
+        counters: &GroupCounters,
     ) -> Vec<J> {
         let started = std::time::Instant::now();
         let mut rows = 0;
@@ -202,18 +215,18 @@ impl Coalescer {
             };
         }
         if waited {
-            GROUP_METRICS.waits.fetch_add(1, Ordering::Relaxed);
+            counters.waits.inc();
         }
         batch
     }
 
-    fn start_takes(pool: PgPool) -> tokio::sync::mpsc::UnboundedSender<TakeJob> {
+    fn start_takes(pool: PgPool, counters: GroupCounters) -> tokio::sync::mpsc::UnboundedSender<TakeJob> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<TakeJob>();
         tokio::spawn(async move {
             let mut conn = OwnConn::default();
             let mut regulars = Regulars::default();
             while let Some(first) = rx.recv().await {
-                let jobs = Self::collect(&mut rx, first, &mut regulars, 256).await;
+                let jobs = Self::collect(&mut rx, first, &mut regulars, 256, &counters).await;
                 let sources: Vec<u64> = jobs.iter().map(Job::source).collect();
                 // Receivers of one queue and consumer without a filter share a statement;
                 // filtered ones go alone. Groups run concurrently.
@@ -231,8 +244,8 @@ impl Coalescer {
                         None => groups.push(vec![job]),
                     }
                 }
-                GROUP_METRICS.take_statements.fetch_add(groups.len() as u64, Ordering::Relaxed);
-                GROUP_METRICS.take_requests.fetch_add(sources.len() as u64, Ordering::Relaxed);
+                counters.take_statements.add(groups.len() as u64);
+                counters.take_requests.add(sources.len() as u64);
                 // The first group on this task's own connection, others beside it from the pool.
                 let mut running = tokio::task::JoinSet::new();
                 let mut groups = groups.into_iter();
@@ -369,8 +382,13 @@ impl OwnConn {
 }
 
 impl PgStore {
-    /// Connects to `url` and runs the migrations.
+    /// Connects to `url` and runs the migrations (its counters in a registry of its own).
     pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, &Metrics::default()).await
+    }
+
+    /// Connects to `url` and runs the migrations; its counters go to `metrics`.
+    pub async fn open_with(url: &str, metrics: &Metrics) -> Result<Self> {
         // Queue tables grow and shrink faster than autovacuum's statistics follow; with
         // stale statistics the planner sorts a whole queue to find its head instead of
         // walking the (queue, consumer, priority, seq) index. Every ordered query of ours
@@ -389,8 +407,9 @@ impl PgStore {
             .await
             .db()?;
         sqlx::migrate!("migrations/postgres").run(&pool).await.db()?;
-        let inserts = Coalescer::start(pool.clone());
-        let takes = Coalescer::start_takes(pool.clone());
+        let counters = GroupCounters::register(metrics);
+        let inserts = Coalescer::start(pool.clone(), counters.clone());
+        let takes = Coalescer::start_takes(pool.clone(), counters);
         Ok(Self { pool, inserts, takes, interests })
     }
 

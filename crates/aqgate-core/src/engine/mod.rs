@@ -45,6 +45,8 @@ pub struct EngineConfig {
     pub directory: Option<Arc<dyn Directory>>,
     /// Which HTTP notification targets a registration may name.
     pub notify_policy: Arc<crate::notify_policy::Policy>,
+    /// The process's metrics registry (the store opened with it registers there too).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// How long an expired session's cookie is still answered "expired" (then "unknown").
     pub tombstone_ttl: Duration,
     /// How long a request performed under an idempotency key is remembered.
@@ -71,6 +73,7 @@ impl Default for EngineConfig {
             session_timeout: Duration::from_secs(300),
             directory: None,
             notify_policy: Arc::new(crate::notify_policy::Policy::default()),
+            metrics: crate::metrics::Metrics::new(),
             tombstone_ttl: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
         }

@@ -1,0 +1,92 @@
+//! The metrics registry: counters the components of one process register and bump, and
+//! the servlet renders at `/metrics` (Prometheus text). Passed in, never global: two
+//! engines in one process (tests) count apart, and the servlet names no component whose
+//! figures it shows.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A monotonically increasing count. Cheap to clone; clones count together.
+#[derive(Debug, Clone, Default)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+struct Entry {
+    name: &'static str,
+    help: &'static str,
+    counter: Counter,
+}
+
+/// The counters of one process, in the order they were registered.
+#[derive(Default)]
+pub struct Metrics {
+    entries: Mutex<Vec<Entry>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.entries.lock().map(|e| e.len()).unwrap_or(0);
+        f.debug_struct("Metrics").field("counters", &n).finish()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The counter named `name` (Prometheus naming: `aqgate_…_total`), registered with
+    /// `help` the first time; a second registration of the name gets the same counter.
+    pub fn counter(&self, name: &'static str, help: &'static str) -> Counter {
+        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(e) = entries.iter().find(|e| e.name == name) {
+            return e.counter.clone();
+        }
+        let counter = Counter::default();
+        entries.push(Entry { name, help, counter: counter.clone() });
+        counter
+    }
+
+    /// Appends every counter to `out` in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for e in entries.iter() {
+            out.push_str(&format!("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", e.name, e.help, e.counter.get()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_register_once_and_render_in_order() {
+        let m = Metrics::new();
+        let a = m.counter("aqgate_a_total", "A things.");
+        let b = m.counter("aqgate_b_total", "B things.");
+        m.counter("aqgate_a_total", "again").add(2);
+        a.inc();
+        b.add(5);
+        let mut out = String::new();
+        m.render(&mut out);
+        assert_eq!(
+            out,
+            "# HELP aqgate_a_total A things.\n# TYPE aqgate_a_total counter\naqgate_a_total 3\n\
+             # HELP aqgate_b_total B things.\n# TYPE aqgate_b_total counter\naqgate_b_total 5\n"
+        );
+        let other = Metrics::new();
+        assert_eq!(other.counter("aqgate_a_total", "A things.").get(), 0, "registries count apart");
+    }
+}
