@@ -347,8 +347,8 @@ fn verify_inner(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i6
 /// The two parts of a `multipart/signed` body, split as OpenSSL's `SMIME_read` splits them:
 /// the first part (its headers included) with every line end made CRLF and the line end
 /// before the delimiter dropped (RFC 2046: it belongs to the delimiter), which is what the
-/// signature covers; and the second part's raw bytes.
-fn split_signed<'a>(body: &'a [u8], boundary: &str) -> Result<(Vec<u8>, &'a [u8]), Verdict> {
+/// signature covers; and the second part's raw bytes. Public for the fuzz targets.
+pub fn split_signed<'a>(body: &'a [u8], boundary: &str) -> Result<(Vec<u8>, &'a [u8]), Verdict> {
     let delimiter = format!("--{boundary}");
     let mut parts: Vec<(usize, usize)> = Vec::new();
     let mut open: Option<usize> = None;
@@ -390,8 +390,8 @@ fn split_signed<'a>(body: &'a [u8], boundary: &str) -> Result<(Vec<u8>, &'a [u8]
 }
 
 /// The DER of a `multipart/signed` mail's signature part, which must be
-/// `application/(x-)pkcs7-signature`.
-fn signature_der(part: &[u8]) -> Result<Vec<u8>, Verdict> {
+/// `application/(x-)pkcs7-signature`. Public for the fuzz targets.
+pub fn signature_der(part: &[u8]) -> Result<Vec<u8>, Verdict> {
     let parsed = MessageParser::default().parse(part).ok_or_else(|| perm("unparsable signature part"))?;
     let root = parsed.root_part();
     match media_type(root) {
@@ -422,8 +422,8 @@ fn base64_or_der(bytes: &[u8]) -> Vec<u8> {
 /// caller parses it whole, with the same result, only slower. Removing them changes nothing
 /// the signature covers (SignerInfos sign the content or their signed attributes) and
 /// nothing verification uses: signers come from the directory (`NOINTERN`), the chain from
-/// the trust store only, revocation from its CRLs.
-fn without_certificates(der: &[u8]) -> Option<Vec<u8>> {
+/// the trust store only, revocation from its CRLs. Public for the fuzz targets.
+pub fn without_certificates(der: &[u8]) -> Option<Vec<u8>> {
     let (0x30, content_info, _) = der_tlv(der).ok()? else { return None };
     let (0x06, oid, rest) = der_tlv(content_info).ok()? else { return None };
     let (0xA0, explicit, after) = der_tlv(rest).ok()? else { return None };
@@ -615,8 +615,8 @@ fn certificate_emails(cert: &X509) -> Vec<String> {
     emails
 }
 
-/// Number of SignerInfos in a DER ContentInfo(SignedData).
-fn signer_info_count(der: &[u8]) -> Result<usize, String> {
+/// Number of SignerInfos in a DER ContentInfo(SignedData). Public for the fuzz targets.
+pub fn signer_info_count(der: &[u8]) -> Result<usize, String> {
     let (tag, content_info, _) = der_tlv(der)?;
     if tag != 0x30 {
         return Err("ContentInfo is not a SEQUENCE".to_string());
