@@ -37,7 +37,7 @@ use aqgate_core::engine::{Engine, agent_from_json};
 use aqgate_core::metrics::Counter;
 use aqgate_core::store::{OutboxEntry, Store};
 use aqgate_directory::Directory;
-use aqgate_mail::worker::{ReplyTransport, send_mail};
+use aqgate_mail::outbound::{ReplyTransport, SendError, send_mail};
 use aqgate_proto::idap::model::{Envelope, MessageHeader, Notification, Response};
 
 pub use policy::Policy;
@@ -386,7 +386,11 @@ impl Dispatcher {
             .body(body)
             .map_err(|err| Failure::Park(format!("notification mail: {err}")))?;
         msg.headers_mut().insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Notification-Id"), id));
-        send_mail(transport, msg).await.map_err(Failure::Retry)
+        send_mail(transport, msg).await.map_err(|e| match e {
+            // The relay refused it for good (5xx): the same mail would be refused again.
+            SendError::Permanent(why) => Failure::Park(why),
+            SendError::Transient(why) => Failure::Retry(why),
+        })
     }
 
     fn queue_name(&self, e: &OutboxEntry) -> String {

@@ -196,9 +196,9 @@ fn is_no_message(r: &Response) -> bool {
     matches!(r, Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE)
 }
 
-fn is_order1(r: &Response) -> bool {
+fn is_order_4471(r: &Response) -> bool {
     matches!(r, Response::Receive(_, Some(x)) if x.messages.len() == 1
-        && x.messages[0].header.correlation.as_deref() == Some("ORDER1"))
+        && x.messages[0].header.correlation.as_deref() == Some("HLB-4471"))
 }
 
 /// Deployment B: Postfix in front, aqgate as its before-queue content filter
@@ -260,7 +260,9 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     assert!(reply.contains("QS.NEW_ORDERS_QUE") && reply.contains("Subject: Re: new order"), "{reply}");
     assert!(reply.contains("From: aq@aq.example.com") && reply.contains("Return-Path: <aq@aq.example.com>"), "{reply}");
     let johns = postfix.wait_for("john", "Subject: new order").await;
-    assert!(johns.contains("Return-Path: <scott@example.com>") && johns.contains("<correlation>ORDER1</correlation>"));
+    assert!(
+        johns.contains("Return-Path: <scott@example.com>") && johns.contains("<correlation>HLB-4471</correlation>")
+    );
     assert!(johns.contains("pkcs7-signature"), "handed on with its signature: {johns}");
     let sent = std::fs::read_to_string(&good).expect("mail").replace("\r\n", "\n");
     let body_at = |m: &str| m.find("\n\n").map(|i| m[i..].to_string()).expect("a body");
@@ -269,7 +271,7 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     assert!(!johns.contains("\nDate:"), "Postfix added no header to the reinjected mail: {johns}");
     // The message is there for an HTTP receive (example 07 receives and commits).
     let r = http(hp, &example("07")).await;
-    assert!(is_order1(&r), "{r:?}");
+    assert!(is_order_4471(&r), "{r:?}");
 
     // A receive by mail: send over HTTP, receive with a signed example 07 through Postfix;
     // the reply in the Maildir carries the message, and it is gone for HTTP.
@@ -280,7 +282,7 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
     let reply = postfix.wait_for("scott", "AQXmlReceiveResponse").await;
     assert!(
-        reply.contains("<correlation>ORDER1</correlation>") && reply.contains("<CITY>REDWOOD CITY</CITY>"),
+        reply.contains("<correlation>HLB-4471</correlation>") && reply.contains("<CITY>PORTLAND</CITY>"),
         "{reply}"
     );
     assert!(is_no_message(&http(hp, &example("07")).await), "received by mail");
@@ -290,8 +292,8 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     let delivered = postfix.all_delivered();
     let text = std::fs::read_to_string(&good).expect("mail");
     let tampered = work.join("tampered.eml");
-    assert!(text.contains("ORDER1"));
-    std::fs::write(&tampered, text.replace("ORDER1", "ORDER9")).expect("write");
+    assert!(text.contains("HLB-4471"));
+    std::fs::write(&tampered, text.replace("HLB-4471", "HLB-4479")).expect("write");
     let unsigned = work.join("unsigned.eml");
     std::fs::write(
         &unsigned,
@@ -379,7 +381,7 @@ async fn deployment_a_aqgate_as_the_mx_replies_through_postfix() {
     let reply = postfix.wait_for("scott", "AQXmlSendResponse").await;
     assert!(reply.contains("QS.NEW_ORDERS_QUE") && reply.contains("Return-Path: <aq@aq.example.com>"), "{reply}");
     let r = http(hp, &example("07")).await;
-    assert!(is_order1(&r), "{r:?}");
+    assert!(is_order_4471(&r), "{r:?}");
     // Without --smtp-reinject aqgate takes mail for its own addresses only.
     let (ok, transcript) = swaks(sp, "scott@example.com", "bob@example.com", &good);
     assert!(!ok && transcript.contains("<** 550 5.1.1"), "{transcript}");
@@ -456,6 +458,60 @@ async fn mailto_notifications_reach_a_maildir_through_postfix() {
     // Each mailbox got only its own registration's notification.
     assert!(postfix.maildir("scott").iter().all(|m| !m.contains(&raw_id)));
     assert!(postfix.maildir("john").iter().all(|m| !m.contains(&order)));
+    drop(_serve);
+    drop(postfix);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A relay's permanent refusal of a `mailto:` notification (Postfix here is no open relay:
+/// 554 for another domain) parks it at once, after one attempt: retrying would only be
+/// refused again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_the_relay_refuses_for_good_is_parked_at_once() {
+    let work = scratch("pfx-refused");
+    let hp = free_port();
+    let postfix = Postfix::start(&work.join("postfix"), &[]);
+    let db = fresh_sqlite_url();
+    let _serve = spawn(
+        &[
+            "serve",
+            "--no-smtp",
+            "--listen",
+            &format!("127.0.0.1:{hp}"),
+            "--database",
+            &db,
+            "--notify-from",
+            "aq@aq.example.com",
+            "--mail-relay",
+            &format!("smtp://127.0.0.1:{}", postfix.smtp_port),
+        ],
+        &[],
+        &work.join("aqgate.log"),
+    );
+    wait_port(hp);
+    let register = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>QS.NEW_ORDERS_QUE</destination><notify_url>mailto:someone@elsewhere.test</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#;
+    let r = http(hp, register).await;
+    assert!(matches!(r, Response::Register(_)), "{r:?}");
+    let r = http(hp, &send_and_commit()).await;
+    assert!(matches!(r, Response::Send(..)), "{r:?}");
+    let metrics = || async {
+        reqwest::get(format!("http://127.0.0.1:{hp}/metrics")).await.expect("metrics").text().await.expect("text")
+    };
+    let value = |text: &str, name: &str| -> Option<i64> {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = metrics().await;
+        if value(&text, "aqgate_notifications_parked_total") == Some(1) {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "the refused notification was not parked: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(value(&text, "aqgate_notification_failures_total"), Some(1), "one attempt, then parked: {text}");
+    assert_eq!(value(&text, "aqgate_notifications_delivered_total"), Some(0), "{text}");
+    assert_eq!(value(&text, "aqgate_notify_outbox_parked"), Some(1), "{text}");
     drop(_serve);
     drop(postfix);
     let _ = std::fs::remove_dir_all(&work);

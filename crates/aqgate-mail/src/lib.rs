@@ -4,6 +4,7 @@
 
 pub mod extract;
 pub mod gateway;
+pub mod outbound;
 pub mod reinject;
 pub mod smime;
 pub mod smtp;

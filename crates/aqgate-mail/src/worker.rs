@@ -16,22 +16,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lettre::Message;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
-use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
 use tokio::sync::Notify;
 
 use aqgate_core::clock::{Clock, MICROS_PER_SEC};
 use aqgate_core::store::{SpooledMail, Store};
-use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, SESSION_COOKIE};
 
-/// Where replies go.
-#[derive(Clone)]
-pub enum ReplyTransport {
-    /// `.eml` files in a directory (the default: nothing leaves the machine).
-    Files(std::path::PathBuf),
-    /// An SMTP relay (`smtp://host:port`, plain, for a local MTA such as Postfix).
-    Relay(String),
-}
+pub use crate::outbound::{ReplyTransport, SendError, send_mail};
+use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, SESSION_COOKIE};
 
 #[derive(Clone)]
 pub struct WorkerConfig {
@@ -183,12 +176,23 @@ impl Worker {
         let Some(response) = m.response.clone() else { return Ok(None) };
         let mut sent = m.replies_sent;
         while sent < m.replies_wanted {
-            if let Err(e) = self.reply(&m, &response).await {
-                // The reply stays owed; the spool row is retried.
-                tracing::warn!(mail = m.id, error = %e, "reply not sent; will retry");
-                let at = self.clock.now() + 30 * MICROS_PER_SEC;
-                self.store.spool_attempted(m.id, None, Some(&e), Some(at)).await?;
-                break;
+            match self.reply(&m, &response).await {
+                Ok(()) => {}
+                Err(e) if e.is_permanent() => {
+                    // Refused for good (a 5xx from the relay, an address that cannot be
+                    // one): trying again would be refused again. The row is parked with
+                    // the refusal; the request itself was performed and stays so.
+                    tracing::warn!(mail = m.id, error = %e, "reply refused for good; parked");
+                    self.store.spool_attempted(m.id, None, Some(&e.to_string()), None).await?;
+                    break;
+                }
+                Err(e) => {
+                    // The reply stays owed; the spool row is retried.
+                    tracing::warn!(mail = m.id, error = %e, "reply not sent; will retry");
+                    let at = self.clock.now() + 30 * MICROS_PER_SEC;
+                    self.store.spool_attempted(m.id, None, Some(&e.to_string()), Some(at)).await?;
+                    break;
+                }
             }
             sent += 1;
         }
@@ -248,23 +252,23 @@ impl Worker {
         Forwarded::Answer { body, rolled_back }
     }
 
-    async fn reply(&self, m: &SpooledMail, response: &[u8]) -> Result<(), String> {
+    async fn reply(&self, m: &SpooledMail, response: &[u8]) -> Result<(), SendError> {
         let subject = match m.subject.as_deref() {
             Some(s) if s.to_ascii_lowercase().starts_with("re:") => s.to_string(),
             Some(s) => format!("Re: {s}"),
             None => "Re: AQ request".to_string(),
         };
-        let from = self.cfg.reply_from.parse().map_err(|e| format!("reply_from: {e}"))?;
-        let to = m.reply_to.parse().map_err(|e| format!("reply address {}: {e}", m.reply_to))?;
+        let from = self.cfg.reply_from.parse().map_err(|e| SendError::Permanent(format!("reply_from: {e}")))?;
+        let to = m.reply_to.parse().map_err(|e| SendError::Permanent(format!("reply address {}: {e}", m.reply_to)))?;
         let mut b = Message::builder().from(from).to(to).subject(subject);
         if !m.message_id.is_empty() {
             let id = m.message_id.trim_start_matches('<').trim_end_matches('>');
             b = b.in_reply_to(format!("<{id}>")).references(format!("<{id}>"));
         }
         let msg = b
-            .header(ContentType::parse("text/xml; charset=utf-8").map_err(|e| e.to_string())?)
+            .header(ContentType::parse("text/xml; charset=utf-8").map_err(|e| SendError::Permanent(e.to_string()))?)
             .body(String::from_utf8_lossy(response).to_string())
-            .map_err(|e| format!("reply: {e}"))?;
+            .map_err(|e| SendError::Permanent(format!("reply: {e}")))?;
         let mut msg = msg;
         msg.headers_mut()
             .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
@@ -301,109 +305,6 @@ fn collect(
     }
 }
 
-/// Sends one message through `transport` (also used for `mailto:` notifications).
-pub async fn send_mail(transport: &ReplyTransport, msg: Message) -> Result<(), String> {
-    match transport {
-        ReplyTransport::Files(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| format!("outbox {}: {e}", dir.display()))?;
-            AsyncFileTransport::<Tokio1Executor>::new(dir).send(msg).await.map(|_| ()).map_err(|e| e.to_string())
-        }
-        ReplyTransport::Relay(url) => relay_send(url, &msg).await,
-    }
-}
-
-/// Sends through a plain SMTP relay (`smtp://HOST:PORT`, a local MTA) with lettre's SMTP
-/// client on a socket of our own: lettre's transport leaves Nagle's algorithm on, and its
-/// small final write (`.` after the body) then waits for the relay's delayed ACK — 40 ms
-/// per mail. With TCP_NODELAY a mail costs one transaction on a connection that is kept
-/// for the next mail (see [`RelayPool`]).
-async fn relay_send(url: &str, msg: &Message) -> Result<(), String> {
-    let addr = crate::reinject::parse_target(url)?;
-    let (envelope, body) = (msg.envelope(), msg.formatted());
-    if let Some(mut conn) = RelayPool::take(&addr) {
-        match tokio::time::timeout(Duration::from_secs(60), conn.send(envelope, &body)).await {
-            Ok(Ok(_)) => {
-                RelayPool::put(&addr, conn);
-                return Ok(());
-            }
-            // The relay answered with a code: that is its verdict, not a broken connection.
-            Ok(Err(e)) if e.status().is_some() => return Err(format!("relay {addr}: {e}")),
-            Err(_) => return Err(format!("relay {addr}: timed out")),
-            // The relay closed the idle connection meanwhile: try once more on a new one.
-            Ok(Err(e)) => tracing::debug!(error = %e, "pooled relay connection broken; reconnecting"),
-        }
-    }
-    let fresh = async {
-        use lettre::transport::smtp::client::AsyncSmtpConnection;
-        use lettre::transport::smtp::extension::ClientId;
-        let tcp = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("relay {addr}: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let hello = ClientId::Domain(hostname());
-        let mut conn = AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &hello)
-            .await
-            .map_err(|e| format!("relay {addr}: {e}"))?;
-        match conn.send(envelope, &body).await {
-            Ok(_) => {
-                RelayPool::put(&addr, conn);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = conn.quit().await;
-                Err(format!("relay {addr}: {e}"))
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), fresh).await.map_err(|_| format!("relay {addr}: timed out"))?
-}
-
-/// Idle connections to relays, reused for the next mail as Postfix's connection cache does:
-/// a reply then costs MAIL, RCPT and DATA instead of a connection, banner, EHLO and QUIT.
-/// A connection idle for [`RELAY_IDLE`] is closed (relays time idle clients out, Postfix
-/// after 300 s); at most [`RELAY_POOLED`] are kept per process.
-struct RelayPool;
-
-type Pooled = (String, lettre::transport::smtp::client::AsyncSmtpConnection, std::time::Instant);
-
-const RELAY_IDLE: Duration = Duration::from_secs(10);
-const RELAY_POOLED: usize = 16;
-
-impl RelayPool {
-    fn slots() -> std::sync::MutexGuard<'static, Vec<Pooled>> {
-        static POOL: std::sync::OnceLock<std::sync::Mutex<Vec<Pooled>>> = std::sync::OnceLock::new();
-        POOL.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn take(addr: &str) -> Option<lettre::transport::smtp::client::AsyncSmtpConnection> {
-        let mut slots = Self::slots();
-        slots.retain(|(_, _, idle_since)| idle_since.elapsed() < RELAY_IDLE);
-        let i = slots.iter().rposition(|(a, _, _)| a == addr)?;
-        Some(slots.swap_remove(i).1)
-    }
-
-    fn put(addr: &str, conn: lettre::transport::smtp::client::AsyncSmtpConnection) {
-        if conn.has_broken() {
-            return;
-        }
-        let mut slots = Self::slots();
-        if slots.len() < RELAY_POOLED {
-            slots.push((addr.to_string(), conn, std::time::Instant::now()));
-        }
-    }
-}
-
-/// The name said in EHLO to the relay.
-fn hostname() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
-            .unwrap_or_else(|| "localhost".to_string())
-    })
-    .clone()
-}
-
 /// Marks a response whose mail left ON_COMMIT work open: that work was rolled back.
 fn annotate_rollback(body: &[u8]) -> Vec<u8> {
     let note = b"<!-- aqgate: this request left uncommitted work; it was rolled back when the mail's session ended. Add <AQXmlCommit/> to commit it. -->\n";
@@ -431,126 +332,4 @@ fn fault_xml(why: &str) -> String {
             message: why.to_string(),
         }),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-    use super::*;
-
-    /// What the fake relay does.
-    #[derive(Clone, Copy)]
-    enum Relay {
-        /// Keeps connections open for further transactions.
-        Keep,
-        /// Closes every connection after its first message (an idle timeout, early).
-        CloseAfterMessage,
-        /// Takes one message per connection, then refuses recipients with 550.
-        RefuseAfterFirst,
-    }
-
-    struct Counts {
-        connections: AtomicUsize,
-        messages: AtomicUsize,
-    }
-
-    async fn fake_relay(mode: Relay) -> (String, Arc<Counts>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("fake relay");
-        let url = format!("smtp://{}", listener.local_addr().expect("fake relay"));
-        let counts = Arc::new(Counts { connections: AtomicUsize::new(0), messages: AtomicUsize::new(0) });
-        let c = counts.clone();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                c.connections.fetch_add(1, Ordering::SeqCst);
-                let c = c.clone();
-                tokio::spawn(async move {
-                    let (read, mut write) = socket.into_split();
-                    let mut lines = BufReader::new(read).lines();
-                    write.write_all(b"220 fake relay\r\n").await.expect("fake relay");
-                    let mut in_data = false;
-                    let mut taken = 0;
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        if in_data {
-                            if line == "." {
-                                in_data = false;
-                                c.messages.fetch_add(1, Ordering::SeqCst);
-                                taken += 1;
-                                write.write_all(b"250 2.0.0 queued\r\n").await.expect("fake relay");
-                                if matches!(mode, Relay::CloseAfterMessage) {
-                                    return;
-                                }
-                            }
-                            continue;
-                        }
-                        let verb = line.get(..4).unwrap_or_default().to_ascii_uppercase();
-                        let reply: &[u8] = match verb.as_str() {
-                            "EHLO" | "HELO" => b"250 fake relay\r\n",
-                            "RCPT" if matches!(mode, Relay::RefuseAfterFirst) && taken > 0 => {
-                                b"550 5.1.1 no such user\r\n"
-                            }
-                            "DATA" => {
-                                in_data = true;
-                                b"354 go ahead\r\n"
-                            }
-                            "QUIT" => {
-                                let _ = write.write_all(b"221 bye\r\n").await;
-                                return;
-                            }
-                            _ => b"250 ok\r\n",
-                        };
-                        write.write_all(reply).await.expect("fake relay");
-                    }
-                });
-            }
-        });
-        (url, counts)
-    }
-
-    fn message(n: usize) -> Message {
-        Message::builder()
-            .from("aq@example.com".parse().expect("fake relay"))
-            .to("scott@example.com".parse().expect("fake relay"))
-            .subject(format!("Re: request {n}"))
-            .body(format!("<reply n=\"{n}\"/>"))
-            .expect("fake relay")
-    }
-
-    #[tokio::test]
-    async fn relay_connections_are_reused() {
-        let (url, counts) = fake_relay(Relay::Keep).await;
-        let transport = ReplyTransport::Relay(url);
-        for n in 0..3 {
-            send_mail(&transport, message(n)).await.unwrap();
-        }
-        assert_eq!(counts.messages.load(Ordering::SeqCst), 3);
-        assert_eq!(counts.connections.load(Ordering::SeqCst), 1, "one connection for three mails");
-    }
-
-    #[tokio::test]
-    async fn a_connection_the_relay_closed_is_replaced() {
-        let (url, counts) = fake_relay(Relay::CloseAfterMessage).await;
-        let transport = ReplyTransport::Relay(url);
-        for n in 0..3 {
-            send_mail(&transport, message(n)).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await; // let the close arrive
-        }
-        assert_eq!(counts.messages.load(Ordering::SeqCst), 3, "every mail delivered once");
-        assert_eq!(counts.connections.load(Ordering::SeqCst), 3);
-    }
-
-    #[tokio::test]
-    async fn a_refusal_on_a_pooled_connection_is_the_answer() {
-        let (url, counts) = fake_relay(Relay::RefuseAfterFirst).await;
-        let transport = ReplyTransport::Relay(url);
-        send_mail(&transport, message(0)).await.unwrap();
-        let err = send_mail(&transport, message(1)).await.unwrap_err();
-        assert!(err.contains("no such user"), "{err}");
-        // Refused on the kept connection, and not tried again on a new one.
-        assert_eq!(counts.connections.load(Ordering::SeqCst), 1);
-        assert_eq!(counts.messages.load(Ordering::SeqCst), 1);
-    }
 }

@@ -1866,7 +1866,14 @@ mod tests {
                 let _ = sender.send(j);
             }
         });
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
+        let batch = Coalescer::collect(
+            &mut rx,
+            first,
+            &mut regulars,
+            COALESCE_MAX_ROWS,
+            &GroupCounters::register(&Metrics::default()),
+        )
+        .await;
         let mut sources: Vec<u64> = batch.iter().map(Job::source).collect();
         sources.sort_unstable();
         assert_eq!(sources, vec![1, 2, 3, 4]);
@@ -1888,7 +1895,14 @@ mod tests {
         tokio::spawn(async move {
             let _ = tx.send(late);
         });
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
+        let batch = Coalescer::collect(
+            &mut rx,
+            first,
+            &mut regulars,
+            COALESCE_MAX_ROWS,
+            &GroupCounters::register(&Metrics::default()),
+        )
+        .await;
         let sources: Vec<u64> = batch.iter().map(Job::source).collect();
         assert_eq!(sources, vec![9, 1, 2, 3, 4]);
     }
@@ -1899,7 +1913,14 @@ mod tests {
         let mut regulars = four_regulars();
         let (first, _a) = job(1);
         let started = std::time::Instant::now();
-        let batch = Coalescer::collect(&mut rx, first, &mut regulars, COALESCE_MAX_ROWS).await;
+        let batch = Coalescer::collect(
+            &mut rx,
+            first,
+            &mut regulars,
+            COALESCE_MAX_ROWS,
+            &GroupCounters::register(&Metrics::default()),
+        )
+        .await;
         assert_eq!(batch.len(), 1);
         // The timer wheel has millisecond ticks, so the wait ends at the tick after the cap;
         // the margin is for a loaded test machine, not for the writer.
