@@ -6,6 +6,7 @@ pub mod group;
 mod interest;
 pub mod postgres;
 pub mod regulars;
+mod sql;
 pub mod sqlite;
 
 use aqgate_core::clock::Micros;

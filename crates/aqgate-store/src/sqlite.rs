@@ -121,17 +121,8 @@ impl Store for SqliteStore {
                 .execute(&mut *tx)
                 .await
                 .db()?;
-        let b = sqlx::query(
-            "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL
-             WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)",
-        )
-        .execute(&mut *tx)
-        .await
-        .db()?;
-        sqlx::query("DELETE FROM notify_outbox WHERE txn IS NOT NULL AND txn NOT IN (SELECT txn FROM sessions)")
-            .execute(&mut *tx)
-            .await
-            .db()?;
+        let b = sqlx::query(sql::RECOVER_UNLOCK_ORPHANED).execute(&mut *tx).await.db()?;
+        sqlx::query(sql::RECOVER_DROP_ORPHANED_NOTIFICATIONS).execute(&mut *tx).await.db()?;
         tx.commit().await.db()?;
         Ok(a.rows_affected() + b.rows_affected())
     }
@@ -178,27 +169,17 @@ impl Store for SqliteStore {
     }
 
     async fn session_count(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM sessions").fetch_one(&self.pool).await.db()?)
+        Ok(sqlx::query_scalar(sql::SESSION_COUNT).fetch_one(&self.pool).await.db()?)
     }
 
     async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
-        let a =
-            sqlx::query("DELETE FROM session_tombstones WHERE until <= ?1").bind(now).execute(&self.pool).await.db()?;
-        let b = sqlx::query("DELETE FROM idempotency WHERE created_at < ?1")
-            .bind(records_before)
-            .execute(&self.pool)
-            .await
-            .db()?;
+        let a = sqlx::query(sql::PURGE_TOMBSTONES).bind(now).execute(&self.pool).await.db()?;
+        let b = sqlx::query(sql::PURGE_IDEMPOTENCY).bind(records_before).execute(&self.pool).await.db()?;
         Ok(a.rows_affected() + b.rows_affected())
     }
 
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
-        let row = sqlx::query("SELECT * FROM idempotency WHERE agent = ?1 AND key = ?2")
-            .bind(agent)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .db()?;
+        let row = sqlx::query(sql::IDEMPOTENCY_GET).bind(agent).bind(key).fetch_optional(&self.pool).await.db()?;
         row.map(|r| {
             Ok(IdempotencyRecord {
                 agent: r.try_get("agent").db()?,
@@ -212,23 +193,17 @@ impl Store for SqliteStore {
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
-        let rows = sqlx::query("SELECT kind, name, spec FROM topology ORDER BY kind, name")
-            .fetch_all(&self.pool)
-            .await
-            .db()?;
+        let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
         rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()
     }
 
     async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
-        let rows = sqlx::query("SELECT name, id FROM queues").fetch_all(&self.pool).await.db()?;
+        let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
     }
 
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
-        let rows = sqlx::query("SELECT queue_id, COUNT(*) AS n FROM messages WHERE enq_txn IS NULL GROUP BY queue_id")
-            .fetch_all(&self.pool)
-            .await
-            .db()?;
+        let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
         rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
     }
 
@@ -256,30 +231,17 @@ impl Store for SqliteStore {
     }
 
     async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
-        let r = sqlx::query("SELECT MIN(delay_until) AS t FROM messages WHERE queue_id = ?1 AND delay_until > ?2")
-            .bind(queue)
-            .bind(now)
-            .fetch_one(&self.pool)
-            .await
-            .db()?;
+        let r = sqlx::query(sql::NEXT_DELAY_END).bind(queue).bind(now).fetch_one(&self.pool).await.db()?;
         Ok(r.try_get("t").db()?)
     }
 
     async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        let rows = sqlx::query("SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = ?1 ORDER BY consumer, agent")
-            .bind(queue)
-            .fetch_all(&self.pool)
-            .await.db()?;
+        let rows = sqlx::query(sql::REGISTRATIONS_OF_QUEUE).bind(queue).fetch_all(&self.pool).await.db()?;
         rows.iter().map(registration_from_row).collect()
     }
 
     async fn all_registrations(&self) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(
-            "SELECT queue_id, consumer, notify_url, agent FROM registrations ORDER BY queue_id, consumer, agent",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .db()?;
+        let rows = sqlx::query(sql::REGISTRATIONS_ALL).fetch_all(&self.pool).await.db()?;
         rows.iter().map(registration_from_row).collect()
     }
 
@@ -290,15 +252,14 @@ impl Store for SqliteStore {
         agent: &str,
         secret: Option<&str>,
     ) -> Result<bool> {
-        let r =
-            sqlx::query("UPDATE registrations SET secret = ?4 WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
-                .bind(queue)
-                .bind(consumer)
-                .bind(agent)
-                .bind(secret)
-                .execute(&self.pool)
-                .await
-                .db()?;
+        let r = sqlx::query(sql::REGISTRATION_SET_SECRET)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .bind(secret)
+            .execute(&self.pool)
+            .await
+            .db()?;
         Ok(r.rows_affected() == 1)
     }
 
@@ -364,10 +325,7 @@ impl Store for SqliteStore {
     }
 
     async fn notify_next_due(&self) -> Result<Option<Micros>> {
-        Ok(sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM notify_outbox WHERE state = 'new' AND txn IS NULL")
-            .fetch_one(&self.pool)
-            .await
-            .db()?)
+        Ok(sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db()?)
     }
 
     async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
@@ -388,13 +346,7 @@ impl Store for SqliteStore {
     }
 
     async fn notify_unpark(&self, now: Micros) -> Result<u64> {
-        let r = sqlx::query(
-            "UPDATE notify_outbox SET state = 'new', attempts = 0, next_attempt_at = ?1 WHERE state = 'parked'",
-        )
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .db()?;
+        let r = sqlx::query(sql::NOTIFY_UNPARK).bind(now).execute(&self.pool).await.db()?;
         Ok(r.rows_affected())
     }
 
@@ -410,8 +362,7 @@ impl Store for SqliteStore {
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         let rows = sqlx::query(
             // The predicate is the partial index's, word for word (so the planner uses it).
-            "SELECT * FROM mail_spool WHERE (state = 'new' OR replies_sent < replies_wanted)
-               AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2",
+            sql::SPOOL_DUE,
         )
         .bind(now)
         .bind(limit)
@@ -433,13 +384,7 @@ impl Store for SqliteStore {
     }
 
     async fn spool_purge(&self, before: Micros) -> Result<u64> {
-        let r = sqlx::query(
-            "DELETE FROM mail_spool WHERE received_at < ?1 AND state <> 'new' AND replies_sent >= replies_wanted",
-        )
-        .bind(before)
-        .execute(&self.pool)
-        .await
-        .db()?;
+        let r = sqlx::query(sql::SPOOL_PURGE).bind(before).execute(&self.pool).await.db()?;
         Ok(r.rows_affected())
     }
 
@@ -461,19 +406,12 @@ impl Store for SqliteStore {
     }
 
     async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
-        let rows = sqlx::query(
-            "SELECT * FROM mail_spool WHERE state <> 'done' OR replies_sent < replies_wanted ORDER BY id LIMIT ?1",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .db()?;
+        let rows = sqlx::query(sql::SPOOL_PENDING).bind(limit).fetch_all(&self.pool).await.db()?;
         rows.iter().map(spool_from_row).collect()
     }
 
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
-        let row =
-            sqlx::query("SELECT * FROM mail_spool WHERE id = ?1").bind(id).fetch_optional(&self.pool).await.db()?;
+        let row = sqlx::query(sql::SPOOL_GET).bind(id).fetch_optional(&self.pool).await.db()?;
         row.as_ref().map(spool_from_row).transpose()
     }
 
@@ -543,18 +481,15 @@ impl StoreTx for SqliteTx {
     }
 
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
-        let done = sqlx::query(
-            "INSERT INTO idempotency (agent, key, request_hash, response, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (agent, key) DO NOTHING",
-        )
-        .bind(&r.agent)
-        .bind(&r.key)
-        .bind(&r.request_hash)
-        .bind(&r.response)
-        .bind(r.created_at)
-        .execute(&mut *self.tx)
-        .await
-        .db()?;
+        let done = sqlx::query(sql::IDEMPOTENCY_PUT)
+            .bind(&r.agent)
+            .bind(&r.key)
+            .bind(&r.request_hash)
+            .bind(&r.response)
+            .bind(r.created_at)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -647,17 +582,14 @@ impl StoreTx for SqliteTx {
     }
 
     async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
-        let r = sqlx::query(
-            "UPDATE deliveries SET lock_txn = ?1, lock_kind = ?2
-             WHERE msg_seq = ?3 AND consumer = ?4 AND (lock_txn IS NULL OR (lock_txn = ?1 AND lock_kind = 2))",
-        )
-        .bind(txn)
-        .bind(kind as i64)
-        .bind(seq)
-        .bind(consumer)
-        .execute(&mut *self.tx)
-        .await
-        .db()?;
+        let r = sqlx::query(sql::DELIVERY_LOCK)
+            .bind(txn)
+            .bind(kind as i64)
+            .bind(seq)
+            .bind(consumer)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
         Ok(r.rows_affected() == 1)
     }
 
@@ -711,11 +643,7 @@ impl StoreTx for SqliteTx {
                 .await
                 .db()?;
             }
-            sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = ?1")
-                .bind(txn)
-                .execute(&mut *self.tx)
-                .await
-                .db()?;
+            sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
         }
         let mut enqueued_queues = queues;
         enqueued_queues.sort_unstable();
@@ -724,7 +652,7 @@ impl StoreTx for SqliteTx {
     }
 
     async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
-        sqlx::query("DELETE FROM notify_outbox WHERE txn = ?1").bind(txn).execute(&mut *self.tx).await.db()?;
+        sqlx::query(sql::NOTIFY_DROP_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
         sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await.db()?;
         let rows = sqlx::query(
             "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
@@ -736,11 +664,7 @@ impl StoreTx for SqliteTx {
         .fetch_all(&mut *self.tx)
         .await
         .db()?;
-        sqlx::query("UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = ?1")
-            .bind(txn)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
+        sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
         rows.iter().map(released_from_row).collect()
     }
 
@@ -770,7 +694,7 @@ impl StoreTx for SqliteTx {
         if locked.is_some() {
             return Ok(());
         }
-        sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1").bind(seq).execute(&mut *self.tx).await.db()?;
+        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
         sqlx::query(
             "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1",
         )
@@ -789,29 +713,26 @@ impl StoreTx for SqliteTx {
     }
 
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (queue_id, consumer, agent) DO UPDATE SET notify_url = excluded.notify_url",
-        )
-        .bind(r.queue)
-        .bind(&r.consumer)
-        .bind(&r.notify_url)
-        .bind(&r.agent)
-        .execute(&mut *self.tx)
-        .await
-        .db()?;
+        sqlx::query(sql::REGISTRATION_UPSERT)
+            .bind(r.queue)
+            .bind(&r.consumer)
+            .bind(&r.notify_url)
+            .bind(&r.agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
         Ok(())
     }
 
     async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
-        let r = sqlx::query("DELETE FROM registrations WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
+        let r = sqlx::query(sql::REGISTRATION_DELETE)
             .bind(queue)
             .bind(consumer)
             .bind(agent)
             .execute(&mut *self.tx)
             .await
             .db()?;
-        sqlx::query("DELETE FROM notify_outbox WHERE queue_id = ?1 AND consumer = ?2 AND agent = ?3")
+        sqlx::query(sql::NOTIFY_DROP_REGISTRATION)
             .bind(queue)
             .bind(consumer)
             .bind(agent)
@@ -822,36 +743,18 @@ impl StoreTx for SqliteTx {
     }
 
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
-        sqlx::query("INSERT INTO topology (kind, name, spec) VALUES (?1, ?2, ?3) ON CONFLICT (kind, name) DO UPDATE SET spec = excluded.spec")
-            .bind(kind)
-            .bind(name)
-            .bind(spec)
-            .execute(&mut *self.tx)
-            .await.db()?;
+        sqlx::query(sql::TOPOLOGY_PUT).bind(kind).bind(name).bind(spec).execute(&mut *self.tx).await.db()?;
         Ok(())
     }
 
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
-        sqlx::query("DELETE FROM topology WHERE kind = ?1 AND name = ?2")
-            .bind(kind)
-            .bind(name)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
+        sqlx::query(sql::TOPOLOGY_DELETE).bind(kind).bind(name).execute(&mut *self.tx).await.db()?;
         Ok(())
     }
 
     async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
-        sqlx::query("INSERT INTO queues (name) VALUES (?1) ON CONFLICT (name) DO NOTHING")
-            .bind(name)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
-        Ok(sqlx::query_scalar("SELECT id FROM queues WHERE name = ?1")
-            .bind(name)
-            .fetch_one(&mut *self.tx)
-            .await
-            .db()?)
+        sqlx::query(sql::QUEUE_ENSURE).bind(name).execute(&mut *self.tx).await.db()?;
+        Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
     async fn savepoint(&mut self) -> Result<()> {
@@ -918,33 +821,25 @@ fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
 /// [`Store::spool_put`] on a connection: autocommit, or inside a transaction (group commit).
 async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledMail) -> Result<SpoolPut> {
     let held = m.state == "held";
-    let id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key, state, replies_wanted)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?1, ?7, CASE WHEN ?8 THEN 'held' ELSE 'new' END, CASE WHEN ?8 THEN 0 ELSE 1 END)
-             ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id",
-    )
-    .bind(m.received_at)
-    .bind(&m.agent)
-    .bind(&m.message_id)
-    .bind(&m.reply_to)
-    .bind(&m.subject)
-    .bind(&m.idap)
-    .bind(&m.dedupe_key)
-    .bind(held)
-    .fetch_optional(&mut *conn)
-    .await.db()?;
+    let id: Option<i64> = sqlx::query_scalar(sql::SPOOL_PUT)
+        .bind(m.received_at)
+        .bind(&m.agent)
+        .bind(&m.message_id)
+        .bind(&m.reply_to)
+        .bind(&m.subject)
+        .bind(&m.idap)
+        .bind(&m.dedupe_key)
+        .bind(held)
+        .fetch_optional(&mut *conn)
+        .await
+        .db()?;
     if let Some(id) = id {
         return Ok(SpoolPut::New(id));
     }
     // A copy of a mail still held (its earlier SMTP transaction ended in a 4xx, or never
     // ended) is that mail's first accepted copy, not a re-send.
     let (id, state): (i64, String) =
-        sqlx::query_as("SELECT id, state FROM mail_spool WHERE agent = ?1 AND dedupe_key = ?2")
-            .bind(&m.agent)
-            .bind(&m.dedupe_key)
-            .fetch_one(&mut *conn)
-            .await
-            .db()?;
+        sqlx::query_as(sql::SPOOL_FIND).bind(&m.agent).bind(&m.dedupe_key).fetch_one(&mut *conn).await.db()?;
     if !held {
         spool_release_on(conn, id, m.received_at).await?;
     }
@@ -953,16 +848,7 @@ async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledMail) -> Res
 
 /// [`Store::spool_release`] on a connection; also what a (not held) re-sent copy does.
 async fn spool_release_on(conn: &mut sqlx::SqliteConnection, id: i64, now: Micros) -> Result<()> {
-    sqlx::query(
-        "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = ?2,
-                state = CASE WHEN state = 'held' THEN 'new' ELSE state END
-         WHERE id = ?1",
-    )
-    .bind(id)
-    .bind(now)
-    .execute(conn)
-    .await
-    .db()?;
+    sqlx::query(sql::SPOOL_WANT_REPLY).bind(id).bind(now).execute(conn).await.db()?;
     Ok(())
 }
 
@@ -975,18 +861,15 @@ async fn spool_attempted_on(
     next_attempt_at: Option<Micros>,
 ) -> Result<()> {
     let state = spool_state_after(response, next_attempt_at);
-    sqlx::query(
-        "UPDATE mail_spool SET state = ?2, attempts = attempts + 1, response = COALESCE(?3, response),
-               last_error = ?4, next_attempt_at = COALESCE(?5, next_attempt_at) WHERE id = ?1",
-    )
-    .bind(id)
-    .bind(state)
-    .bind(response)
-    .bind(error)
-    .bind(next_attempt_at)
-    .execute(&mut *conn)
-    .await
-    .db()?;
+    sqlx::query(sql::SPOOL_ATTEMPTED)
+        .bind(id)
+        .bind(state)
+        .bind(response)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&mut *conn)
+        .await
+        .db()?;
     Ok(())
 }
 

@@ -1,0 +1,64 @@
+//! The SQL statements both stores run as they are (SQLite and PostgreSQL read `$N` parameters
+//! alike). Statements written for one dialect stay in its backend.
+
+pub(crate) const RECOVER_UNLOCK_ORPHANED: &str = "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL
+              WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)";
+pub(crate) const RECOVER_DROP_ORPHANED_NOTIFICATIONS: &str =
+    "DELETE FROM notify_outbox WHERE txn IS NOT NULL AND txn NOT IN (SELECT txn FROM sessions)";
+pub(crate) const SESSION_COUNT: &str = "SELECT count(*) FROM sessions";
+pub(crate) const PURGE_TOMBSTONES: &str = "DELETE FROM session_tombstones WHERE until <= $1";
+pub(crate) const PURGE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE created_at < $1";
+pub(crate) const IDEMPOTENCY_GET: &str = "SELECT * FROM idempotency WHERE agent = $1 AND key = $2";
+pub(crate) const TOPOLOGY_LOAD: &str = "SELECT kind, name, spec FROM topology ORDER BY kind, name";
+pub(crate) const QUEUE_IDS: &str = "SELECT name, id FROM queues";
+pub(crate) const QUEUE_DEPTHS: &str =
+    "SELECT queue_id, COUNT(*) AS n FROM messages WHERE enq_txn IS NULL GROUP BY queue_id";
+pub(crate) const NEXT_DELAY_END: &str =
+    "SELECT MIN(delay_until) AS t FROM messages WHERE queue_id = $1 AND delay_until > $2";
+pub(crate) const REGISTRATIONS_OF_QUEUE: &str =
+    "SELECT queue_id, consumer, notify_url, agent FROM registrations WHERE queue_id = $1 ORDER BY consumer, agent";
+pub(crate) const REGISTRATIONS_ALL: &str =
+    "SELECT queue_id, consumer, notify_url, agent FROM registrations ORDER BY queue_id, consumer, agent";
+pub(crate) const REGISTRATION_SET_SECRET: &str =
+    "UPDATE registrations SET secret = $4 WHERE queue_id = $1 AND consumer = $2 AND agent = $3";
+pub(crate) const NOTIFY_NEXT_DUE: &str =
+    "SELECT MIN(next_attempt_at) FROM notify_outbox WHERE state = 'new' AND txn IS NULL";
+pub(crate) const NOTIFY_UNPARK: &str =
+    "UPDATE notify_outbox SET state = 'new', attempts = 0, next_attempt_at = $1 WHERE state = 'parked'";
+pub(crate) const SPOOL_DUE: &str = "SELECT * FROM mail_spool WHERE (state = 'new' OR replies_sent < replies_wanted)
+               AND next_attempt_at <= $1 ORDER BY next_attempt_at, id LIMIT $2";
+pub(crate) const SPOOL_PURGE: &str =
+    "DELETE FROM mail_spool WHERE received_at < $1 AND state <> 'new' AND replies_sent >= replies_wanted";
+pub(crate) const SPOOL_PENDING: &str =
+    "SELECT * FROM mail_spool WHERE state <> 'done' OR replies_sent < replies_wanted ORDER BY id LIMIT $1";
+pub(crate) const SPOOL_GET: &str = "SELECT * FROM mail_spool WHERE id = $1";
+pub(crate) const IDEMPOTENCY_PUT: &str = "INSERT INTO idempotency (agent, key, request_hash, response, created_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent, key) DO NOTHING";
+pub(crate) const DELIVERY_LOCK: &str = "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
+             WHERE msg_seq = $3 AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))";
+pub(crate) const DELIVERIES_UNLOCK_TXN: &str =
+    "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1";
+pub(crate) const NOTIFY_DROP_TXN: &str = "DELETE FROM notify_outbox WHERE txn = $1";
+pub(crate) const DELIVERIES_DROP_MESSAGE: &str = "DELETE FROM deliveries WHERE msg_seq = $1";
+pub(crate) const REGISTRATION_UPSERT: &str =
+    "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (queue_id, consumer, agent) DO UPDATE SET notify_url = excluded.notify_url";
+pub(crate) const REGISTRATION_DELETE: &str =
+    "DELETE FROM registrations WHERE queue_id = $1 AND consumer = $2 AND agent = $3";
+pub(crate) const NOTIFY_DROP_REGISTRATION: &str =
+    "DELETE FROM notify_outbox WHERE queue_id = $1 AND consumer = $2 AND agent = $3";
+pub(crate) const TOPOLOGY_PUT: &str = "INSERT INTO topology (kind, name, spec) VALUES ($1, $2, $3) ON CONFLICT (kind, name) DO UPDATE SET spec = excluded.spec";
+pub(crate) const TOPOLOGY_DELETE: &str = "DELETE FROM topology WHERE kind = $1 AND name = $2";
+pub(crate) const QUEUE_ENSURE: &str = "INSERT INTO queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING";
+pub(crate) const QUEUE_ID: &str = "SELECT id FROM queues WHERE name = $1";
+pub(crate) const SPOOL_PUT: &str = "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key, state, replies_wanted)
+             VALUES ($1, $2, $3, $4, $5, $6, $1, $7, CASE WHEN $8 THEN 'held' ELSE 'new' END, CASE WHEN $8 THEN 0 ELSE 1 END)
+             ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id";
+pub(crate) const SPOOL_FIND: &str = "SELECT id, state FROM mail_spool WHERE agent = $1 AND dedupe_key = $2";
+pub(crate) const SPOOL_WANT_REPLY: &str =
+    "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = $2,
+                state = CASE WHEN state = 'held' THEN 'new' ELSE state END
+         WHERE id = $1";
+pub(crate) const SPOOL_ATTEMPTED: &str =
+    "UPDATE mail_spool SET state = $2, attempts = attempts + 1, response = COALESCE($3, response),
+               last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at) WHERE id = $1";
