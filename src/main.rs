@@ -1,11 +1,13 @@
 //! The `aqgate` binary: `serve`, `admin …`.
 
+mod config;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use aqgate::server::{ServeConfig, serve};
 use aqgate_core::engine::EngineConfig;
@@ -44,6 +46,10 @@ struct Cli {
     /// fast (BENCHMARKS.md).
     #[arg(long, global = true, env = "AQGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    /// Configuration file (TOML, every setting of serve, smtp and notify; see
+    /// aqgate.example.toml). The environment beats it, flags beat both.
+    #[arg(long, global = true, env = "AQGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -310,6 +316,18 @@ enum Command {
         #[command(subcommand)]
         command: MailCommand,
     },
+    /// The configuration file.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check the configuration file (--config or AQGATE_CONFIG): every problem is reported,
+    /// nothing is started.
+    Check,
 }
 
 #[derive(Subcommand)]
@@ -391,7 +409,45 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let file = config::file_named(&args);
+    let mut command = Cli::command();
+    let mut settings = None;
+    if let Some(path) = &file {
+        match config::load(command, path) {
+            Ok(loaded) => {
+                command = loaded.command;
+                settings = Some(loaded.settings);
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("aqgate: {e}");
+                }
+                eprintln!(
+                    "aqgate: {}: {} error(s) in the configuration; nothing started",
+                    path.display(),
+                    errors.len()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let matches = command.get_matches_from(&args);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `--topology` (or AQGATE_TOPOLOGY) outranks the file's `topology.apply = false`.
+    if let (Command::Serve { no_topology, .. }, Some(("serve", m))) = (&mut cli.command, matches.subcommand())
+        && config::given_over_default(m, "topology", "no_topology")
+    {
+        *no_topology = false;
+    }
+    if let Command::Config { command: ConfigCommand::Check } = cli.command {
+        let Some(path) = file else {
+            eprintln!("aqgate: no configuration file: give --config FILE or set AQGATE_CONFIG");
+            return ExitCode::FAILURE;
+        };
+        println!("{}: ok, {} setting(s)", path.display(), settings.unwrap_or(0));
+        return ExitCode::SUCCESS;
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Some(n) = cli.worker_threads {
@@ -489,6 +545,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = notify_args.config(&mail_args, directory)?;
             aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), stop).await
         }
+        // Answered in main, before the runtime starts.
+        Command::Config { command: ConfigCommand::Check } => Ok(()),
         Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
             let mail = aqgate_mail::smime::sign(&read(&file)?, &read(&cert)?, &read(&key)?, &from, &to, &subject)
@@ -694,7 +752,9 @@ async fn mail_config(
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
             Some(aqgate_mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
         }
-        _ => None,
+        (None, None) => None,
+        // Flags and the environment are checked by clap; the configuration file here.
+        _ => anyhow::bail!("STARTTLS needs both --smtp-tls-cert and --smtp-tls-key (smtp.tls_cert, smtp.tls_key)"),
     };
     let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
     Ok(aqgate::server::MailConfig {
