@@ -161,7 +161,7 @@ async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     assert!(matches!(r, Response::Commit(_)), "the old session commits after the restart: {r:?}");
     let r = post(port, &mut cookie2, &example("07")).await;
     assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("HLB-4471")),
         "the open send was published by that commit: {r:?}"
     );
     let r = post(port, &mut cookie2, &example("07")).await;
@@ -450,7 +450,7 @@ async fn two_nodes_on_one_postgres_serve_any_session() {
     assert!(matches!(post(pb, &mut cookie, &example("10")).await, Response::Commit(_)), "committed through b");
     let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
     assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("HLB-4471")),
         "{r:?}"
     );
     // A session each node wrote in turn: a's copy is stale when it commits, so the commit

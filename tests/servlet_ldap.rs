@@ -88,7 +88,7 @@ async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
     );
     let r = post(&http, &url, &recv).await;
     let m = &received(&r)[0];
-    assert_eq!(m.header.correlation.as_deref(), Some("ORDER1"));
+    assert_eq!(m.header.correlation.as_deref(), Some("HLB-4471"));
     assert_eq!(m.header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("scott"), "alias resolved by slapd");
 
     // The directory goes away: a temporary (server) fault, within the timeout, nothing enqueued.

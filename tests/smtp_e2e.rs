@@ -190,7 +190,7 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(
-        reply.contains("<correlation>ORDER1</correlation>") && reply.contains("<CITY>REDWOOD CITY</CITY>"),
+        reply.contains("<correlation>HLB-4471</correlation>") && reply.contains("<CITY>PORTLAND</CITY>"),
         "{reply}"
     );
     let r = http(hp, &example("07")).await;
@@ -198,9 +198,9 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// A mailed send of ORDER1 (example 01 + commit) was answered exactly once (a send
+/// A mailed send of order 4471 (example 01 + commit) was answered exactly once (a send
 /// response in the outbox, and no second one a moment later) and performed exactly once
-/// (example 07 over HTTP receives ORDER1, then finds nothing).
+/// (example 07 over HTTP receives it, then finds nothing).
 async fn answered_once_and_performed_once(out_dir: &Path, hp: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while outbox(out_dir).is_empty() {
@@ -213,7 +213,7 @@ async fn answered_once_and_performed_once(out_dir: &Path, hp: u16) {
     assert!(replies[0].contains("AQXmlSendResponse"), "{}", replies[0]);
     let r = http(hp, &example("07")).await;
     assert!(
-        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("ORDER1")),
+        matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("HLB-4471")),
         "{r:?}"
     );
     let r = http(hp, &example("07")).await;

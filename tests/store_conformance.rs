@@ -910,11 +910,11 @@ async fn adt_payload_round_trips_examples(b: Backend) {
     h.run(&mut p, &example("10")).await.expect("example 10 commits");
     let r = h.run(&mut p, &example("08")).await.expect("example 08 browses");
     let m = &received(&r)[0];
-    assert_eq!(m.header.correlation.as_deref(), Some("ORDER1"));
+    assert_eq!(m.header.correlation.as_deref(), Some("HLB-4471"));
     assert_eq!(m.header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("scott"));
     let city = m.payload.child("CUSTOMER").and_then(|c| c.child("CITY")).map(|c| c.text());
-    assert_eq!(city.as_deref(), Some("REDWOOD CITY"));
-    assert_eq!(m.payload.child("ITEMS").map(|i| i.elements().count()), Some(2));
+    assert_eq!(city.as_deref(), Some("PORTLAND"));
+    assert_eq!(m.payload.child("ITEMS").map(|i| i.elements().count()), Some(3));
     let r = h.run(&mut p, &example("07")).await.expect("example 07 receives and commits");
     assert_eq!(received(&r)[0].header.message_id, m.header.message_id);
     assert_eq!(fault_code(h.run(&mut p, &example("05")).await), code::NO_MESSAGE);
@@ -936,7 +936,7 @@ async fn privileges_are_enforced(b: Backend) {
         .run(&mut scott, &receive("OE.OE_NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT))
         .await
         .expect("granted dequeue");
-    assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("XML_ADT_SINGLE_ENQ"));
+    assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("WEB-CART-5520"));
 }
 
 fn register(dest: &str, consumer: &str, url: &str) -> String {
@@ -966,7 +966,7 @@ async fn registrations(b: Backend) {
     let regs = h.engine.store().registrations(qid).await.expect("registrations");
     assert_eq!(regs.iter().map(|r| r.agent.as_str()).collect::<Vec<_>>(), ["JOHN", "SCOTT"]);
     // Refused: loopback and private targets (no allow rule), credentials in the URL,
-    // other schemes, the reference's placeholder, a bad address.
+    // other schemes, a placeholder instead of an address, a bad address.
     assert_eq!(fault_code(h.run(&mut s, &reg("http://127.0.0.1:9/notify")).await), code::NOT_PERMITTED);
     assert_eq!(fault_code(h.run(&mut s, &reg("http://localhost/notify")).await), code::NOT_PERMITTED);
     assert_eq!(fault_code(h.run(&mut s, &reg("https://169.254.169.254/latest")).await), code::NOT_PERMITTED);
@@ -976,7 +976,7 @@ async fn registrations(b: Backend) {
     assert_eq!(fault_code(h.run(&mut s, &reg("ftp://x")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("mailto:a@@b")).await), code::INVALID_VALUE);
     assert_eq!(
-        fault_code(h.run(&mut s, &example("09")).await),
+        fault_code(h.run(&mut s, &example("09").replace("hr-events@example.com", "[e-mail]")).await),
         code::INVALID_VALUE,
         "mailto:[e-mail] is a placeholder"
     );
@@ -1223,11 +1223,14 @@ async fn payload_conditions_on_adt_and_jms(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("10");
-    h.run(&mut p, &publish_emp(60, "", COMMIT)).await.expect("60");
+    h.run(&mut p, &publish_emp(40, "", COMMIT)).await.expect("40, no salary");
+    let with_salary = example("02").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    h.run(&mut p, &with_salary).await.expect("example 02: 40, salary 4350");
     let mut c = h.session("scott");
-    // Example 06 selects deptno=60.
+    // Example 06 selects deptno = 40 with a salary above 3000 (a NULL salary is UNKNOWN).
     let r = h.run(&mut c, &example("06")).await.expect("example 06");
-    assert_eq!(deptno_of(&r), "60");
+    assert_eq!(deptno_of(&r), "40");
+    assert_eq!(received(&r)[0].payload.child("ENAME").map(|e| e.text()).as_deref(), Some("Okafor"));
     let mut j = h.session("john");
     h.run(&mut j, &example("03")).await.expect("example 03");
     h.run(&mut j, &envelope(COMMIT)).await.expect("commit");
@@ -1235,13 +1238,13 @@ async fn payload_conditions_on_adt_and_jms(b: Backend) {
     let r = h
         .run(
             &mut j,
-            &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'Canada'</condition></selector>", ""),
+            &receive(q, "<wait_time>0</wait_time><selector><condition>Warehouse = 'PDX-1'</condition></selector>", ""),
         )
         .await;
     assert_eq!(fault_code(r), code::NO_MESSAGE);
-    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Country = 'USA' AND \"State\" LIKE 'Cal%'</condition></selector>", COMMIT)).await.expect("JMS property selector");
+    let r = h.run(&mut j, &receive(q, "<wait_time>0</wait_time><selector><condition>Warehouse = 'PDX-2' AND \"Carrier\" LIKE 'Cascade%'</condition></selector>", COMMIT)).await.expect("JMS property selector");
     let m = &received(&r)[0];
-    assert_eq!(m.payload.child("text_data").map(|t| t.text()).as_deref(), Some("All things bright and beautiful"));
+    assert_eq!(m.payload.child("text_data").map(|t| t.text()).as_deref(), Some("Pallet 17 leaves dock 3 at 06:40."));
 }
 
 async fn disabled_queues_refuse(b: Backend) {

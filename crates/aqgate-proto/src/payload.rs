@@ -2016,8 +2016,8 @@ mod tests {
         }
         let stored = encode(&kind, &reg(), &example_payload(EX01)).unwrap();
         let text = String::from_utf8(stored).unwrap();
-        assert!(text.starts_with("<ORDER_TYP><ORDERNO>100</ORDERNO>"), "{text}");
-        assert!(text.contains("<ITEMS><ITEMS_ITEM><QUANTITY>10</QUANTITY>"), "{text}");
+        assert!(text.starts_with("<ORDER_TYP><ORDERNO>4471</ORDERNO>"), "{text}");
+        assert!(text.contains("<ITEMS><ITEMS_ITEM><QUANTITY>3</QUANTITY>"), "{text}");
     }
 
     #[test]
@@ -2028,7 +2028,7 @@ mod tests {
         assert_eq!(back, p);
         assert_eq!(back, example_payload(EX14));
         assert!(back.child("JOB").is_none());
-        assert_eq!(back.child("HIREDATE").unwrap().text(), "1996-01-01 0:0:0");
+        assert_eq!(back.child("HIREDATE").unwrap().text(), "2023-09-18");
     }
 
     #[test]
@@ -2296,10 +2296,10 @@ mod tests {
         let emp = PayloadKind::Object("EMP_TYP".into());
         let stored = encode(&emp, &r, &example_payload(EX02)).unwrap();
         let v = PayloadView::new(&emp, &r, &stored);
-        assert_eq!(v.user_data(&s(&["deptno"])), Value::Number(60.0));
-        assert_eq!(v.user_data(&s(&["comm"])), Value::Number(100.12));
-        assert_eq!(v.user_data(&s(&["ename"])), Value::Text("Mary".into()));
-        assert_eq!(v.user_data(&s(&["hiredate"])), Value::Text("1996-01-01 00:00:00".into()));
+        assert_eq!(v.user_data(&s(&["deptno"])), Value::Number(40.0));
+        assert_eq!(v.user_data(&s(&["comm"])), Value::Number(312.75));
+        assert_eq!(v.user_data(&s(&["ename"])), Value::Text("Okafor".into()));
+        assert_eq!(v.user_data(&s(&["hiredate"])), Value::Text("2023-09-18 00:00:00".into()));
         assert_eq!(v.user_data(&s(&["job"])), Value::Null);
         assert_eq!(v.user_data(&s(&["nope"])), Value::Null);
         assert_eq!(v.user_data(&s(&[])), Value::Null);
@@ -2310,11 +2310,11 @@ mod tests {
         let stored = encode(&order, &r, &example_payload(EX01)).unwrap();
         let v = PayloadView::new(&order, &r, &stored);
         assert_eq!(v.user_data(&s(&["customer", "country"])), Value::Text("USA".into()));
-        assert_eq!(v.user_data(&s(&["customer", "zip"])), Value::Number(94065.0));
+        assert_eq!(v.user_data(&s(&["customer", "zip"])), Value::Number(97209.0));
         assert_eq!(v.user_data(&s(&["customer"])), Value::Null);
         assert_eq!(v.user_data(&s(&["items"])), Value::Null);
         assert_eq!(v.user_data(&s(&["items", "items_item"])), Value::Null);
-        assert_eq!(v.user_data(&s(&["orderno"])), Value::Number(100.0));
+        assert_eq!(v.user_data(&s(&["orderno"])), Value::Number(4471.0));
 
         let raw = PayloadKind::Raw;
         let v = PayloadView::new(&raw, &r, &[0xab, 1]);
@@ -2345,18 +2345,18 @@ mod tests {
         up.push(obj("property", &[("name", "vip"), ("boolean_value", "false")]));
         let stored = encode(&kind, &r, &p).unwrap();
         let v = PayloadView::new(&kind, &r, &stored);
-        assert_eq!(v.user_property("Country"), Value::Text("USA".into()));
-        assert_eq!(v.user_property("country"), Value::Text("USA".into()));
-        assert_eq!(v.user_property("State"), Value::Text("California".into()));
+        assert_eq!(v.user_property("Warehouse"), Value::Text("PDX-2".into()));
+        assert_eq!(v.user_property("warehouse"), Value::Text("PDX-2".into()));
+        assert_eq!(v.user_property("Carrier"), Value::Text("Cascade Freight".into()));
         assert_eq!(v.user_property("count"), Value::Number(-3.0));
         assert_eq!(v.user_property("COUNT"), Value::Number(9.0));
         assert_eq!(v.user_property("vip"), Value::Bool(false));
         assert_eq!(v.user_property("missing"), Value::Null);
-        assert_eq!(v.user_property("appid"), Value::Text("AQProduct".into()));
-        assert_eq!(v.user_property("JMSXGroupID"), Value::Text("AQ".into()));
-        assert_eq!(v.user_data(&s(&["text_data"])), Value::Text("All things bright and beautiful".into()));
-        assert_eq!(v.user_data(&s(&["text_len"])), Value::Number(31.0));
-        assert_eq!(v.user_data(&s(&["header", "appid"])), Value::Text("AQProduct".into()));
+        assert_eq!(v.user_property("appid"), Value::Text("aqgate-demo".into()));
+        assert_eq!(v.user_property("JMSXGroupID"), Value::Text("dock-3".into()));
+        assert_eq!(v.user_data(&s(&["text_data"])), Value::Text("Pallet 17 leaves dock 3 at 06:40.".into()));
+        assert_eq!(v.user_data(&s(&["text_len"])), Value::Number(33.0));
+        assert_eq!(v.user_data(&s(&["header", "appid"])), Value::Text("aqgate-demo".into()));
     }
 
     #[test]

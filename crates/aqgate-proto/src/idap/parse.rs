@@ -1503,14 +1503,14 @@ mod tests {
         assert_eq!(e.messages.len(), 1);
         let m = &e.messages[0];
         assert_eq!(m.number, Some(1));
-        assert_eq!(m.header.correlation.as_deref(), Some("ORDER1"));
+        assert_eq!(m.header.correlation.as_deref(), Some("HLB-4471"));
         let sender = m.header.sender_id.as_ref().map(|s| s.name.as_deref());
         assert_eq!(sender, Some(Some("scott")));
         assert_eq!(m.payload.name, "ORDER_TYP");
-        assert_eq!(at(&m.payload, &["CUSTOMER", "CITY"]).text(), "REDWOOD CITY");
-        assert_eq!(at(&m.payload, &["ORDER_DATE"]).text(), "2000-08-23 0:0:0");
+        assert_eq!(at(&m.payload, &["CUSTOMER", "CITY"]).text(), "PORTLAND");
+        assert_eq!(at(&m.payload, &["ORDER_DATE"]).text(), "2024-03-05 9:30:0");
         assert_eq!(m.payload.elements().filter(|e| e.name == "ITEMS").count(), 1);
-        assert_eq!(at(&m.payload, &["ITEMS"]).elements().count(), 2);
+        assert_eq!(at(&m.payload, &["ITEMS"]).elements().count(), 3);
         // Layout whitespace between elements is not kept.
         assert!(m.payload.children.iter().all(|c| matches!(c, XmlChild::Element(_))));
     }
@@ -1521,9 +1521,9 @@ mod tests {
         assert!(matches!(r, Request::Publish(_)));
         let e = enqueue(r);
         assert_eq!(e.producer.destination.name, "AQUSER.EMP_TOPIC");
-        assert_eq!(e.messages[0].header.correlation.as_deref(), Some("NEWEMP"));
+        assert_eq!(e.messages[0].header.correlation.as_deref(), Some("HIRE-7712"));
         assert_eq!(e.messages[0].payload.name, "EMP_TYP");
-        assert_eq!(at(&e.messages[0].payload, &["COMM"]).text(), "100.12");
+        assert_eq!(at(&e.messages[0].payload, &["COMM"]).text(), "312.75");
         assert!(!e.commit);
     }
 
@@ -1532,11 +1532,11 @@ mod tests {
         let e = enqueue(req(EX03));
         assert_eq!(e.producer.destination.name, "AQUSER.JMS_TEXTQ");
         let m = &e.messages[0];
-        assert_eq!(m.header.correlation.as_deref(), Some("text_msg"));
+        assert_eq!(m.header.correlation.as_deref(), Some("dock-note-17"));
         assert_eq!(m.payload.name, "jms_text_message");
-        assert_eq!(at(&m.payload, &["oracle_jms_properties", "appid"]).text(), "AQProduct");
+        assert_eq!(at(&m.payload, &["oracle_jms_properties", "appid"]).text(), "aqgate-demo");
         assert_eq!(at(&m.payload, &["user_properties"]).elements().count(), 2);
-        assert_eq!(at(&m.payload, &["text_data"]).text(), "All things bright and beautiful");
+        assert_eq!(at(&m.payload, &["text_data"]).text(), "Pallet 17 leaves dock 3 at 06:40.");
     }
 
     #[test]
@@ -1562,7 +1562,10 @@ mod tests {
         let c = receive(req(EX06));
         assert_eq!(c.destination.name, "AQUSER.EMP_TOPIC");
         assert_eq!(c.consumer_name.as_deref(), Some("APP1"));
-        assert_eq!(c.selector, Some(Selector::Condition("tab.user_data.deptno=60".into())));
+        assert_eq!(
+            c.selector,
+            Some(Selector::Condition("tab.user_data.deptno = 40 AND tab.user_data.sal > 3000".into()))
+        );
     }
 
     #[test]
@@ -1578,7 +1581,9 @@ mod tests {
 
     #[test]
     fn example_08_receive_browse() {
-        assert_eq!(receive(req(EX08)).dequeue_mode, DequeueMode::Browse);
+        let c = receive(req(EX08));
+        assert_eq!(c.dequeue_mode, DequeueMode::Browse);
+        assert_eq!(c.navigation, NavigationMode::FirstMessage);
     }
 
     #[test]
@@ -1587,7 +1592,7 @@ mod tests {
             Request::Register(r) => {
                 assert_eq!(r.destination.name, "AQUSER.EMP_TOPIC");
                 assert_eq!(r.consumer_name.as_deref(), Some("APP1"));
-                assert_eq!(r.notify_url, "mailto:[e-mail]");
+                assert_eq!(r.notify_url, "mailto:hr-events@example.com");
                 assert!(r.commit);
             }
             other => panic!("{other:?}"),
@@ -1605,8 +1610,8 @@ mod tests {
         let e = enqueue(req(EX16));
         assert_eq!(e.producer.destination.name, "OE.OE_NEW_ORDERS_QUE");
         let m = &e.messages[0];
-        assert_eq!(m.header.correlation.as_deref(), Some("XML_ADT_SINGLE_ENQ"));
-        assert_eq!(at(&m.payload, &["CUSTOMER", "CUSTID"]).text(), "JOHN");
+        assert_eq!(m.header.correlation.as_deref(), Some("WEB-CART-5520"));
+        assert_eq!(at(&m.payload, &["CUSTOMER", "CUSTID"]).text(), "W-88213");
     }
 
     #[test]
@@ -1618,7 +1623,7 @@ mod tests {
                 ok.clone(),
                 Some(EnqueueResult {
                     destination: "QS.NEW_ORDERS_QUE".into(),
-                    message_ids: vec!["12341234123412341234".into()],
+                    message_ids: vec!["01A231B16E8076E6B4744EC4749B4E12".into()],
                 })
             )
         );
@@ -1628,7 +1633,7 @@ mod tests {
                 ok.clone(),
                 Some(EnqueueResult {
                     destination: "AQUSER.EMP_TOPIC".into(),
-                    message_ids: vec!["23434435435456546546546546".into()],
+                    message_ids: vec!["01A231B16E9771A18F1E4289EDCC9993".into()],
                 })
             )
         );
@@ -1638,7 +1643,7 @@ mod tests {
                 ok,
                 Some(EnqueueResult {
                     destination: "OE.OE_NEW_ORDERS_QUE".into(),
-                    message_ids: vec!["12341234123412341234123412341234".into()],
+                    message_ids: vec!["01A231B16F4B747FB96FCB9321E809AD".into()],
                 })
             )
         );
@@ -1655,13 +1660,13 @@ mod tests {
         let m = &result.messages[0];
         assert_eq!(m.number, Some(1));
         let h = &m.header;
-        assert_eq!(h.message_id.as_deref(), Some("1234344545565667"));
-        assert_eq!(h.correlation.as_deref(), Some("TKAXAP10"));
+        assert_eq!(h.message_id.as_deref(), Some("01A231B16E9771A18F1E4289EDCC9993"));
+        assert_eq!(h.correlation.as_deref(), Some("HIRE-7712"));
         assert_eq!(h.priority, Some(1));
         assert_eq!(h.delivery_count, Some(0));
         assert_eq!(h.message_state, Some(0));
         assert_eq!(h.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("scott"));
-        assert_eq!(at(&m.payload, &["DEPTNO"]).text(), "60");
+        assert_eq!(at(&m.payload, &["DEPTNO"]).text(), "40");
     }
 
     #[test]
