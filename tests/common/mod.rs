@@ -215,13 +215,30 @@ pub fn wait_port(port: u16) {
 
 /// One IDAP request to the servlet on `port` as scott (no session kept).
 pub async fn http(port: u16, body: &str) -> Response {
-    let r = reqwest::Client::new()
+    let (_, text) = http_as(port, ("scott", "tiger"), &mut None, body).await;
+    idap::parse_response(text.as_bytes(), &Limits::default()).expect("parse").body
+}
+
+/// One IDAP request to the servlet on `port` as `(agent, password)`, in the session whose
+/// cookie `cookie` holds (if any; a cookie the server sets replaces it): status and body.
+pub async fn http_as(
+    port: u16,
+    (agent, password): (&str, &str),
+    cookie: &mut Option<String>,
+    body: &str,
+) -> (u16, String) {
+    let mut rb = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth("scott", Some("tiger"))
+        .basic_auth(agent, Some(password))
         .header("content-type", "text/xml")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("post");
-    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+        .body(body.to_string());
+    if let Some(c) = cookie.as_ref() {
+        rb = rb.header("cookie", c.clone());
+    }
+    let r = rb.send().await.expect("post");
+    if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
+        *cookie = sc.split(';').next().map(String::from);
+    }
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("body"))
 }

@@ -381,8 +381,11 @@ pub struct IdempotencyRecord {
     pub created_at: Micros,
 }
 
+///
+/// Its parts: [`SessionStore`], [`SpoolStore`], [`NotifyStore`]; queues, messages and the
+/// topology are here.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: SessionStore + SpoolStore + NotifyStore + Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
     async fn begin(&self) -> Result<Box<dyn StoreTx>>;
 
@@ -401,6 +404,73 @@ pub trait Store: Send + Sync + 'static {
     /// stored sessions stays: their clients continue them.
     async fn recover(&self) -> Result<u64>;
 
+    /// Topology objects: (kind, name) → JSON spec.
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
+
+    /// Queue ids by name.
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
+
+    /// Committed messages per queue id.
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+
+    /// Messages whose expiration has passed and are not locked: candidates for the time
+    /// manager.
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
+
+    /// Earliest future delay end on a queue (to wake long-polls when a delay ends).
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
+
+    /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
+    /// backend has no such channel (SQLite: one process owns the file).
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+
+    /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
+    /// to wait, a notification dispatcher with registrations on it) until the returned
+    /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
+    /// somebody holds interest in (see `store::interest`); once this returns, whatever
+    /// was committed without a signal is visible to the caller's next read, so a waiter
+    /// takes interest and then looks once more before it waits. SQLite, one process per
+    /// file, needs none: [`Interest::is_held`] is false.
+    async fn interest(&self, _queue: QueueId) -> Result<Interest> {
+        Ok(Interest::none())
+    }
+
+    /// Inserts committed messages as one atomic step (no session work involved).
+    /// `source` names the producer (its client connection, `Session::origin`; 0 for none):
+    /// a backend that writes concurrent requests together may wait a moment for a producer
+    /// it has just answered and that came back quickly before (see [`regulars`]).
+    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
+        let _ = source;
+        let mut tx = self.begin().await?;
+        tx.insert_messages(msgs).await?;
+        tx.commit().await
+    }
+
+    /// Takes the first committed, unlocked delivery matching `q` and removes it, as one
+    /// atomic step: a single-consumer REMOVE that commits at once. `source` as for
+    /// [`Store::insert_committed`].
+    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
+        let _ = source;
+        let mut tx = self.begin().await?;
+        let mut q = q.clone();
+        q.limit = 1;
+        loop {
+            let Some(m) = tx.candidates(&q).await?.into_iter().next() else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
+            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
+                tx.commit().await?;
+                return Ok(Some(m));
+            }
+            q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
+        }
+    }
+}
+
+/// Sessions and idempotency records: what a request reads of them outside its transaction.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
     /// The session whose id hashes to `id_hash`.
     async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup>;
 
@@ -420,41 +490,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The request recorded under (`agent`, `key`).
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
+}
 
-    /// Topology objects: (kind, name) → JSON spec.
-    async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
-
-    /// Queue ids by name.
-    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
-
-    /// Committed messages per queue id.
-    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
-
-    /// Messages whose expiration has passed and are not locked: candidates for the time
-    /// manager.
-    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
-
-    /// Earliest future delay end on a queue (to wake long-polls when a delay ends).
-    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
-
-    /// Registrations on a queue.
-    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
-
-    /// Waits for enqueue signals from other processes (PostgreSQL LISTEN); `None` where the
-    /// backend has no such channel (SQLite: one process owns the file).
-    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
-
-    /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
-    /// to wait, a notification dispatcher with registrations on it) until the returned
-    /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
-    /// somebody holds interest in (see `store::interest`); once this returns, whatever
-    /// was committed without a signal is visible to the caller's next read, so a waiter
-    /// takes interest and then looks once more before it waits. SQLite, one process per
-    /// file, needs none: [`Interest::is_held`] is false.
-    async fn interest(&self, _queue: QueueId) -> Result<Interest> {
-        Ok(Interest::none())
-    }
-
+/// The mail spool: signed mails accepted by the SMTP filter, until forwarded and answered.
+#[async_trait]
+pub trait SpoolStore: Send + Sync {
     /// Stores an accepted mail (committed when this returns), or counts a duplicate. A mail
     /// put `held` owes no reply yet and is not forwarded; a duplicate put `held` changes
     /// nothing (see [`Store::spool_release`]); a duplicate put otherwise of a held mail
@@ -499,6 +539,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Mails that are not finished (to forward, replies owed, or failed), oldest first.
     async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
+}
+
+/// Registrations for notifications, and the outbox of notifications to deliver.
+#[async_trait]
+pub trait NotifyStore: Send + Sync {
+    /// Registrations on a queue.
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
 
     /// Every registration (for `admin registrations`).
     async fn all_registrations(&self) -> Result<Vec<Registration>>;
@@ -534,38 +581,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Puts parked notifications back in line (due at `now`, attempts reset). Returns how many.
     async fn notify_unpark(&self, now: Micros) -> Result<u64>;
-
-    /// Inserts committed messages as one atomic step (no session work involved).
-    /// `source` names the producer (its client connection, `Session::origin`; 0 for none):
-    /// a backend that writes concurrent requests together may wait a moment for a producer
-    /// it has just answered and that came back quickly before (see [`regulars`]).
-    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
-        let _ = source;
-        let mut tx = self.begin().await?;
-        tx.insert_messages(msgs).await?;
-        tx.commit().await
-    }
-
-    /// Takes the first committed, unlocked delivery matching `q` and removes it, as one
-    /// atomic step: a single-consumer REMOVE that commits at once. `source` as for
-    /// [`Store::insert_committed`].
-    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
-        let _ = source;
-        let mut tx = self.begin().await?;
-        let mut q = q.clone();
-        q.limit = 1;
-        loop {
-            let Some(m) = tx.candidates(&q).await?.into_iter().next() else {
-                tx.rollback().await?;
-                return Ok(None);
-            };
-            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
-                tx.commit().await?;
-                return Ok(Some(m));
-            }
-            q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
-        }
-    }
 }
 
 #[async_trait]

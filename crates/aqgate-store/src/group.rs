@@ -131,48 +131,65 @@ impl Store for GroupCommitStore {
     async fn recover(&self) -> Result<u64> {
         self.inner.recover().await
     }
-    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
-        self.inner.session_get(id_hash).await
-    }
-    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
-        self.inner.session_touch(id_hash, until).await
-    }
-    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
-        self.inner.sessions_idle(before, limit).await
-    }
-    async fn session_count(&self) -> Result<i64> {
-        self.inner.session_count().await
-    }
-    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
-        self.inner.sessions_purge(now, records_before).await
-    }
-    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
-        self.inner.idempotency_get(agent, key).await
-    }
+
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
         self.inner.load_topology().await
     }
+
     async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
         self.inner.queue_ids().await
     }
+
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
         self.inner.queue_depths().await
     }
+
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
         self.inner.due_expirations(now, limit).await
     }
+
     async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
         self.inner.next_delay_end(queue, now).await
     }
-    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        self.inner.registrations(queue).await
-    }
+
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         self.inner.listen().await
     }
+
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
         self.inner.interest(queue).await
     }
+}
+
+#[async_trait]
+impl SessionStore for GroupCommitStore {
+    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
+        self.inner.session_get(id_hash).await
+    }
+
+    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
+        self.inner.session_touch(id_hash, until).await
+    }
+
+    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
+        self.inner.sessions_idle(before, limit).await
+    }
+
+    async fn session_count(&self) -> Result<i64> {
+        self.inner.session_count().await
+    }
+
+    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
+        self.inner.sessions_purge(now, records_before).await
+    }
+
+    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
+        self.inner.idempotency_get(agent, key).await
+    }
+}
+
+#[async_trait]
+impl SpoolStore for GroupCommitStore {
     /// Mail accepted by concurrent SMTP sessions shares the servlet's batches: one disk
     /// sync for all of them. The 250 still waits for the commit that holds the mail.
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
@@ -185,48 +202,19 @@ impl Store for GroupCommitStore {
             }
         }
     }
-    async fn all_registrations(&self) -> Result<Vec<Registration>> {
-        self.inner.all_registrations().await
-    }
-    async fn set_registration_secret(
-        &self,
-        queue: QueueId,
-        consumer: &str,
-        agent: &str,
-        secret: Option<&str>,
-    ) -> Result<bool> {
-        self.inner.set_registration_secret(queue, consumer, agent, secret).await
-    }
-    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
-        self.inner.notify_claim(now, lease_until, limit).await
-    }
-    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
-        self.inner.notify_delivered(ids).await
-    }
-    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
-        self.inner.notify_failed(id, error, next_attempt_at).await
-    }
-    async fn notify_next_due(&self) -> Result<Option<Micros>> {
-        self.inner.notify_next_due().await
-    }
-    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
-        self.inner.notify_pending(limit).await
-    }
-    async fn notify_counts(&self) -> Result<(i64, i64)> {
-        self.inner.notify_counts().await
-    }
-    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
-        self.inner.notify_unpark(now).await
-    }
+
     async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
         self.inner.spool_release(id, now).await
     }
-    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
-        self.inner.spool_claim(id, now).await
-    }
+
     async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_due(now, limit).await
     }
+
+    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+        self.inner.spool_claim(id, now).await
+    }
+
     async fn spool_attempted(
         &self,
         id: i64,
@@ -243,17 +231,70 @@ impl Store for GroupCommitStore {
             }
         }
     }
-    async fn spool_purge(&self, before: Micros) -> Result<u64> {
-        self.inner.spool_purge(before).await
-    }
+
     async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
         self.inner.spool_replied(sent).await
     }
+
+    async fn spool_purge(&self, before: Micros) -> Result<u64> {
+        self.inner.spool_purge(before).await
+    }
+
     async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
         self.inner.spool_get(id).await
     }
+
     async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
         self.inner.spool_pending(limit).await
+    }
+}
+
+#[async_trait]
+impl NotifyStore for GroupCommitStore {
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
+        self.inner.registrations(queue).await
+    }
+
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        self.inner.all_registrations().await
+    }
+
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        self.inner.set_registration_secret(queue, consumer, agent, secret).await
+    }
+
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_claim(now, lease_until, limit).await
+    }
+
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        self.inner.notify_delivered(ids).await
+    }
+
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        self.inner.notify_failed(id, error, next_attempt_at).await
+    }
+
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        self.inner.notify_next_due().await
+    }
+
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_pending(limit).await
+    }
+
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        self.inner.notify_counts().await
+    }
+
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        self.inner.notify_unpark(now).await
     }
 }
 

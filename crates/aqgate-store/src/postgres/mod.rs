@@ -1,0 +1,299 @@
+//! PostgreSQL backend: a connection pool, read-committed transactions; dequeue claims are
+//! conditional UPDATEs, so two consumers never take the same delivery. Commits that make
+//! messages visible send `pg_notify('aqgate_enqueue', queue_id)`, which every aqgate
+//! process LISTENs to, to wake its long-polls, for the queues some process holds interest
+//! in (see [`super::interest`]).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
+
+use crate::regulars::Regulars;
+use crate::*;
+use aqgate_core::metrics::{Counter, Metrics};
+
+mod coalesce;
+mod notify;
+mod sessions;
+mod spool;
+mod statements;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+use {coalesce::*, spool::*, statements::*, tx::*};
+
+/// The advisory lock class of cluster-wide duties (`(class, 1)`: the time manager), apart
+/// from the interest locks' `(0x61716761, queue)`.
+const TIME_MANAGER_LOCK: i32 = 0x6171_6762;
+
+/// How long a process's claim on a spooled mail lasts (see `spool_due`): longer than a
+/// forwarding attempt may take.
+const SPOOL_LEASE: Micros = 150 * aqgate_core::clock::MICROS_PER_SEC;
+
+/// The LISTEN/NOTIFY channel for enqueue signals.
+const CHANNEL: &str = "aqgate_enqueue";
+
+pub struct PgStore {
+    pool: PgPool,
+    /// Group commit for enqueues that commit at once, and for receives that take the head
+    /// of a queue: see [`Coalescer`].
+    inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
+    takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
+    interests: crate::interest::Interests,
+}
+
+impl PgStore {
+    /// Connects to `url` and runs the migrations (its counters in a registry of its own).
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, &Metrics::default()).await
+    }
+
+    /// Connects to `url` and runs the migrations; its counters go to `metrics`.
+    pub async fn open_with(url: &str, metrics: &Metrics) -> Result<Self> {
+        // Queue tables grow and shrink faster than autovacuum's statistics follow; with
+        // stale statistics the planner sorts a whole queue to find its head instead of
+        // walking the (queue, consumer, priority, seq) index. Every ordered query of ours
+        // has an index that serves its order, so sorting is made a last resort.
+        // With sorting priced out, a plan that must still sort costs ~1e10 and PostgreSQL
+        // would JIT-compile it (hundreds of milliseconds per query): no JIT for these
+        // short OLTP statements.
+        let opts = PgConnectOptions::from_str(url).db()?.options([("enable_sort", "off"), ("jit", "off")]);
+        let interests = crate::interest::Interests::start(opts.clone());
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(30))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| Box::pin(ping_if_stale(conn, meta)))
+            .connect_with(opts)
+            .await
+            .db()?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await.db()?;
+        let counters = GroupCounters::register(metrics);
+        let inserts = Coalescer::start(pool.clone(), counters.clone());
+        let takes = Coalescer::start_takes(pool.clone(), counters);
+        Ok(Self { pool, inserts, takes, interests })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// sqlx pings every pooled connection before handing it out by default: one more round
+/// trip per statement, ~6 % of aqgate's CPU and as much again in PostgreSQL on the mail
+/// path. Only a connection idle for [`STALE_AFTER`] is checked (as PgBouncer's
+/// `server_check_delay`), or one idle since a connection was last seen lost (a server
+/// restart); one that broke while busy fails its statement and is dropped.
+async fn ping_if_stale(conn: &mut sqlx::PgConnection, meta: sqlx::pool::PoolConnectionMetadata) -> sqlx::Result<bool> {
+    use sqlx::Connection;
+    if idle_connection_suspect(meta.idle_for)
+        && let Err(e) = conn.ping().await
+    {
+        connection_lost();
+        return Err(e);
+    }
+    Ok(true)
+}
+
+fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
+    v.try_into().map_err(|_| StoreError::corrupt("msgid is not 16 bytes"))
+}
+
+fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
+    Ok(StoredMessage {
+        seq: r.try_get("seq").db()?,
+        msgid: msgid_from(r.try_get("msgid").db()?)?,
+        queue: r.try_get("queue_id").db()?,
+        consumer: r.try_get("consumer").db()?,
+        corrid: r.try_get("corrid").db()?,
+        priority: r.try_get("priority").db()?,
+        prio_key: r.try_get("prio_key").db()?,
+        enq_time: r.try_get("enq_time").db()?,
+        delay_until: r.try_get("delay_until").db()?,
+        expire_at: r.try_get("expire_at").db()?,
+        sender: r.try_get("sender").db()?,
+        exception_queue: r.try_get("exception_queue").db()?,
+        payload: r.try_get("payload").db()?,
+        retry_count: r.try_get("retry_count").db()?,
+        state: i32::try_from(r.try_get::<i64, _>("state").db()?).unwrap_or(0),
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin().await.db()?;
+        Ok(Box::new(PgTx::new(tx)))
+    }
+
+    /// Commits without waiting for the WAL flush (one round trip, as `BEGIN`).
+    async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit TO off").await.db()?;
+        Ok(Box::new(PgTx::new(tx)))
+    }
+
+    async fn recover(&self) -> Result<u64> {
+        let mut tx = self.pool.begin().await.db()?;
+        let a: i64 = sqlx::query_scalar(
+            "WITH m AS (DELETE FROM messages
+                         WHERE enq_txn IS NOT NULL AND enq_txn NOT IN (SELECT txn FROM sessions) RETURNING seq),
+                  d AS (DELETE FROM deliveries WHERE msg_seq IN (SELECT seq FROM m))
+             SELECT count(*) FROM m",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .db()?;
+        let b = sqlx::query(sql::RECOVER_UNLOCK_ORPHANED).execute(&mut *tx).await.db()?;
+        let c = sqlx::query(
+            "UPDATE messages SET lock_txn = NULL, lock_kind = NULL
+              WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)",
+        )
+        .execute(&mut *tx)
+        .await
+        .db()?;
+        sqlx::query(sql::RECOVER_DROP_ORPHANED_NOTIFICATIONS).execute(&mut *tx).await.db()?;
+        tx.commit().await.db()?;
+        Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected() + c.rows_affected())
+    }
+
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
+        let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()
+    }
+
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
+        let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
+        let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
+    }
+
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
+        let rows = sqlx::query(
+            "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
+             WHERE m.expire_at IS NOT NULL AND m.expire_at <= $1 AND m.enq_txn IS NULL
+               AND m.lock_txn IS NULL
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
+             ORDER BY m.expire_at LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .db()?;
+        rows.iter()
+            .map(|r| {
+                Ok(ExpiredMessage {
+                    seq: r.try_get("seq").db()?,
+                    queue: r.try_get("queue_id").db()?,
+                    exception_queue: r.try_get("exception_queue").db()?,
+                })
+            })
+            .collect()
+    }
+
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
+        let r = sqlx::query(sql::NEXT_DELAY_END).bind(queue).bind(now).fetch_one(&self.pool).await.db()?;
+        Ok(r.try_get("t").db()?)
+    }
+
+    async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
+        // A single statement is atomic on its own: no BEGIN/COMMIT round trips; concurrent
+        // requests share one (see Coalescer).
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        if msgs.len() >= COALESCE_ALONE_ROWS {
+            // Already a batch: sharing a statement saves it nothing, and waiting behind the
+            // one writer would keep PostgreSQL on one core.
+            insert_query(&msgs.iter().collect::<Vec<_>>(), None).execute(&self.pool).await.db()?;
+            return Ok(());
+        }
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job = InsertJob { msgs: msgs.to_vec(), sent: Sent::now(source), done };
+        if self.inserts.send(job).is_err() {
+            return Err(StoreError::corrupt("the insert writer stopped"));
+        }
+        answer.await.map_err(|_| StoreError::corrupt("the insert writer stopped"))?
+    }
+
+    async fn take_head(&self, q: &CandidateQuery, source: u64) -> Result<Option<StoredMessage>> {
+        // Claim, delete the delivery and its (single-consumer) message, and return it, in
+        // one statement; concurrent receivers of one queue share one (see Coalescer).
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if self.takes.send(TakeJob { q: q.clone(), sent: Sent::now(source), done }).is_err() {
+            return Err(StoreError::corrupt("the receive writer stopped"));
+        }
+        answer.await.map_err(|_| StoreError::corrupt("the receive writer stopped"))?
+    }
+
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await.db()?;
+        listener.listen(CHANNEL).await.db()?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        self.interests.wake_through(tx.clone());
+        let waker = self.interests.waker();
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(n)) => {
+                        if let Ok(q) = n.payload().parse::<QueueId>()
+                            && tx.send(q).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // Lost, and already connected and listening again: what was sent
+                    // meanwhile is gone, so every waiter looks again.
+                    Ok(None) => {
+                        tracing::warn!("LISTEN connection lost; listening again, waking the waiters");
+                        waker.wake_all();
+                    }
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                        let Some(again) = relisten(&pool).await else { return };
+                        listener = again;
+                        waker.wake_all();
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(rx))
+    }
+
+    async fn interest(&self, queue: QueueId) -> Result<Interest> {
+        self.interests.acquire(queue).await
+    }
+}
+
+/// A new listener on the store's channel, once one can be had (`None`: the pool was
+/// closed, the process is shutting down).
+async fn relisten(pool: &PgPool) -> Option<PgListener> {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if pool.is_closed() {
+            return None;
+        }
+        let listener = async {
+            let mut l = PgListener::connect_with(pool).await?;
+            l.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        match listener.await {
+            Ok(l) => return Some(l),
+            Err(e) => tracing::warn!(error = %e, "LISTEN connection: still reconnecting"),
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! A PostgreSQL transaction of a request ([`PgTx`]).
+
+use super::*;
+
+pub struct PgTx {
+    tx: Transaction<'static, Postgres>,
+    /// A session row to write (see `StoreTx::session_put`): with the transaction's next
+    /// enqueue or session commit, in the same statement, else just before its commit.
+    staged: Option<SessionRow>,
+    /// A folded session write found the row at another version.
+    conflict: bool,
+}
+
+impl PgTx {
+    pub(super) fn new(tx: Transaction<'static, Postgres>) -> Self {
+        Self { tx, staged: None, conflict: false }
+    }
+}
+
+#[async_trait]
+impl StoreTx for PgTx {
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
+        // Written by the next enqueue or session commit of this transaction, or before its
+        // commit; see `session_ctes` for `epoch` and `doubt`.
+        self.staged = Some(row.clone());
+        Ok(true)
+    }
+
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        let r = sqlx::query(
+            "DELETE FROM sessions WHERE id_hash = $1 AND version = $2 AND ($3::bigint IS NULL OR last_used < $3)",
+        )
+        .bind(id_hash)
+        .bind(version)
+        .bind(idle_before)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if let Some((agent, had_work, until)) = tombstone {
+            sqlx::query(
+                "INSERT INTO session_tombstones (id_hash, agent, had_work, until) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id_hash) DO UPDATE SET agent = $2, had_work = $3, until = $4",
+            )
+            .bind(id_hash)
+            .bind(agent)
+            .bind(had_work)
+            .bind(until)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        }
+        Ok(true)
+    }
+
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        let done = sqlx::query(sql::IDEMPOTENCY_PUT)
+            .bind(&r.agent)
+            .bind(&r.key)
+            .bind(&r.request_hash)
+            .bind(&r.response)
+            .bind(r.created_at)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn time_manager_turn(&mut self) -> Result<bool> {
+        Ok(sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1, 1)")
+            .bind(TIME_MANAGER_LOCK)
+            .fetch_one(&mut *self.tx)
+            .await
+            .db()?)
+    }
+
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
+        spool_put_on(&mut self.tx, m).await
+    }
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        spool_attempted_on(&mut self.tx, id, response, error, next_attempt_at).await
+    }
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        let msgs = msgs.iter().collect::<Vec<_>>();
+        match self.staged.take() {
+            None => {
+                insert_query(&msgs, None).execute(&mut *self.tx).await.db()?;
+            }
+            Some(row) => {
+                let sealed: i64 =
+                    insert_query(&msgs, Some(&row)).fetch_one(&mut *self.tx).await.db()?.try_get("sealed").db()?;
+                self.conflict |= sealed != 1;
+            }
+        }
+        Ok(())
+    }
+
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
+        // A single-consumer message carries its delivery state itself (alias `d` = `m`).
+        let single = q.consumer.is_empty();
+        let (d, d_seq) = if single { ("m", "m.seq") } else { ("d", "d.msg_seq") };
+        let mut b: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+            "SELECT m.seq, m.msgid, m.queue_id, {consumer}, m.corrid, m.priority, {d}.prio_key, m.enq_time, m.delay_until,
+                    m.expire_at, m.sender, m.exception_queue, m.payload, {d}.retry_count, m.state ",
+            consumer = if single { "''::text AS consumer" } else { "d.consumer" },
+        ));
+        if single {
+            b.push("FROM messages m WHERE m.single AND m.queue_id = ").push_bind(q.queue);
+        } else {
+            b.push("FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ").push_bind(q.queue);
+            b.push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        }
+        b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
+        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
+        if let Some(p) = q.after {
+            b.push(format!(" AND ({d}.prio_key, {d_seq}) > ("))
+                .push_bind(p.prio_key)
+                .push(", ")
+                .push_bind(p.seq)
+                .push(")");
+        }
+        if let Some(c) = &q.corrid {
+            b.push(" AND m.corrid = ").push_bind(c.clone());
+        }
+        if let Some(id) = &q.msgid {
+            b.push(" AND m.msgid = ").push_bind(id.to_vec());
+        }
+        if q.include_locked {
+            // Everything but what this transaction has already removed (NULL-safe).
+            b.push(format!(" AND ({d}.lock_txn IS NULL OR {d}.lock_kind <> 1 OR {d}.lock_txn <> "))
+                .push_bind(q.txn.clone())
+                .push(")");
+        } else {
+            b.push(format!(" AND ({d}.lock_txn IS NULL OR ({d}.lock_kind = 2 AND {d}.lock_txn = "))
+                .push_bind(q.txn.clone())
+                .push("))");
+        }
+        b.push(format!(" ORDER BY {d}.prio_key, {d_seq} LIMIT ")).push_bind(q.limit);
+        if !q.include_locked {
+            // Rows another transaction is claiming right now are skipped, not waited for.
+            b.push(format!(" FOR UPDATE OF {d} SKIP LOCKED"));
+        }
+        let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        if consumer.is_empty() {
+            let r = sqlx::query(
+                "UPDATE messages SET lock_txn = $1, lock_kind = $2
+                 WHERE seq = $3 AND single AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))",
+            )
+            .bind(txn)
+            .bind(kind as i64)
+            .bind(seq)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+            return Ok(r.rows_affected() == 1);
+        }
+        let r = sqlx::query(sql::DELIVERY_LOCK)
+            .bind(txn)
+            .bind(kind as i64)
+            .bind(seq)
+            .bind(consumer)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+        if consumer.is_empty() {
+            let r = sqlx::query(
+                "DELETE FROM messages WHERE seq = $1 AND single AND (lock_txn IS NULL OR (lock_txn = $2 AND lock_kind = 2))",
+            )
+            .bind(seq)
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await.db()?;
+            return Ok(r.rows_affected() == 1);
+        }
+        if shared {
+            // Consumers of one message serialise on its row, so the last one out sees that
+            // no delivery is left and deletes the message.
+            sqlx::query("SELECT seq FROM messages WHERE seq = $1 FOR UPDATE")
+                .bind(seq)
+                .execute(&mut *self.tx)
+                .await
+                .db()?;
+        }
+        let removed: Option<i64> = sqlx::query_scalar(
+            "WITH d AS (
+                DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))
+                RETURNING msg_seq
+             ), m AS (
+                DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+                  AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = $1 AND x.consumer <> $2)
+             )
+             SELECT msg_seq FROM d",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .bind(txn)
+        .fetch_optional(&mut *self.tx)
+        .await.db()?;
+        Ok(removed.is_some())
+    }
+
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
+        // The enqueues are published and signalled in one statement (one round trip), with
+        // the session's row when one is staged.
+        let published: Vec<(i64, i64)> = match self.staged.take() {
+            None => sqlx::query_as(PUBLISH_SQL).bind(txn).bind(CHANNEL).fetch_all(&mut *self.tx).await.db()?,
+            Some(row) => {
+                let rows = bind_session(sqlx::query(&PUBLISH_SEALED_SQL[variant(&row)]).bind(txn).bind(CHANNEL), &row)
+                    .fetch_all(&mut *self.tx)
+                    .await
+                    .db()?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    self.conflict |= r.try_get::<i64, _>("sealed").db()? != 1;
+                    if let Some(q) = r.try_get::<Option<i64>, _>("q").db()? {
+                        out.push((q, r.try_get::<i64, _>("n").db()?));
+                    }
+                }
+                out
+            }
+        };
+        let queues: Vec<i64> = published.iter().map(|(q, _)| *q).collect();
+        let published = published.iter().map(|(_, n)| u64::try_from(*n).unwrap_or(0)).sum();
+        if dequeues {
+            // Lock the messages whose deliveries this transaction removes (in one order, so
+            // concurrent commits cannot deadlock); then a message whose last delivery goes is
+            // deleted exactly once, even when its consumers commit at the same time.
+            sqlx::query(
+                "SELECT m.seq FROM messages m JOIN deliveries d ON d.msg_seq = m.seq
+                 WHERE d.lock_txn = $1 AND d.lock_kind = 1 ORDER BY m.seq FOR UPDATE OF m",
+            )
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+            sqlx::query(
+                "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq)
+                 DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+                   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
+                                   AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1))",
+            )
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+            sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+            // Single-consumer messages: removed ones go, locked ones are released (disjoint
+            // rows, so one statement).
+            sqlx::query(
+                "WITH gone AS (DELETE FROM messages WHERE lock_txn = $1 AND lock_kind = 1)
+                 UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1 AND lock_kind <> 1",
+            )
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        }
+        Ok(CommitOutcome { enqueued_queues: queues, published })
+    }
+
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
+        sqlx::query(sql::NOTIFY_DROP_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        sqlx::query(
+            "WITH m AS (DELETE FROM messages WHERE enq_txn = $1 RETURNING seq)
+             DELETE FROM deliveries WHERE msg_seq IN (SELECT seq FROM m)",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        let rows = sqlx::query(
+            "WITH d AS (
+                UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count, consumer
+             ), s AS (
+                UPDATE messages SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count, '' AS consumer
+             )
+             SELECT x.*, m.exception_queue
+             FROM (SELECT * FROM d UNION ALL SELECT * FROM s) x JOIN messages m ON m.seq = x.msg_seq",
+        )
+        .bind(txn)
+        .fetch_all(&mut *self.tx)
+        .await
+        .db()?;
+        sqlx::query(
+            "WITH d AS (UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1)
+             UPDATE messages SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1",
+        )
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        rows.iter()
+            .map(|r| {
+                Ok(Released {
+                    seq: r.try_get("msg_seq").db()?,
+                    queue: r.try_get("queue_id").db()?,
+                    retry_count: r.try_get("retry_count").db()?,
+                    consumer: r.try_get("consumer").db()?,
+                    exception_queue: r.try_get("exception_queue").db()?,
+                })
+            })
+            .collect()
+    }
+
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        // The message row first: its consumers giving up (or removing) at the same time
+        // count one after the other, so exactly one of them sees no delivery left.
+        sqlx::query("SELECT 1 FROM messages WHERE seq = $1 FOR UPDATE").bind(seq).execute(&mut *self.tx).await.db()?;
+        Ok(sqlx::query_scalar(
+            "WITH gone AS (DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 RETURNING 1)
+             SELECT count(*) FROM deliveries WHERE msg_seq = $1 AND consumer <> $2",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .fetch_one(&mut *self.tx)
+        .await
+        .db()?)
+    }
+
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        // A message a consumer has locked meanwhile (between `due_expirations` and here)
+        // stays where it is; the lock holder decides. The message row is locked first, so
+        // a single-consumer lock cannot slip in between.
+        let locked: Option<bool> = sqlx::query_scalar(
+            "SELECT m.lock_txn IS NOT NULL
+                    OR EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
+             FROM messages m WHERE m.seq = $1 FOR UPDATE OF m",
+        )
+        .bind(seq)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .db()?;
+        if locked != Some(false) {
+            return Ok(());
+        }
+        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
+        // An exception queue has one consumer: the message now carries its delivery.
+        sqlx::query(
+            "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
+                    single = true, prio_key = 0, retry_count = 0
+             WHERE seq = $1",
+        )
+        .bind(seq)
+        .bind(to)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        Ok(())
+    }
+
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
+        sqlx::query(sql::REGISTRATION_UPSERT)
+            .bind(r.queue)
+            .bind(&r.consumer)
+            .bind(&r.notify_url)
+            .bind(&r.agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(())
+    }
+
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        let r = sqlx::query(sql::REGISTRATION_DELETE)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        sqlx::query(sql::NOTIFY_DROP_REGISTRATION)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
+        sqlx::query(sql::TOPOLOGY_PUT).bind(kind).bind(name).bind(spec).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
+        sqlx::query(sql::TOPOLOGY_DELETE).bind(kind).bind(name).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
+        sqlx::query(sql::QUEUE_ENSURE).bind(name).execute(&mut *self.tx).await.db()?;
+        Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
+    }
+
+    async fn savepoint(&mut self) -> Result<()> {
+        sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn release_savepoint(&mut self) -> Result<()> {
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn rollback_to_savepoint(&mut self) -> Result<()> {
+        sqlx::query("ROLLBACK TO SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        if let Some(row) = self.staged.take() {
+            let sealed: i64 = bind_session(sqlx::query(&SESSION_ALONE_SQL[variant(&row)]), &row)
+                .fetch_one(&mut *self.tx)
+                .await
+                .db()?
+                .try_get("sealed")
+                .db()?;
+            self.conflict |= sealed != 1;
+        }
+        if self.conflict {
+            self.tx.rollback().await.db()?;
+            return Err(StoreError::session_conflict());
+        }
+        self.tx.commit().await.db()?;
+        Ok(())
+    }
+
+    async fn rollback(self: Box<Self>) -> Result<()> {
+        self.tx.rollback().await.db()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! SQLite backend: one file, WAL, `synchronous=FULL` (a 200 means the commit is on disk).
+//!
+//! SQLite has one writer at a time, so the pool holds a single connection and requests
+//! queue for it in order; a long-poll never holds it while waiting.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
+
+use crate::*;
+
+mod notify;
+mod sessions;
+mod spool;
+mod tx;
+
+use {spool::*, tx::*};
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` (`sqlite://path` or
+    /// `sqlite::memory:`) and runs the migrations.
+    pub async fn open(url: &str) -> Result<Self> {
+        let opts = SqliteConnectOptions::from_str(url)
+            .db()?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(60))
+            // A local file does not go stale like a socket: no ping round trip through
+            // sqlx's worker thread before every statement.
+            .test_before_acquire(false)
+            .connect_with(opts)
+            .await
+            .db()?;
+        sqlx::migrate!("migrations/sqlite").run(&pool).await.db()?;
+        Ok(Self { pool })
+    }
+}
+
+fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
+    v.try_into().map_err(|_| StoreError::corrupt("msgid is not 16 bytes"))
+}
+
+fn stored_from_row(r: &SqliteRow) -> Result<StoredMessage> {
+    Ok(StoredMessage {
+        seq: r.try_get("seq").db()?,
+        msgid: msgid_from(r.try_get("msgid").db()?)?,
+        queue: r.try_get("queue_id").db()?,
+        consumer: r.try_get("consumer").db()?,
+        corrid: r.try_get("corrid").db()?,
+        priority: r.try_get("priority").db()?,
+        prio_key: r.try_get("prio_key").db()?,
+        enq_time: r.try_get("enq_time").db()?,
+        delay_until: r.try_get("delay_until").db()?,
+        expire_at: r.try_get("expire_at").db()?,
+        sender: r.try_get("sender").db()?,
+        exception_queue: r.try_get("exception_queue").db()?,
+        payload: r.try_get("payload").db()?,
+        retry_count: r.try_get("retry_count").db()?,
+        state: i32::try_from(r.try_get::<i64, _>("state").db()?).unwrap_or(0),
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn begin(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin().await.db()?;
+        Ok(Box::new(SqliteTx { tx }))
+    }
+
+    async fn recover(&self) -> Result<u64> {
+        let mut tx = self.pool.begin().await.db()?;
+        let a =
+            sqlx::query("DELETE FROM messages WHERE enq_txn IS NOT NULL AND enq_txn NOT IN (SELECT txn FROM sessions)")
+                .execute(&mut *tx)
+                .await
+                .db()?;
+        let b = sqlx::query(sql::RECOVER_UNLOCK_ORPHANED).execute(&mut *tx).await.db()?;
+        sqlx::query(sql::RECOVER_DROP_ORPHANED_NOTIFICATIONS).execute(&mut *tx).await.db()?;
+        tx.commit().await.db()?;
+        Ok(a.rows_affected() + b.rows_affected())
+    }
+
+    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
+        let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()
+    }
+
+    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
+        let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
+        let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
+    }
+
+    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
+        let rows = sqlx::query(
+            "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
+             WHERE m.expire_at IS NOT NULL AND m.expire_at <= ?1 AND m.enq_txn IS NULL
+               AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)
+             ORDER BY m.expire_at LIMIT ?2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .db()?;
+        rows.iter()
+            .map(|r| {
+                Ok(ExpiredMessage {
+                    seq: r.try_get("seq").db()?,
+                    queue: r.try_get("queue_id").db()?,
+                    exception_queue: r.try_get("exception_queue").db()?,
+                })
+            })
+            .collect()
+    }
+
+    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
+        let r = sqlx::query(sql::NEXT_DELAY_END).bind(queue).bind(now).fetch_one(&self.pool).await.db()?;
+        Ok(r.try_get("t").db()?)
+    }
+
+    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
+        Ok(None)
+    }
+}

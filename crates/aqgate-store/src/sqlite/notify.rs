@@ -1,0 +1,160 @@
+//! Registrations and the notification outbox on SQLite.
+
+use super::*;
+
+pub(super) const OUTBOX_SELECT: &str =
+    "SELECT o.id, o.queue_id, o.consumer, o.agent, o.notify_url, r.secret, o.msgid, o.corrid,
+        o.priority, o.enq_time, o.delay_until, o.expire_at, o.sender, o.exception_queue, o.state, o.attempts,
+        o.next_attempt_at, o.last_error
+     FROM notify_outbox o
+     LEFT JOIN registrations r ON r.queue_id = o.queue_id AND r.consumer = o.consumer AND r.agent = o.agent";
+
+pub(super) fn registration_from_row(r: &SqliteRow) -> Result<Registration> {
+    Ok(Registration {
+        queue: r.try_get("queue_id").db()?,
+        consumer: r.try_get("consumer").db()?,
+        notify_url: r.try_get("notify_url").db()?,
+        agent: r.try_get("agent").db()?,
+    })
+}
+
+pub(super) fn outbox_from_row(r: &SqliteRow) -> Result<OutboxEntry> {
+    Ok(OutboxEntry {
+        id: r.try_get("id").db()?,
+        queue: r.try_get("queue_id").db()?,
+        consumer: r.try_get("consumer").db()?,
+        agent: r.try_get("agent").db()?,
+        notify_url: r.try_get("notify_url").db()?,
+        secret: r.try_get("secret").db()?,
+        msgid: msgid_from(r.try_get("msgid").db()?)?,
+        corrid: r.try_get("corrid").db()?,
+        priority: r.try_get("priority").db()?,
+        enq_time: r.try_get("enq_time").db()?,
+        delay_until: r.try_get("delay_until").db()?,
+        expire_at: r.try_get("expire_at").db()?,
+        sender: r.try_get("sender").db()?,
+        exception_queue: r.try_get("exception_queue").db()?,
+        state: r.try_get("state").db()?,
+        attempts: r.try_get("attempts").db()?,
+        next_attempt_at: r.try_get("next_attempt_at").db()?,
+        last_error: r.try_get("last_error").db()?,
+    })
+}
+
+#[async_trait]
+impl NotifyStore for SqliteStore {
+    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
+        let rows = sqlx::query(sql::REGISTRATIONS_OF_QUEUE).bind(queue).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(registration_from_row).collect()
+    }
+
+    async fn all_registrations(&self) -> Result<Vec<Registration>> {
+        let rows = sqlx::query(sql::REGISTRATIONS_ALL).fetch_all(&self.pool).await.db()?;
+        rows.iter().map(registration_from_row).collect()
+    }
+
+    async fn set_registration_secret(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        agent: &str,
+        secret: Option<&str>,
+    ) -> Result<bool> {
+        let r = sqlx::query(sql::REGISTRATION_SET_SECRET)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .bind(secret)
+            .execute(&self.pool)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+        let mut tx = self.pool.begin().await.db()?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "UPDATE notify_outbox SET next_attempt_at = ?2, attempts = attempts + 1
+             WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= ?1
+                          ORDER BY next_attempt_at, id LIMIT ?3)
+             RETURNING id",
+        )
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .db()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for part in ids.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(OUTBOX_SELECT);
+            b.push(" WHERE o.id IN (");
+            let mut sep = b.separated(", ");
+            for id in part {
+                sep.push_bind(*id);
+            }
+            b.push(") ORDER BY o.next_attempt_at, o.id");
+            for r in b.build().fetch_all(&mut *tx).await.db()? {
+                out.push(outbox_from_row(&r)?);
+            }
+        }
+        tx.commit().await.db()?;
+        out.sort_by_key(|e| e.id);
+        Ok(out)
+    }
+
+    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
+        for part in ids.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("DELETE FROM notify_outbox WHERE id IN (");
+            let mut sep = b.separated(", ");
+            for id in part {
+                sep.push_bind(*id);
+            }
+            b.push(")");
+            b.build().execute(&self.pool).await.db()?;
+        }
+        Ok(())
+    }
+
+    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
+        sqlx::query(
+            "UPDATE notify_outbox SET last_error = ?2,
+                    state = CASE WHEN ?3 IS NULL THEN 'parked' ELSE state END,
+                    next_attempt_at = COALESCE(?3, next_attempt_at)
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(next_attempt_at)
+        .execute(&self.pool)
+        .await
+        .db()?;
+        Ok(())
+    }
+
+    async fn notify_next_due(&self) -> Result<Option<Micros>> {
+        Ok(sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db()?)
+    }
+
+    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(OUTBOX_SELECT);
+        b.push(" WHERE o.txn IS NULL ORDER BY o.id LIMIT ").push_bind(limit);
+        b.build().fetch_all(&self.pool).await.db()?.iter().map(outbox_from_row).collect()
+    }
+
+    async fn notify_counts(&self) -> Result<(i64, i64)> {
+        let r = sqlx::query(
+            "SELECT COALESCE(SUM(state = 'new'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked
+             FROM notify_outbox WHERE txn IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .db()?;
+        Ok((r.try_get("pending").db()?, r.try_get("parked").db()?))
+    }
+
+    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
+        let r = sqlx::query(sql::NOTIFY_UNPARK).bind(now).execute(&self.pool).await.db()?;
+        Ok(r.rows_affected())
+    }
+}

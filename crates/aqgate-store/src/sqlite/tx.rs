@@ -1,0 +1,381 @@
+//! A SQLite transaction of a request ([`SqliteTx`]).
+
+use super::*;
+
+pub struct SqliteTx {
+    pub(super) tx: Transaction<'static, Sqlite>,
+}
+
+#[async_trait]
+impl StoreTx for SqliteTx {
+    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
+        let sql = if row.version == 1 {
+            "INSERT INTO sessions (id_hash, agent, txn, pending, dequeued, enqueued, positions, last_used, version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id_hash) DO NOTHING"
+        } else {
+            "UPDATE sessions SET agent = ?2, txn = ?3, pending = ?4, dequeued = ?5, enqueued = ?6, positions = ?7,
+                    last_used = max(last_used, ?8), version = ?9
+              WHERE id_hash = ?1 AND version = ?9 - 1"
+        };
+        let r = sqlx::query(sql)
+            .bind(&row.id_hash)
+            .bind(&row.agent)
+            .bind(&row.txn)
+            .bind(row.pending)
+            .bind(row.dequeued)
+            .bind(row.enqueued)
+            .bind(&row.positions)
+            .bind(row.last_used)
+            .bind(row.version)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn session_end(
+        &mut self,
+        id_hash: &[u8],
+        version: i64,
+        idle_before: Option<Micros>,
+        tombstone: Option<(&str, bool, Micros)>,
+    ) -> Result<bool> {
+        let r =
+            sqlx::query("DELETE FROM sessions WHERE id_hash = ?1 AND version = ?2 AND (?3 IS NULL OR last_used < ?3)")
+                .bind(id_hash)
+                .bind(version)
+                .bind(idle_before)
+                .execute(&mut *self.tx)
+                .await
+                .db()?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if let Some((agent, had_work, until)) = tombstone {
+            sqlx::query(
+                "INSERT OR REPLACE INTO session_tombstones (id_hash, agent, had_work, until) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .bind(id_hash)
+            .bind(agent)
+            .bind(had_work)
+            .bind(until)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        }
+        Ok(true)
+    }
+
+    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
+        let done = sqlx::query(sql::IDEMPOTENCY_PUT)
+            .bind(&r.agent)
+            .bind(&r.key)
+            .bind(&r.request_hash)
+            .bind(&r.response)
+            .bind(r.created_at)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
+        spool_put_on(&mut self.tx, m).await
+    }
+    async fn spool_attempted(
+        &mut self,
+        id: i64,
+        response: Option<&[u8]>,
+        error: Option<&str>,
+        next_attempt_at: Option<Micros>,
+    ) -> Result<()> {
+        spool_attempted_on(&mut self.tx, id, response, error, next_attempt_at).await
+    }
+    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
+        // Multi-row inserts, in chunks that stay under SQLite's bound-parameter limit.
+        for chunk in msgs.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn) ",
+            );
+            b.push_values(chunk, |mut row, m| {
+                row.push_bind(m.msgid.to_vec())
+                    .push_bind(m.queue)
+                    .push_bind(m.corrid.clone())
+                    .push_bind(m.priority)
+                    .push_bind(m.enq_time)
+                    .push_bind(m.delay_until)
+                    .push_bind(m.expire_at)
+                    .push_bind(m.sender.clone())
+                    .push_bind(m.exception_queue.clone())
+                    .push_bind(m.payload.clone())
+                    .push_bind(m.enq_txn.clone());
+            });
+            b.push(" RETURNING seq, msgid");
+            let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
+            let mut seqs = std::collections::HashMap::with_capacity(rows.len());
+            for r in &rows {
+                seqs.insert(msgid_from(r.try_get("msgid").db()?)?, r.try_get::<i64, _>("seq").db()?);
+            }
+            let deliveries: Vec<(i64, &NewMessage, &String)> = chunk
+                .iter()
+                .flat_map(|m| m.consumers.iter().map(move |c| (m, c)))
+                .filter_map(|(m, c)| seqs.get(&m.msgid).map(|s| (*s, m, c)))
+                .collect();
+            for part in deliveries.chunks(2000) {
+                let mut b: QueryBuilder<Sqlite> =
+                    QueryBuilder::new("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) ");
+                b.push_values(part, |mut row, (seq, m, c)| {
+                    row.push_bind(*seq).push_bind(m.queue).push_bind((*c).clone()).push_bind(m.prio_key);
+                });
+                b.build().execute(&mut *self.tx).await.db()?;
+            }
+            // The outbox rows come with the deliveries: trigger notify_outbox_on_delivery
+            // (migrations/sqlite/0005).
+        }
+        Ok(())
+    }
+
+    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
+                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
+             FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
+        );
+        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
+        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
+        if let Some(p) = q.after {
+            b.push(" AND (d.prio_key, d.msg_seq) > (").push_bind(p.prio_key).push(", ").push_bind(p.seq).push(")");
+        }
+        if let Some(c) = &q.corrid {
+            b.push(" AND m.corrid = ").push_bind(c.clone());
+        }
+        if let Some(id) = &q.msgid {
+            b.push(" AND m.msgid = ").push_bind(id.to_vec());
+        }
+        if q.include_locked {
+            // Everything but what this transaction has already removed (NULL-safe).
+            b.push(" AND (d.lock_txn IS NULL OR d.lock_kind <> 1 OR d.lock_txn <> ").push_bind(q.txn.clone()).push(")");
+        } else {
+            b.push(" AND (d.lock_txn IS NULL OR (d.lock_kind = 2 AND d.lock_txn = ")
+                .push_bind(q.txn.clone())
+                .push("))");
+        }
+        b.push(" ORDER BY d.prio_key, d.msg_seq LIMIT ").push_bind(q.limit);
+        let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
+    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
+        let r = sqlx::query(sql::DELIVERY_LOCK)
+            .bind(txn)
+            .bind(kind as i64)
+            .bind(seq)
+            .bind(consumer)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, _shared: bool) -> Result<bool> {
+        // One writer at a time: no other consumer can interleave here.
+        let r = sqlx::query(
+            "DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2 AND (lock_txn IS NULL OR (lock_txn = ?3 AND lock_kind = 2))",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .bind(txn)
+        .execute(&mut *self.tx)
+        .await.db()?;
+        if r.rows_affected() != 1 {
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)")
+            .bind(seq)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(true)
+    }
+
+    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
+        sqlx::query("UPDATE notify_outbox SET txn = NULL WHERE txn = ?1")
+            .bind(txn)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        let queues: Vec<i64> =
+            sqlx::query_scalar("UPDATE messages SET enq_txn = NULL WHERE enq_txn = ?1 RETURNING queue_id")
+                .bind(txn)
+                .fetch_all(&mut *self.tx)
+                .await
+                .db()?;
+        let published = queues.len() as u64;
+        if dequeues {
+            let removed: Vec<i64> =
+                sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
+                    .bind(txn)
+                    .fetch_all(&mut *self.tx)
+                    .await
+                    .db()?;
+            for seq in removed {
+                sqlx::query(
+                    "DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)",
+                )
+                .bind(seq)
+                .execute(&mut *self.tx)
+                .await
+                .db()?;
+            }
+            sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        }
+        let mut enqueued_queues = queues;
+        enqueued_queues.sort_unstable();
+        enqueued_queues.dedup();
+        Ok(CommitOutcome { enqueued_queues, published })
+    }
+
+    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
+        sqlx::query(sql::NOTIFY_DROP_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await.db()?;
+        let rows = sqlx::query(
+            "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+             WHERE lock_txn = ?1 AND lock_kind = 1
+             RETURNING msg_seq, queue_id, retry_count, consumer,
+                       (SELECT exception_queue FROM messages WHERE seq = msg_seq) AS exception_queue",
+        )
+        .bind(txn)
+        .fetch_all(&mut *self.tx)
+        .await
+        .db()?;
+        sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        rows.iter().map(released_from_row).collect()
+    }
+
+    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2")
+            .bind(seq)
+            .bind(consumer)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE msg_seq = ?1")
+            .bind(seq)
+            .fetch_one(&mut *self.tx)
+            .await
+            .db()?)
+    }
+
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+        // A message a consumer has locked meanwhile stays where it is (SQLite has one
+        // writer, so nothing can lock it between this check and the move).
+        let locked: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM deliveries WHERE msg_seq = ?1 AND lock_txn IS NOT NULL LIMIT 1")
+                .bind(seq)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .db()?;
+        if locked.is_some() {
+            return Ok(());
+        }
+        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
+        sqlx::query(
+            "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1",
+        )
+        .bind(seq)
+        .bind(to)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES (?1, ?2, '', 0)")
+            .bind(seq)
+            .bind(to)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(())
+    }
+
+    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
+        sqlx::query(sql::REGISTRATION_UPSERT)
+            .bind(r.queue)
+            .bind(&r.consumer)
+            .bind(&r.notify_url)
+            .bind(&r.agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(())
+    }
+
+    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
+        let r = sqlx::query(sql::REGISTRATION_DELETE)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        sqlx::query(sql::NOTIFY_DROP_REGISTRATION)
+            .bind(queue)
+            .bind(consumer)
+            .bind(agent)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
+        sqlx::query(sql::TOPOLOGY_PUT).bind(kind).bind(name).bind(spec).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
+        sqlx::query(sql::TOPOLOGY_DELETE).bind(kind).bind(name).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
+        sqlx::query(sql::QUEUE_ENSURE).bind(name).execute(&mut *self.tx).await.db()?;
+        Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
+    }
+
+    async fn savepoint(&mut self) -> Result<()> {
+        sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn release_savepoint(&mut self) -> Result<()> {
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn rollback_to_savepoint(&mut self) -> Result<()> {
+        sqlx::query("ROLLBACK TO SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        self.tx.commit().await.db()?;
+        Ok(())
+    }
+
+    async fn rollback(self: Box<Self>) -> Result<()> {
+        self.tx.rollback().await.db()?;
+        Ok(())
+    }
+}
+
+pub(super) fn released_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Released> {
+    Ok(Released {
+        seq: r.try_get("msg_seq").db()?,
+        queue: r.try_get("queue_id").db()?,
+        retry_count: r.try_get("retry_count").db()?,
+        consumer: r.try_get("consumer").db()?,
+        exception_queue: r.try_get("exception_queue").db()?,
+    })
+}
