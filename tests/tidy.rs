@@ -1,7 +1,27 @@
-//! Tidiness of the repository itself: it builds and runs from a clone anywhere, so no
-//! tracked file may point at a directory beside it.
+//! Tidiness of the repository itself, checked rather than hoped for: it builds and runs
+//! from a clone anywhere (no tracked file points at a directory beside it), every module
+//! says what it is, no file grows past what a reader takes in, the crates depend on each
+//! other only in the allowed directions, and no module depends on another that depends
+//! back on it.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The tracked files matching `pattern` (git pathspec), relative to the root.
+fn tracked(pattern: &str) -> Vec<String> {
+    let out = Command::new("git").args(["ls-files", "--", pattern]).current_dir(root()).output().expect("git ls-files");
+    assert!(out.status.success(), "git ls-files: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).filter(|f| root().join(f).exists()).collect()
+}
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
 
 #[test]
 fn no_tracked_file_points_outside_the_repository() {
@@ -9,7 +29,7 @@ fn no_tracked_file_points_outside_the_repository() {
     let outside = format!("../{}", "shared");
     let out = Command::new("git")
         .args(["grep", "-n", "-F", &outside, "--", "."])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(root())
         .output()
         .expect("git grep");
     // Exit status 1: no match; anything but 0 or 1 (e.g. not a git checkout) fails.
@@ -17,4 +37,267 @@ fn no_tracked_file_points_outside_the_repository() {
     assert!(matches!(status, Some(0 | 1)), "git grep failed: {}", String::from_utf8_lossy(&out.stderr));
     let hits = String::from_utf8_lossy(&out.stdout);
     assert!(hits.trim().is_empty(), "tracked files name {outside}, which a clone elsewhere does not have:\n{hits}");
+}
+
+#[test]
+fn every_module_starts_with_a_doc_header() {
+    let missing: Vec<String> =
+        tracked("*.rs").into_iter().filter(|f| !read(f).trim_start().starts_with("//!")).collect();
+    assert!(missing.is_empty(), "these files do not start with a //! header saying what they are: {missing:?}");
+}
+
+/// Lines of `text` before its test module (the convention here: `#[cfg(test)]` then
+/// `mod tests` at the end of a file, or in a file of its own).
+fn non_test_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .position(|(i, l)| {
+            *l == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|n| n.starts_with("mod ") && n.ends_with('{'))
+        })
+        .unwrap_or(lines.len())
+}
+
+#[test]
+fn no_source_file_is_over_eight_hundred_lines_of_code() {
+    const LIMIT: usize = 800;
+    let big: Vec<(String, usize)> = tracked("*.rs")
+        .into_iter()
+        .filter(|f| !f.starts_with("tests/") && !f.ends_with("/tests.rs") && !f.starts_with("fuzz/"))
+        .map(|f| {
+            let n = non_test_lines(&read(&f));
+            (f, n)
+        })
+        .filter(|(_, n)| *n > LIMIT)
+        .collect();
+    assert!(big.is_empty(), "split these along their sections (non-test lines over {LIMIT}): {big:?}");
+}
+
+/// The crates `package` depends on, directly or not (normal dependencies, this platform).
+fn dependency_tree(package: &str) -> BTreeSet<String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "--offline", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .current_dir(root())
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).map(String::from).collect()
+}
+
+#[test]
+fn the_crates_depend_on_each_other_only_downwards() {
+    // What each library crate may not reach, however indirectly: the protocol has no I/O;
+    // the core reaches a database, the network, a mail relay or a directory only through
+    // its interfaces; the backends do not reach the HTTP edge or each other's clients.
+    let io = ["tokio", "sqlx", "reqwest", "lettre", "axum", "openssl", "ldap3", "hyper", "mio"];
+    let rules: [(&str, &[&str]); 5] = [
+        ("aqgate-proto", &io),
+        (
+            "aqgate-core",
+            &[
+                "sqlx",
+                "reqwest",
+                "lettre",
+                "axum",
+                "openssl",
+                "ldap3",
+                "hyper",
+                "aqgate-store",
+                "aqgate-mail",
+                "aqgate-directory",
+            ],
+        ),
+        ("aqgate-store", &["axum", "reqwest", "lettre", "openssl", "ldap3", "aqgate-mail", "aqgate-directory"]),
+        ("aqgate-directory", &["sqlx", "axum", "reqwest", "lettre", "openssl", "aqgate-store", "aqgate-mail"]),
+        ("aqgate-mail", &["sqlx", "axum", "ldap3", "aqgate-store", "aqgate-directory"]),
+    ];
+    let mut wrong = Vec::new();
+    for (package, forbidden) in rules {
+        let tree = dependency_tree(package);
+        assert!(tree.contains(package), "cargo tree -p {package} does not list {package}: {tree:?}");
+        for f in forbidden {
+            if tree.contains(*f) {
+                wrong.push(format!("{package} depends on {f}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "forbidden dependency edges: {wrong:?}");
+}
+
+#[test]
+fn the_engine_reaches_time_and_tasks_only_through_the_clock() {
+    // tokio's sync primitives are fine (no I/O); its timers and tasks are the clock's and the
+    // process's business.
+    let forbidden = [
+        "tokio::time",
+        "tokio::spawn",
+        "tokio::task",
+        "tokio::net",
+        "std::thread",
+        "TcpStream",
+        "UdpSocket",
+        "ToSocketAddrs",
+        "std::fs",
+        "SystemTime",
+    ];
+    let mut hits = Vec::new();
+    let files = tracked("crates/aqgate-core/src/*.rs");
+    assert!(files.len() >= 10, "the core's files: {files:?}");
+    for f in files {
+        if f.ends_with("/clock.rs") {
+            continue;
+        }
+        let text = read(&f);
+        let code =
+            &text[..text.lines().take(non_test_lines(&text)).map(|l| l.len() + 1).sum::<usize>().min(text.len())];
+        for word in forbidden {
+            if code.contains(word) {
+                hits.push(format!("{f}: {word}"));
+            }
+        }
+    }
+    assert!(hits.is_empty(), "{hits:?}");
+}
+
+#[test]
+fn the_servlet_names_no_store_backend() {
+    let text = read("src/servlet.rs");
+    for word in ["aqgate_store", "sqlx", "postgres", "sqlite", "Postgres", "Sqlite"] {
+        assert!(!text.contains(word), "src/servlet.rs names {word}");
+    }
+}
+
+/// The module a source file is, as a path from its crate's root (`["engine", "dequeue"]`),
+/// and that crate's source root.
+fn module_of(file: &str) -> Option<(String, Vec<String>)> {
+    let (krate, rest) = if let Some(rest) = file.strip_prefix("src/") {
+        ("aqgate".to_string(), rest)
+    } else {
+        let rest = file.strip_prefix("crates/")?;
+        let (krate, rest) = rest.split_once("/src/")?;
+        (krate.to_string(), rest)
+    };
+    if rest.starts_with("bin/") {
+        return None;
+    }
+    let mut parts: Vec<String> = rest.trim_end_matches(".rs").split('/').map(String::from).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    Some((krate, parts))
+}
+
+/// Finds a cycle in `graph`, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let i = path.iter().position(|p| p == n).unwrap_or(0);
+                let mut c = path[i..].to_vec();
+                c.push(n.to_string());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn no_two_modules_depend_on_each_other() {
+    // Per crate: module A depends on its sibling B when A's files name `crate::B` (top-level
+    // modules) or `super::B` (modules of one directory). A module and its own submodules
+    // are one unit; between siblings, dependencies go one way.
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let files: Vec<String> =
+        tracked("*.rs").into_iter().filter(|f| f.starts_with("src/") || f.starts_with("crates/")).collect();
+    for f in &files {
+        let Some((krate, module)) = module_of(f) else { continue };
+        let text = read(f);
+        let code: String = text
+            .lines()
+            .take(non_test_lines(&text))
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let graph = graphs.entry(krate).or_default();
+        let mut edge = |from: String, to: String| {
+            if from != to {
+                graph.entry(from).or_default().insert(to);
+            }
+        };
+        let top = module.first().cloned().unwrap_or_default();
+        for (i, _) in code.match_indices("crate::") {
+            let name: String = code[i + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !top.is_empty() && !name.is_empty() {
+                edge(top.clone(), name);
+            }
+        }
+        if module.len() >= 2 {
+            let dir = module[..module.len() - 1].join("::");
+            for (i, _) in code.match_indices("super::") {
+                let name: String = code[i + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() && name.chars().next().is_some_and(char::is_lowercase) {
+                    edge(format!("{dir}::{}", module[module.len() - 1]), format!("{dir}::{name}"));
+                }
+            }
+        }
+    }
+    // Only edges between modules that exist (not `crate::SomeType`).
+    let mut cycles = Vec::new();
+    for (krate, graph) in &graphs {
+        let known: BTreeSet<String> = graph.keys().cloned().collect();
+        let pruned: BTreeMap<String, BTreeSet<String>> = graph
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().filter(|m| known.contains(*m)).cloned().collect()))
+            .collect();
+        if let Some(c) = cycle(&pruned) {
+            cycles.push(format!("{krate}: {}", c.join(" -> ")));
+        }
+    }
+    assert!(cycles.is_empty(), "module cycles: {cycles:?}");
+    assert!(graphs.len() >= 6, "expected the six crates' modules, found {:?}", graphs.keys());
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let g = |edges: &[(&str, &str)]| {
+        let mut m: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            m.entry(a.to_string()).or_default().insert(b.to_string());
+            m.entry(b.to_string()).or_default();
+        }
+        m
+    };
+    assert_eq!(cycle(&g(&[("a", "b"), ("b", "c")])), None);
+    assert_eq!(
+        cycle(&g(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(module_of("crates/aqgate-core/src/engine/mod.rs"), Some(("aqgate-core".into(), vec!["engine".into()])));
+    assert_eq!(module_of("src/bin/aqgate-bench.rs"), None);
+    let _ = Path::new("");
 }

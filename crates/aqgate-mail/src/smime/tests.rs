@@ -1,0 +1,715 @@
+//! Unit tests of smime.
+
+#![allow(clippy::unwrap_used)]
+use super::sign::{base64_lines, rfc5322_date};
+use super::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const CA_PEM: &[u8] = include_bytes!("../../../../certs/ca.pem");
+const CA_CRL: &[u8] = include_bytes!("../../../../certs/ca.crl");
+const CA_KEY: &[u8] = include_bytes!("../../../../certs/ca.key.pem");
+const OTHER_CA_PEM: &[u8] = include_bytes!("../../../../certs/other-ca.pem");
+const OTHER_CA_KEY: &[u8] = include_bytes!("../../../../certs/other-ca.key.pem");
+const SCOTT_PEM: &[u8] = include_bytes!("../../../../certs/scott.pem");
+const SCOTT_KEY: &[u8] = include_bytes!("../../../../certs/scott.key.pem");
+const SCOTT_DER: &[u8] = include_bytes!("../../../../certs/scott.der");
+const JOHN_PEM: &[u8] = include_bytes!("../../../../certs/john.pem");
+const JOHN_KEY: &[u8] = include_bytes!("../../../../certs/john.key.pem");
+const JOHN_DER: &[u8] = include_bytes!("../../../../certs/john.der");
+const EXPIRED_PEM: &[u8] = include_bytes!("../../../../certs/expired.pem");
+const EXPIRED_KEY: &[u8] = include_bytes!("../../../../certs/expired.key.pem");
+const EXPIRED_DER: &[u8] = include_bytes!("../../../../certs/expired.der");
+const WRONG_EKU_PEM: &[u8] = include_bytes!("../../../../certs/wrong-eku.pem");
+const WRONG_EKU_KEY: &[u8] = include_bytes!("../../../../certs/wrong-eku.key.pem");
+const WRONG_EKU_DER: &[u8] = include_bytes!("../../../../certs/wrong-eku.der");
+const REVOKED_PEM: &[u8] = include_bytes!("../../../../certs/revoked.pem");
+const REVOKED_KEY: &[u8] = include_bytes!("../../../../certs/revoked.key.pem");
+const REVOKED_DER: &[u8] = include_bytes!("../../../../certs/revoked.der");
+const OTHER_SCOTT_PEM: &[u8] = include_bytes!("../../../../certs/other-ca-scott.pem");
+const OTHER_SCOTT_KEY: &[u8] = include_bytes!("../../../../certs/other-ca-scott.key.pem");
+const OTHER_SCOTT_DER: &[u8] = include_bytes!("../../../../certs/other-ca-scott.der");
+const GATEWAY_TLS_PEM: &[u8] = include_bytes!("../../../../certs/gateway-tls.pem");
+
+const IDAP: &str = "<?xml version=\"1.0\"?>\r\n<Envelope xmlns=\"http://schemas.xmlsoap.org/soap/envelope/\">\r\n\
+                    <Body><AQXmlSend xmlns=\"http://ns.oracle.com/AQ/schemas/access\"><queue_name>scott_queue\
+                    </queue_name></AQXmlSend></Body></Envelope>";
+const HEADERS: &str = "From: Scott <scott@example.com>\nTo: aq@example.com\nSubject: IDAP request\n\
+                       Message-ID: <req-1@example.com>\nReply-To: replies@example.com\n";
+
+/// Inside every test certificate's validity and after the CRL's lastUpdate, derived from the
+/// files so that regenerating them keeps the tests valid.
+fn now() -> i64 {
+    let crl = X509Crl::from_pem(CA_CRL).unwrap();
+    let mut latest = unix(crl.last_update());
+    for pem in [SCOTT_PEM, JOHN_PEM, WRONG_EKU_PEM, REVOKED_PEM, OTHER_SCOTT_PEM] {
+        latest = latest.max(unix(X509::from_pem(pem).unwrap().not_before()));
+    }
+    latest + 3600
+}
+
+fn unix(time: &openssl::asn1::Asn1TimeRef) -> i64 {
+    asn1_unix(time).unwrap()
+}
+
+fn trust() -> TrustStore {
+    TrustStore::from_pem(&[CA_PEM], &[CA_CRL]).unwrap()
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("aqgate-smime-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(program: &str, args: &[&Path], what: &str, env: &[(&str, &Path)]) -> Vec<u8> {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let mut command = Command::new(program);
+    command.args(&args).stdin(Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap_or_else(|e| panic!("{what}: cannot run {program}: {e}"));
+    assert!(output.status.success(), "{what}: {program} failed: {}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
+
+fn p(s: &str) -> &Path {
+    Path::new(s)
+}
+
+fn entity() -> Vec<u8> {
+    format!("Content-Type: text/xml; charset=utf-8\r\n\r\n{IDAP}").into_bytes()
+}
+
+/// `openssl <tool> -sign` of `entity` by `signer`; `extra` are further arguments.
+fn openssl_sign(tool: &str, signers: &[(&[u8], &[u8])], entity: &[u8], extra: &[&str]) -> Vec<u8> {
+    let dir = TempDir::new();
+    let input = dir.file("in.eml", entity);
+    let mut args: Vec<PathBuf> = vec![tool.into(), "-sign".into(), "-in".into(), input];
+    for (i, (cert, key)) in signers.iter().enumerate() {
+        args.push("-signer".into());
+        args.push(dir.file(&format!("signer{i}.pem"), cert));
+        args.push("-inkey".into());
+        args.push(dir.file(&format!("signer{i}.key.pem"), key));
+    }
+    args.extend(extra.iter().map(PathBuf::from));
+    let args: Vec<&Path> = args.iter().map(PathBuf::as_path).collect();
+    run("openssl", &args, "openssl sign", &[])
+}
+
+fn mail(headers: &str, smime: &[u8]) -> Vec<u8> {
+    let mut out = headers.as_bytes().to_vec();
+    out.extend_from_slice(smime);
+    out
+}
+
+fn scott_detached() -> Vec<u8> {
+    mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]))
+}
+
+fn verify_as(raw: &[u8], cert: &[u8]) -> Verdict {
+    verify(raw, &[cert.to_vec()], &trust(), now())
+}
+
+fn assert_pass(verdict: Verdict) -> Verified {
+    match verdict {
+        Verdict::Pass(verified) => {
+            assert_eq!(verified.from, "scott@example.com");
+            assert_eq!(String::from_utf8_lossy(&verified.idap).trim_end(), IDAP);
+            verified
+        }
+        other => panic!("expected Pass, got {other:?}"),
+    }
+}
+
+fn assert_fail(verdict: Verdict, needle: &str) {
+    match verdict {
+        Verdict::Fail(reason) => assert!(reason.contains(needle), "reason {reason:?} lacks {needle:?}"),
+        other => panic!("expected Fail containing {needle:?}, got {other:?}"),
+    }
+}
+
+/// gpgsm (GnuPG's S/MIME) with a throwaway home: scott's key imported, the test CA trusted.
+/// Returns base64 (no PEM armour) of the signature of `entity`.
+/// gpgsm now and then (a freshly started agent, ~1 run in 20 in parallel tests) loses the
+/// imported key or certificate ("No secret key", "No public key"): the whole import and
+/// signing is tried again in a fresh home, up to three times.
+fn gpgsm_sign(entity: &[u8], detached: bool) -> String {
+    let mut last = String::new();
+    for _ in 0..3 {
+        match gpgsm_sign_once(entity, detached) {
+            Ok(signature) => return signature,
+            Err(why) => last = why,
+        }
+    }
+    panic!("gpgsm sign failed three times: {last}");
+}
+
+fn gpgsm_sign_once(entity: &[u8], detached: bool) -> Result<String, String> {
+    let dir = TempDir::new();
+    let home = dir.0.join("gnupg");
+    std::fs::create_dir_all(&home).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    std::fs::write(home.join("gpg-agent.conf"), "allow-loopback-pinentry\n").unwrap();
+    let fingerprint = X509::from_pem(CA_PEM).unwrap().digest(openssl::hash::MessageDigest::sha1()).unwrap();
+    let fingerprint: Vec<String> = fingerprint.iter().map(|b| format!("{b:02X}")).collect();
+    std::fs::write(home.join("trustlist.txt"), format!("{} S relax\n", fingerprint.join(":"))).unwrap();
+    let cert = dir.file("scott.pem", SCOTT_PEM);
+    let key = dir.file("scott.key.pem", SCOTT_KEY);
+    let p12 = dir.0.join("scott.p12");
+    // gpgsm 2.2 reads only the classic PKCS#12 encryption; empty password, no prompt.
+    run(
+        "openssl",
+        &[
+            p("pkcs12"),
+            p("-export"),
+            p("-in"),
+            &cert,
+            p("-inkey"),
+            &key,
+            p("-out"),
+            &p12,
+            p("-passout"),
+            p("pass:"),
+            p("-certpbe"),
+            p("PBE-SHA1-3DES"),
+            p("-keypbe"),
+            p("PBE-SHA1-3DES"),
+            p("-macalg"),
+            p("sha1"),
+        ],
+        "pkcs12 export",
+        &[],
+    );
+    let env = [("GNUPGHOME", home.as_path())];
+    let ca = dir.file("ca.pem", CA_PEM);
+    run("gpgsm", &[p("--batch"), p("--import"), &ca], "gpgsm import CA", &env);
+    // gpgsm exits 2 after a successful PKCS#12 import (it ignores the agent's passphrase
+    // inquiries), and now and then (a freshly started agent, ~1 run in 20) the secret
+    // key does not arrive: import until gpgsm lists it.
+    for _ in 0..5 {
+        let _ = Command::new("gpgsm")
+            .args([p("--batch"), p("--pinentry-mode"), p("loopback"), p("--import"), &p12])
+            .env("GNUPGHOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .expect("gpgsm must be installed (GnuPG's S/MIME implementation)");
+        let secret = run("gpgsm", &[p("--batch"), p("--with-colons"), p("--list-secret-keys")], "gpgsm list", &env);
+        if String::from_utf8_lossy(&secret).lines().any(|l| l.starts_with("crs:")) {
+            break;
+        }
+    }
+    let input = dir.file("in.eml", entity);
+    let out = dir.0.join("sig.b64");
+    let mode = if detached { "--detach-sign" } else { "--sign" };
+    let signed = Command::new("gpgsm")
+        .args([
+            p("--batch"),
+            p("--pinentry-mode"),
+            p("loopback"),
+            p("--disable-crl-checks"),
+            p("--disable-policy-checks"),
+            p("--local-user"),
+            p("scott@example.com"),
+            p("--base64"),
+            p("--output"),
+            &out,
+            p(mode),
+            &input,
+        ])
+        .env("GNUPGHOME", &home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gpgsm must be installed (GnuPG's S/MIME implementation)");
+    let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", &home).output();
+    if !signed.status.success() {
+        return Err(String::from_utf8_lossy(&signed.stderr).into_owned());
+    }
+    Ok(String::from_utf8(std::fs::read(&out).unwrap()).unwrap())
+}
+
+// ---- passing mail -------------------------------------------------------------------------
+
+#[test]
+fn openssl_detached_passes_with_headers() {
+    let verified = assert_pass(verify_as(&scott_detached(), SCOTT_DER));
+    assert_eq!(verified.message_id.as_deref(), Some("req-1@example.com"));
+    assert_eq!(verified.reply_to.as_deref(), Some("replies@example.com"));
+    assert_eq!(verified.subject.as_deref(), Some("IDAP request"));
+}
+
+#[test]
+fn openssl_detached_without_embedded_certificate_passes() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nocerts"]));
+    assert_pass(verify_as(&raw, SCOTT_DER));
+}
+
+#[test]
+fn openssl_opaque_passes() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nodetach"]));
+    assert!(String::from_utf8_lossy(&raw).contains("application/x-pkcs7-mime"));
+    assert_pass(verify_as(&raw, SCOTT_DER));
+}
+
+#[test]
+fn crlf_mail_passes() {
+    let raw = String::from_utf8(scott_detached()).unwrap().replace("\r\n", "\n").replace('\n', "\r\n");
+    assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+}
+
+#[test]
+fn gpgsm_opaque_passes() {
+    let signature = gpgsm_sign(&entity(), false);
+    let raw = format!(
+        "{HEADERS}MIME-Version: 1.0\nContent-Type: application/pkcs7-mime; smime-type=signed-data; \
+         name=\"smime.p7m\"\nContent-Transfer-Encoding: base64\nContent-Disposition: attachment; \
+         filename=\"smime.p7m\"\n\n{signature}"
+    );
+    assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+}
+
+#[test]
+fn gpgsm_detached_passes() {
+    let signature = gpgsm_sign(&entity(), true);
+    let raw = format!(
+        "{HEADERS}MIME-Version: 1.0\r\nContent-Type: multipart/signed; protocol=\"application/pkcs7-signature\"; \
+         micalg=sha-256; boundary=\"gpgsm-b\"\r\n\r\n--gpgsm-b\r\n{}\r\n--gpgsm-b\r\nContent-Type: \
+         application/pkcs7-signature\r\nContent-Transfer-Encoding: base64\r\n\r\n{signature}\r\n--gpgsm-b--\r\n",
+        String::from_utf8(entity()).unwrap()
+    );
+    assert_pass(verify_as(raw.as_bytes(), SCOTT_DER));
+}
+
+#[test]
+fn split_signed_canonicalises_like_openssl() {
+    let body = b"preamble\n--b\nContent-Type: text/plain\n\nline 1\r\nline 2\r\r\n\n--bb not ours\n--b  \r\nsig\n--b--\r\nepilogue";
+    let (content, signature) = split_signed(body, "b").unwrap();
+    assert_eq!(content, b"Content-Type: text/plain\r\n\r\nline 1\r\nline 2\r\n\r\n--bb not ours");
+    assert_eq!(signature, b"sig\n");
+    // Without a close delimiter the second part runs to the end.
+    assert_eq!(split_signed(b"--b\na\n--b\nsig", "b").unwrap(), (b"a".to_vec(), &b"sig"[..]));
+    for (body, parts) in [(&b"--b\na\n--b--\n"[..], 1), (b"--b\na\n--b\nb\n--b\nc\n--b--\n", 3), (b"no delimiter", 0)] {
+        let Err(Verdict::PermError(why)) = split_signed(body, "b") else { panic!("{body:?} split") };
+        assert!(why.contains(&format!("has {parts} parts")), "{why}");
+    }
+}
+
+#[test]
+fn embedded_certificates_are_dropped_before_parsing() {
+    let raw = scott_detached();
+    let message = MessageParser::default().parse(&raw).unwrap();
+    let root = message.root_part();
+    let body = &raw[root.raw_body_offset() as usize..];
+    let (content, part) = split_signed(body, root.content_type().unwrap().attribute("boundary").unwrap()).unwrap();
+    let der = signature_der(part).unwrap();
+    let with = Pkcs7::from_der(&der).unwrap();
+    assert!(with.signed().unwrap().certificates().is_some_and(|c| c.len() == 1));
+    let stripped = without_certificates(&der).expect("openssl's DER is stripped");
+    assert!(stripped.len() < der.len() - 500, "{} vs {}", stripped.len(), der.len());
+    let without = Pkcs7::from_der(&stripped).unwrap();
+    assert!(without.signed().unwrap().certificates().is_none());
+    assert_eq!(signer_info_count(&without.to_der().unwrap()), Ok(1));
+    // What remains still verifies against the directory certificate alone.
+    let mut certs = Stack::new().unwrap();
+    certs.push(X509::from_der(SCOTT_DER).unwrap()).unwrap();
+    let store = trust().x509_store(now()).unwrap();
+    let flags = Pkcs7Flags::NOINTERN | Pkcs7Flags::NOVERIFY;
+    without.verify(&certs, &store, Some(&content), None, flags).unwrap();
+    let mut altered = content.clone();
+    altered[40] ^= 1;
+    assert!(without.verify(&certs, &store, Some(&altered), None, flags).is_err());
+    // Already without certificates, not DER, or something else: left to OpenSSL whole.
+    assert_eq!(without_certificates(&stripped), None);
+    assert_eq!(without_certificates(&[0x30, 0x80, 0x06, 0x00, 0x00, 0x00]), None);
+    assert_eq!(without_certificates(b"garbage"), None);
+}
+
+#[test]
+fn opaque_without_transfer_encoding_header_passes() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nodetach"]));
+    let text = String::from_utf8(raw).unwrap();
+    let without: String =
+        text.lines().filter(|l| !l.starts_with("Content-Transfer-Encoding")).map(|l| format!("{l}\n")).collect();
+    assert_ne!(without, text);
+    assert_pass(verify_as(without.as_bytes(), SCOTT_DER));
+}
+
+#[test]
+fn second_part_must_be_a_pkcs7_signature() {
+    let text = String::from_utf8(scott_detached()).unwrap();
+    let raw = text.replacen("Content-Type: application/x-pkcs7-signature", "Content-Type: text/plain", 1);
+    assert_ne!(raw, text);
+    match verify_as(raw.as_bytes(), SCOTT_DER) {
+        Verdict::PermError(why) => assert!(why.contains("text/plain, not application/pkcs7-signature"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_remembered_chain_still_expires() {
+    let trust = trust();
+    let scott = X509::from_pem(SCOTT_PEM).unwrap();
+    let (not_before, not_after) = (unix(scott.not_before()), unix(scott.not_after()));
+    let raw = scott_detached();
+    let at = |t: i64| verify(&raw, &[SCOTT_DER.to_vec()], &trust, t);
+    assert_pass(at(now()));
+    assert_eq!(trust.chains.lock().unwrap().len(), 1, "the chain is remembered");
+    assert_pass(at(now() + 60));
+    assert_fail(at(not_after + 1), "expired");
+    assert_fail(at(not_before - 1), "not yet valid");
+    assert_pass(at(now()));
+}
+
+#[test]
+fn own_sign_output_passes_here_and_in_openssl_cli() {
+    let raw = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "Grüße").unwrap();
+    let text = String::from_utf8(raw.clone()).unwrap();
+    assert!(text.replace("\r\n", "").find('\n').is_none(), "CRLF line endings only");
+    for header in ["From: ", "To: ", "Subject: ", "Date: ", "Message-ID: <", "MIME-Version: 1.0"] {
+        assert!(text.contains(&format!("\r\n{header}")) || text.starts_with(header), "{header} missing");
+    }
+    let verified = assert_pass(verify_as(&raw, SCOTT_DER));
+    assert_eq!(verified.idap, IDAP.as_bytes());
+    assert_eq!(verified.subject.as_deref(), Some("Grüße"));
+    // A second implementation agrees.
+    let dir = TempDir::new();
+    let mail = dir.file("signed.eml", &raw);
+    let ca = dir.file("ca.pem", CA_PEM);
+    let content = run(
+        "openssl",
+        &[p("smime"), p("-verify"), p("-in"), &mail, p("-CAfile"), &ca, p("-purpose"), p("smimesign")],
+        "openssl smime -verify of sign() output",
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&content).contains("Content-Type: text/xml"));
+}
+
+#[test]
+fn sign_refuses_a_from_that_is_not_the_certificates() {
+    let err = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "john@example.com", "aq@example.com", "x").unwrap_err();
+    assert!(err.contains("not the certificate's e-mail"), "{err}");
+    assert!(sign(IDAP.as_bytes(), SCOTT_PEM, JOHN_KEY, "scott@example.com", "aq@example.com", "x").is_err());
+    assert!(sign(b"", SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "x").is_err());
+    assert!(sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "a\r\nBcc: x", "x").is_err());
+}
+
+#[test]
+fn idap_message_attachment_passes() {
+    let entity = format!(
+        "Content-Type: multipart/mixed; boundary=\"inner\"\r\n\r\n--inner\r\nContent-Type: text/plain\r\n\r\n\
+         The request is attached.\r\n--inner\r\nContent-Type: application/octet-stream\r\n\
+         Content-Transfer-Encoding: base64\r\nContent-Disposition: attachment; filename=\"IDAP_MESSAGE.dat\"\r\n\r\n\
+         {}\r\n--inner--\r\n",
+        base64_lines(IDAP.as_bytes(), 76)
+    );
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], entity.as_bytes(), &[]));
+    let verified = assert_pass(verify_as(&raw, SCOTT_DER));
+    assert_eq!(verified.idap, IDAP.as_bytes());
+}
+
+#[test]
+fn from_is_compared_case_insensitively_and_lower_cased() {
+    let headers = HEADERS.replace("scott@example.com", "Scott@EXAMPLE.com");
+    let raw = mail(&headers, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]));
+    assert_pass(verify_as(&raw, SCOTT_DER));
+}
+
+#[test]
+fn passes_when_the_sender_has_several_directory_certificates() {
+    let verdict = verify(&scott_detached(), &[JOHN_DER.to_vec(), SCOTT_DER.to_vec()], &trust(), now());
+    assert_pass(verdict);
+}
+
+// ---- refused mail --------------------------------------------------------------------------
+
+#[test]
+fn tampered_detached_body_fails() {
+    let raw = String::from_utf8(scott_detached()).unwrap().replace("scott_queue", "scott_queuf");
+    assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "signature does not verify");
+}
+
+#[test]
+fn tampered_opaque_content_fails() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &["-nodetach"]));
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\n\n").unwrap();
+    let mut der = BASE64.decode(body.replace(['\n', '\r'], "")).unwrap();
+    let at = der.windows(11).position(|w| w == b"scott_queue").unwrap();
+    der[at + 10] = b'f';
+    let raw = format!("{head}\n\n{}\n", base64_lines(&der, 64));
+    assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "signature does not verify");
+}
+
+#[test]
+fn unsigned_mail_fails() {
+    let raw = format!("{HEADERS}MIME-Version: 1.0\nContent-Type: text/xml\n\n{IDAP}");
+    assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "not signed");
+    let raw = format!("{HEADERS}\n{IDAP}");
+    assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "not signed");
+}
+
+#[test]
+fn encrypted_only_mail_fails() {
+    let dir = TempDir::new();
+    let input = dir.file("in.eml", &entity());
+    let recipient = dir.file("scott.pem", SCOTT_PEM);
+    let smime = run("openssl", &[p("smime"), p("-encrypt"), p("-in"), &input, &recipient], "encrypt", &[]);
+    assert_fail(verify_as(&mail(HEADERS, &smime), SCOTT_DER), "not signed");
+}
+
+#[test]
+fn signed_by_another_agent_fails() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(JOHN_PEM, JOHN_KEY)], &entity(), &[]));
+    assert_fail(verify_as(&raw, SCOTT_DER), "not scott@example.com's certificate in the directory");
+}
+
+#[test]
+fn from_mismatch_fails() {
+    let headers = HEADERS.replace("scott@example.com", "john@example.com");
+    let raw = mail(&headers, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]));
+    assert_fail(verify_as(&raw, SCOTT_DER), "From address john@example.com is not the signer certificate's");
+}
+
+#[test]
+fn two_from_headers_fail() {
+    let raw = mail("From: john@example.com\n", &scott_detached());
+    assert_fail(verify_as(&raw, SCOTT_DER), "2 From headers");
+    assert!(sender_address(&raw).is_err_and(|e| e.contains("2 From headers")));
+    let obsolete = mail("FROM : john@example.com\n", &scott_detached());
+    assert!(sender_address(&obsolete).is_err());
+}
+
+#[test]
+fn sender_address_rules() {
+    assert_eq!(sender_address(&scott_detached()), Ok("scott@example.com".to_string()));
+    assert!(sender_address(b"From: a@example.com, b@example.com\n\nx").is_err_and(|e| e.contains("2 addresses")));
+    assert!(sender_address(b"To: a@example.com\n\nx").is_err_and(|e| e.contains("no From")));
+    assert!(sender_address(b"From: undisclosed\n\nx").is_err());
+    assert!(sender_address(b"From: group: a@example.com;\n\nx").is_err());
+    // A From line in the body is not a header.
+    assert!(sender_address(b"From: a@example.com\n\nFrom: b@example.com\n").is_ok());
+}
+
+#[test]
+fn expired_certificate_fails() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(EXPIRED_PEM, EXPIRED_KEY)], &entity(), &[]));
+    assert_fail(verify_as(&raw, EXPIRED_DER), "certificate has expired");
+}
+
+#[test]
+fn validity_is_checked_at_the_injected_time() {
+    let raw = scott_detached();
+    // 2021-06-01: before scott's certificate was issued.
+    assert_fail(verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 1_622_505_600), "not yet valid");
+    // A minute after scott's certificate ends (no CRL, whose own validity would speak first).
+    let after = unix(X509::from_pem(SCOTT_PEM).unwrap().not_after()) + 60;
+    let no_crl = TrustStore::from_pem(&[CA_PEM], &[]).unwrap();
+    assert_fail(verify(&raw, &[SCOTT_DER.to_vec()], &no_crl, after), "certificate has expired");
+    assert_pass(verify(&raw, &[SCOTT_DER.to_vec()], &no_crl, now()));
+}
+
+#[test]
+fn revoked_certificate_fails() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(REVOKED_PEM, REVOKED_KEY)], &entity(), &[]));
+    assert_fail(verify_as(&raw, REVOKED_DER), "is revoked");
+}
+
+#[test]
+fn stale_crl_is_a_temporary_error() {
+    let ca = X509::from_pem(CA_PEM).unwrap();
+    let ca_key = PKey::private_key_from_pem(CA_KEY).unwrap();
+    let mut builder = openssl::x509::X509CrlBuilder::new().unwrap();
+    builder.set_issuer_name(ca.subject_name()).unwrap();
+    builder.set_last_update(&Asn1Time::from_unix(now() - 7200).unwrap()).unwrap();
+    builder.set_next_update(&Asn1Time::from_unix(now() - 3600).unwrap()).unwrap();
+    // authorityKeyIdentifier = SEQUENCE { [0] keyIdentifier } with the CA's key id.
+    let key_id = ca.subject_key_id().unwrap().as_slice().to_vec();
+    let mut aki = vec![0x30, u8::try_from(key_id.len() + 2).unwrap(), 0x80, u8::try_from(key_id.len()).unwrap()];
+    aki.extend_from_slice(&key_id);
+    let oid = openssl::asn1::Asn1Object::from_str("2.5.29.35").unwrap();
+    let aki = openssl::asn1::Asn1OctetString::new_from_bytes(&aki).unwrap();
+    builder.append_extension(openssl::x509::X509Extension::new_from_der(&oid, false, &aki).unwrap()).unwrap();
+    let oid = openssl::asn1::Asn1Object::from_str("2.5.29.20").unwrap();
+    let number = openssl::asn1::Asn1OctetString::new_from_bytes(&[0x02, 0x01, 0x01]).unwrap();
+    builder.append_extension(openssl::x509::X509Extension::new_from_der(&oid, false, &number).unwrap()).unwrap();
+    builder.sign(&ca_key, openssl::hash::MessageDigest::sha256()).unwrap();
+    let stale = builder.build().unwrap().to_pem().unwrap();
+    let trust = TrustStore::from_pem(&[CA_PEM], &[&stale]).unwrap();
+    let verdict = verify(&scott_detached(), &[SCOTT_DER.to_vec()], &trust, now());
+    assert!(
+        matches!(&verdict, Verdict::TempError(reason) if reason.contains("revocation status unknown")),
+        "{verdict:?}"
+    );
+}
+
+#[test]
+fn wrong_eku_fails() {
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(WRONG_EKU_PEM, WRONG_EKU_KEY)], &entity(), &[]));
+    assert_fail(verify_as(&raw, WRONG_EKU_DER), "emailProtection");
+}
+
+#[test]
+fn untrusted_ca_fails_even_when_the_mail_carries_that_ca() {
+    let dir = TempDir::new();
+    let other_ca = dir.file("other-ca.pem", OTHER_CA_PEM);
+    let other_ca = other_ca.to_str().unwrap();
+    for extra in [&[][..], &["-certfile", other_ca][..]] {
+        let raw = mail(HEADERS, &openssl_sign("smime", &[(OTHER_SCOTT_PEM, OTHER_SCOTT_KEY)], &entity(), extra));
+        assert_fail(verify_as(&raw, OTHER_SCOTT_DER), "unable to get local issuer certificate");
+    }
+}
+
+#[test]
+fn signed_part_wrapped_in_multipart_mixed_fails() {
+    let signed = openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], &entity(), &[]);
+    let raw = format!(
+        "{HEADERS}MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"outer\"\n\n--outer\n\
+         Content-Type: text/xml\n\n<evil/>\n--outer\n{}\n--outer--\n",
+        String::from_utf8(signed).unwrap().replace("MIME-Version: 1.0\n", "")
+    );
+    assert_fail(verify_as(raw.as_bytes(), SCOTT_DER), "does not cover the whole message");
+}
+
+#[test]
+fn two_signers_fail() {
+    let raw = mail(HEADERS, &openssl_sign("cms", &[(SCOTT_PEM, SCOTT_KEY), (JOHN_PEM, JOHN_KEY)], &entity(), &[]));
+    assert_fail(verify(&raw, &[SCOTT_DER.to_vec(), JOHN_DER.to_vec()], &trust(), now()), "2 signers");
+}
+
+#[test]
+fn directory_without_certificate_fails_and_unreadable_one_is_temporary() {
+    assert_fail(verify(&scott_detached(), &[], &trust(), now()), "no certificate");
+    assert!(matches!(
+        verify(&scott_detached(), &[b"not DER".to_vec()], &trust(), now()),
+        Verdict::TempError(reason) if reason.contains("unreadable")
+    ));
+}
+
+#[test]
+fn no_idap_document_is_a_permanent_error() {
+    let entity = b"Content-Type: text/plain\r\n\r\nhello";
+    let raw = mail(HEADERS, &openssl_sign("smime", &[(SCOTT_PEM, SCOTT_KEY)], entity, &[]));
+    assert!(matches!(verify_as(&raw, SCOTT_DER), Verdict::PermError(reason) if reason.contains("no IDAP")));
+}
+
+#[test]
+fn garbage_signature_is_a_permanent_error() {
+    let raw = format!(
+        "{HEADERS}MIME-Version: 1.0\nContent-Type: application/pkcs7-mime; smime-type=signed-data\n\
+         Content-Transfer-Encoding: base64\n\nAAAA\n"
+    );
+    assert!(matches!(verify_as(raw.as_bytes(), SCOTT_DER), Verdict::PermError(_)));
+}
+
+// ---- trust store and helpers --------------------------------------------------------------
+
+#[test]
+fn trust_store_rules() {
+    assert!(TrustStore::from_pem(&[], &[]).is_err());
+    assert!(TrustStore::from_pem(&[b"junk"], &[]).is_err());
+    // The CRL must come from a trusted CA.
+    assert!(TrustStore::from_pem(&[OTHER_CA_PEM], &[CA_CRL]).is_err_and(|e| e.contains("not signed by a trusted CA")));
+    assert!(TrustStore::from_pem(&[OTHER_CA_PEM, CA_PEM], &[CA_CRL]).is_ok());
+    assert!(TrustStore::from_pem(&[include_bytes!("../../../../certs/ca.der")], &[]).is_ok());
+    assert!(TrustStore::from_pem_files(&[PathBuf::from("/nonexistent/ca.pem")], &[]).is_err());
+    let dir = TempDir::new();
+    let ca = dir.file("ca.pem", CA_PEM);
+    let crl = dir.file("ca.crl", CA_CRL);
+    assert!(TrustStore::from_pem_files(&[ca], &[crl]).is_ok());
+    let _ = OTHER_CA_KEY;
+}
+
+#[test]
+fn trust_store_and_verdict_are_shareable_across_tasks() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<TrustStore>();
+    assert_send_sync::<Verdict>();
+}
+
+#[test]
+fn gateway_tls_certificate_is_for_localhost_server_auth() {
+    let cert = X509::from_pem(GATEWAY_TLS_PEM).unwrap();
+    assert!(cert.extended_key_usage().unwrap().contains(X509ExtendedKeyUsage::SSL_SERVER));
+    let names: Vec<String> = cert
+        .subject_alt_names()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.dnsname().map(str::to_string).or_else(|| n.ipaddress().map(|ip| format!("{ip:?}"))))
+        .collect();
+    assert!(names.contains(&"localhost".to_string()), "{names:?}");
+    assert!(names.contains(&"[127, 0, 0, 1]".to_string()), "{names:?}");
+}
+
+#[test]
+fn rfc5322_dates() {
+    assert_eq!(rfc5322_date(0), "Thu, 1 Jan 1970 00:00:00 +0000");
+    assert_eq!(rfc5322_date(1_798_761_600), "Fri, 1 Jan 2027 00:00:00 +0000");
+    assert_eq!(rfc5322_date(951_827_696), "Tue, 29 Feb 2000 12:34:56 +0000");
+}
+
+#[test]
+fn signer_count_rejects_truncated_der() {
+    assert!(signer_info_count(&[]).is_err());
+    assert!(signer_info_count(&[0x30, 0x80, 0, 0]).is_err());
+    assert!(signer_info_count(&[0x30, 0x05, 0x06]).is_err());
+}
+
+/// A mutation proptest once found: corrupted MIME headers made OpenSSL's S/MIME reader
+/// record an error whose data is not UTF-8, and the openssl crate panicked collecting it.
+/// The MIME layer is now ours (no single-byte mutation of a signed mail reaches that
+/// panic any more), and `verify` still contains one should another path reach it. Every
+/// mutation in the window that used to panic is a rejection.
+#[test]
+fn mutated_signature_headers_are_a_rejection_not_a_panic() {
+    for at in 700..900 {
+        let mut raw =
+            sign_at(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "x", 1_780_000_000)
+                .unwrap();
+        if let Some(b) = raw.get_mut(at) {
+            *b = 128;
+        }
+        raw.truncate(3245);
+        assert!(!matches!(verify(&raw, &[SCOTT_PEM.to_vec()], &trust(), 1_780_000_000), Verdict::Pass(_)));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn verify_never_panics_on_mutated_mail(at in 0usize..4000, byte in proptest::num::u8::ANY, cut in 0usize..4000) {
+        let mut raw = sign(IDAP.as_bytes(), SCOTT_PEM, SCOTT_KEY, "scott@example.com", "aq@example.com", "x").unwrap();
+        if let Some(b) = raw.get_mut(at) { *b = byte; }
+        raw.truncate(cut.max(1));
+        let _ = verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 1_800_000_000);
+        let _ = sender_address(&raw);
+    }
+
+    #[test]
+    fn verify_never_panics_on_garbage(raw in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+        let _ = verify(&raw, &[SCOTT_DER.to_vec()], &trust(), 0);
+    }
+}
