@@ -1,13 +1,42 @@
-//! Administration: applying a topology file (idempotent, prints what changed) and listing
-//! queues with their depth.
+//! Administration, the `aqgate admin …` commands: applying a topology file (idempotent,
+//! prints what changed) here; the tables, one module each: queues and agents
+//! ([`topology`]), the mail spool ([`spool`]), notifications and registrations
+//! ([`notifications`]). Each command writes to the output it is given (standard output in
+//! the binary); a write that fails is an [`OutputError`].
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
 
 use aqgate_core::auth;
 use aqgate_core::engine::topology_from_rows;
 use aqgate_core::error::AqError;
 use aqgate_core::store::Store;
 use aqgate_core::topology::{Catalog, Topology, canon};
+
+/// `writeln!` to a command's output, a failure as [`OutputError`] (with `?`).
+macro_rules! out {
+    ($w:expr, $($arg:tt)*) => {
+        writeln!($w, $($arg)*).map_err($crate::admin::OutputError)?
+    };
+}
+
+pub mod notifications;
+pub mod spool;
+pub mod topology;
+
+pub use topology::{AgentRow, QueueRow, agents, queues};
+
+/// Writing a command's output failed.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the output: {0}")]
+pub struct OutputError(pub std::io::Error);
+
+impl OutputError {
+    /// The reader went away (`aqgate admin … | head`): the end, quietly, as SIGPIPE would be.
+    pub fn reader_gone(&self) -> bool {
+        self.0.kind() == std::io::ErrorKind::BrokenPipe
+    }
+}
 
 /// One line of `admin apply` output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,71 +192,24 @@ async fn refuse_reshaping_queues_with_messages(
     if refused.is_empty() { Ok(()) } else { Err(ApplyError::Invalid(refused)) }
 }
 
-/// One row of `admin queues`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueRow {
-    pub name: String,
-    pub kind: &'static str,
-    pub payload: String,
-    pub depth: i64,
+/// `aqgate admin apply`: applies `wanted` (or only says what would change) and prints the
+/// changes, `+ ~ -` lines.
+pub async fn print_apply(store: &dyn Store, wanted: &Topology, dry_run: bool, w: &mut dyn Write) -> anyhow::Result<()> {
+    let changes = apply(store, wanted, dry_run).await?;
+    if changes.is_empty() {
+        out!(w, "no changes");
+    }
+    for c in changes {
+        out!(w, "{c}");
+    }
+    Ok(())
 }
 
-pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
-    let resolved = aqgate_core::engine::load_resolved(store).await?;
-    let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
-    Ok(resolved
-        .catalog
-        .queues
-        .values()
-        .map(|q| {
-            let id = resolved.ids.get(&q.name).copied();
-            QueueRow {
-                name: q.name.clone(),
-                kind: if q.is_exception_queue {
-                    "exception"
-                } else if q.multi_consumer {
-                    "multi-consumer"
-                } else {
-                    "single-consumer"
-                },
-                payload: format!("{:?}", q.payload),
-                depth: id.and_then(|i| depths.get(&i).copied()).unwrap_or(0),
-            }
-        })
-        .collect())
-}
-
-/// One row of `admin agents`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentRow {
-    pub name: String,
-    pub protocols: String,
-    pub db_users: String,
-    pub gateway: bool,
-    pub certificate_location: Option<String>,
-}
-
-pub async fn agents(store: &dyn Store) -> Result<Vec<AgentRow>, AqError> {
-    let resolved = aqgate_core::engine::load_resolved(store).await?;
-    Ok(resolved
-        .catalog
-        .agents
-        .values()
-        .map(|a| {
-            let mut protocols = Vec::new();
-            if a.http {
-                protocols.push("http");
-            }
-            if a.smtp {
-                protocols.push("smtp");
-            }
-            AgentRow {
-                name: a.name.clone(),
-                protocols: protocols.join(","),
-                db_users: a.db_users.join(","),
-                gateway: a.gateway,
-                certificate_location: a.certificate_location.clone(),
-            }
-        })
-        .collect())
+/// `aqgate admin hash-password`: an argon2 hash of the password on the first line of `input`.
+pub fn print_password_hash(input: &mut dyn BufRead, w: &mut dyn Write) -> anyhow::Result<()> {
+    let mut line = String::new();
+    input.read_line(&mut line)?;
+    let h = auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
+    out!(w, "{h}");
+    Ok(())
 }

@@ -1,0 +1,102 @@
+//! `aqgate admin notifications` (notifications not yet delivered, or parked ones put back
+//! in line) and `aqgate admin registrations` (the registrations, or one's HMAC secret set).
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+
+use aqgate_core::store::Store;
+use aqgate_core::topology::canon;
+
+/// At most this many rows are listed.
+const LIMIT: i64 = 1000;
+
+/// `aqgate admin notifications`: counts, then every pending and parked notification.
+pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result<()> {
+    let names: HashMap<_, _> = store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
+    let (pending, parked) = store.notify_counts().await?;
+    out!(w, "{pending} pending, {parked} parked");
+    out!(
+        w,
+        "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} LAST_ERROR",
+        "NOTIFICATION_ID",
+        "STATE",
+        "ATTEMPTS",
+        "QUEUE",
+        "CONSUMER",
+        "TARGET"
+    );
+    for e in store.notify_pending(LIMIT).await? {
+        out!(
+            w,
+            "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} {}",
+            e.notification_id(),
+            e.state,
+            e.attempts,
+            names.get(&e.queue).map_or("?", String::as_str),
+            if e.consumer.is_empty() { "-" } else { &e.consumer },
+            crate::notify::redact_url(&e.notify_url),
+            e.last_error.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
+}
+
+/// `aqgate admin notifications --retry-parked`: every parked notification due now, its
+/// attempts reset.
+pub async fn retry_parked(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result<()> {
+    let n = store.notify_unpark(aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock)).await?;
+    out!(w, "{n} parked notification(s) put back in line");
+    Ok(())
+}
+
+/// `aqgate admin registrations`: queue, consumer, agent and (redacted) target of each.
+pub async fn print_registrations(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result<()> {
+    let names: HashMap<_, _> = store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
+    out!(w, "{:<28} {:<16} {:<16} NOTIFY_URL", "QUEUE", "CONSUMER", "AGENT");
+    for r in store.all_registrations().await? {
+        out!(
+            w,
+            "{:<28} {:<16} {:<16} {}",
+            names.get(&r.queue).map_or("?", String::as_str),
+            if r.consumer.is_empty() { "-" } else { &r.consumer },
+            r.agent,
+            crate::notify::redact_url(&r.notify_url)
+        );
+    }
+    Ok(())
+}
+
+/// The secret for `--set-secret`: `AQGATE_NOTIFY_SECRET`, else the first line of `input`.
+fn read_secret(input: &mut dyn BufRead) -> std::io::Result<String> {
+    match std::env::var("AQGATE_NOTIFY_SECRET") {
+        Ok(s) => Ok(s),
+        Err(_) => {
+            let mut line = String::new();
+            input.read_line(&mut line)?;
+            Ok(line.trim_end_matches(['\r', '\n']).to_string())
+        }
+    }
+}
+
+/// `aqgate admin registrations --set-secret QUEUE CONSUMER AGENT`: sets the HMAC secret of
+/// that registration (CONSUMER `-` on a single-consumer queue) to the secret of
+/// [`read_secret`] (read once the queue is known); an empty one removes it.
+pub async fn set_secret(
+    store: &dyn Store,
+    [queue, consumer, agent]: [&str; 3],
+    input: &mut dyn BufRead,
+    w: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let ids: HashMap<_, _> = store.queue_ids().await?.into_iter().collect();
+    let queue = canon(queue);
+    let qid = *ids.get(&queue).ok_or_else(|| anyhow::anyhow!("no queue {queue}"))?;
+    let consumer = if consumer == "-" { String::new() } else { canon(consumer) };
+    let secret = read_secret(input)?;
+    let secret = (!secret.is_empty()).then_some(secret.as_str());
+    let agent = canon(agent);
+    if !store.set_registration_secret(qid, &consumer, &agent, secret).await? {
+        anyhow::bail!("no registration of agent {agent} for {queue} consumer {consumer:?}");
+    }
+    out!(w, "secret {} for {queue} {consumer:?} {agent}", if secret.is_some() { "set" } else { "removed" });
+    Ok(())
+}

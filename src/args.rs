@@ -1,0 +1,264 @@
+//! The command line's arguments, by group: those of `serve`, `smtp` and `notify`, and the
+//! groups they share (the database, the directory, the SMTP filter, the notification
+//! dispatcher), with what each group makes of its values. Each has a key in the
+//! configuration file (see `config`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `aqgate serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// Address to listen on.
+    #[arg(long, env = "AQGATE_LISTEN", default_value = "127.0.0.1:8470")]
+    pub listen: SocketAddr,
+    /// Topology file applied at start; the built-in demo topology when absent.
+    #[arg(long, env = "AQGATE_TOPOLOGY")]
+    pub topology: Option<PathBuf>,
+    /// Do not apply any topology at start (keep what the database has).
+    #[arg(long, conflicts_with = "topology")]
+    pub no_topology: bool,
+    /// Idle sessions roll back after this many seconds.
+    #[arg(long, env = "AQGATE_SESSION_TIMEOUT", default_value_t = 300)]
+    pub session_timeout: u64,
+    /// An expired session's cookie is answered "expired" (25254) for this many seconds;
+    /// after that, "unknown session" (24049).
+    #[arg(long, env = "AQGATE_SESSION_TOMBSTONE_TTL", default_value_t = 86_400)]
+    pub session_tombstone_ttl: u64,
+    /// A request performed under an Idempotency-Key is remembered (and replayed to a
+    /// retry) for this many seconds.
+    #[arg(long, env = "AQGATE_IDEMPOTENCY_WINDOW", default_value_t = 86_400)]
+    pub idempotency_window: u64,
+    /// Longest receive wait_time honoured, in seconds.
+    #[arg(long, env = "AQGATE_MAX_WAIT", default_value_t = 60)]
+    pub max_wait: u64,
+    /// Largest request body, in bytes (larger: 413).
+    #[arg(long, env = "AQGATE_MAX_BODY", default_value_t = 4 * 1024 * 1024)]
+    pub max_body: usize,
+    /// New sessions are refused with 503 while the store holds this many.
+    #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
+    pub max_sessions: usize,
+    /// Mark the session cookie Secure (when clients reach the servlet over HTTPS, e.g.
+    /// through a TLS-terminating proxy).
+    #[arg(long, env = "AQGATE_SECURE_COOKIE")]
+    pub secure_cookie: bool,
+    #[command(flatten)]
+    pub directory: DirectoryArgs,
+    #[command(flatten)]
+    pub mail: MailArgs,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+/// `aqgate smtp`.
+#[derive(clap::Args)]
+pub struct SmtpArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// The servlet's IDAP endpoint.
+    #[arg(long, env = "AQGATE_SERVLET_URL", default_value = "http://127.0.0.1:8470/aqserv")]
+    pub servlet_url: String,
+    #[command(flatten)]
+    pub directory: DirectoryArgs,
+    #[command(flatten)]
+    pub mail: MailArgs,
+}
+
+/// `aqgate notify`.
+#[derive(clap::Args)]
+pub struct NotifyCommandArgs {
+    #[command(flatten)]
+    pub db: Db,
+    /// On SQLite (no cross-process signal), look for new notifications this often (ms).
+    #[arg(long, default_value_t = 200)]
+    pub poll_ms: u64,
+    #[command(flatten)]
+    pub directory: DirectoryArgs,
+    #[command(flatten)]
+    pub mail: MailArgs,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct Db {
+    /// `sqlite://FILE` (created if missing) or `postgres://…`.
+    #[arg(long, env = "AQGATE_DATABASE_URL", default_value = "sqlite://aqgate.db")]
+    pub database: String,
+}
+
+/// The SMTP ingestion filter.
+#[derive(clap::Args, Clone)]
+pub struct MailArgs {
+    /// Address of the SMTP filter.
+    #[arg(long, env = "AQGATE_SMTP_LISTEN", default_value = "127.0.0.1:2525")]
+    pub smtp_listen: SocketAddr,
+    /// Run without the SMTP filter.
+    #[arg(long)]
+    pub no_smtp: bool,
+    /// The name the SMTP filter greets with.
+    #[arg(long, env = "AQGATE_SMTP_HOSTNAME", default_value = "localhost")]
+    pub smtp_hostname: String,
+    /// Addresses the filter accepts mail for (repeatable); the first is the From of replies.
+    #[arg(long = "gateway-address", env = "AQGATE_GATEWAY_ADDRESS", default_value = "aq@localhost")]
+    pub gateway_addresses: Vec<String>,
+    /// PEM certificate chain for STARTTLS (with --smtp-tls-key); without it no STARTTLS.
+    #[arg(long, env = "AQGATE_SMTP_TLS_CERT", requires = "smtp_tls_key")]
+    pub smtp_tls_cert: Option<PathBuf>,
+    /// PEM private key for STARTTLS.
+    #[arg(long, env = "AQGATE_SMTP_TLS_KEY", requires = "smtp_tls_cert")]
+    pub smtp_tls_key: Option<PathBuf>,
+    /// Speak LMTP instead of SMTP on --smtp-listen (e.g. for a Postfix lmtp: content filter).
+    #[arg(long, env = "AQGATE_LMTP")]
+    pub lmtp: bool,
+    /// Largest mail accepted, in bytes (larger: 552).
+    #[arg(long, env = "AQGATE_SMTP_MAX_SIZE", default_value_t = 10 * 1024 * 1024)]
+    pub smtp_max_size: usize,
+    /// PEM file of CA certificates that agent certificates must chain to (repeatable).
+    /// Default with the embedded directory: the TEST ONLY CA in certs/ca.pem.
+    #[arg(long = "smime-ca", env = "AQGATE_SMIME_CA")]
+    pub smime_ca: Vec<PathBuf>,
+    /// PEM CRL files checked for revoked certificates (repeatable).
+    #[arg(long = "smime-crl", env = "AQGATE_SMIME_CRL")]
+    pub smime_crl: Vec<PathBuf>,
+    /// Directory where replies are written as .eml files (when no relay is given).
+    #[arg(long, env = "AQGATE_MAIL_OUTBOX", default_value = "aqgate-outbox")]
+    pub mail_outbox: PathBuf,
+    /// Hand mail for other recipients on to this SMTP server (`smtp://HOST:PORT`, e.g.
+    /// Postfix's reinjection smtpd) instead of refusing them: aqgate as a before-queue
+    /// content filter (deploy/postfix/README.md).
+    #[arg(long, env = "AQGATE_SMTP_REINJECT")]
+    pub smtp_reinject: Option<String>,
+    /// Send replies through this SMTP relay instead (e.g. smtp://127.0.0.1:25).
+    #[arg(long, env = "AQGATE_MAIL_RELAY")]
+    pub mail_relay: Option<String>,
+    /// The agent the filter posts to the servlet as (it needs `gateway = true`).
+    #[arg(long, env = "AQGATE_GATEWAY_AGENT", default_value = "aqgateway")]
+    pub gateway_agent: String,
+    /// File holding the gateway agent's password (or AQGATE_GATEWAY_PASSWORD).
+    #[arg(long, env = "AQGATE_GATEWAY_PASSWORD_FILE")]
+    pub gateway_password_file: Option<PathBuf>,
+    /// Hours a finished mail is remembered: a re-sent copy within them gets the original
+    /// response again (not performed twice); after them it is a new request.
+    #[arg(long, env = "AQGATE_DEDUPE_WINDOW_HOURS", default_value_t = 168)]
+    pub dedupe_window_hours: u64,
+}
+
+/// The notification dispatcher (AQXmlNotification to registered http(s):// and mailto: targets).
+#[derive(clap::Args, Clone)]
+pub struct NotifyArgs {
+    /// Run without the dispatcher (notifications wait in the outbox for `aqgate notify`).
+    #[arg(long)]
+    pub no_notify: bool,
+    /// Allowed HTTP targets (repeatable or comma-separated): `public` (globally routable
+    /// addresses), a CIDR block or IP (`10.1.0.0/16`, `127.0.0.1`), a host name or
+    /// `*.suffix`. Private, loopback and link-local addresses need an explicit rule.
+    #[arg(long = "notify-allow", env = "AQGATE_NOTIFY_ALLOW", value_delimiter = ',', default_value = "public")]
+    pub notify_allow: Vec<String>,
+    /// Seconds one HTTP notification may take.
+    #[arg(long, env = "AQGATE_NOTIFY_TIMEOUT", default_value_t = 10)]
+    pub notify_timeout: u64,
+    /// Failed attempts (with exponential backoff from 1 s to 5 min) before a notification
+    /// is parked.
+    #[arg(long, env = "AQGATE_NOTIFY_MAX_ATTEMPTS", default_value_t = 15)]
+    pub notify_max_attempts: i64,
+    /// Notifications in flight at once.
+    #[arg(long, env = "AQGATE_NOTIFY_CONCURRENCY", default_value_t = 64)]
+    pub notify_concurrency: usize,
+    /// From address of mailto: notifications (default: the first --gateway-address).
+    #[arg(long, env = "AQGATE_NOTIFY_FROM")]
+    pub notify_from: Option<String>,
+    /// PEM file of CA certificates trusted for https:// targets besides the public roots
+    /// (repeatable), e.g. an internal CA.
+    #[arg(long = "notify-ca-file", env = "AQGATE_NOTIFY_CA_FILE")]
+    pub notify_ca_files: Vec<PathBuf>,
+}
+
+impl NotifyArgs {
+    pub fn config(
+        &self,
+        mail: &MailArgs,
+        directory: std::sync::Arc<dyn aqgate_directory::Directory>,
+    ) -> anyhow::Result<aqgate::notify::NotifyConfig> {
+        let policy = aqgate::notify::Policy::parse(&self.notify_allow).map_err(|e| anyhow::anyhow!(e))?;
+        let from = match &self.notify_from {
+            Some(f) => f.clone(),
+            None => mail.gateway_addresses.first().cloned().unwrap_or_else(|| "aq@localhost".into()),
+        };
+        let mut extra_roots_pem = Vec::new();
+        for f in &self.notify_ca_files {
+            extra_roots_pem.push(std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?);
+        }
+        Ok(aqgate::notify::NotifyConfig {
+            policy: std::sync::Arc::new(policy),
+            extra_roots_pem,
+            http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
+            concurrency: self.notify_concurrency.max(1),
+            max_attempts: self.notify_max_attempts.max(1),
+            mail: Some((mail_transport(mail), from)),
+            directory: Some(directory),
+            ..Default::default()
+        })
+    }
+}
+
+pub fn mail_transport(a: &MailArgs) -> aqgate_mail::worker::ReplyTransport {
+    match &a.mail_relay {
+        Some(url) => aqgate_mail::worker::ReplyTransport::Relay(url.clone()),
+        None => aqgate_mail::worker::ReplyTransport::Files(a.mail_outbox.clone()),
+    }
+}
+
+/// Where agent aliases, LDAP destinations and certificates are looked up.
+#[derive(clap::Args, Clone)]
+pub struct DirectoryArgs {
+    /// LDAP server: `ldaps://host`, `ldap://host/????!StartTLS`, or plain `ldap://` on
+    /// loopback. Without it, the embedded LDIF directory (`--ldif`, or the built-in demo one).
+    #[arg(long, env = "AQGATE_LDAP_URL")]
+    pub ldap_url: Option<String>,
+    /// Base DN of the searches.
+    #[arg(long, env = "AQGATE_LDAP_BASE_DN", default_value = aqgate_directory::DEFAULT_BASE_DN)]
+    pub ldap_base_dn: String,
+    /// Simple bind DN (anonymous when absent).
+    #[arg(long, env = "AQGATE_LDAP_BIND_DN")]
+    pub ldap_bind_dn: Option<String>,
+    /// File holding the bind password (or set AQGATE_LDAP_PASSWORD); never logged.
+    #[arg(long, env = "AQGATE_LDAP_PASSWORD_FILE")]
+    pub ldap_password_file: Option<PathBuf>,
+    /// PEM file of CA certificates trusted for the LDAP server.
+    #[arg(long, env = "AQGATE_LDAP_CA_FILE")]
+    pub ldap_ca_file: Option<PathBuf>,
+    /// Seconds one directory operation may take before it fails as temporary.
+    #[arg(long, env = "AQGATE_LDAP_TIMEOUT", default_value_t = 5)]
+    pub ldap_timeout: u64,
+    /// LDIF file for the embedded directory (default: the built-in demo directory).
+    #[arg(long, env = "AQGATE_LDIF")]
+    pub ldif: Option<PathBuf>,
+}
+
+impl DirectoryArgs {
+    pub fn config(&self) -> anyhow::Result<aqgate_directory::DirectoryConfig> {
+        let bind_password = match (&self.ldap_password_file, std::env::var("AQGATE_LDAP_PASSWORD").ok()) {
+            (Some(f), _) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string(),
+            ),
+            (None, p) => p,
+        };
+        Ok(aqgate_directory::DirectoryConfig {
+            url: self.ldap_url.clone(),
+            base_dn: self.ldap_base_dn.clone(),
+            bind_dn: self.ldap_bind_dn.clone(),
+            bind_password,
+            ldif_path: self.ldif.clone(),
+            timeout: Duration::from_secs(self.ldap_timeout),
+            ca_file: self.ldap_ca_file.clone(),
+            ..Default::default()
+        })
+    }
+}

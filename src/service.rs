@@ -1,0 +1,190 @@
+//! Running `serve`, `smtp` and `notify`: the directory opened, the arguments made into the
+//! server's configuration, the listeners bound, and a graceful stop on SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::args::{MailArgs, NotifyCommandArgs, ServeArgs, SmtpArgs, mail_transport};
+use aqgate::server::ServeConfig;
+use aqgate_core::engine::EngineConfig;
+use aqgate_proto::idap::Limits;
+
+/// `aqgate serve`: the servlet, the SMTP filter and the notification dispatcher.
+pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        db,
+        listen,
+        topology,
+        no_topology,
+        session_timeout,
+        session_tombstone_ttl,
+        idempotency_window,
+        max_wait,
+        max_body,
+        max_sessions,
+        secure_cookie,
+        directory: directory_args,
+        mail: mail_args,
+        notify: notify_args,
+    } = a;
+    let stop = shutdown_signal();
+    let directory =
+        aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+    let topology = match (topology, no_topology) {
+        (_, true) => None,
+        (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
+        (None, false) => Some(aqgate::DEFAULT_TOPOLOGY.to_string()),
+    };
+    let cfg = ServeConfig {
+        listen,
+        database_url: db.database,
+        topology,
+        engine: EngineConfig {
+            max_wait: Duration::from_secs(max_wait),
+            session_timeout: Duration::from_secs(session_timeout),
+            tombstone_ttl: Duration::from_secs(session_tombstone_ttl),
+            idempotency_window: Duration::from_secs(idempotency_window),
+            directory: Some(directory.clone()),
+            notify_policy: std::sync::Arc::new(
+                aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
+            ),
+            ..EngineConfig::default()
+        },
+        limits: Limits { max_bytes: max_body, ..Limits::default() },
+        tick: Duration::from_secs(1),
+        max_sessions,
+        secure_cookie,
+        notify: if notify_args.no_notify { None } else { Some(notify_args.config(&mail_args, directory.clone())?) },
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let mail = if mail_args.no_smtp {
+        None
+    } else {
+        Some(mail_config(&mail_args, directory_args.ldap_url.is_some(), directory.clone()).await?)
+    };
+    aqgate::server::serve(cfg, listener, mail, stop).await
+}
+
+/// `aqgate smtp`: the SMTP filter and its forwarding worker, posting to a servlet elsewhere.
+pub async fn smtp(a: SmtpArgs) -> anyhow::Result<()> {
+    let SmtpArgs { db, servlet_url, directory: directory_args, mail: mail_args } = a;
+    let stop = shutdown_signal();
+    let directory =
+        aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+    let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
+    aqgate::server::smtp_only(&db.database, servlet_url, mail, stop).await
+}
+
+/// `aqgate notify`: the notification dispatcher alone.
+pub async fn notify(a: NotifyCommandArgs) -> anyhow::Result<()> {
+    let NotifyCommandArgs { db, poll_ms, directory: directory_args, mail: mail_args, notify: notify_args } = a;
+    let stop = shutdown_signal();
+    let directory =
+        aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
+    let cfg = notify_args.config(&mail_args, directory)?;
+    aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), stop).await
+}
+
+/// The TEST ONLY CA and CRL that sign the demo agents' certificates (certs/).
+const DEMO_CA: &[u8] = include_bytes!("../certs/ca.pem");
+const DEMO_CRL: &[u8] = include_bytes!("../certs/ca.crl");
+
+async fn mail_config(
+    a: &MailArgs,
+    real_directory: bool,
+    directory: std::sync::Arc<dyn aqgate_directory::Directory>,
+) -> anyhow::Result<aqgate::server::MailConfig> {
+    use aqgate_mail::smime::TrustStore;
+    let trust = if a.smime_ca.is_empty() {
+        // The demo CA is only a default next to the demo directory: a real directory needs
+        // a real CA, said explicitly.
+        anyhow::ensure!(
+            !real_directory,
+            "--ldap-url needs --smime-ca (the CA agent certificates chain to), or --no-smtp"
+        );
+        tracing::warn!("SMTP filter trusts the TEST ONLY demo CA (certs/ca.pem); use --smime-ca in production");
+        TrustStore::from_pem(&[DEMO_CA], &[DEMO_CRL]).map_err(|e| anyhow::anyhow!("demo CA: {e}"))?
+    } else {
+        TrustStore::from_pem_files(&a.smime_ca, &a.smime_crl).map_err(|e| anyhow::anyhow!("S/MIME trust: {e}"))?
+    };
+    let gateway_password = match (&a.gateway_password_file, std::env::var("AQGATE_GATEWAY_PASSWORD").ok()) {
+        (Some(f), _) => std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?
+            .trim_end_matches(['\r', '\n'])
+            .to_string(),
+        (None, Some(p)) => p,
+        (None, None) => {
+            tracing::warn!("SMTP filter uses the DEMO gateway password; set AQGATE_GATEWAY_PASSWORD");
+            "gateway-demo".to_string()
+        }
+    };
+    let addresses: Vec<String> = a.gateway_addresses.iter().map(|x| x.trim().to_ascii_lowercase()).collect();
+    let reply_from = addresses.first().cloned().ok_or_else(|| anyhow::anyhow!("--gateway-address is empty"))?;
+    let tls = match (&a.smtp_tls_cert, &a.smtp_tls_key) {
+        (Some(c), Some(k)) => {
+            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+            Some(aqgate_mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        (None, None) => None,
+        // Flags and the environment are checked by clap; the configuration file here.
+        _ => anyhow::bail!("STARTTLS needs both --smtp-tls-cert and --smtp-tls-key (smtp.tls_cert, smtp.tls_key)"),
+    };
+    let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
+    Ok(aqgate::server::MailConfig {
+        smtp_listener,
+        smtp: aqgate_mail::smtp::SmtpConfig {
+            hostname: a.smtp_hostname.clone(),
+            gateway_addresses: addresses,
+            reinject: match &a.smtp_reinject {
+                Some(url) => Some(aqgate_mail::reinject::parse_target(url).map_err(|e| anyhow::anyhow!(e))?),
+                None => None,
+            },
+            max_message_size: a.smtp_max_size,
+            idle_timeout: Duration::from_secs(300),
+            starttls: tls.is_some(),
+            max_session: Duration::from_secs(1800),
+            lmtp: a.lmtp,
+        },
+        tls,
+        trust,
+        directory,
+        gateway_agent: a.gateway_agent.clone(),
+        gateway_password,
+        reply_from,
+        transport: mail_transport(a),
+        dedupe_window: Duration::from_secs(a.dedupe_window_hours.saturating_mul(3600)),
+    })
+}
+
+/// Registers the handlers for SIGTERM and SIGINT at once (so a signal that arrives while
+/// the service is still starting — migrations, topology — is not the default "die" but a
+/// graceful stop as soon as it serves) and resolves when one arrives.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let (term, int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok())
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutting down");
+    }
+}

@@ -1,0 +1,49 @@
+//! `aqgate admin …` tables through the real binary: what they print.
+
+mod common;
+
+use std::process::Command;
+
+use common::fresh_sqlite_url;
+
+const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
+const TOPOLOGY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/topology.toml");
+
+fn admin(args: &[&str]) -> String {
+    let out = Command::new(BIN).arg("admin").args(args).env_remove("AQGATE_CONFIG").output().expect("run admin");
+    assert!(out.status.success(), "admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `admin queues` names payload types as the topology file spells them (the schema of an
+/// object type aside), not as the program holds them.
+#[test]
+fn admin_queues_prints_payload_types_as_the_topology_spells_them() {
+    let db = fresh_sqlite_url();
+    admin(&["apply", TOPOLOGY, "--database", &db]);
+    let listing = admin(&["queues", "--database", &db]);
+    let payload_of = |queue: &str| -> String {
+        let line = listing
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(queue))
+            .unwrap_or_else(|| panic!("{queue} not listed in:\n{listing}"));
+        line.split_whitespace().nth(2).unwrap_or_default().to_string()
+    };
+    for (queue, payload) in [
+        ("QS.NEW_ORDERS_QUE", "ORDER_TYP"),
+        ("AQUSER.EMP_TOPIC", "EMP_TYP"),
+        ("AQUSER.RAW_QUE", "RAW"),
+        ("AQUSER.JMS_TEXTQ", "SYS.AQ$_JMS_TEXT_MESSAGE"),
+        ("AQUSER.JMS_MAPQ", "SYS.AQ$_JMS_MAP_MESSAGE"),
+        ("AQUSER.XML_QUE", "SYS.XMLTYPE"),
+        ("QS.AQ$ORDERS_SQTAB_E", "ORDER_TYP"),
+    ] {
+        assert_eq!(payload_of(queue), payload, "{queue} in:\n{listing}");
+    }
+    let header = listing.lines().next().unwrap_or_default();
+    assert_eq!(header.split_whitespace().collect::<Vec<_>>(), ["QUEUE", "KIND", "PAYLOAD", "DEPTH"]);
+    for l in listing.lines().skip(1) {
+        assert!(!l.contains(['(', '"']), "a program's spelling: {l}");
+        assert_eq!(l.split_whitespace().count(), 4, "four columns: {l}");
+    }
+}
