@@ -94,8 +94,84 @@ pub(crate) fn spool_state_after(response: Option<&[u8]>, next_attempt_at: Option
     }
 }
 
+/// How long the first connection to a database may take: opening a store connects once,
+/// at once, so that a database that cannot be reached is reported as such, with what was
+/// tried and why, instead of as a pool that timed out later.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `url` with its password, if any, shown as `***` (in the user part, or a `password=` or
+/// `sslpassword=` parameter): a database URL as it may be printed.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    // The last `@` before the query ends the user part (a raw `/` or `@` in a password
+    // stays inside it).
+    let mut out = format!("{scheme}://");
+    match before_query.rfind('@') {
+        Some(at) => {
+            let (userinfo, host_and_path) = (&before_query[..at], &before_query[at..]);
+            match userinfo.split_once(':') {
+                Some((user, _)) => out.push_str(&format!("{user}:***{host_and_path}")),
+                None => out.push_str(before_query),
+            }
+        }
+        None => out.push_str(before_query),
+    }
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword") => {
+                    format!("{k}=***")
+                }
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// The store's error for a first connection that failed: `cannot connect to URL: why`
+/// (`verb` "open" for a file), the URL without its password.
+pub(crate) fn cannot_connect(verb: &str, url: &str, e: &sqlx::Error) -> StoreError {
+    let why = match e {
+        // "Connection refused (os error 111)" → "connection refused".
+        sqlx::Error::Io(io) => {
+            let text = io.to_string();
+            let text = match text.rfind(" (os error ") {
+                Some(i) if text.ends_with(')') => text[..i].to_string(),
+                _ => text,
+            };
+            let mut chars = text.chars();
+            chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
+        }
+        sqlx::Error::Database(d) => d.message().to_string(),
+        sqlx::Error::Tls(t) => format!("TLS: {t}"),
+        sqlx::Error::Configuration(c) => format!("invalid database URL: {c}"),
+        sqlx::Error::PoolTimedOut => "no connection to be had".to_string(),
+        other => other.to_string(),
+    };
+    StoreError::unavailable(format!("cannot {verb} {}: {why}", redact_url(url)))
+}
+
+/// The first connection took longer than [`CONNECT_TIMEOUT`].
+pub(crate) fn no_answer(url: &str) -> StoreError {
+    StoreError::unavailable(format!(
+        "cannot connect to {}: no answer within {} s",
+        redact_url(url),
+        CONNECT_TIMEOUT.as_secs()
+    ))
+}
+
 /// Opens the store named by `url`: `sqlite://path` (created if missing), `sqlite::memory:`,
-/// or `postgres://…`.
+/// or `postgres://…`. It connects once, at once (within [`CONNECT_TIMEOUT`]): a database
+/// that cannot be reached is an unavailable [`StoreError`] saying
+/// `cannot connect to URL: why` (the URL without its password).
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     open_with(url, &aqgate_core::metrics::Metrics::default()).await
 }
@@ -136,5 +212,27 @@ mod tests {
         assert!(db_error(sqlx::Error::Protocol("eof".into())).is_unavailable());
         assert!(!db_error(sqlx::Error::RowNotFound).is_unavailable());
         assert!(!StoreError::corrupt("x").is_unavailable());
+    }
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        for (url, shown) in [
+            ("postgres://postgres@127.0.0.1:1/x", "postgres://postgres@127.0.0.1:1/x"),
+            ("postgres://aq:hunter2@db:5432/aq", "postgres://aq:***@db:5432/aq"),
+            ("postgres://aq:hun/t@r2@db/aq?sslmode=require", "postgres://aq:***@db/aq?sslmode=require"),
+            ("postgres://db/aq?user=aq&password=hunter2", "postgres://db/aq?user=aq&password=***"),
+            ("sqlite://aqgate.db", "sqlite://aqgate.db"),
+            ("sqlite::memory:", "sqlite::memory:"),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
+    #[test]
+    fn a_failed_first_connection_says_what_was_tried_and_why() {
+        let refused = sqlx::Error::Io(std::io::Error::from_raw_os_error(111));
+        let e = cannot_connect("connect to", "postgres://aq:hunter2@127.0.0.1:1/x", &refused);
+        assert_eq!(e.to_string(), "database: cannot connect to postgres://aq:***@127.0.0.1:1/x: connection refused");
+        assert!(e.is_unavailable());
     }
 }

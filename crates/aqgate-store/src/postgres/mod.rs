@@ -61,7 +61,16 @@ impl PgStore {
         // With sorting priced out, a plan that must still sort costs ~1e10 and PostgreSQL
         // would JIT-compile it (hundreds of milliseconds per query): no JIT for these
         // short OLTP statements.
-        let opts = PgConnectOptions::from_str(url).db()?.options([("enable_sort", "off"), ("jit", "off")]);
+        let opts = PgConnectOptions::from_str(url)
+            .map_err(|e| cannot_connect("connect to", url, &e))?
+            .options([("enable_sort", "off"), ("jit", "off")]);
+        // One connection first, once, at once: a server that cannot be reached is said to
+        // be so, with the reason, rather than waited for until the pool times out.
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::ConnectOptions::connect(&opts))
+            .await
+            .map_err(|_| no_answer(url))?
+            .map_err(|e| cannot_connect("connect to", url, &e))?;
+        let _ = sqlx::Connection::close(first).await;
         let interests = crate::interest::Interests::start(opts.clone());
         let pool = PgPoolOptions::new()
             .max_connections(16)
@@ -70,7 +79,7 @@ impl PgStore {
             .before_acquire(|conn, meta| Box::pin(ping_if_stale(conn, meta)))
             .connect_with(opts)
             .await
-            .db()?;
+            .map_err(|e| cannot_connect("connect to", url, &e))?;
         sqlx::migrate!("migrations/postgres").run(&pool).await.db()?;
         let counters = GroupCounters::register(metrics);
         let inserts = Coalescer::start(pool.clone(), counters.clone());

@@ -28,7 +28,7 @@ impl SqliteStore {
     /// `sqlite::memory:`) and runs the migrations.
     pub async fn open(url: &str) -> Result<Self> {
         let opts = SqliteConnectOptions::from_str(url)
-            .db()?
+            .map_err(|e| cannot_connect("open", url, &e))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -42,7 +42,7 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(opts)
             .await
-            .db()?;
+            .map_err(|e| cannot_connect("open", url, &e))?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await.db()?;
         Ok(Self { pool })
     }
