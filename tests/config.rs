@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{free_port, fresh_sqlite_url};
+use common::{Proc, free_port, fresh_sqlite_url};
 
 const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/aqgate.example.toml");
@@ -49,37 +49,11 @@ impl Drop for ConfigFile {
     }
 }
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `cmd` and waits until `GET /readyz` on `port` answers 200.
-fn start(mut cmd: Command, port: u16) -> Server {
-    let mut s = Server(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn aqgate serve"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while readyz(port) != Some(200) {
-        if let Some(st) = s.0.try_wait().expect("wait") {
-            panic!("aqgate serve exited while starting: {st:?}");
-        }
-        assert!(Instant::now() < deadline, "aqgate serve did not become ready on port {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn start(mut cmd: Command, port: u16) -> Proc {
+    let mut s = Proc::spawn("aqgate serve", &mut cmd);
+    s.wait_ready(port, Duration::from_secs(60));
     s
-}
-
-/// The status of `GET /readyz` on `port`, `None` when nothing answers there.
-fn readyz(port: u16) -> Option<u16> {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    c.write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    c.read_to_string(&mut text).ok()?;
-    text.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn listening(port: u16) -> bool {

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,25 +17,7 @@ use aqgate_proto::idap::{self, Limits, Response};
 use axum::http::{HeaderMap, StatusCode};
 use common::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const RAWQ: &str = "AQUSER.RAW_QUE";
-
-/// A child process killed when the test ends, whatever happens.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn kill9(mut self) {
-        let _ = Command::new("kill").args(["-9", &self.0.id().to_string()]).status();
-        let _ = self.0.wait();
-    }
-}
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("aqgate-notify-{name}-{}", std::process::id()));
@@ -51,20 +33,8 @@ fn serve(db: &str, port: u16, extra: &[&str]) -> Proc {
     args.push(&listen);
     args.extend(["--database", db]);
     args.extend(extra);
-    let p = Proc(
-        Command::new(BIN)
-            .args(&args)
-            .env("AQGATE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn aqgate serve"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "aqgate serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut p = Proc::spawn("aqgate serve", aqgate(&args).env("AQGATE_LOG", "info"));
+    p.wait_port(port);
     p
 }
 
@@ -72,45 +42,6 @@ fn admin(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(BIN).arg("admin").args(args).envs(env.iter().copied()).output().expect("run admin");
     assert!(out.status.success(), "admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-/// One IDAP request as `user` (stateless: each call its own session).
-async fn idap(port: u16, user: &str, password: &str, body: &str) -> Response {
-    let r = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth(user, Some(password))
-        .header("content-type", "text/xml")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(r.status().as_u16(), 200);
-    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
-}
-
-/// A session: the cookie is kept between calls.
-struct Client {
-    port: u16,
-    cookie: Option<String>,
-}
-
-impl Client {
-    async fn post(&mut self, body: &str) -> Response {
-        let mut rb = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{}/aqserv", self.port))
-            .basic_auth("scott", Some("tiger"))
-            .header("content-type", "text/xml")
-            .body(body.to_string());
-        if let Some(c) = &self.cookie {
-            rb = rb.header("cookie", c.clone());
-        }
-        let r = rb.send().await.expect("post");
-        if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
-            self.cookie = sc.split(';').next().map(String::from);
-        }
-        assert_eq!(r.status().as_u16(), 200);
-        idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
-    }
 }
 
 fn register(dest: &str, url: &str) -> String {
@@ -213,11 +144,14 @@ async fn http_notifications_are_delivered_signed_retried_and_transactional() {
     assert!(out.contains("secret set"), "{out}");
 
     // A rolled-back enqueue notifies nobody; the committed one after it is notified.
-    let mut c = Client { port, cookie: None };
-    let rolled = msgid(&c.post(&raw_send(RAWQ, &[("<correlation>ROLLED</correlation>", "0A")], "")).await);
-    assert!(matches!(c.post(&envelope(ROLLBACK)).await, Response::Rollback(_)));
+    let mut c = None;
+    let rolled =
+        msgid(&idap_in(port, SCOTT, &mut c, &raw_send(RAWQ, &[("<correlation>ROLLED</correlation>", "0A")], "")).await);
+    assert!(matches!(idap_in(port, SCOTT, &mut c, &envelope(ROLLBACK)).await, Response::Rollback(_)));
     let sent = Instant::now();
-    let id = msgid(&c.post(&raw_send(RAWQ, &[("<correlation>ORDER1</correlation>", "0B")], COMMIT)).await);
+    let id = msgid(
+        &idap_in(port, SCOTT, &mut c, &raw_send(RAWQ, &[("<correlation>ORDER1</correlation>", "0B")], COMMIT)).await,
+    );
     let ok = rx.wait_for(&id, Duration::from_secs(10)).await;
     let first = sent.elapsed();
     let ok: Vec<Hit> = ok.into_iter().filter(|h| h.path == "ok").collect();
@@ -317,14 +251,7 @@ async fn standalone_dispatcher_on_postgres_is_woken_by_listen_notify() {
     let db = fresh_pg_url().await;
     let port = free_port();
     let _s = serve(&db, port, &["--notify-allow", "127.0.0.1", "--no-notify"]);
-    let _n = Proc(
-        Command::new(BIN)
-            .args(["notify", "--database", &db, "--notify-allow", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn aqgate notify"),
-    );
+    let _n = Proc::spawn("aqgate notify", &mut aqgate(&["notify", "--database", &db, "--notify-allow", "127.0.0.1"]));
     let r = idap(port, "scott", "tiger", &register(RAWQ, &format!("http://127.0.0.1:{rport}/ok"))).await;
     assert!(matches!(r, Response::Register(_)), "{r:?}");
     // Give the dispatcher time to start and to see the registration (it reloads which

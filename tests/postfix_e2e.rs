@@ -13,16 +13,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aqgate_proto::idap::Response;
 use common::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const POSTFIX_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postfix.sh");
-const SLAPD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/slapd.sh");
 
 /// A private Postfix (scripts/postfix.sh), stopped when dropped — also when a test fails.
 struct Postfix {
@@ -107,45 +105,9 @@ fn read_dir_texts(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// slapd loaded with the demo directory (scripts/slapd.sh), stopped when dropped.
-struct Slapd(PathBuf);
-
-impl Slapd {
-    fn start(dir: &Path) -> (Self, String) {
-        let out = Command::new("bash").arg(SLAPD_SH).arg("start").arg(dir).output().expect("slapd.sh");
-        let guard = Slapd(dir.to_path_buf());
-        assert!(out.status.success(), "slapd.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        let url = String::from_utf8_lossy(&out.stdout).lines().last().expect("url").trim().to_string();
-        (guard, url)
-    }
-}
-
-impl Drop for Slapd {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(SLAPD_SH).arg("stop").arg(&self.0).output();
-    }
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str], env: &[(&str, &str)], log: &Path) -> Serve {
-    let log = std::fs::File::create(log).expect("log file");
-    Serve(
-        Command::new(BIN)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn aqgate"),
-    )
+/// `aqgate ARGS` with `env`, its output in `log`; killed when the test ends.
+fn spawn(args: &[&str], env: &[(&str, &str)], log: &Path) -> Proc {
+    Proc::spawn_logged(&format!("aqgate {}", args[0]), aqgate(args).envs(env.iter().copied()), log)
 }
 
 /// A fresh scratch directory.
@@ -207,11 +169,10 @@ fn is_order_4471(r: &Response) -> bool {
 async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     let work = scratch("pfx-b");
     let (hp, sp) = (free_port(), free_port());
-    let (slapd, ldap_url) = Slapd::start(&work.join("slapd"));
+    let slapd = Slapd::start();
     let postfix = Postfix::start(&work.join("postfix"), &["--filter", &format!("127.0.0.1:{sp}")]);
     let db = fresh_pg_url().await;
     let reinject = format!("smtp://127.0.0.1:{}", postfix.reinject_port);
-    let slapd_file = |f: &str| work.join("slapd").join(f).to_str().expect("utf-8 path").to_string();
     let _serve = spawn(
         &[
             "serve",
@@ -230,11 +191,11 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
             "--mail-relay",
             &reinject,
             "--ldap-url",
-            &ldap_url,
+            &slapd.url,
             "--ldap-bind-dn",
-            std::fs::read_to_string(slapd_file("bind_dn")).expect("bind_dn").trim(),
+            &slapd.bind_dn(),
             "--ldap-password-file",
-            &slapd_file("bind_password"),
+            slapd.bind_password_file().to_str().expect("utf-8 path"),
             "--smime-ca",
             &format!("{ROOT}/certs/ca.pem"),
             "--smime-crl",
@@ -423,17 +384,7 @@ async fn mailto_notifications_reach_a_maildir_through_postfix() {
             r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{queue}</destination><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#
         )
     };
-    let as_john = |body: String| async move {
-        let r = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{hp}/aqserv"))
-            .basic_auth("john", Some("welcome"))
-            .header("content-type", "text/xml")
-            .body(body)
-            .send()
-            .await
-            .expect("post");
-        r.text().await.expect("body")
-    };
+    let as_john = |body: String| async move { http_as(hp, ("john", "welcome"), &mut None, &body).await.1 };
     // scott registers the alias ORDERS_DESK (his own mailbox) on the orders queue; john his
     // address on the RAW queue.
     let r = http(hp, &register("QS.NEW_ORDERS_QUE", "mailto:ORDERS_DESK")).await;

@@ -3,31 +3,11 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use aqgate_proto::idap::{self, Limits, Response};
+use aqgate_proto::idap::Response;
 use common::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
-
-struct Serve {
-    child: Child,
-}
-
-/// `GET path` on the servlet with a bare HTTP/1.0 request: (status, body), or `None` when
-/// nothing answers yet.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
-    let mut text = String::new();
-    c.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((status, body))
-}
 
 /// The value of an unlabelled gauge or counter in `/metrics`.
 fn metric(port: u16, name: &str) -> i64 {
@@ -39,81 +19,18 @@ fn metric(port: u16, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
 
-impl Serve {
-    fn spawn(db: &str, port: u16) -> Self {
-        Self::spawn_with(db, port, &[])
-    }
-
-    fn spawn_with(db: &str, port: u16, extra: &[&str]) -> Self {
-        let child = Command::new(BIN)
-            .args(["serve", "--no-smtp", "--listen", &format!("127.0.0.1:{port}"), "--database", db])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn aqgate serve");
-        Self { child }
-    }
-
-    /// Starts `serve` and waits until `/readyz` answers 200: the store is open, the
-    /// topology applied and the servlet serving (the port alone is bound earlier).
-    fn start(db: &str, port: u16) -> Self {
-        Self::start_with(db, port, &[])
-    }
-
-    fn start_with(db: &str, port: u16, extra: &[&str]) -> Self {
-        let mut s = Self::spawn_with(db, port, extra);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(port, "/readyz").map(|(st, _)| st) != Some(200) {
-            if let Some(st) = s.child.try_wait().expect("wait") {
-                panic!("aqgate serve exited while starting: {st:?}");
-            }
-            assert!(Instant::now() < deadline, "aqgate serve did not become ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    /// Waits for the process to exit by itself.
-    fn exit_status(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "did not exit within {within:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill9(mut self) {
-        let _ = Command::new("kill").args(["-9", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
+/// `aqgate serve --no-smtp` on 127.0.0.1:`port` with `db` and `extra` flags, not waited for.
+fn spawn_serve(db: &str, port: u16, extra: &[&str]) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    Proc::spawn("aqgate serve", aqgate(&["serve", "--no-smtp", "--listen", &listen, "--database", db]).args(extra))
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn post(port: u16, cookie: &mut Option<String>, body: &str) -> Response {
-    let mut rb = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth("scott", Some("tiger"))
-        .header("content-type", "text/xml")
-        .body(body.to_string());
-    if let Some(c) = cookie.as_ref() {
-        rb = rb.header("cookie", c.clone());
-    }
-    let r = rb.send().await.expect("post");
-    if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
-        *cookie = sc.split(';').next().map(String::from);
-    }
-    assert_eq!(r.status().as_u16(), 200);
-    idap::parse_response(r.text().await.expect("body").as_bytes(), &Limits::default()).expect("parse").body
+/// Starts `serve` and waits until `/readyz` answers 200: the store is open, the topology
+/// applied and the servlet serving (the port alone is bound earlier).
+fn serve(db: &str, port: u16, extra: &[&str]) -> Proc {
+    let mut s = spawn_serve(db, port, extra);
+    s.wait_ready(port, Duration::from_secs(60));
+    s
 }
 
 fn admin(args: &[&str]) -> String {
@@ -137,34 +54,34 @@ fn depth_of(listing: &str, queue: &str) -> i64 {
 async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let s = Serve::start(&db, port);
+    let s = serve(&db, port, &[]);
     let mut cookie = None;
-    assert!(matches!(post(port, &mut cookie, &example("01")).await, Response::Send(..)));
-    assert!(matches!(post(port, &mut cookie, &example("10")).await, Response::Commit(_)));
+    assert!(matches!(idap_in(port, SCOTT, &mut cookie, &example("01")).await, Response::Send(..)));
+    assert!(matches!(idap_in(port, SCOTT, &mut cookie, &example("10")).await, Response::Commit(_)));
     // An open transaction: one more send and a pending remove of the committed order.
-    assert!(matches!(post(port, &mut cookie, &example("01")).await, Response::Send(..)));
-    let r = post(port, &mut cookie, &example("05")).await;
+    assert!(matches!(idap_in(port, SCOTT, &mut cookie, &example("01")).await, Response::Send(..)));
+    let r = idap_in(port, SCOTT, &mut cookie, &example("05")).await;
     assert!(matches!(r, Response::Receive(..)), "{r:?}");
     s.kill9();
 
     let listing = admin(&["queues", "--database", &db]);
     assert_eq!(depth_of(&listing, "QS.NEW_ORDERS_QUE"), 1, "committed order survives; the open send is not counted");
 
-    let s = Serve::start(&db, port);
+    let s = serve(&db, port, &[]);
     let mut cookie2 = None;
-    let r = post(port, &mut cookie2, &example("07")).await;
+    let r = idap_in(port, SCOTT, &mut cookie2, &example("07")).await;
     assert!(
         matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE),
         "the committed order is still locked by the open remove, the open send invisible: {r:?}"
     );
-    let r = post(port, &mut cookie, &example("10")).await;
+    let r = idap_in(port, SCOTT, &mut cookie, &example("10")).await;
     assert!(matches!(r, Response::Commit(_)), "the old session commits after the restart: {r:?}");
-    let r = post(port, &mut cookie2, &example("07")).await;
+    let r = idap_in(port, SCOTT, &mut cookie2, &example("07")).await;
     assert!(
         matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("HLB-4471")),
         "the open send was published by that commit: {r:?}"
     );
-    let r = post(port, &mut cookie2, &example("07")).await;
+    let r = idap_in(port, SCOTT, &mut cookie2, &example("07")).await;
     assert!(
         matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE),
         "the first order was removed by that commit: {r:?}"
@@ -178,7 +95,7 @@ async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
 fn a_second_server_on_one_sqlite_file_is_refused() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let _first = Serve::start(&db, port);
+    let _first = serve(&db, port, &[]);
     let path = db.trim_start_matches("sqlite://").to_string();
     let link = format!("{path}-link.db");
     std::os::unix::fs::symlink(&path, &link).expect("symlink");
@@ -252,30 +169,25 @@ fn admin_output_into_a_closed_pipe_is_not_a_panic() {
     }
 }
 
-fn signal(s: &Serve, sig: &str) {
-    let ok = Command::new("kill").args([sig, &s.child.id().to_string()]).status().expect("kill").success();
-    assert!(ok, "kill {sig}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_topology_applied_by_another_process() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let s = Serve::start(&db, port);
+    let s = serve(&db, port, &[]);
     let send = raw_send("AQUSER.LATE_QUE", &[("", "0A")], COMMIT);
     let mut cookie = None;
     assert!(
-        matches!(post(port, &mut cookie, &send).await, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_SUCH_QUEUE)
+        matches!(idap_in(port, SCOTT, &mut cookie, &send).await, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_SUCH_QUEUE)
     );
     let file = std::env::temp_dir().join(format!("aqgate-topo-{}.toml", std::process::id()));
     let extra = "\n[[queues]]\nname = \"AQUSER.LATE_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
     std::fs::write(&file, format!("{}{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
     let out = admin(&["apply", file.to_str().expect("utf-8 path"), "--database", &db]);
     assert!(out.contains("+ queue AQUSER.LATE_QUE"), "{out}");
-    signal(&s, "-HUP");
+    s.signal("-HUP");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match post(port, &mut cookie, &send).await {
+        match idap_in(port, SCOTT, &mut cookie, &send).await {
             Response::Send(..) => break,
             other => assert!(Instant::now() < deadline, "not reloaded: {other:?}"),
         }
@@ -289,8 +201,8 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     let db = fresh_sqlite_url();
     let port = free_port();
     // One worker thread: the long poll must not keep the other requests from being served.
-    let mut s = Serve::start_with(&db, port, &["--worker-threads", "1"]);
-    let workers = std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
+    let mut s = serve(&db, port, &["--worker-threads", "1"]);
+    let workers = std::fs::read_dir(format!("/proc/{}/task", s.id()))
         .expect("the process's threads")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .filter(|name| name.trim() == "tokio-rt-worker")
@@ -299,7 +211,7 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     assert_eq!(metric(port, "aqgate_idap_requests_in_flight"), 0);
     let waiting = tokio::spawn(async move {
         let mut cookie = None;
-        post(port, &mut cookie, &receive("AQUSER.RAW_QUE", "<wait_time>3</wait_time>", COMMIT)).await
+        idap_in(port, SCOTT, &mut cookie, &receive("AQUSER.RAW_QUE", "<wait_time>3</wait_time>", COMMIT)).await
     });
     // Signal only once the long poll is inside the servlet (not merely connecting).
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -308,10 +220,10 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
         assert!(Instant::now() < deadline, "the long poll never arrived");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    signal(&s, "-TERM");
+    s.signal("-TERM");
     let r = waiting.await.expect("in-flight request answered");
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
-    let status = s.exit_status(Duration::from_secs(10));
+    let status = s.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
 }
 
@@ -321,15 +233,15 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
 fn sigterm_while_starting_is_a_clean_exit() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let mut s = Serve::spawn(&db, port);
+    let mut s = spawn_serve(&db, port, &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(s.child.try_wait().expect("wait").is_none(), "exited before binding");
+        assert!(s.exited().is_none(), "exited before binding");
         assert!(Instant::now() < deadline, "aqgate serve did not bind");
         std::thread::sleep(Duration::from_millis(5));
     }
-    signal(&s, "-TERM");
-    let status = s.exit_status(Duration::from_secs(30));
+    s.signal("-TERM");
+    let status = s.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
 
@@ -356,7 +268,7 @@ fn result_field(text: &str, name: &str) -> u64 {
 fn the_load_generator_sends_and_receives_through_the_servlet() {
     let db = fresh_sqlite_url();
     let port = free_port();
-    let _s = Serve::start(&db, port);
+    let _s = serve(&db, port, &[]);
     let url = format!("http://127.0.0.1:{port}/aqserv");
     let bench = |scenario: &str| -> (u64, u64) {
         let text = run_bench(&[
@@ -415,7 +327,7 @@ fn the_load_generator_measures_the_codec_alone() {
 async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
     let db = fresh_pg_url().await;
     let port = free_port();
-    let _s = Serve::start(&db, port);
+    let _s = serve(&db, port, &[]);
     let url = format!("http://127.0.0.1:{port}/aqserv");
     let text = run_bench(&["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"]);
     let sends = i64::try_from(result_field(&text, "requests")).expect("count");
@@ -436,18 +348,22 @@ async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
 async fn two_nodes_on_one_postgres_serve_any_session() {
     let db = fresh_pg_url().await;
     let (pa, pb) = (free_port(), free_port());
-    let a = Serve::start_with(&db, pa, &["--session-timeout", "2"]);
-    let b = Serve::start_with(&db, pb, &["--session-timeout", "2", "--no-topology"]);
+    let a = serve(&db, pa, &["--session-timeout", "2"]);
+    let b = serve(&db, pb, &["--session-timeout", "2", "--no-topology"]);
     let mut cookie = None;
-    assert!(matches!(post(pa, &mut cookie, &example("01")).await, Response::Send(..)));
+    assert!(matches!(idap_in(pa, SCOTT, &mut cookie, &example("01")).await, Response::Send(..)));
     assert!(cookie.is_some(), "open work gets a session");
     // A long poll on node a, woken by node b's commit of the session opened on a.
     let waiter = tokio::spawn(async move {
         let mut c = None;
-        post(pa, &mut c, &example("07").replace("<wait_time>0</wait_time>", "<wait_time>20</wait_time>")).await
+        idap_in(pa, SCOTT, &mut c, &example("07").replace("<wait_time>0</wait_time>", "<wait_time>20</wait_time>"))
+            .await
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(matches!(post(pb, &mut cookie, &example("10")).await, Response::Commit(_)), "committed through b");
+    assert!(
+        matches!(idap_in(pb, SCOTT, &mut cookie, &example("10")).await, Response::Commit(_)),
+        "committed through b"
+    );
     let r = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
     assert!(
         matches!(&r, Response::Receive(_, Some(x)) if x.messages[0].header.correlation.as_deref() == Some("HLB-4471")),
@@ -456,23 +372,23 @@ async fn two_nodes_on_one_postgres_serve_any_session() {
     // A session each node wrote in turn: a's copy is stale when it commits, so the commit
     // runs again from the row and publishes both sends.
     let mut c2 = None;
-    assert!(matches!(post(pa, &mut c2, &example("01")).await, Response::Send(..)));
-    assert!(matches!(post(pb, &mut c2, &example("01")).await, Response::Send(..)));
-    assert!(matches!(post(pa, &mut c2, &example("10")).await, Response::Commit(_)));
+    assert!(matches!(idap_in(pa, SCOTT, &mut c2, &example("01")).await, Response::Send(..)));
+    assert!(matches!(idap_in(pb, SCOTT, &mut c2, &example("01")).await, Response::Send(..)));
+    assert!(matches!(idap_in(pa, SCOTT, &mut c2, &example("10")).await, Response::Commit(_)));
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 2, "both sends");
     for _ in 0..2 {
         let mut c = None;
-        assert!(matches!(post(pb, &mut c, &example("07")).await, Response::Receive(..)));
+        assert!(matches!(idap_in(pb, SCOTT, &mut c, &example("07")).await, Response::Receive(..)));
     }
     // Open work through b, left idle: rolled back once, and either node says so.
-    assert!(matches!(post(pb, &mut cookie, &example("01")).await, Response::Send(..)));
+    assert!(matches!(idap_in(pb, SCOTT, &mut cookie, &example("01")).await, Response::Send(..)));
     let stale = cookie.clone();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut c = stale.clone();
-    let r = post(pa, &mut c, &example("10")).await;
+    let r = idap_in(pa, SCOTT, &mut c, &example("10")).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::SESSION_EXPIRED), "{r:?}");
     let mut c = stale;
-    let r = post(pb, &mut c, &example("10")).await;
+    let r = idap_in(pb, SCOTT, &mut c, &example("10")).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::SESSION_EXPIRED), "{r:?}");
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 0, "rolled back");
     drop((a, b));

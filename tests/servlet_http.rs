@@ -92,8 +92,7 @@ impl<'a> Client<'a> {
     }
 
     async fn post_bytes(&mut self, body: Vec<u8>, extra: &[(&str, &str)]) -> Reply {
-        let mut rb = self.server.http.post(self.server.url()).header("content-type", "text/xml").body(body);
-        rb = rb.basic_auth(self.user, Some(self.password));
+        let mut rb = idap_request(&self.server.http, &self.server.url(), (self.user, self.password), body);
         if let Some(c) = &self.cookie {
             rb = rb.header("cookie", c.clone());
         }
@@ -587,13 +586,7 @@ async fn an_idempotency_key_performs_a_request_at_most_once() {
     for b in [Backend::Sqlite, Backend::Postgres] {
         let s = Server::start(b).await;
         let post = |user: &'static str, password: &'static str, key: &'static str, body: String| {
-            s.http
-                .post(s.url())
-                .basic_auth(user, Some(password))
-                .header("content-type", "text/xml")
-                .header("Idempotency-Key", key)
-                .body(body)
-                .send()
+            idap_request(&s.http, &s.url(), (user, password), body).header("Idempotency-Key", key).send()
         };
         let send = raw_send("AQUSER.RAW_QUE", &[("", "01")], COMMIT);
         let r1 = post("scott", "tiger", "\"order-1\"", send.clone()).await.expect("http");

@@ -7,23 +7,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aqgate_proto::idap::Response;
 use common::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn sign(dir: &Path, name: &str, idap: &str, agent: &str, from: &str) -> PathBuf {
     let req = dir.join(format!("{name}.xml"));
@@ -231,8 +221,9 @@ fn scratch(name: &str) -> (PathBuf, PathBuf) {
     (work, out)
 }
 
-fn spawn(args: &[&str]) -> Serve {
-    Serve(Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn aqgate"))
+/// `aqgate ARGS`, killed when the test ends.
+fn spawn(args: &[&str]) -> Proc {
+    Proc::spawn(&format!("aqgate {}", args[0]), &mut aqgate(args))
 }
 
 /// kill -9 after the 250 and before forwarding: after restart the request is performed
@@ -259,15 +250,14 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
         &out,
     ];
 
-    let mut smtp = spawn(&smtp_args);
+    let smtp = spawn(&smtp_args);
     wait_port(sp);
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let good = sign(&work, "good", &send, "scott", "scott@example.com");
     let (ok, transcript) = swaks(sp, "scott@example.com", &good);
     assert!(ok && transcript.contains("250 2.0.0 verified"), "{transcript}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = Command::new("kill").args(["-9", &smtp.0.id().to_string()]).status();
-    let _ = smtp.0.wait();
+    smtp.kill9();
     assert!(outbox(&out_dir).is_empty(), "nothing could have been answered yet");
     let spool = |db: &str| {
         let out = Command::new(BIN).args(["admin", "spool", "--database", db]).output().expect("admin spool");

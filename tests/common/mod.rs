@@ -1,7 +1,18 @@
 //! Shared test scaffolding: a fresh database per test (a SQLite file, or a new PostgreSQL
 //! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
-//! an engine with a manual clock.
-#![allow(dead_code)]
+//! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`])
+//! and IDAP over HTTP ([`idap_http`]).
+#![allow(dead_code, unused_imports)]
+
+// `idap` is the protocol crate's module here.
+#[path = "idap.rs"]
+mod idap_http;
+mod procs;
+mod slapd;
+
+pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
+pub use procs::{BIN, Proc, aqgate, http_get};
+pub use slapd::Slapd;
 
 use std::sync::Arc;
 
@@ -211,34 +222,4 @@ pub fn wait_port(port: u16) {
         assert!(std::time::Instant::now() < deadline, "port {port} never opened");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-}
-
-/// One IDAP request to the servlet on `port` as scott (no session kept).
-pub async fn http(port: u16, body: &str) -> Response {
-    let (_, text) = http_as(port, ("scott", "tiger"), &mut None, body).await;
-    idap::parse_response(text.as_bytes(), &Limits::default()).expect("parse").body
-}
-
-/// One IDAP request to the servlet on `port` as `(agent, password)`, in the session whose
-/// cookie `cookie` holds (if any; a cookie the server sets replaces it): status and body.
-pub async fn http_as(
-    port: u16,
-    (agent, password): (&str, &str),
-    cookie: &mut Option<String>,
-    body: &str,
-) -> (u16, String) {
-    let mut rb = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/aqserv"))
-        .basic_auth(agent, Some(password))
-        .header("content-type", "text/xml")
-        .body(body.to_string());
-    if let Some(c) = cookie.as_ref() {
-        rb = rb.header("cookie", c.clone());
-    }
-    let r = rb.send().await.expect("post");
-    if let Some(sc) = r.headers().get("set-cookie").and_then(|v| v.to_str().ok()) {
-        *cookie = sc.split(';').next().map(String::from);
-    }
-    let status = r.status().as_u16();
-    (status, r.text().await.expect("body"))
 }

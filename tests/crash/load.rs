@@ -28,6 +28,7 @@ use aqgate_proto::idap::{self, Limits, Response};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::common::{SCOTT, aqserv, idap_request, set_cookie};
 use super::procs::Clock;
 
 pub const QUEUE: &str = "AQUSER.RAW_QUE";
@@ -95,16 +96,11 @@ impl Client {
             .pool_max_idle_per_host(2)
             .build()
             .expect("http client");
-        Self { http, url: format!("http://127.0.0.1:{port}/aqserv") }
+        Self { http, url: aqserv(port) }
     }
 
     pub async fn post(&self, body: &str, cookie: Option<&str>, key: Option<&str>) -> Answer {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .basic_auth("scott", Some("tiger"))
-            .header("content-type", "text/xml")
-            .body(body.to_string());
+        let mut rb = idap_request(&self.http, &self.url, SCOTT, body.to_string());
         if let Some(c) = cookie {
             rb = rb.header("cookie", c);
         }
@@ -117,13 +113,7 @@ impl Client {
             Err(e) => return Answer::Lost(format!("send: {e}")),
         };
         let status = r.status().as_u16();
-        let set_cookie = r
-            .headers()
-            .get("set-cookie")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .filter(|c| c.starts_with("AQSESSIONID="))
-            .map(String::from);
+        let set_cookie = set_cookie(&r).filter(|c| c.starts_with("AQSESSIONID="));
         let bytes = match r.bytes().await {
             Ok(b) => b,
             Err(e) => return Answer::Lost(format!("body: {e}")),

@@ -2,9 +2,9 @@
 //! restarted on the same database and ports, the killer that does it at random moments,
 //! and HAProxy in front of several nodes.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_aqgate");
+use super::common::{BIN, Proc};
+
 pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Seconds an idle session lives. Short, so that the sessions of clients that never learnt
@@ -28,24 +29,13 @@ pub fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-/// `GET path` with a bare HTTP/1.0 request: the status, or `None` when nothing answers.
-pub fn http_status(port: u16, path: &str) -> Option<u16> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
-    let mut text = String::new();
-    c.read_to_string(&mut text).ok()?;
-    text.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// One `aqgate serve` process slot: the same arguments (database, ports) at every start.
 pub struct Node {
     pub name: String,
     pub port: u16,
     args: Vec<String>,
     log: PathBuf,
-    child: Option<Child>,
+    proc: Option<Proc>,
     pub starts: u64,
 }
 
@@ -59,39 +49,23 @@ impl Node {
             .collect();
         args.extend(["--session-timeout".to_string(), SESSION_TIMEOUT_SECS.to_string()]);
         args.extend(extra.iter().cloned());
-        Self { name: name.into(), port, args, log: dir.join(format!("{name}.log")), child: None, starts: 0 }
+        Self { name: name.into(), port, args, log: dir.join(format!("{name}.log")), proc: None, starts: 0 }
     }
 
     pub fn spawn(&mut self) {
-        assert!(self.child.is_none(), "{} is running already", self.name);
+        assert!(self.proc.is_none(), "{} is running already", self.name);
         let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open node log");
         self.starts += 1;
         let _ = writeln!(log, "==== crash test: start {} of {}", self.starts, self.name);
-        let err = log.try_clone().expect("clone log handle");
-        let child = Command::new(BIN)
-            .args(&self.args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn aqgate serve");
-        self.child = Some(child);
+        let mut cmd = Command::new(BIN);
+        cmd.args(&self.args).env("RUST_LOG", "info").env("NO_COLOR", "1");
+        self.proc = Some(Proc::spawn_logged(&self.name, &mut cmd, &self.log));
     }
 
     /// Waits until `/readyz` answers 200. Panics if the process exits or `within` passes.
     pub fn wait_ready(&mut self, within: Duration) {
-        let deadline = Instant::now() + within;
-        while http_status(self.port, "/readyz") != Some(200) {
-            if let Some(c) = self.child.as_mut()
-                && let Some(st) = c.try_wait().expect("try_wait")
-            {
-                panic!("{} exited while starting ({st}); see {}", self.name, self.log.display());
-            }
-            assert!(Instant::now() < deadline, "{} not ready within {within:?}; see {}", self.name, self.log.display());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let proc = self.proc.as_mut().unwrap_or_else(|| panic!("{} is not running", self.name));
+        proc.wait_ready(self.port, within);
     }
 
     pub fn start(&mut self) {
@@ -99,11 +73,10 @@ impl Node {
         self.wait_ready(Duration::from_secs(60));
     }
 
-    /// SIGKILL (std's `Child::kill` on Unix) and reap.
+    /// SIGKILL and reap.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(p) = self.proc.take() {
+            p.kill9();
         }
     }
 
@@ -240,7 +213,7 @@ pub struct Haproxy {
     cfg: PathBuf,
     dir: PathBuf,
     env: Vec<(String, String)>,
-    child: Option<Child>,
+    proc: Option<Proc>,
     pub port: u16,
 }
 
@@ -266,41 +239,17 @@ impl Haproxy {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        Self { cfg, dir: dir.to_path_buf(), env, child: None, port }
+        Self { cfg, dir: dir.to_path_buf(), env, proc: None, port }
     }
 
     /// Starts HAProxy (the nodes are up) and waits until a node answers `/readyz` through it.
     pub fn start_after_nodes(mut self) -> Self {
-        let log = std::fs::File::create(self.dir.join("haproxy.log")).expect("haproxy log");
-        let err = log.try_clone().expect("clone log handle");
-        let child = Command::new("haproxy")
-            .args(["-db", "-f"])
-            .arg(&self.cfg)
-            .envs(self.env.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn haproxy");
-        let child = self.child.insert(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while http_status(self.port, "/readyz") != Some(200) {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                panic!("haproxy exited: {st}; see {}", self.dir.join("haproxy.log").display());
-            }
-            assert!(Instant::now() < deadline, "nothing ready behind haproxy");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut cmd = Command::new("haproxy");
+        cmd.args(["-db", "-f"]).arg(&self.cfg).envs(self.env.iter().cloned());
+        let proc = self.proc.insert(Proc::spawn_logged("haproxy", &mut cmd, &self.dir.join("haproxy.log")));
+        // Ready when a node answers through it.
+        proc.wait_ready(self.port, Duration::from_secs(30));
         self
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
