@@ -9,3 +9,4 @@ pub mod names;
 pub mod payload;
 pub mod selector;
 pub mod value;
+mod xml;
