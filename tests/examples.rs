@@ -23,7 +23,6 @@ use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_proto::idap::Limits;
 use common::*;
 
-const SCOTT: (&str, &str) = ("scott", "tiger");
 const JOHN: (&str, &str) = ("john", "welcome");
 
 /// The requests in the order of examples/README.md, with the agent posting each; each
