@@ -269,7 +269,7 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
     let db = fresh_sqlite_url();
     let port = free_port();
     let _s = serve(&db, port, &[]);
-    let url = format!("http://127.0.0.1:{port}/aqserv");
+    let url = aqserv(port);
     let bench = |scenario: &str| -> (u64, u64) {
         let text = run_bench(&[
             "--url",
@@ -328,7 +328,7 @@ async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
     let db = fresh_pg_url().await;
     let port = free_port();
     let _s = serve(&db, port, &[]);
-    let url = format!("http://127.0.0.1:{port}/aqserv");
+    let url = aqserv(port);
     let text = run_bench(&["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"]);
     let sends = i64::try_from(result_field(&text, "requests")).expect("count");
     assert_eq!(result_field(&text, "faults"), 0, "{text}");

@@ -236,7 +236,7 @@ async fn accepted_mail_survives_kill_dash_nine_and_is_performed_exactly_once() {
     let st = Command::new(BIN).args(["admin", "apply", &topo, "--database", &db]).output().expect("admin apply");
     assert!(st.status.success());
     let (hp, sp) = (free_port(), free_port());
-    let servlet_url = format!("http://127.0.0.1:{hp}/aqserv");
+    let servlet_url = aqserv(hp);
     let out = out_dir.to_str().expect("utf-8 path").to_string();
     let smtp_args = [
         "smtp",
