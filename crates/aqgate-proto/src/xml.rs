@@ -1,8 +1,6 @@
 //! XML character rules and escaping, shared by the IDAP codec ([`crate::idap`]) and the
-//! payloads' stored form ([`crate::payload`]): which characters XML 1.0 allows, how text
-//! and attribute values are escaped, and an element tree written verbatim.
-
-use crate::idap::model::{XmlChild, XmlNode};
+//! payloads' stored form ([`crate::payload`]): which characters XML 1.0 allows, which
+//! names can be written, and how text and attribute values are escaped.
 
 /// XML 1.0's `Char`: what a document may contain, written or by character reference.
 pub(crate) fn is_xml_char(c: char) -> bool {
@@ -31,34 +29,6 @@ pub(crate) fn is_xml_name(n: &str) -> bool {
     let mut chars = n.chars();
     matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_' || c == ':')
         && chars.all(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '-' | '.' | '\u{B7}'))
-}
-
-/// Appends `node` as XML, verbatim: names and attributes as given, text escaped, no added
-/// whitespace. An element without children is written as `<name/>`.
-pub fn write_node(out: &mut String, node: &XmlNode) {
-    out.push('<');
-    out.push_str(&node.name);
-    for (name, value) in &node.attrs {
-        out.push(' ');
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_attr(out, value);
-        out.push('"');
-    }
-    if node.children.is_empty() {
-        out.push_str("/>");
-        return;
-    }
-    out.push('>');
-    for child in &node.children {
-        match child {
-            XmlChild::Element(e) => write_node(out, e),
-            XmlChild::Text(t) => escape_text(out, t),
-        }
-    }
-    out.push_str("</");
-    out.push_str(&node.name);
-    out.push('>');
 }
 
 /// Escapes character data. `>` is escaped so that `]]>` cannot occur; `\r` as a character

@@ -1,5 +1,5 @@
-//! The stored form: canonical XML text written by a checking serializer over the shared
-//! escaping ([`crate::xml`]) and read back with quick-xml (DOCTYPE refused).
+//! The stored form: canonical XML text, checked against the XML rules ([`crate::xml`]) and
+//! written as the IDAP writer writes payloads; read back with quick-xml (DOCTYPE refused).
 
 use std::collections::BTreeSet;
 
@@ -8,6 +8,7 @@ use quick_xml::reader::Reader;
 
 use super::*;
 use crate::idap::model::{XmlChild, XmlNode};
+use crate::idap::write_node;
 use crate::xml;
 
 /// Merges adjacent text children and drops empty ones (what a parser would give back).
@@ -67,7 +68,7 @@ pub(super) fn to_xml(node: &XmlNode) -> Result<String, PayloadError> {
 /// unique attributes, characters, depth.
 pub(super) fn write_elem(out: &mut String, n: &XmlNode, depth: usize) -> Result<(), PayloadError> {
     check_elem(n, depth)?;
-    xml::write_node(out, n);
+    write_node(out, n);
     Ok(())
 }
 

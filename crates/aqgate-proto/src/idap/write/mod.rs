@@ -15,7 +15,6 @@
 use std::fmt::Display;
 
 use super::model::*;
-pub use crate::xml::write_node;
 use crate::xml::{escape_attr, escape_text};
 
 /// Writes a response document (UTF-8).
@@ -152,6 +151,34 @@ pub fn write_request(req: &Envelope<Request>) -> String {
         Request::Commit | Request::Rollback => w.empty_ns(method, ACCESS_NS),
     }
     w.finish()
+}
+
+/// Appends `node` as XML, verbatim: names and attributes as given, text escaped, no added
+/// whitespace. An element without children is written as `<name/>`.
+pub fn write_node(out: &mut String, node: &XmlNode) {
+    out.push('<');
+    out.push_str(&node.name);
+    for (name, value) in &node.attrs {
+        out.push(' ');
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_attr(out, value);
+        out.push('"');
+    }
+    if node.children.is_empty() {
+        out.push_str("/>");
+        return;
+    }
+    out.push('>');
+    for child in &node.children {
+        match child {
+            XmlChild::Element(e) => write_node(out, e),
+            XmlChild::Text(t) => escape_text(out, t),
+        }
+    }
+    out.push_str("</");
+    out.push_str(&node.name);
+    out.push('>');
 }
 
 fn visibility(v: Visibility) -> &'static str {
