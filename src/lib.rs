@@ -11,5 +11,5 @@ pub mod server;
 pub mod servlet;
 
 /// The topology the repository ships: the types, queues, subscribers and agents the
-/// reference examples use (demo passwords, marked as such in the file).
+/// examples in `examples/` use (demo passwords, marked as such in the file).
 pub const DEFAULT_TOPOLOGY: &str = include_str!("../config/topology.toml");
