@@ -196,9 +196,21 @@ async fn http_notifications_are_delivered_signed_retried_and_transactional() {
     assert!(!flaky[0].headers.contains_key("aq-signature"), "no secret, no signature");
     assert!(rx.hits().iter().all(|h| !h.body.contains(&rolled)), "the rolled-back message was notified");
 
-    // Metrics and the admin listing agree: nothing pending.
-    let m =
-        reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.expect("metrics").text().await.expect("text");
+    // Metrics and the admin listing agree: nothing pending. The dispatcher counts a delivery
+    // when it records the outcome, a moment after the receiver answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = loop {
+        let m = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        if m.contains("aqgate_notifications_delivered_total 2") || Instant::now() >= deadline {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(m.contains("aqgate_notifications_delivered_total 2"), "{m}");
     assert!(m.contains("aqgate_notification_failures_total 2"), "{m}");
     assert!(m.contains("aqgate_notify_outbox_pending 0"), "{m}");

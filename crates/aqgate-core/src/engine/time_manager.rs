@@ -124,7 +124,7 @@ impl Engine {
 /// Where a failed (expired, or too often rolled back) message `seq` of `queue` goes: the
 /// exception queue it names, else its queue table's default. A named one that does not
 /// exist (or, after a topology change, is no exception queue of the table) falls back to
-/// the default, as the reference says.
+/// the default, as Oracle AQ specifies.
 pub(super) fn exception_target(
     resolved: &Resolved,
     queue: &QueueInfo,

@@ -1,6 +1,6 @@
 //! The IDAP / AQ XML data model: typed requests and responses, free of any I/O.
 //!
-//! Names follow the reference (Tables 9-1 to 9-7): `producer_options`, `message_set`,
+//! Names follow Oracle's AQ XML specification (Tables 9-1 to 9-7): `producer_options`, `message_set`,
 //! `consumer_options`, `register_options`, `status_response`, ...
 
 /// Namespace of the IDAP envelope (`Envelope`, `Header`, `Body`, `Fault`).

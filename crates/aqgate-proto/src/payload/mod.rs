@@ -43,7 +43,7 @@
 //! upper-case names in declared order. A missing attribute, or an empty scalar element, is
 //! NULL and omitted (Oracle: `''` is NULL). A present but empty object / varray element is kept
 //! (an object with NULL attributes, an empty collection). Varray items may have any element
-//! name; they come back as `<ATTR_ITEM>` (as in the reference examples), at most `max` of them.
+//! name; they come back as `<ATTR_ITEM>` (as in Oracle's documented examples), at most `max` of them.
 //! XML attributes on object payload elements are ignored. Values: NUMBER is decimal text
 //! (optional sign, fraction, exponent); with a scale it is rounded half-up like Oracle, and a
 //! value with too many integer digits is rejected; the client's text is kept unless rounding

@@ -10,7 +10,7 @@
 //!    predefined entities and character references are expanded), and a depth limit that is
 //!    enforced while reading, so nesting can never exhaust the stack later on.
 //! 2. The `parse_*` walkers check that tree against the IDAP and AQ XML schemas (Tables 9-1
-//!    to 9-7 of the reference) and build the model values. Errors name the element path,
+//!    to 9-7 of Oracle's AQ XML specification) and build the model values. Errors name the element path,
 //!    e.g. `/Envelope/Body/AQXmlSend/producer_options/foo`, which is written out only for
 //!    an error (see `Path`).
 //!
@@ -24,7 +24,7 @@
 //! `<IDAP:Envelope xmlns:IDAP="...">` work. Any other namespace on one of these structural
 //! elements is a [`CodecError::WrongNamespace`]. Note that this makes an AQ method element
 //! that *inherits* the envelope namespace (no `xmlns` of its own under a defaulted envelope)
-//! a namespace error, as the reference requires.
+//! a namespace error, as the specification requires.
 //!
 //! Payload elements and header entries are free content and may use any namespace.
 //!

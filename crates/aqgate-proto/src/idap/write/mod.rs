@@ -1,7 +1,7 @@
 //! Writing IDAP documents: server responses (including `Fault` and `AQXmlNotification`) and
 //! client requests.
 //!
-//! The output follows the element structure of the reference examples: an `Envelope` in the
+//! The output follows the element structure of Oracle's documented examples: an `Envelope` in the
 //! default namespace [`ENVELOPE_NS`], an optional `Header`, a `Body` whose method element
 //! re-declares the default namespace as [`ACCESS_NS`]. Structure is indented for readability;
 //! payloads and header entries are written verbatim by [`write_node`], without added
@@ -71,7 +71,7 @@ pub fn write_response(resp: &Envelope<Response>) -> String {
         Response::Fault(f) => {
             w.open_ns("Fault", ENVELOPE_NS);
             w.leaf("faultcode", f.code);
-            // The reference: "faultstring - indicates a client error or a server error".
+            // Oracle's specification: "faultstring - indicates a client error or a server error".
             let side = match f.kind {
                 FaultKind::Client => "Client",
                 FaultKind::Server => "Server",
@@ -350,7 +350,7 @@ impl Writer {
         self.close("message_set");
     }
 
-    /// `message_header`, in the order of the reference's receive response (example 14).
+    /// `message_header`, in the order of Oracle's documented receive response.
     fn header(&mut self, h: &MessageHeader) {
         self.open("message_header");
         self.opt_leaf("message_id", h.message_id.as_ref());
