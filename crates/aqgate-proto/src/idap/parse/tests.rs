@@ -646,6 +646,31 @@ fn fault_from_codec_error() {
     assert_eq!(f.code, CodecError::DOCTYPE);
 }
 
+/// Found by the `idap_parse` fuzz target: quick-xml reads `<\r/>` as an element with an empty
+/// name, which was accepted in a payload and written back as `</>`, an end tag: the written
+/// request did not parse. Names that are not XML names are refused when parsing.
+#[test]
+fn an_element_or_attribute_without_a_proper_name_is_malformed() {
+    let send = |payload: &str| {
+        format!(
+            "<Envelope><Body><AQXmlSend><producer_options><destination>Q</destination></producer_options>\
+             <message_set><message><message_payload>{payload}</message_payload></message></message_set>\
+             </AQXmlSend></Body></Envelope>"
+        )
+    };
+    for payload in
+        ["<ORDER_TYP><ORDERNO>1</ORDERNO><\r/></ORDER_TYP>", "<ORDER_TYP>< /></ORDER_TYP>", "<1a/>", "<a<b/>"]
+    {
+        let e = req_err(&send(payload));
+        assert!(matches!(e, CodecError::Malformed(_)), "{payload:?}: {e:?}");
+    }
+    let e = req_err(&send("<a b<c=\"1\"/>"));
+    assert!(matches!(e, CodecError::Malformed(_)), "{e:?}");
+    // Prefixed and non-ASCII names are names.
+    let r = req(&send("<p:a xmlns:p=\"urn:p\" p:x=\"1\"><\u{e9}t\u{e9}_1.b-c/></p:a>"));
+    assert_eq!(enqueue(r).messages[0].payload.name, "p:a");
+}
+
 #[test]
 fn truncations_and_garbage_never_panic() {
     // Every prefix of every example must yield Ok or an error, never a panic.

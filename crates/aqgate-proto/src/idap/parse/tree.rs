@@ -255,6 +255,11 @@ pub(super) fn open_elem<'a>(
         return Err(CodecError::TooDeep(limits.max_depth));
     }
     let qname = borrow_from(text, start.name().as_ref());
+    // quick-xml takes whatever precedes the first blank as the name, even nothing (`<\r/>`),
+    // which the writer would turn into an end tag `</>`: only XML names are accepted.
+    if !xml::is_xml_name(&qname) {
+        return Err(CodecError::Malformed(format!("<{}> is not an element name", snip(&qname))));
+    }
     let local = borrow_from(text, start.local_name().as_ref());
     let mut attrs = Vec::new();
     let mut own = Vec::new();
@@ -264,6 +269,9 @@ pub(super) fn open_elem<'a>(
         }
         let attr = attr.map_err(|e| CodecError::Malformed(format!("bad attribute in <{}>: {e}", snip(&qname))))?;
         let name = borrow_from(text, attr.key.as_ref());
+        if !xml::is_xml_name(&name) {
+            return Err(CodecError::Malformed(format!("bad attribute name {} in <{}>", snip(&name), snip(&qname))));
+        }
         let value = attr
             .unescape_value()
             .map_err(|e| CodecError::Malformed(format!("bad attribute {} in <{}>: {e}", snip(&name), snip(&qname))))?;
