@@ -238,14 +238,7 @@ pub async fn notify_only(
     let engine = Engine::attach(store.clone(), Arc::new(SystemClock), EngineConfig::default()).await?;
     let mut cfg = cfg;
     match store.listen().await? {
-        Some(mut rx) => {
-            let e = engine.clone();
-            tokio::spawn(async move {
-                while let Some(q) = rx.recv().await {
-                    e.wake(q);
-                }
-            });
-        }
+        Some(rx) => forward_wakeups(&engine, rx),
         None => cfg.fallback_poll = Some(poll),
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -262,13 +255,8 @@ pub async fn notify_only(
 /// (the purge of ended sessions at most once a minute), and cross-process wake-ups from
 /// the store's listener. Runs until `shutdown` changes.
 pub async fn time_manager(engine: Arc<Engine>, tick: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    if let Ok(Some(mut rx)) = engine.store().listen().await {
-        let me = engine.clone();
-        tokio::spawn(async move {
-            while let Some(q) = rx.recv().await {
-                me.wake(q);
-            }
-        });
+    if let Ok(Some(rx)) = engine.store().listen().await {
+        forward_wakeups(&engine, rx);
     }
     let mut interval = tokio::time::interval(tick);
     let mut purged: Option<tokio::time::Instant> = None;
@@ -283,4 +271,15 @@ pub async fn time_manager(engine: Arc<Engine>, tick: Duration, mut shutdown: tok
             purged = Some(tokio::time::Instant::now());
         }
     }
+}
+
+/// Wakes the engine's waiters on each queue the store's listener signals (commits of other
+/// processes), until the listener ends.
+fn forward_wakeups(engine: &Arc<Engine>, mut rx: tokio::sync::mpsc::Receiver<aqgate_core::store::QueueId>) {
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        while let Some(q) = rx.recv().await {
+            engine.wake(q);
+        }
+    });
 }

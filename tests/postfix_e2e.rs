@@ -110,6 +110,36 @@ fn spawn(args: &[&str], env: &[(&str, &str)], log: &Path) -> Proc {
     Proc::spawn_logged(&format!("aqgate {}", args[0]), aqgate(args).envs(env.iter().copied()), log)
 }
 
+/// `aqgate serve` without SMTP on 127.0.0.1:`hp`, a fresh SQLite file, notifications
+/// mailed from aq@aq.example.com through `postfix`; waited for.
+fn notifying_server(work: &Path, hp: u16, postfix: &Postfix) -> Proc {
+    let db = fresh_sqlite_url();
+    let relay = format!("smtp://127.0.0.1:{}", postfix.smtp_port);
+    let listen = format!("127.0.0.1:{hp}");
+    let args = [
+        "serve",
+        "--no-smtp",
+        "--listen",
+        &listen,
+        "--database",
+        &db,
+        "--notify-from",
+        "aq@aq.example.com",
+        "--mail-relay",
+        &relay,
+    ];
+    let serve = spawn(&args, &[], &work.join("aqgate.log"));
+    wait_port(hp);
+    serve
+}
+
+/// An AQXmlRegister of `url` on `queue`, committed.
+fn register(queue: &str, url: &str) -> String {
+    format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{queue}</destination><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#
+    )
+}
+
 /// A fresh scratch directory.
 fn scratch(name: &str) -> PathBuf {
     let work = std::env::temp_dir().join(format!("aqgate-{name}-{}", &aqgate_core::engine::session::random_id()[..12]));
@@ -361,29 +391,7 @@ async fn mailto_notifications_reach_a_maildir_through_postfix() {
     let work = scratch("pfx-notify");
     let hp = free_port();
     let postfix = Postfix::start(&work.join("postfix"), &[]);
-    let db = fresh_sqlite_url();
-    let _serve = spawn(
-        &[
-            "serve",
-            "--no-smtp",
-            "--listen",
-            &format!("127.0.0.1:{hp}"),
-            "--database",
-            &db,
-            "--notify-from",
-            "aq@aq.example.com",
-            "--mail-relay",
-            &format!("smtp://127.0.0.1:{}", postfix.smtp_port),
-        ],
-        &[],
-        &work.join("aqgate.log"),
-    );
-    wait_port(hp);
-    let register = |queue: &str, url: &str| {
-        format!(
-            r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{queue}</destination><notify_url>{url}</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#
-        )
-    };
+    let _serve = notifying_server(&work, hp, &postfix);
     let as_john = |body: String| async move { http_as(hp, ("john", "welcome"), &mut None, &body).await.1 };
     // scott registers the alias ORDERS_DESK (his own mailbox) on the orders queue; john his
     // address on the RAW queue.
@@ -422,47 +430,19 @@ async fn a_notification_the_relay_refuses_for_good_is_parked_at_once() {
     let work = scratch("pfx-refused");
     let hp = free_port();
     let postfix = Postfix::start(&work.join("postfix"), &[]);
-    let db = fresh_sqlite_url();
-    let _serve = spawn(
-        &[
-            "serve",
-            "--no-smtp",
-            "--listen",
-            &format!("127.0.0.1:{hp}"),
-            "--database",
-            &db,
-            "--notify-from",
-            "aq@aq.example.com",
-            "--mail-relay",
-            &format!("smtp://127.0.0.1:{}", postfix.smtp_port),
-        ],
-        &[],
-        &work.join("aqgate.log"),
-    );
-    wait_port(hp);
-    let register = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>QS.NEW_ORDERS_QUE</destination><notify_url>mailto:someone@elsewhere.test</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#;
-    let r = http(hp, register).await;
+    let _serve = notifying_server(&work, hp, &postfix);
+    let r = http(hp, &register("QS.NEW_ORDERS_QUE", "mailto:someone@elsewhere.test")).await;
     assert!(matches!(r, Response::Register(_)), "{r:?}");
     let r = http(hp, &send_and_commit()).await;
     assert!(matches!(r, Response::Send(..)), "{r:?}");
-    let metrics = || async {
-        reqwest::get(format!("http://127.0.0.1:{hp}/metrics")).await.expect("metrics").text().await.expect("text")
-    };
-    let value = |text: &str, name: &str| -> Option<i64> {
-        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = metrics().await;
-        if value(&text, "aqgate_notifications_parked_total") == Some(1) {
-            break text;
-        }
-        assert!(std::time::Instant::now() < deadline, "the refused notification was not parked: {text}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(hp, "aqgate_notifications_parked_total") != 1 {
+        assert!(Instant::now() < deadline, "the refused notification was not parked");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(value(&text, "aqgate_notification_failures_total"), Some(1), "one attempt, then parked: {text}");
-    assert_eq!(value(&text, "aqgate_notifications_delivered_total"), Some(0), "{text}");
-    assert_eq!(value(&text, "aqgate_notify_outbox_parked"), Some(1), "{text}");
+    }
+    assert_eq!(metric(hp, "aqgate_notification_failures_total"), 1, "one attempt, then parked");
+    assert_eq!(metric(hp, "aqgate_notifications_delivered_total"), 0);
+    assert_eq!(metric(hp, "aqgate_notify_outbox_parked"), 1);
     drop(_serve);
     drop(postfix);
     let _ = std::fs::remove_dir_all(&work);

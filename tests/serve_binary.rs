@@ -9,16 +9,6 @@ use std::time::{Duration, Instant};
 use aqgate_proto::idap::Response;
 use common::*;
 
-/// The value of an unlabelled gauge or counter in `/metrics`.
-fn metric(port: u16, name: &str) -> i64 {
-    let (status, text) = http_get(port, "/metrics").expect("GET /metrics");
-    assert_eq!(status, 200, "{text}");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
-}
-
 /// `aqgate serve --no-smtp` on 127.0.0.1:`port` with `db` and `extra` flags, not waited for.
 fn spawn_serve(db: &str, port: u16, extra: &[&str]) -> Proc {
     let listen = format!("127.0.0.1:{port}");

@@ -11,7 +11,7 @@ mod procs;
 mod slapd;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
-pub use procs::{BIN, Proc, aqgate, http_get};
+pub use procs::{BIN, Proc, aqgate, http_get, metric};
 pub use slapd::Slapd;
 
 use std::sync::Arc;

@@ -173,3 +173,13 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Some((status, body))
 }
+
+/// The value of an unlabelled gauge or counter in `/metrics`.
+pub fn metric(port: u16, name: &str) -> i64 {
+    let (status, text) = http_get(port, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
