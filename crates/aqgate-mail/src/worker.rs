@@ -176,23 +176,14 @@ impl Worker {
         let Some(response) = m.response.clone() else { return Ok(None) };
         let mut sent = m.replies_sent;
         while sent < m.replies_wanted {
-            match self.reply(&m, &response).await {
-                Ok(()) => {}
-                Err(e) if e.is_permanent() => {
-                    // Refused for good (a 5xx from the relay, an address that cannot be
-                    // one): trying again would be refused again. The row is parked with
-                    // the refusal; the request itself was performed and stays so.
-                    tracing::warn!(mail = m.id, error = %e, "reply refused for good; parked");
-                    self.store.spool_attempted(m.id, None, Some(&e.to_string()), None).await?;
-                    break;
-                }
-                Err(e) => {
-                    // The reply stays owed; the spool row is retried.
-                    tracing::warn!(mail = m.id, error = %e, "reply not sent; will retry");
-                    let at = self.clock.now() + 30 * MICROS_PER_SEC;
-                    self.store.spool_attempted(m.id, None, Some(&e.to_string()), Some(at)).await?;
-                    break;
-                }
+            if let Err(e) = self.reply(&m, &response).await {
+                // The reply stays owed; the spool row is retried. A relay's permanent
+                // refusal is retried too: the request was performed, and its answer is
+                // kept until an operator sees the row (`admin spool`).
+                tracing::warn!(mail = m.id, error = %e, permanent = e.is_permanent(), "reply not sent; will retry");
+                let at = self.clock.now() + 30 * MICROS_PER_SEC;
+                self.store.spool_attempted(m.id, None, Some(&e.to_string()), Some(at)).await?;
+                break;
             }
             sent += 1;
         }

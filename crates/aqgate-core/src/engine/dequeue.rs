@@ -55,8 +55,7 @@ impl Engine {
             }
         }
         let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
-        let clock = self.clock.clone();
-        let deadline = clock.instant() + wait;
+        let deadline = self.clock.instant() + wait;
         let mut interest: Option<crate::store::Interest> = None;
         let abandon = session.abandon.clone();
         loop {
@@ -72,7 +71,7 @@ impl Engine {
             if let Some(m) = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await? {
                 return Ok(ReceiveResult { destination: queue.name.clone(), messages: vec![m] });
             }
-            let now_i = clock.instant();
+            let now_i = self.clock.instant();
             if now_i >= deadline {
                 break;
             }
@@ -106,7 +105,7 @@ impl Engine {
                 }
             };
             tokio::select! {
-                _ = clock.sleep_until(until) => {}
+                _ = self.clock.sleep_until(until) => {}
                 _ = notified => {}
                 () = gone => {}
             }
