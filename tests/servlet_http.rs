@@ -381,6 +381,43 @@ async fn gateway_acts_on_behalf_of_agents() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_is_the_authenticated_agent() {
+    let s = Server::start(Backend::Sqlite).await;
+    let sender_of_received = |r: &Reply| match r.idap() {
+        Response::Receive(_, Some(res)) => {
+            res.messages.first().and_then(|m| m.header.sender_id.as_ref()).and_then(|a| a.name.clone())
+        }
+        other => panic!("expected a receive result, got {other:?}"),
+    };
+    // john may send to QS's queue, but not in scott's name: the whole request is refused.
+    let mut john = Client::new(&s, "john", "welcome");
+    let claims_scott = example("01");
+    let r = john.post(&claims_scott).await;
+    assert_eq!(r.fault_code(), code::NOT_PERMITTED, "{}", r.body);
+    assert!(r.body.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{}", r.body);
+    assert_eq!(s.depth_total().await, 0, "nothing of the refused request was enqueued");
+    // Without a sender_id, the server fills in the authenticated agent.
+    let anonymous =
+        claims_scott.replace("<sender_id>\n              <agent_name>scott</agent_name>\n            </sender_id>", "");
+    assert!(!anonymous.contains("sender_id"), "the example's sender_id is taken out");
+    let r = john.post(&anonymous).await;
+    assert!(matches!(r.idap(), Response::Send(..)), "{}", r.body);
+    assert!(matches!(john.post(&example("10")).await.idap(), Response::Commit(_)));
+    let mut scott = Client::new(&s, "scott", "tiger");
+    assert_eq!(sender_of_received(&scott.post(&example("05")).await).as_deref(), Some("JOHN"));
+    assert!(matches!(scott.post(&example("10")).await.idap(), Response::Commit(_)));
+    // A gateway acting on behalf of scott sends as scott.
+    let mut gw = Client::new(&s, "aqgateway", "gateway-demo");
+    assert!(matches!(gw.post_with(&claims_scott, &[("AQ-On-Behalf-Of", "scott")]).await.idap(), Response::Send(..)));
+    assert!(matches!(gw.post_with(&example("10"), &[("AQ-On-Behalf-Of", "scott")]).await.idap(), Response::Commit(_)));
+    assert_eq!(sender_of_received(&scott.post(&example("05")).await).as_deref(), Some("scott"));
+    // …but not as john, while acting for scott.
+    let claims_john = claims_scott.replace("<agent_name>scott</agent_name>", "<agent_name>john</agent_name>");
+    let r = gw.post_with(&claims_john, &[("AQ-On-Behalf-Of", "scott")]).await;
+    assert_eq!(r.fault_code(), code::NOT_PERMITTED, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
     let s = Server::start(Backend::Sqlite).await;
     for _ in 0..50 {

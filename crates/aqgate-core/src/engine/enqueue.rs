@@ -20,8 +20,11 @@ impl Engine {
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         let mut req = req;
-        for m in &mut req.messages {
+        for (i, m) in req.messages.iter_mut().enumerate() {
             self.resolve_aliases(&mut m.header).await?;
+            let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+            claim_sender(&mut m.header, agent)
+                .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
         }
         if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
             return Err(not_permitted(agent, "enqueue to", &queue.name));
@@ -231,6 +234,31 @@ impl Engine {
             a.protocol = e.protocol;
         }
         Ok(())
+    }
+}
+
+/// The sender of a message is the agent the request is authenticated as: over HTTP the
+/// Basic, certificate or SAML login, over mail the verified signer (which the mail gateway
+/// names with `AQ-On-Behalf-Of`). A `sender_id` naming another agent is refused; one
+/// without a name, or none at all, gets the authenticated agent's. The client's spelling of
+/// a matching name, and the address and protocol it gives, are kept.
+fn claim_sender(h: &mut MessageHeader, agent: &AgentInfo) -> Result<(), AqError> {
+    let sender = h.sender_id.get_or_insert_with(AgentRef::default);
+    match sender.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+        Some(n) if canon(n) != agent.name => Err(AqError::client(
+            code::NOT_PERMITTED,
+            format!(
+                "sender_id names agent {}, but the request is authenticated as {}; the sender is always \
+                 the authenticated agent",
+                canon(n),
+                agent.name
+            ),
+        )),
+        Some(_) => Ok(()),
+        None => {
+            sender.name = Some(agent.name.clone());
+            Ok(())
+        }
     }
 }
 
