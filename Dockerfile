@@ -52,8 +52,11 @@ USER 10001:10001
 WORKDIR /var/lib/aqgate
 # Listen on every address of the container. Environment rather than flags in CMD, so that
 # compose.yaml (or `docker run -e`) can change any setting through AQGATE_* variables:
-# a flag would take precedence over them.
+# a flag would take precedence over them. Plain HTTP beyond loopback is allowed here because
+# the container's address is reachable only as the ports are published (compose.yaml: on
+# 127.0.0.1); to face a network, set AQGATE_TLS_CERT and AQGATE_TLS_KEY (HTTPS).
 ENV AQGATE_LISTEN=0.0.0.0:8470 \
+    AQGATE_ALLOW_PLAIN_HTTP=true \
     AQGATE_SMTP_LISTEN=0.0.0.0:2525
 # 8470: HTTP (IDAP servlet, /healthz, /readyz, /metrics); 2525: the SMTP filter.
 EXPOSE 8470 2525

@@ -10,6 +10,7 @@ need=()
 command -v swaks >/dev/null 2>&1 || need+=(swaks)
 command -v gpgsm >/dev/null 2>&1 || need+=(gpgsm)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/https.rs: HTTP/2, client certificates
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)   # tests/crash.rs: several nodes behind it
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)

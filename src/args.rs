@@ -46,11 +46,75 @@ pub struct ServeArgs {
     #[arg(long, env = "AQGATE_SECURE_COOKIE")]
     pub secure_cookie: bool,
     #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
     pub directory: DirectoryArgs,
     #[command(flatten)]
     pub mail: MailArgs,
     #[command(flatten)]
     pub notify: NotifyArgs,
+}
+
+/// HTTPS on the servlet, and client-certificate login.
+#[derive(clap::Args, Clone)]
+pub struct TlsArgs {
+    /// PEM certificate chain: the servlet serves HTTPS on --listen (with --tls-key).
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "AQGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "AQGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of CA certificates whose client certificates log in (repeatable): the
+    /// server then asks clients for a certificate.
+    #[arg(long = "tls-client-ca", env = "AQGATE_TLS_CLIENT_CA", value_delimiter = ',', requires = "tls_cert")]
+    pub tls_client_ca: Vec<PathBuf>,
+    /// PEM CRL of a client CA (repeatable).
+    #[arg(long = "tls-client-crl", env = "AQGATE_TLS_CLIENT_CRL", value_delimiter = ',', requires = "tls_client_ca")]
+    pub tls_client_crl: Vec<PathBuf>,
+    /// Refuse HTTPS clients without a client certificate (by default they may log in with
+    /// Basic credentials on the same listener).
+    #[arg(long, env = "AQGATE_REQUIRE_CLIENT_CERT", requires = "tls_client_ca")]
+    pub require_client_cert: bool,
+    /// Also serve plain HTTP here, beside HTTPS on --listen.
+    #[arg(long, env = "AQGATE_PLAIN_LISTEN", requires = "tls_cert")]
+    pub plain_listen: Option<SocketAddr>,
+    /// Allow plain HTTP on an address other than loopback (behind a TLS-terminating proxy,
+    /// or on a trusted network). Without it, plain HTTP serves loopback only.
+    #[arg(long, env = "AQGATE_ALLOW_PLAIN_HTTP")]
+    pub allow_plain_http: bool,
+}
+
+impl TlsArgs {
+    /// The HTTPS files, and the plain-HTTP policy checked against `listen`.
+    pub fn config(&self, listen: SocketAddr) -> anyhow::Result<Option<aqgate::https::TlsFiles>> {
+        let plain_ok = |a: SocketAddr, what: &str| {
+            anyhow::ensure!(
+                a.ip().is_loopback() || self.allow_plain_http,
+                "refusing plain HTTP on {a} ({what}): configure --tls-cert and --tls-key to serve HTTPS, or pass \
+                 --allow-plain-http (e.g. behind a TLS-terminating proxy)"
+            );
+            Ok(())
+        };
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                if let Some(p) = self.plain_listen {
+                    plain_ok(p, "--plain-listen")?;
+                }
+                Ok(Some(aqgate::https::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.tls_client_ca.clone(),
+                    client_crl: self.tls_client_crl.clone(),
+                    require_client_cert: self.require_client_cert,
+                }))
+            }
+            _ => {
+                plain_ok(listen, "--listen")?;
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// `aqgate smtp`.

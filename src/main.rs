@@ -150,6 +150,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("AQGATE_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or journald gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let file = config::file_named(&args);

@@ -39,8 +39,12 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub tick: Duration,
     pub max_sessions: usize,
-    /// Session cookies get `Secure` (behind an HTTPS proxy).
+    /// Session cookies get `Secure` (behind an HTTPS proxy; over HTTPS they always do).
     pub secure_cookie: bool,
+    /// Serve HTTPS on `listen` with these files.
+    pub tls: Option<crate::https::TlsFiles>,
+    /// A plain-HTTP listener beside the HTTPS one.
+    pub plain_listen: Option<SocketAddr>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
     pub notify: Option<crate::notify::NotifyConfig>,
 }
@@ -110,9 +114,23 @@ pub async fn serve(
         }
         None => None,
     };
+    let tls = cfg.tls.clone().map(crate::https::Reloadable::load).transpose()?;
+    let plain = match cfg.plain_listen {
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("--plain-listen {a}: {e}"))?),
+        None => None,
+    };
+    // The in-process mail worker posts to the servlet over plain HTTP on loopback: the
+    // plain listener, or one of its own on an ephemeral loopback port beside HTTPS.
+    let internal = match (&tls, &plain, &mail) {
+        (Some(_), None, Some(_)) => Some(TcpListener::bind("127.0.0.1:0").await?),
+        _ => None,
+    };
     let mut mail_tasks = Vec::new();
     if let Some(m) = mail {
-        let http = listener.local_addr()?;
+        let http = match (&plain, &internal) {
+            (Some(l), _) | (None, Some(l)) => l.local_addr()?,
+            (None, None) => listener.local_addr()?,
+        };
         let host = if http.ip().is_unspecified() { "127.0.0.1".to_string() } else { http.ip().to_string() };
         let servlet_url = format!("http://{host}:{}/aqserv", http.port());
         mail_tasks = start_mail(engine.clone(), servlet_url, m, stop_rx.clone())?;
@@ -126,6 +144,7 @@ pub async fn serve(
         // and drops the directory cache.
         let engine = engine.clone();
         let credentials = state.credentials.clone();
+        let tls = tls.clone();
         if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
             tokio::spawn(async move {
                 while hup.recv().await.is_some() {
@@ -139,18 +158,47 @@ pub async fn serve(
                         }
                         Err(e) => tracing::warn!(error = %e, "topology reload failed; keeping the old one"),
                     }
+                    if let Some(t) = &tls {
+                        match t.reload() {
+                            Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
+                            Err(e) => tracing::warn!(error = %e, "TLS reload failed; keeping the old certificate"),
+                        }
+                    }
                 }
             });
         }
     }
-    tracing::info!(addr = %listener.local_addr()?, "aqgate servlet listening");
-    // Answers go out at once (no Nagle delay behind a client's delayed ACK).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
+    // One shutdown signal for every listener.
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = down_tx.send(true);
     });
-    // The peer address tells the store's group commit which connection a request came on.
-    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service).with_graceful_shutdown(shutdown).await?;
+    let down = move || {
+        let mut rx = down_rx.clone();
+        async move {
+            let _ = rx.wait_for(|d| *d).await;
+        }
+    };
+    let router = app(state);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
+    let main = match tls {
+        Some(t) => tokio::spawn(crate::https::serve(listener, t, router.clone(), down())),
+        None => tokio::spawn(serve_plain(listener, router.clone(), down())),
+    };
+    let mut others = Vec::new();
+    if let Some(l) = plain {
+        tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
+        others.push(tokio::spawn(serve_plain(l, router.clone(), down())));
+    }
+    if let Some(l) = internal {
+        others.push(tokio::spawn(serve_plain(l, router.clone(), down())));
+    }
+    let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
+    for o in others {
+        let _ = o.await;
+    }
     let _ = stop_tx.send(true);
     let _ = bg.await;
     if let Some(n) = notifier {
@@ -159,6 +207,22 @@ pub async fn serve(
     for t in mail_tasks {
         let _ = t.await;
     }
+    served
+}
+
+/// Plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge) on `listener`.
+async fn serve_plain(
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // Answers go out at once (no Nagle delay behind a client's delayed ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    // The peer address tells the store's group commit which connection a request came on.
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }
 

@@ -23,10 +23,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_body,
         max_sessions,
         secure_cookie,
+        tls,
         directory: directory_args,
         mail: mail_args,
         notify: notify_args,
     } = a;
+    let tls_files = tls.config(listen)?;
     let stop = shutdown_signal();
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
@@ -54,6 +56,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         tick: Duration::from_secs(1),
         max_sessions,
         secure_cookie,
+        tls: tls_files,
+        plain_listen: tls.plain_listen,
         notify: if notify_args.no_notify { None } else { Some(notify_args.config(&mail_args, directory.clone())?) },
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;

@@ -5,8 +5,8 @@
 //! failures get an HTTP status and no XML body (401, 413, 415); everything the IDAP layer
 //! can decode gets an IDAP response or `Fault` with status 200.
 //!
-//! Authentication is HTTP Basic against the agents of the topology; the first request of a
-//! client opens a session and answers with an `AQSESSIONID` cookie that carries it (and its
+//! Authentication is HTTP Basic against the agents of the topology, or over HTTPS a client
+//! certificate ([`client_cert`]); the first request of a client opens a session and answers with an `AQSESSIONID` cookie that carries it (and its
 //! transaction) across requests. A gateway agent may act for another agent with the
 //! `AQ-On-Behalf-Of` header.
 
@@ -24,6 +24,10 @@ use aqgate_core::engine::{Abandon, Engine, IdempotencyClaim, Resumed, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
+
+mod client_cert;
+
+pub use client_cert::TlsConnection;
 
 pub use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SESSION_COOKIE};
 
@@ -187,6 +191,13 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
+/// 401 with the reason in the body (a client certificate that logs in as no agent).
+fn unauthorized_because(reason: &str) -> Response {
+    let mut r = unauthorized();
+    *r.body_mut() = axum::body::Body::from(format!("{reason}\n"));
+    r
+}
+
 /// Raises its [`Abandon`] when dropped (see `idap_post`).
 struct AbandonOnDrop(Arc<Abandon>);
 
@@ -215,26 +226,41 @@ enum Who {
 
 /// Works out who is calling. Basic credentials (+ on-behalf-of), when present, are always
 /// verified (wrong ones are 401, whatever the cookie); the cookie then counts only if it
-/// names a session of that agent. Without credentials the session cookie alone is the
-/// credential: a server-issued token of one agent, valid while the session lives (and the
-/// agent exists) — checked when the session is loaded.
-async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<Who, Response> {
+/// names a session of that agent. Over HTTPS a client certificate that maps to an agent
+/// logs in as that agent without a password; with Basic credentials as well, both must
+/// name the same agent. Without either, the session cookie alone is the credential: a
+/// server-issued token of one agent, valid while the session lives (and the agent
+/// exists) — checked when the session is loaded.
+async fn authenticate(s: &AppState, headers: &HeaderMap, tls: Option<&TlsConnection>) -> Result<Who, Response> {
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
     let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
-    let Some((user, password)) = basic else {
-        let id = session_cookie(headers).filter(|_| on_behalf.is_none()).ok_or_else(unauthorized)?;
-        return Ok(Who::Cookie(id));
+    let by_cert = match tls {
+        Some(t) => t.agent(&s.engine).await,
+        None => None,
     };
-    let Some(agent) = s.engine.agent(&user) else { return Err(unauthorized()) };
-    let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
-    if !s.credentials.check(&agent.name, &password) {
-        let p = password.clone();
-        let ok = tokio::task::spawn_blocking(move || auth::verify_password(&p, &hash)).await.unwrap_or(false);
-        if !ok {
-            return Err(unauthorized());
+    let agent = match (basic, by_cert) {
+        (Some((user, password)), by_cert) => {
+            let agent = basic_login(s, &user, &password).await?;
+            if let Some(Ok(c)) = by_cert
+                && c != agent.name
+            {
+                return Err(unauthorized_because(&format!(
+                    "the client certificate logs in as {c}, the credentials as {}",
+                    agent.name
+                )));
+            }
+            agent
         }
-        s.credentials.remember(&agent.name, &password);
-    }
+        (None, Some(Ok(name))) => s.engine.agent(&name).ok_or_else(unauthorized)?,
+        (None, Some(Err(reason))) => {
+            tracing::info!(%reason, "client certificate refused");
+            return Err(unauthorized_because(&reason));
+        }
+        (None, None) => {
+            let id = session_cookie(headers).filter(|_| on_behalf.is_none()).ok_or_else(unauthorized)?;
+            return Ok(Who::Cookie(id));
+        }
+    };
     let effective = match on_behalf {
         None => {
             if !agent.http {
@@ -251,6 +277,21 @@ async fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<Who, Response
         Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
     };
     Ok(Who::Agent { agent: effective, cookie: session_cookie(headers) })
+}
+
+/// The agent whose Basic credentials these are (401 otherwise).
+async fn basic_login(s: &AppState, user: &str, password: &str) -> Result<AgentInfo, Response> {
+    let Some(agent) = s.engine.agent(user) else { return Err(unauthorized()) };
+    let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
+    if !s.credentials.check(&agent.name, password) {
+        let p = password.to_string();
+        let ok = tokio::task::spawn_blocking(move || auth::verify_password(&p, &hash)).await.unwrap_or(false);
+        if !ok {
+            return Err(unauthorized());
+        }
+        s.credentials.remember(&agent.name, password);
+    }
+    Ok(agent)
 }
 
 fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
@@ -339,8 +380,9 @@ enum Outcome {
 }
 
 async fn idap_post(
-    State(s): State<AppState>,
+    State(mut s): State<AppState>,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    tls: Option<axum::Extension<TlsConnection>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -350,7 +392,10 @@ async fn idap_post(
     if !content_type_ok(&headers) {
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
     }
-    let who = match authenticate(&s, &headers).await {
+    let tls = tls.map(|axum::Extension(t)| t);
+    // Over TLS the cookie is Secure: the client sends it back over HTTPS only.
+    s.secure_cookie |= tls.is_some();
+    let who = match authenticate(&s, &headers, tls.as_ref()).await {
         Ok(w) => w,
         Err(r) => return r,
     };
