@@ -1,4 +1,4 @@
-//! Load generator for the AQ servlet: N concurrent HTTP clients, each with its own session,
+//! Load generator for the AQ servlet: N concurrent HTTP(S) clients, each with its own session,
 //! drive one scenario for a fixed time and report messages per second and latency
 //! percentiles. See BENCHMARKS.md for the commands and results.
 //!
@@ -60,8 +60,12 @@ enum Scenario {
 #[derive(Parser, Debug)]
 #[command(name = "aqgate-bench", about = "Drive the aqgate servlet over HTTP and measure it")]
 struct Args {
+    /// `http://HOST:PORT/PATH` or `https://…` (HTTP/1.1 over TLS; see `--cacert`).
     #[arg(long, default_value = "http://127.0.0.1:8470/aqserv")]
     url: String,
+    /// PEM CA certificates an https `--url` is verified against.
+    #[arg(long)]
+    cacert: Option<std::path::PathBuf>,
     #[arg(long, value_enum, default_value = "send")]
     scenario: Scenario,
     #[arg(long, default_value_t = 4)]
@@ -150,16 +154,51 @@ struct Client {
     path: String,
     authorization: String,
     cookie: Option<String>,
-    conn: Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+    conn: Option<tokio::io::BufReader<Box<dyn Stream>>>,
     request: Vec<u8>,
+    /// For https: the connector and the name the server's certificate must have.
+    tls: Option<(tokio_rustls::TlsConnector, rustls_pki_types::ServerName<'static>)>,
+}
+
+/// A connection, plain or TLS.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+/// The TLS client configuration for `--cacert` (ring, HTTP/1.1 by ALPN).
+fn tls_connector(cacert: Option<&std::path::Path>) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject;
+    let path = cacert.ok_or_else(|| anyhow::anyhow!("an https --url needs --cacert"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(path)? {
+        roots.add(c?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
 }
 
 impl Client {
-    fn new(url: &str, user: &str, password: &str) -> anyhow::Result<Self> {
+    fn new(url: &str, user: &str, password: &str, cacert: Option<&std::path::Path>) -> anyhow::Result<Self> {
         use base64::Engine as _;
-        let rest = url.strip_prefix("http://").ok_or_else(|| anyhow::anyhow!("--url must be http://HOST:PORT/PATH"))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(r), _) => (r, false),
+            (None, Some(r)) => (r, true),
+            _ => anyhow::bail!("--url must be http://HOST:PORT/PATH or https://…"),
+        };
         let (addr, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
+        let tls = if tls {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_string();
+            let name = rustls_pki_types::ServerName::try_from(host)?;
+            Some((tls_connector(cacert)?, name))
+        } else {
+            None
+        };
         Ok(Self {
+            tls,
             addr: addr.to_string(),
             path,
             authorization: format!(
@@ -186,6 +225,10 @@ impl Client {
         if self.conn.is_none() {
             let s = tokio::net::TcpStream::connect(&self.addr).await?;
             s.set_nodelay(true)?;
+            let s: Box<dyn Stream> = match &self.tls {
+                Some((connector, name)) => Box::new(connector.connect(name.clone(), s).await?),
+                None => Box::new(s),
+            };
             self.conn = Some(tokio::io::BufReader::with_capacity(64 * 1024, s));
         }
         let conn = self.conn.as_mut().ok_or_else(|| anyhow::anyhow!("no connection"))?;
@@ -328,8 +371,9 @@ async fn main() -> anyhow::Result<()> {
         return parse_bench(&args).await;
     }
     let hex = "AB".repeat(args.payload);
-    Client::new(&args.url, &args.user, &args.password)?;
-    let mk = || Client::new(&args.url, &args.user, &args.password).expect("--url was checked above");
+    Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref())?;
+    let mk =
+        || Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref()).expect("--url was checked above");
 
     if args.scenario == Scenario::Receive {
         let mut c = mk();

@@ -37,8 +37,9 @@ pub(super) async fn notify_bench(args: &Args) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Client::new(&args.url, &args.user, &args.password)?;
-    let mk = || Client::new(&args.url, &args.user, &args.password).expect("--url was checked above");
+    Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref())?;
+    let mk =
+        || Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref()).expect("--url was checked above");
     let reg = format!(
         r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{}</destination><notify_url>http://127.0.0.1:{port}/n</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#,
         args.queue
