@@ -95,6 +95,9 @@ fn rows_of(t: &Topology) -> Result<BTreeMap<(String, String), String>, ApplyErro
     for x in &t.agents {
         put("agent", canon(&x.name), serde_json::to_string(x))?;
     }
+    for x in &t.propagations {
+        put("propagation", canon(&x.name), serde_json::to_string(x))?;
+    }
     for x in &t.grants {
         let key = format!("{}:{}:{}", canon(&x.user), canon(&x.queue), x.privilege.to_ascii_lowercase());
         put("grant", key, serde_json::to_string(x))?;

@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod https;
 pub mod notify;
+pub mod propagate;
 pub mod server;
 pub mod servlet;
 

@@ -107,6 +107,7 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), engine_cfg).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop_rx.clone()));
+    let jobs = tokio::spawn(crate::propagate::run(engine.clone(), Duration::from_secs(1), stop_rx.clone()));
     let notifier = match cfg.notify.clone() {
         Some(n) => {
             let d = crate::notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
@@ -201,6 +202,7 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     let _ = bg.await;
+    let _ = jobs.await;
     if let Some(n) = notifier {
         let _ = n.await;
     }

@@ -25,6 +25,8 @@ impl Counter {
 struct Entry {
     name: &'static str,
     help: &'static str,
+    /// `key="value"` of a labelled counter (see [`Metrics::labelled`]), else empty.
+    labels: String,
     counter: Counter,
 }
 
@@ -49,20 +51,44 @@ impl Metrics {
     /// The counter named `name` (Prometheus naming: `aqgate_…_total`), registered with
     /// `help` the first time; a second registration of the name gets the same counter.
     pub fn counter(&self, name: &'static str, help: &'static str) -> Counter {
+        self.register(name, help, String::new())
+    }
+
+    /// The counter `name{key="value"}` (e.g. one per propagation job): one family per
+    /// name, one series per value. Quotes and backslashes in `value` are escaped.
+    pub fn labelled(&self, name: &'static str, help: &'static str, key: &'static str, value: &str) -> Counter {
+        let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        self.register(name, help, format!("{key}=\"{escaped}\""))
+    }
+
+    fn register(&self, name: &'static str, help: &'static str, labels: String) -> Counter {
         let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(e) = entries.iter().find(|e| e.name == name) {
+        if let Some(e) = entries.iter().find(|e| e.name == name && e.labels == labels) {
             return e.counter.clone();
         }
         let counter = Counter::default();
-        entries.push(Entry { name, help, counter: counter.clone() });
+        entries.push(Entry { name, help, labels, counter: counter.clone() });
         counter
     }
 
-    /// Appends every counter to `out` in Prometheus text format.
+    /// Appends every counter to `out` in Prometheus text format, the series of a family
+    /// together under one HELP and TYPE.
     pub fn render(&self, out: &mut String) {
         let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut done: Vec<&str> = Vec::new();
         for e in entries.iter() {
-            out.push_str(&format!("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", e.name, e.help, e.counter.get()));
+            if done.contains(&e.name) {
+                continue;
+            }
+            done.push(e.name);
+            out.push_str(&format!("# HELP {0} {1}\n# TYPE {0} counter\n", e.name, e.help));
+            for s in entries.iter().filter(|s| s.name == e.name) {
+                if s.labels.is_empty() {
+                    out.push_str(&format!("{} {}\n", s.name, s.counter.get()));
+                } else {
+                    out.push_str(&format!("{}{{{}}} {}\n", s.name, s.labels, s.counter.get()));
+                }
+            }
         }
     }
 }
@@ -85,6 +111,18 @@ mod tests {
             out,
             "# HELP aqgate_a_total A things.\n# TYPE aqgate_a_total counter\naqgate_a_total 3\n\
              # HELP aqgate_b_total B things.\n# TYPE aqgate_b_total counter\naqgate_b_total 5\n"
+        );
+        let l = m.labelled("aqgate_c_total", "C things.", "job", "X\"1");
+        l.add(7);
+        m.labelled("aqgate_c_total", "C things.", "job", "Y").inc();
+        let mut out = String::new();
+        m.render(&mut out);
+        assert!(
+            out.ends_with(
+                "# HELP aqgate_c_total C things.\n# TYPE aqgate_c_total counter\naqgate_c_total{job=\"X\\\"1\"} 7\n\
+                 aqgate_c_total{job=\"Y\"} 1\n"
+            ),
+            "{out}"
         );
         let other = Metrics::new();
         assert_eq!(other.counter("aqgate_a_total", "A things.").get(), 0, "registries count apart");

@@ -28,6 +28,8 @@ pub struct Topology {
     pub agents: Vec<AgentDef>,
     #[serde(default)]
     pub grants: Vec<GrantDef>,
+    #[serde(default)]
+    pub propagations: Vec<crate::propagation::PropagationDef>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -186,6 +188,8 @@ pub struct Catalog {
     pub agents: BTreeMap<String, AgentInfo>,
     /// (db user, queue) → (enqueue, dequeue).
     pub grants: BTreeMap<(String, String), (bool, bool)>,
+    /// Propagation jobs by name.
+    pub propagations: BTreeMap<String, crate::propagation::PropagationInfo>,
 }
 
 impl Catalog {
@@ -383,6 +387,13 @@ impl Topology {
             }
         }
 
+        for a in agents.keys() {
+            if a.starts_with("PROP$") {
+                errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
+            }
+        }
+        let propagations = crate::propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
+
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {
             let key = format!("grants[{i}] ({} on {})", g.user, g.queue);
@@ -404,7 +415,7 @@ impl Topology {
             e.1 |= deq;
         }
 
-        if errors.is_empty() { Ok(Catalog { types, queues, agents, grants }) } else { Err(errors) }
+        if errors.is_empty() { Ok(Catalog { types, queues, agents, grants, propagations }) } else { Err(errors) }
     }
 }
 

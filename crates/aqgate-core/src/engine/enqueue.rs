@@ -23,8 +23,10 @@ impl Engine {
         for (i, m) in req.messages.iter_mut().enumerate() {
             self.resolve_aliases(&mut m.header).await?;
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-            claim_sender(&mut m.header, agent)
-                .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            if !session.carries_senders {
+                claim_sender(&mut m.header, agent)
+                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            }
         }
         if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
             return Err(not_permitted(agent, "enqueue to", &queue.name));

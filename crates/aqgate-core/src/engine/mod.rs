@@ -398,6 +398,7 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
             "subscriber" => t.subscribers.push(serde_json::from_str(spec).map_err(bad)?),
             "agent" => t.agents.push(serde_json::from_str(spec).map_err(bad)?),
             "grant" => t.grants.push(serde_json::from_str(spec).map_err(bad)?),
+            "propagation" => t.propagations.push(serde_json::from_str(spec).map_err(bad)?),
             _ => {}
         }
     }

@@ -123,6 +123,9 @@ pub struct Session {
     pub abandon: Option<Arc<Abandon>>,
     /// The idempotency key of the request being performed.
     pub idempotency: Option<IdempotencyClaim>,
+    /// The session moves other agents' messages (a propagation job): a `sender_id` it gives
+    /// is kept as it is instead of being the session's agent. Never set for a client.
+    pub carries_senders: bool,
 }
 
 impl Session {
@@ -143,6 +146,7 @@ impl Session {
             origin: 0,
             abandon: None,
             idempotency: None,
+            carries_senders: false,
         }
     }
 

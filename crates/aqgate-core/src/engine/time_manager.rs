@@ -45,6 +45,26 @@ impl Engine {
         n
     }
 
+    /// Rolls back and ends the sessions of `agent` last used before `before`, whatever the
+    /// timeout: for an agent that only this service's own jobs use (a propagation job's),
+    /// whose sessions from before a restart hold messages that nobody will commit. Each is
+    /// ended exactly once, as in [`Engine::expire_sessions`]; a batch of another process
+    /// that was ended under it fails its commit and is moved again. Returns how many ended.
+    pub async fn end_sessions_of(&self, agent: &str, before: Micros) -> Result<usize, AqError> {
+        let ttl = i64::try_from(self.config.tombstone_ttl.as_micros()).unwrap_or(i64::MAX);
+        let rows = self.store.sessions_idle(before, 100_000).await?;
+        let resolved = self.resolved();
+        let mut n = 0;
+        for row in rows.iter().filter(|r| r.agent == agent) {
+            let Some(_turn) = self.sessions.try_turn(&row.id_hash) else { continue };
+            if self.end_idle(&resolved, row, before, self.now().saturating_add(ttl)).await? {
+                self.sessions.forget(&row.id_hash);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     pub(super) async fn end_idle(
         &self,
         resolved: &Resolved,

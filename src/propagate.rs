@@ -1,0 +1,281 @@
+//! Propagation jobs at work: each enabled job of the topology moves batches of messages
+//! from its source queue to its destination queue, through the engine like any client
+//! (see `aqgate_core::propagation` for what a job is).
+//!
+//! **Exactly once.** A batch is one engine session of the job's agent: up to `batch_size`
+//! AQXmlReceive (REMOVE) requests, then one AQXmlSend to the destination with a trailing
+//! commit. The dequeues and the enqueue are committed in one database transaction, so a
+//! message is in the source or in the destination, never both and never neither, whatever
+//! moment the process is killed at (an uncommitted batch is rolled back by the store, and
+//! its messages are moved again by the next batch).
+//!
+//! Event-driven: the first receive of a batch waits (a long poll, woken by the commit that
+//! makes a message visible); the rest take what is there. A refused batch is rolled back and
+//! its messages are moved one by one: one the destination refuses for good (no recipient on a
+//! multi-consumer destination, not permitted, a payload the destination does not take) goes
+//! to the job's exception queue with the reason logged, and the job goes on; without an
+//! exception queue, or on a transient failure, the message stays in the source and the job
+//! retries with backoff (1 s doubling to 60 s).
+//!
+//! A job that starts rolls back the batches its agent left open in the store (a process
+//! killed between a batch's receives and its commit), so their messages move at once.
+//!
+//! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
+//! reload) starts, a removed or disabled one finishes its batch and stops.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aqgate_core::engine::{Engine, Session};
+use aqgate_core::error::{AqError, code};
+use aqgate_core::metrics::Counter;
+use aqgate_core::propagation::PropagationInfo;
+use aqgate_proto::idap::{
+    AgentRef, ConsumerOptions, DequeueMode, Destination, EnqueueRequest, Message, MessageHeader, NavigationMode,
+    ProducerOptions, ReceiveRequest, Request, Response, Selector, Visibility,
+};
+use tokio::sync::watch;
+
+/// How long the first receive of a batch waits for a message.
+const WAIT: u64 = 5;
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A job's counters in the metrics registry (`job` label).
+#[derive(Clone)]
+struct Stats {
+    propagated: Counter,
+    exceptions: Counter,
+    failures: Counter,
+}
+
+impl Stats {
+    fn new(engine: &Engine, job: &str) -> Self {
+        let m = &engine.config().metrics;
+        Self {
+            propagated: m.labelled(
+                "aqgate_propagation_messages_total",
+                "Messages a propagation job moved to its destination.",
+                "job",
+                job,
+            ),
+            exceptions: m.labelled(
+                "aqgate_propagation_exceptions_total",
+                "Messages a propagation job moved to its exception queue.",
+                "job",
+                job,
+            ),
+            failures: m.labelled(
+                "aqgate_propagation_failures_total",
+                "Batches of a propagation job that failed and are retried.",
+                "job",
+                job,
+            ),
+        }
+    }
+}
+
+/// Runs the topology's jobs until `stop` changes; looks for changed jobs every `every`.
+pub async fn run(engine: Arc<Engine>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut running: BTreeMap<String, (PropagationInfo, watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
+        BTreeMap::new();
+    loop {
+        let wanted = engine.resolved().catalog.propagations.clone();
+        let gone: Vec<String> = running
+            .iter()
+            .filter(|(name, (info, _, _))| wanted.get(*name).is_none_or(|w| w != info || !w.enabled))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some((_, tx, task)) = running.remove(&name) {
+                let _ = tx.send(true);
+                let _ = task.await;
+                tracing::info!(job = %name, "propagation job stopped");
+            }
+        }
+        for (name, info) in wanted.into_iter().filter(|(_, i)| i.enabled) {
+            if running.contains_key(&name) {
+                continue;
+            }
+            let (tx, rx) = watch::channel(false);
+            let task = tokio::spawn(job_loop(engine.clone(), info.clone(), rx));
+            tracing::info!(job = %name, source = %info.source, destination = %info.destination, "propagation job started");
+            running.insert(name, (info, tx, task));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.changed() => break,
+        }
+    }
+    for (_, (_, tx, task)) in running {
+        let _ = tx.send(true);
+        let _ = task.await;
+    }
+}
+
+async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Receiver<bool>) {
+    let stats = Stats::new(&engine, &job.name);
+    // A batch of an earlier run (killed before its commit) still holds its messages in an
+    // open session: roll it back, so they are moved now rather than after the timeout.
+    let started = engine.now();
+    loop {
+        match engine.end_sessions_of(&job.agent, started).await {
+            Ok(0) => break,
+            Ok(n) => {
+                tracing::info!(job = %job.name, batches = n, "rolled back batches of an earlier run");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job.name, error = %e.message, "rolling back earlier batches failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    }
+    let mut backoff = Duration::from_secs(1);
+    let mut one_by_one = false;
+    while !*stop.borrow() {
+        let batch = if one_by_one { 1 } else { job.batch_size };
+        match move_batch(&engine, &job, batch, one_by_one, &stats).await {
+            Ok(Moved::Done(n)) => {
+                if n > 0 {
+                    tracing::debug!(job = %job.name, messages = n, "propagated");
+                }
+                backoff = Duration::from_secs(1);
+                one_by_one = false;
+            }
+            Ok(Moved::Refused) => one_by_one = true,
+            Err(e) => {
+                stats.failures.inc();
+                tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+enum Moved {
+    /// Messages moved (to the destination or the exception queue), perhaps none.
+    Done(usize),
+    /// The destination refused the batch; it is rolled back, to be moved one by one.
+    Refused,
+}
+
+/// Whether the destination refuses a message for good (another try gets the same answer).
+fn permanent(e: &AqError) -> bool {
+    [code::NO_RECIPIENTS, code::PAYLOAD_MISMATCH, code::NOT_PERMITTED, code::INVALID_VALUE].contains(&e.code)
+}
+
+async fn move_batch(
+    engine: &Engine,
+    job: &PropagationInfo,
+    batch: u32,
+    alone: bool,
+    stats: &Stats,
+) -> Result<Moved, AqError> {
+    let mut session = Session::new(&job.agent, engine.now());
+    session.carries_senders = true;
+    let mut messages = Vec::new();
+    for i in 0..batch {
+        match engine.execute(&mut session, receive(job, if i == 0 { WAIT } else { 0 })).await {
+            Ok(Response::Receive(_, Some(r))) => messages.extend(r.messages),
+            Ok(_) => break,
+            Err(e) if e.code == code::NO_MESSAGE => break,
+            Err(e) => return Err(rolled_back(engine, &mut session, e).await),
+        }
+    }
+    if messages.is_empty() {
+        return Ok(Moved::Done(0));
+    }
+    let n = messages.len();
+    let out: Vec<Message> = messages.iter().enumerate().map(|(i, m)| forward(job, m, i)).collect();
+    match engine.execute(&mut session, send(&job.destination, out.clone())).await {
+        Ok(_) => {
+            stats.propagated.add(n as u64);
+            Ok(Moved::Done(n))
+        }
+        Err(e) if permanent(&e) && !alone => {
+            let _ = rolled_back(engine, &mut session, e).await;
+            Ok(Moved::Refused)
+        }
+        Err(e) if permanent(&e) && job.exception_queue.is_some() => {
+            let eq = job.exception_queue.clone().unwrap_or_default();
+            let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
+            match engine.execute(&mut session, send(&eq, out)).await {
+                Ok(_) => {
+                    stats.exceptions.add(n as u64);
+                    tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
+                        "the destination refused a message for good; moved to the exception queue");
+                    Ok(Moved::Done(n))
+                }
+                Err(e2) => Err(rolled_back(engine, &mut session, e2).await),
+            }
+        }
+        Err(e) => Err(rolled_back(engine, &mut session, e).await),
+    }
+}
+
+/// Rolls the batch back (its messages stay in the source) and hands `e` on.
+async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqError {
+    if session.pending
+        && let Err(r) = engine.execute(session, Request::Rollback).await
+    {
+        // The store drops the open transaction when the session times out.
+        tracing::warn!(error = %r.message, "propagation batch rollback failed");
+    }
+    e
+}
+
+fn receive(job: &PropagationInfo, wait: u64) -> Request {
+    Request::Receive(ReceiveRequest {
+        consumer: ConsumerOptions {
+            destination: Destination::database(job.source.clone()),
+            consumer_name: job.consumer.clone(),
+            wait_time: Some(wait),
+            selector: job.condition.clone().map(Selector::Condition),
+            visibility: Visibility::OnCommit,
+            dequeue_mode: DequeueMode::Remove,
+            navigation: NavigationMode::NextMessage,
+            transformation: None,
+        },
+        commit: false,
+    })
+}
+
+fn send(queue: &str, messages: Vec<Message>) -> Request {
+    Request::Send(EnqueueRequest {
+        producer: ProducerOptions {
+            destination: Destination::database(queue.to_string()),
+            visibility: Visibility::OnCommit,
+            transformation: None,
+        },
+        messages,
+        commit: true,
+    })
+}
+
+/// The destination's copy of a received message: payload, priority, sender, and the
+/// correlation (or, with `preserve_message_id`, the source message id as the correlation).
+fn forward(job: &PropagationInfo, m: &Message, i: usize) -> Message {
+    let h = &m.header;
+    let correlation = if job.preserve_message_id { h.message_id.clone() } else { h.correlation.clone() };
+    Message {
+        number: Some(u32::try_from(i + 1).unwrap_or(u32::MAX)),
+        header: MessageHeader {
+            correlation,
+            priority: h.priority,
+            sender_id: h
+                .sender_id
+                .clone()
+                .or_else(|| Some(AgentRef { name: Some(job.agent.clone()), ..AgentRef::default() })),
+            ..MessageHeader::default()
+        },
+        payload: m.payload.clone(),
+    }
+}

@@ -1,0 +1,271 @@
+//! Propagation jobs in a real `aqgate serve`, on SQLite and PostgreSQL: queue to queue, a
+//! multi-consumer source (the job sees only later messages), the selection rule, the
+//! exception queue for messages the destination refuses, `/metrics`, and kill -9 in the
+//! middle of propagation (every message arrives exactly once).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use aqgate_proto::idap::Response;
+use common::*;
+
+const EXTRA: &str = r#"
+[[queues]]
+name = "AQUSER.RAW_ARCHIVE"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_INBOX"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_REJECTS"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queue_tables]]
+name = "AQUSER.RAW_TOPIC_TAB"
+payload_type = "RAW"
+multiple_consumers = true
+
+[[queues]]
+name = "AQUSER.RAW_TOPIC"
+queue_table = "AQUSER.RAW_TOPIC_TAB"
+
+[[subscribers]]
+queue = "AQUSER.RAW_TOPIC"
+name = "AUDIT"
+
+[[queues]]
+name = "AQUSER.RAW_FANOUT"
+queue_table = "AQUSER.RAW_TOPIC_TAB"
+
+[[subscribers]]
+queue = "AQUSER.RAW_FANOUT"
+name = "LOW"
+rule = "priority < 5"
+
+[[propagations]]
+name = "archive"
+source = "AQUSER.RAW_QUE"
+destination = "AQUSER.RAW_ARCHIVE"
+preserve_message_id = true
+batch_size = 50
+
+[[propagations]]
+name = "fanout"
+source = "AQUSER.RAW_INBOX"
+destination = "AQUSER.RAW_FANOUT"
+exception_queue = "AQUSER.RAW_REJECTS"
+"#;
+
+const TOPIC_JOB: &str = r#"
+[[propagations]]
+name = "topic_low"
+source = "AQUSER.RAW_TOPIC"
+destination = "AQUSER.RAW_ARCHIVE"
+rule = "priority < 5"
+"#;
+
+fn topology_file(extra: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir()
+        .join(format!("aqgate-test-propagation-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
+    std::fs::write(&p, format!("{}\n{EXTRA}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    p
+}
+
+fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut p = Proc::spawn(
+        "aqgate serve (propagation)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
+            .args(["--topology", topology.to_str().expect("utf-8")]),
+    );
+    p.wait_ready(port, Duration::from_secs(60));
+    p
+}
+
+fn depths(db: &str) -> std::collections::BTreeMap<String, i64> {
+    let out = Command::new(BIN).args(["admin", "queues", "--database", db]).output().expect("admin queues");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?.to_string();
+            let depth = l.split_whitespace().last()?.parse().ok()?;
+            Some((name, depth))
+        })
+        .collect()
+}
+
+fn depth(db: &str, q: &str) -> i64 {
+    depths(db).get(q).copied().unwrap_or_else(|| panic!("{q} not listed"))
+}
+
+/// Waits until `q` holds `n` messages.
+fn wait_depth(db: &str, q: &str, n: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let d = depth(db, q);
+        if d == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{q} holds {d}, not {n}, after {within:?}: {:?}", depths(db));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn hex(i: usize) -> String {
+    format!("{i:08X}")
+}
+
+/// Sends `n` RAW messages (payload: their number) to `queue` as scott in committed batches
+/// of `per`, `header` in each message; the message ids.
+async fn send_all(port: u16, queue: &str, from: usize, n: usize, per: usize, header: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut i = from;
+    while i < from + n {
+        let k = per.min(from + n - i);
+        let payloads: Vec<String> = (i..i + k).map(hex).collect();
+        let msgs: Vec<(&str, &str)> = payloads.iter().map(|p| (header, p.as_str())).collect();
+        let r = http(port, &raw_send(queue, &msgs, COMMIT)).await;
+        ids.extend(sent_ids(&r));
+        i += k;
+    }
+    ids
+}
+
+/// Receives (and commits) everything in `queue` as scott: (correlation, payload, sender).
+async fn drain(port: u16, queue: &str, consumer: Option<&str>) -> Vec<(Option<String>, String, Option<String>)> {
+    let opts = consumer.map(|c| format!("<consumer_name>{c}</consumer_name>")).unwrap_or_default();
+    let mut out = Vec::new();
+    loop {
+        let r = http(port, &receive(queue, &format!("{opts}<wait_time>0</wait_time>"), COMMIT)).await;
+        match &r {
+            Response::Receive(_, Some(_)) => {
+                for m in received(&r) {
+                    let sender = m.header.sender_id.as_ref().and_then(|s| s.name.clone());
+                    out.push((m.header.correlation.clone(), raw_of(&m), sender));
+                }
+            }
+            Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE => return out,
+            other => panic!("receive from {queue}: {other:?}"),
+        }
+    }
+}
+
+async fn queue_to_queue_and_the_exception_queue(b: Backend) {
+    let db = fresh_url(b).await;
+    let port = free_port();
+    let topo = topology_file("");
+    let s = serve(&db, port, &topo);
+    let ids = send_all(port, "AQUSER.RAW_QUE", 0, 120, 40, "").await;
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 120, Duration::from_secs(30));
+    assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 0, "moved, not copied");
+    let got = drain(port, "AQUSER.RAW_ARCHIVE", None).await;
+    // preserve_message_id: the source message id is the correlation; payloads and the
+    // original sender are kept.
+    let corr: BTreeSet<String> = got.iter().filter_map(|(c, _, _)| c.clone()).collect();
+    assert_eq!(corr, ids.iter().cloned().collect::<BTreeSet<_>>());
+    let payloads: BTreeSet<String> = got.iter().map(|(_, p, _)| p.clone()).collect();
+    assert_eq!(payloads, (0..120).map(hex).collect::<BTreeSet<_>>());
+    assert!(got.iter().all(|(_, _, s)| s.as_deref() == Some("SCOTT")), "{:?}", &got[..3]);
+
+    // The destination is multi-consumer with one subscriber for priority < 5: a message of
+    // priority 9 has no recipient there, and goes to the exception queue; the job goes on.
+    send_all(port, "AQUSER.RAW_INBOX", 1000, 1, 1, "<priority>1</priority>").await;
+    send_all(port, "AQUSER.RAW_INBOX", 2000, 1, 1, "<priority>9</priority>").await;
+    send_all(port, "AQUSER.RAW_INBOX", 3000, 1, 1, "<priority>2</priority>").await;
+    wait_depth(&db, "AQUSER.RAW_REJECTS", 1, Duration::from_secs(30));
+    wait_depth(&db, "AQUSER.RAW_FANOUT", 2, Duration::from_secs(30));
+    assert_eq!(depth(&db, "AQUSER.RAW_INBOX"), 0);
+    let rejected = drain(port, "AQUSER.RAW_REJECTS", None).await;
+    assert_eq!(rejected.iter().map(|(_, p, _)| p.as_str()).collect::<Vec<_>>(), [hex(2000)]);
+    let low = drain(port, "AQUSER.RAW_FANOUT", Some("LOW")).await;
+    assert_eq!(low.iter().map(|(_, p, _)| p.clone()).collect::<BTreeSet<_>>(), [hex(1000), hex(3000)].into());
+    let (_, text) = http_get(port, "/metrics").expect("metrics");
+    assert!(text.contains("aqgate_propagation_messages_total{job=\"ARCHIVE\"} 120"), "{text}");
+    assert!(text.contains("aqgate_propagation_exceptions_total{job=\"FANOUT\"} 1"), "{text}");
+    assert!(text.contains("aqgate_propagation_messages_total{job=\"FANOUT\"} 2"), "{text}");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_to_queue_and_the_exception_queue_on_sqlite() {
+    queue_to_queue_and_the_exception_queue(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_to_queue_and_the_exception_queue_on_postgres() {
+    queue_to_queue_and_the_exception_queue(Backend::Postgres).await;
+}
+
+fn publish(queue: &str, hex: &str, priority: i64) -> String {
+    raw_send(queue, &[(&format!("<priority>{priority}</priority>"), hex)], COMMIT).replace("AQXmlSend", "AQXmlPublish")
+}
+
+/// A job on a multi-consumer source is a subscriber: it moves only messages published
+/// after it exists, and only those its rule selects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_a_topic_sees_only_later_messages_that_its_rule_selects() {
+    let db = fresh_url(Backend::Sqlite).await;
+    let port = free_port();
+    let without = topology_file("");
+    let s = serve(&db, port, &without);
+    assert!(matches!(http(port, &publish("AQUSER.RAW_TOPIC", "0A", 1)).await, Response::Publish(..)));
+    drop(s);
+    let with = topology_file(TOPIC_JOB);
+    let s = serve(&db, port, &with);
+    for (h, p) in [("0B", 1), ("0C", 9), ("0D", 4)] {
+        assert!(matches!(http(port, &publish("AQUSER.RAW_TOPIC", h, p)).await, Response::Publish(..)));
+    }
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 2, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let got: BTreeSet<String> = drain(port, "AQUSER.RAW_ARCHIVE", None).await.into_iter().map(|(_, p, _)| p).collect();
+    assert_eq!(got, ["0B".to_string(), "0D".to_string()].into(), "0A came before the job, 0C fails its rule");
+    // The other subscriber still gets all four.
+    assert_eq!(drain(port, "AQUSER.RAW_TOPIC", Some("AUDIT")).await.len(), 4);
+    drop(s);
+    let _ = std::fs::remove_file(&without);
+    let _ = std::fs::remove_file(&with);
+}
+
+/// kill -9 while the job moves a stream of messages, then a restart: every message is in
+/// the destination exactly once.
+async fn kill_nine_during_propagation(b: Backend) {
+    let db = fresh_url(b).await;
+    let port = free_port();
+    let topo = topology_file("");
+    let total = 1500;
+    let mut s = serve(&db, port, &topo);
+    let mut sent = 0;
+    for round in 0..3 {
+        sent += send_all(port, "AQUSER.RAW_QUE", sent, total / 3, 100, "").await.len();
+        // Kill while the job is busy with this round's messages.
+        std::thread::sleep(Duration::from_millis(30 + 40 * round));
+        s.kill9();
+        s = serve(&db, port, &topo);
+    }
+    wait_depth(&db, "AQUSER.RAW_QUE", 0, Duration::from_secs(60));
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", i64::try_from(total).expect("count"), Duration::from_secs(30));
+    let got = drain(port, "AQUSER.RAW_ARCHIVE", None).await;
+    let payloads: Vec<String> = got.iter().map(|(_, p, _)| p.clone()).collect();
+    let distinct: BTreeSet<String> = payloads.iter().cloned().collect();
+    assert_eq!(payloads.len(), total, "no message duplicated");
+    assert_eq!(distinct, (0..total).map(hex).collect::<BTreeSet<_>>(), "no message lost");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_propagation_loses_and_duplicates_nothing_on_sqlite() {
+    kill_nine_during_propagation(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_propagation_loses_and_duplicates_nothing_on_postgres() {
+    kill_nine_during_propagation(Backend::Postgres).await;
+}
