@@ -37,6 +37,8 @@ use aqgate_proto::idap::{
 };
 use tokio::sync::watch;
 
+mod remote;
+
 /// How long the first receive of a batch waits for a message.
 const WAIT: u64 = 5;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -115,30 +117,83 @@ pub async fn run(engine: Arc<Engine>, every: Duration, mut stop: watch::Receiver
 
 async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Receiver<bool>) {
     let stats = Stats::new(&engine, &job.name);
+    if !end_earlier_batches(&engine, &job, &mut stop).await {
+        return;
+    }
+    match &job.remote {
+        None => local_loop(&engine, &job, &stats, &mut stop).await,
+        Some(def) => {
+            let remote = loop {
+                match remote::Remote::new(def) {
+                    Ok(r) => break Arc::new(r),
+                    Err(e) => {
+                        stats.failures.inc();
+                        tracing::warn!(job = %job.name, error = %e, "remote destination not usable; retrying in 10 s");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                }
+            };
+            let workers: Vec<_> = (0..job.concurrency)
+                .map(|_| {
+                    let (engine, job, stats, remote, mut stop) =
+                        (engine.clone(), job.clone(), stats.clone(), remote.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        retrying(&job, &stats, &mut stop, |_| move_remote(&engine, &job, &remote, &stats)).await;
+                    })
+                })
+                .collect();
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+    }
+}
+
+/// Rolls back the batches the job's agent left open in the store; false if stopped first.
+async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, stop: &mut watch::Receiver<bool>) -> bool {
     // A batch of an earlier run (killed before its commit) still holds its messages in an
     // open session: roll it back, so they are moved now rather than after the timeout.
     let started = engine.now();
     loop {
         match engine.end_sessions_of(&job.agent, started).await {
-            Ok(0) => break,
+            Ok(0) => return true,
             Ok(n) => {
                 tracing::info!(job = %job.name, batches = n, "rolled back batches of an earlier run");
-                break;
+                return true;
             }
             Err(e) => {
                 tracing::warn!(job = %job.name, error = %e.message, "rolling back earlier batches failed; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.changed() => return,
+                    _ = stop.changed() => return false,
                 }
             }
         }
     }
+}
+
+async fn local_loop(engine: &Engine, job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>) {
+    retrying(job, stats, stop, |one_by_one| {
+        let batch = if one_by_one { 1 } else { job.batch_size };
+        move_batch(engine, job, batch, one_by_one, stats)
+    })
+    .await;
+}
+
+/// Runs `step` until stopped: `step(true)` after a refused batch, with backoff after a
+/// failure.
+async fn retrying<F, Fut>(job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>, mut step: F)
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<Moved, AqError>>,
+{
     let mut backoff = Duration::from_secs(1);
     let mut one_by_one = false;
     while !*stop.borrow() {
-        let batch = if one_by_one { 1 } else { job.batch_size };
-        match move_batch(&engine, &job, batch, one_by_one, &stats).await {
+        match step(one_by_one).await {
             Ok(Moved::Done(n)) => {
                 if n > 0 {
                     tracing::debug!(job = %job.name, messages = n, "propagated");
@@ -221,6 +276,49 @@ async fn move_batch(
     }
 }
 
+/// One message to the remote destination (see `remote`): received, sent under its key,
+/// then the receive committed.
+async fn move_remote(
+    engine: &Engine,
+    job: &PropagationInfo,
+    remote: &remote::Remote,
+    stats: &Stats,
+) -> Result<Moved, AqError> {
+    let mut session = Session::new(&job.agent, engine.now());
+    session.carries_senders = true;
+    let m = match engine.execute(&mut session, receive(job, WAIT)).await {
+        Ok(Response::Receive(_, Some(r))) => r.messages.into_iter().next(),
+        Ok(_) => None,
+        Err(e) if e.code == code::NO_MESSAGE => None,
+        Err(e) => return Err(rolled_back(engine, &mut session, e).await),
+    };
+    let Some(m) = m else { return Ok(Moved::Done(0)) };
+    let id = m.header.message_id.clone().unwrap_or_default();
+    let out = forward(job, &m, 0);
+    match remote.send(&job.name, &id, &job.destination, out.clone()).await {
+        remote::Sent::Done => {
+            engine.execute(&mut session, Request::Commit).await?;
+            stats.propagated.inc();
+            Ok(Moved::Done(1))
+        }
+        remote::Sent::Permanent(why) => match job.exception_queue.clone() {
+            Some(eq) => match engine.execute(&mut session, send(&eq, vec![out])).await {
+                Ok(_) => {
+                    stats.exceptions.inc();
+                    tracing::warn!(job = %job.name, message = %id, exception_queue = %eq, reason = %why,
+                        "the remote refused a message for good; moved to the exception queue");
+                    Ok(Moved::Done(1))
+                }
+                Err(e) => Err(rolled_back(engine, &mut session, e).await),
+            },
+            None => Err(rolled_back(engine, &mut session, AqError::client(code::NOT_PERMITTED, why)).await),
+        },
+        remote::Sent::Transient(why) => {
+            Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await)
+        }
+    }
+}
+
 /// Rolls the batch back (its messages stay in the source) and hands `e` on.
 async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqError {
     if session.pending
@@ -248,7 +346,7 @@ fn receive(job: &PropagationInfo, wait: u64) -> Request {
     })
 }
 
-fn send(queue: &str, messages: Vec<Message>) -> Request {
+pub(crate) fn send(queue: &str, messages: Vec<Message>) -> Request {
     Request::Send(EnqueueRequest {
         producer: ProducerOptions {
             destination: Destination::database(queue.to_string()),

@@ -25,8 +25,14 @@ pub struct PropagationDef {
     pub name: String,
     /// `SCHEMA.QUEUE` the messages come from.
     pub source: String,
-    /// `SCHEMA.QUEUE` in this store the messages go to.
+    /// `SCHEMA.QUEUE` the messages go to: in this store, or with `remote` in another aqgate.
     pub destination: String,
+    /// The destination queue is in another aqgate, reached over IDAP.
+    #[serde(default)]
+    pub remote: Option<RemoteDef>,
+    /// Messages in flight at once to a remote destination (one request each).
+    #[serde(default = "one")]
+    pub concurrency: u32,
     /// A condition (the dequeue condition language) a message must meet to be moved.
     #[serde(default)]
     pub rule: Option<String>,
@@ -43,6 +49,28 @@ pub struct PropagationDef {
     pub exception_queue: Option<String>,
     #[serde(default = "yes")]
     pub enabled: bool,
+}
+
+/// Another aqgate's servlet, and the agent a job logs in as there. The password is never in
+/// the topology: it is read from the environment variable or the file named here.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteDef {
+    /// `https://host:port/aqserv` (or `http://` on a trusted network).
+    pub url: String,
+    pub agent: String,
+    #[serde(default)]
+    pub password_env: Option<String>,
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// PEM CA certificates the remote's certificate is verified against (besides the
+    /// system's roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn default_batch_size() -> u32 {
@@ -69,6 +97,8 @@ pub struct PropagationInfo {
     pub preserve_message_id: bool,
     pub exception_queue: Option<String>,
     pub enabled: bool,
+    pub remote: Option<RemoteDef>,
+    pub concurrency: u32,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -103,29 +133,55 @@ pub fn resolve(
                 None
             }
         };
+        if !(1..=64).contains(&d.concurrency) {
+            errors.push(format!("{key}.concurrency: 1 to 64"));
+        }
         let (source, destination) = (canon(&d.source), canon(&d.destination));
-        let (Some(src), Some(dst)) = (queues.get(&source), queues.get(&destination)) else {
-            for (what, q) in [("source", &source), ("destination", &destination)] {
-                if !queues.contains_key(q) {
-                    errors.push(format!("{key}.{what}: unknown queue {q}"));
-                }
-            }
+        let Some(src) = queues.get(&source) else {
+            errors.push(format!("{key}.source: unknown queue {source}"));
             continue;
         };
-        if source == destination {
-            errors.push(format!("{key}.destination: the source itself"));
-        }
-        if src.payload != dst.payload {
-            errors.push(format!(
-                "{key}.destination: payload type {} differs from the source's {}",
-                dst.payload, src.payload
-            ));
-        }
-        if dst.is_exception_queue {
-            errors.push(format!("{key}.destination: {destination} is an exception queue (closed for enqueue)"));
+        match &d.remote {
+            // The remote checks its queue and payload type; a refusal sends the message
+            // to the exception queue.
+            Some(r) => {
+                if !(r.url.starts_with("https://") || r.url.starts_with("http://")) {
+                    errors.push(format!("{key}.remote.url: an http:// or https:// URL"));
+                }
+                if r.agent.trim().is_empty() {
+                    errors.push(format!("{key}.remote.agent: empty"));
+                }
+                if r.password_env.is_some() == r.password_file.is_some() {
+                    errors.push(format!("{key}.remote: give password_env or password_file (one of them)"));
+                }
+                if !is_queue_name(&destination) {
+                    errors.push(format!("{key}.destination: expected SCHEMA.QUEUE"));
+                }
+            }
+            None => {
+                let Some(dst) = queues.get(&destination) else {
+                    errors.push(format!("{key}.destination: unknown queue {destination}"));
+                    continue;
+                };
+                if source == destination {
+                    errors.push(format!("{key}.destination: the source itself"));
+                }
+                if src.payload != dst.payload {
+                    errors.push(format!(
+                        "{key}.destination: payload type {} differs from the source's {}",
+                        dst.payload, src.payload
+                    ));
+                }
+                if dst.is_exception_queue {
+                    errors.push(format!("{key}.destination: {destination} is an exception queue (closed for enqueue)"));
+                }
+            }
         }
         let exception_queue = d.exception_queue.as_deref().map(canon);
-        let mut schemas = vec![schema(&source), schema(&destination)];
+        let mut schemas = vec![schema(&source)];
+        if d.remote.is_none() {
+            schemas.push(schema(&destination));
+        }
         if let Some(eq) = &exception_queue {
             match queues.get(eq) {
                 None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
@@ -169,12 +225,18 @@ pub fn resolve(
             preserve_message_id: d.preserve_message_id,
             exception_queue,
             enabled: d.enabled,
+            remote: d.remote.clone(),
+            concurrency: d.concurrency,
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));
         }
     }
     jobs
+}
+
+fn is_queue_name(q: &str) -> bool {
+    matches!(q.split_once('.'), Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.'))
 }
 
 fn schema(queue: &str) -> String {

@@ -1,0 +1,135 @@
+//! Another aqgate as a propagation destination, over IDAP: one AQXmlSend with a trailing
+//! commit per message, as the job's remote agent, with
+//! `Idempotency-Key: prop-<job>-<source message id>`.
+//!
+//! Exactly once: the local batch (the receive of that one message) commits only after the
+//! remote answered the send. If this process dies in between, the message goes back to the
+//! source and is sent again with the same key; the remote, which recorded the key with the
+//! send in one transaction, answers the recorded response and enqueues nothing (within its
+//! `--idempotency-window`, 24 h by default). A request the remote is performing at that
+//! moment (409) is a transient failure, tried again.
+//!
+//! Outcomes: an IDAP response of the send is success; a Fault whose code says the message
+//! can never be taken (no such queue, payload type, not permitted, invalid, too large: 413)
+//! is permanent (the exception queue); anything else — connection refused, a timeout, 5xx,
+//! 401 (credentials are a configuration matter) — is transient.
+
+use std::time::Duration;
+
+use aqgate_core::error::code;
+use aqgate_core::propagation::RemoteDef;
+use aqgate_proto::idap::{self, Envelope, Limits, Message, Response};
+use aqgate_proto::names::IDEMPOTENCY_HEADER;
+
+pub struct Remote {
+    http: reqwest::Client,
+    url: String,
+    agent: String,
+    password: String,
+}
+
+pub enum Sent {
+    Done,
+    Permanent(String),
+    Transient(String),
+}
+
+impl Remote {
+    /// The remote's client; the password is read now, from the environment or the file.
+    pub fn new(def: &RemoteDef) -> Result<Self, String> {
+        let password = match (&def.password_env, &def.password_file) {
+            (Some(var), _) => std::env::var(var).map_err(|_| format!("the environment variable {var} is not set"))?,
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?.trim_end_matches(['\r', '\n']).to_string()
+            }
+            (None, None) => return Err("no password_env or password_file".into()),
+        };
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60));
+        if let Some(f) = &def.ca_file {
+            let pem = std::fs::read(f).map_err(|e| format!("{f}: {e}"))?;
+            for c in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{f}: {e}"))? {
+                b = b.add_root_certificate(c);
+            }
+        }
+        let http = b.build().map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self { http, url: def.url.clone(), agent: def.agent.clone(), password })
+    }
+
+    /// Sends `message` to `queue` there, under the key for (`job`, `source_id`).
+    pub async fn send(&self, job: &str, source_id: &str, queue: &str, message: Message) -> Sent {
+        let body = idap::write_request(&Envelope { headers: Vec::new(), body: super::send(queue, vec![message]) });
+        let r = self
+            .http
+            .post(&self.url)
+            .basic_auth(&self.agent, Some(&self.password))
+            .header("content-type", "text/xml")
+            .header(IDEMPOTENCY_HEADER, format!("prop-{job}-{source_id}"))
+            .body(body)
+            .send()
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Sent::Transient(format!("{}: {}", self.url, without_url(&e))),
+        };
+        let status = r.status().as_u16();
+        let text = match r.bytes().await {
+            Ok(t) => t,
+            Err(e) => return Sent::Transient(format!("{}: reading the answer: {}", self.url, without_url(&e))),
+        };
+        if status == 413 {
+            return Sent::Permanent(format!("{}: 413, the message is larger than the remote takes", self.url));
+        }
+        if status != 200 {
+            let snippet: String = String::from_utf8_lossy(&text).chars().take(200).collect();
+            return Sent::Transient(format!("{}: HTTP {status}: {}", self.url, snippet.trim()));
+        }
+        match idap::parse_response(&text, &Limits::default()).map(|e| e.body) {
+            Ok(Response::Send(..)) => Sent::Done,
+            Ok(Response::Fault(f)) => {
+                let why = format!("remote fault {}: {}", f.code, f.message);
+                if PERMANENT.contains(&f.code) { Sent::Permanent(why) } else { Sent::Transient(why) }
+            }
+            Ok(other) => Sent::Transient(format!("{}: unexpected answer {:?}", self.url, other_name(&other))),
+            Err(e) => Sent::Transient(format!("{}: the answer is not IDAP: {e}", self.url)),
+        }
+    }
+}
+
+/// Remote fault codes after which the same message is never taken.
+const PERMANENT: &[i32] = &[
+    code::NO_SUCH_QUEUE,
+    code::PAYLOAD_MISMATCH,
+    code::NOT_PERMITTED,
+    code::INVALID_VALUE,
+    code::NO_RECIPIENTS,
+    code::NOT_MULTI_CONSUMER,
+];
+
+fn other_name(r: &Response) -> &'static str {
+    match r {
+        Response::Publish(..) => "AQXmlPublishResponse",
+        Response::Receive(..) => "AQXmlReceiveResponse",
+        Response::Register(..) => "AQXmlRegisterResponse",
+        Response::Commit(..) => "AQXmlCommitResponse",
+        Response::Rollback(..) => "AQXmlRollbackResponse",
+        Response::Notification(..) => "AQXmlNotification",
+        Response::Send(..) | Response::Fault(..) => "response",
+    }
+}
+
+/// A reqwest error without its URL (the caller names the URL, without credentials).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(&format!(" for url ({u})"), "");
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(&format!(": {c}"));
+        src = c.source();
+    }
+    s
+}

@@ -1,0 +1,167 @@
+//! Propagation between two aqgate processes over HTTP — one on SQLite, one on PostgreSQL,
+//! each propagating to the other — and kill -9 of the destination and of the source in the
+//! middle of a stream: every message arrives exactly once (the idempotency key per source
+//! message makes a re-sent one a replay).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use aqgate_proto::idap::Response;
+use common::*;
+
+const QUEUES: &str = r#"
+[[queues]]
+name = "AQUSER.RAW_ARCHIVE"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_INBOX"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_REJECTS"
+queue_table = "AQUSER.RAW_TAB"
+"#;
+
+const PASSWORD_ENV: &str = "AQGATE_TEST_REMOTE_PASSWORD";
+
+/// The demo topology, the queues above, and a job from `source` to the aqgate on `port`.
+fn topology(source: &str, destination: &str, port: u16) -> std::path::PathBuf {
+    let job = format!(
+        r#"
+[[propagations]]
+name = "out"
+source = "{source}"
+destination = "{destination}"
+exception_queue = "AQUSER.RAW_REJECTS"
+concurrency = 4
+remote = {{ url = "http://127.0.0.1:{port}/aqserv", agent = "scott", password_env = "{PASSWORD_ENV}" }}
+"#
+    );
+    let p = std::env::temp_dir()
+        .join(format!("aqgate-test-propagation-remote-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
+    std::fs::write(&p, format!("{}\n{QUEUES}\n{job}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    p
+}
+
+fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut p = Proc::spawn(
+        "aqgate serve (remote propagation)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
+            .args(["--topology", topology.to_str().expect("utf-8")])
+            .env(PASSWORD_ENV, "tiger"),
+    );
+    p.wait_ready(port, Duration::from_secs(60));
+    p
+}
+
+fn depth(db: &str, q: &str) -> i64 {
+    let out = Command::new(BIN).args(["admin", "queues", "--database", db]).output().expect("admin queues");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(q))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("{q} not listed"))
+}
+
+fn wait_depth(db: &str, q: &str, n: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let d = depth(db, q);
+        if d == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{q} holds {d}, not {n}, after {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn hex(i: usize) -> String {
+    format!("{i:08X}")
+}
+
+async fn send_all(port: u16, queue: &str, from: usize, n: usize, per: usize) {
+    let mut i = from;
+    while i < from + n {
+        let k = per.min(from + n - i);
+        let payloads: Vec<String> = (i..i + k).map(hex).collect();
+        let msgs: Vec<(&str, &str)> = payloads.iter().map(|p| ("", p.as_str())).collect();
+        assert!(matches!(http(port, &raw_send(queue, &msgs, COMMIT)).await, Response::Send(..)));
+        i += k;
+    }
+}
+
+/// Every payload in `queue` (received and committed).
+async fn drain(port: u16, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let r = http(port, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await;
+        match &r {
+            Response::Receive(_, Some(_)) => out.extend(received(&r).iter().map(raw_of)),
+            Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE => return out,
+            other => panic!("receive from {queue}: {other:?}"),
+        }
+    }
+}
+
+fn assert_exactly(got: &[String], range: std::ops::Range<usize>) {
+    let distinct: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(got.len(), distinct.len(), "no message duplicated");
+    let want: Vec<String> = range.map(hex).collect();
+    assert_eq!(distinct.into_iter().cloned().collect::<Vec<_>>(), want, "no message lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
+    let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Postgres).await);
+    let (a_port, b_port) = (free_port(), free_port());
+    // A (SQLite) sends RAW_QUE to B's archive; B (PostgreSQL) sends its RAW_INBOX to A's.
+    let a_topo = topology("AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", b_port);
+    let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
+    let mut a = serve(&a_db, a_port, &a_topo);
+    let mut b = serve(&b_db, b_port, &b_topo);
+
+    send_all(a_port, "AQUSER.RAW_QUE", 0, 200, 50).await;
+    send_all(b_port, "AQUSER.RAW_INBOX", 10_000, 200, 50).await;
+    wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 200, Duration::from_secs(60));
+    wait_depth(&a_db, "AQUSER.RAW_ARCHIVE", 200, Duration::from_secs(60));
+    assert_eq!((depth(&a_db, "AQUSER.RAW_QUE"), depth(&b_db, "AQUSER.RAW_INBOX")), (0, 0));
+    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 0..200);
+    assert_exactly(&drain(a_port, "AQUSER.RAW_ARCHIVE").await, 10_000..10_200);
+
+    // A stream from A to B; the destination is killed in the middle, then the source.
+    send_all(a_port, "AQUSER.RAW_QUE", 200, 400, 100).await;
+    std::thread::sleep(Duration::from_millis(150));
+    b.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    b = serve(&b_db, b_port, &b_topo);
+    send_all(a_port, "AQUSER.RAW_QUE", 600, 400, 100).await;
+    std::thread::sleep(Duration::from_millis(150));
+    a.kill9();
+    a = serve(&a_db, a_port, &a_topo);
+    wait_depth(&a_db, "AQUSER.RAW_QUE", 0, Duration::from_secs(120));
+    wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 800, Duration::from_secs(30));
+    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 200..1000);
+    assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 0);
+
+    // A queue the remote does not have: each message is refused for good there and goes to
+    // the exception queue; the job goes on.
+    drop(a);
+    let bad = topology("AQUSER.RAW_QUE", "AQUSER.NO_SUCH_QUEUE", b_port);
+    let a = serve(&a_db, a_port, &bad);
+    send_all(a_port, "AQUSER.RAW_QUE", 5000, 3, 3).await;
+    wait_depth(&a_db, "AQUSER.RAW_REJECTS", 3, Duration::from_secs(30));
+    assert_exactly(&drain(a_port, "AQUSER.RAW_REJECTS").await, 5000..5003);
+    let (_, text) = http_get(a_port, "/metrics").expect("metrics");
+    assert!(text.contains("aqgate_propagation_exceptions_total{job=\"OUT\"} 3"), "{text}");
+    drop((a, b));
+    for f in [a_topo, b_topo, bad] {
+        let _ = std::fs::remove_file(f);
+    }
+}
