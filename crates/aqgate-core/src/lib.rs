@@ -9,7 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod notify_policy;
-pub mod propagation;
+pub use topology::propagation;
 pub mod store;
 pub mod topology;
 

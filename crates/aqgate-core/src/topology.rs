@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
 
+pub mod propagation;
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
@@ -29,7 +31,7 @@ pub struct Topology {
     #[serde(default)]
     pub grants: Vec<GrantDef>,
     #[serde(default)]
-    pub propagations: Vec<crate::propagation::PropagationDef>,
+    pub propagations: Vec<propagation::PropagationDef>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -189,7 +191,7 @@ pub struct Catalog {
     /// (db user, queue) → (enqueue, dequeue).
     pub grants: BTreeMap<(String, String), (bool, bool)>,
     /// Propagation jobs by name.
-    pub propagations: BTreeMap<String, crate::propagation::PropagationInfo>,
+    pub propagations: BTreeMap<String, propagation::PropagationInfo>,
 }
 
 impl Catalog {
@@ -392,7 +394,7 @@ impl Topology {
                 errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
             }
         }
-        let propagations = crate::propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
+        let propagations = propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
 
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {

@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::topology::{AgentInfo, QueueInfo, Subscriber, canon};
+use super::{AgentInfo, QueueInfo, Subscriber, canon};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
