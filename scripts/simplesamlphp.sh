@@ -19,7 +19,7 @@
 # php.pid, php.log.
 #
 # Users (exampleauth:UserPass, attribute uid = the user name, mail = USER@example.com):
-#   scott/tiger, john/welcome, nobody/nobody (no such agent), scott@evil.example/evil
+#   scott/tiger, john/welcome, nobody/nobody, mailonly/mailonly, scott@evil.example/evil
 # SPs the IdP knows (NameID = uid, format unspecified; assertion and Response signed):
 #   urn:aqgate:test             what the tests configure as aqgate's entityID
 #   urn:aqgate:assertion-signed only the assertion signed (audience urn:aqgate:test)
@@ -116,6 +116,7 @@ $config = [
         'scott:tiger' => ['uid' => ['scott'], 'mail' => ['scott@example.com']],
         'john:welcome' => ['uid' => ['john'], 'mail' => ['john@example.com']],
         'nobody:nobody' => ['uid' => ['nobody'], 'mail' => ['nobody@example.com']],
+        'mailonly:mailonly' => ['uid' => ['mailonly'], 'mail' => ['mailonly@example.com']],
         'scott@evil.example:evil' => ['uid' => ['scott@evil.example'], 'mail' => ['scott@evil.example']],
     ],
 ];
@@ -134,9 +135,9 @@ EOF
         echo '<?php'
         sp_entry urn:aqgate:test "'saml20.sign.assertion' => true, 'saml20.sign.response' => true,"
         sp_entry urn:aqgate:assertion-signed \
-            "'saml20.sign.assertion' => true, 'saml20.sign.response' => false, 'Audience' => ['urn:aqgate:test'],"
+            "'saml20.sign.assertion' => true, 'saml20.sign.response' => false, 'audience' => ['urn:aqgate:test'],"
         sp_entry urn:aqgate:response-signed \
-            "'saml20.sign.assertion' => false, 'saml20.sign.response' => true, 'Audience' => ['urn:aqgate:test'],"
+            "'saml20.sign.assertion' => false, 'saml20.sign.response' => true, 'audience' => ['urn:aqgate:test'],"
         sp_entry urn:other:sp "'saml20.sign.assertion' => true,"
     } > "$dir/metadata/saml20-sp-remote.php"
     echo "http://127.0.0.1:$port" > "$dir/url"
