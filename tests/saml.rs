@@ -33,7 +33,8 @@ mod tempdir {
     pub struct Dir(pub std::path::PathBuf);
     impl Dir {
         pub fn new() -> Self {
-            let d = std::env::temp_dir().join(format!("aqgate-saml-{}", &aqgate_core::engine::session::random_id()[..12]));
+            let d =
+                std::env::temp_dir().join(format!("aqgate-saml-{}", &aqgate_core::engine::session::random_id()[..12]));
             std::fs::create_dir_all(&d).expect("mkdir");
             Self(d)
         }
@@ -109,8 +110,11 @@ fn cut<'a>(s: &'a str, start: &str, end: &str) -> &'a str {
 /// declared on the Response, declared on it: exclusive canonicalisation makes that the
 /// same signed bytes).
 fn assertion_of(response: &str) -> String {
-    cut(response, "<saml:Assertion ", "</saml:Assertion>")
-        .replacen("<saml:Assertion ", &format!("<saml:Assertion xmlns:saml=\"{SAML_NS}\" "), 1)
+    cut(response, "<saml:Assertion ", "</saml:Assertion>").replacen(
+        "<saml:Assertion ",
+        &format!("<saml:Assertion xmlns:saml=\"{SAML_NS}\" "),
+        1,
+    )
 }
 
 /// The value of the first attribute ` name="…"` in `s`.
@@ -250,7 +254,8 @@ async fn a_real_idp_assertion_logs_in_once_in_either_form() {
     assert_eq!(drain(port).await, ["0B01", "0B01"]);
 
     // A session opened with SAML goes on with its cookie alone, as with Basic.
-    let login = with_header(port, &unb64(&s.idp.login(SP, "scott", "tiger")), raw_send(RAWQ, &[("", "0C01")], "")).await;
+    let login =
+        with_header(port, &unb64(&s.idp.login(SP, "scott", "tiger")), raw_send(RAWQ, &[("", "0C01")], "")).await;
     assert_ok(&login);
     let cookie = login.2.clone().expect("a session cookie");
     assert_eq!(drain(port).await, Vec::<String>::new(), "not committed yet");
@@ -266,7 +271,10 @@ async fn a_real_idp_assertion_logs_in_once_in_either_form() {
     // Both a SAML assertion and Basic credentials: refused, whoever they name.
     let both = post(
         port,
-        &[("aq-saml-assertion", b64(&unb64(&s.idp.login(SP, "john", "welcome")))), ("authorization", "Basic c2NvdHQ6dGlnZXI=".into())],
+        &[
+            ("aq-saml-assertion", b64(&unb64(&s.idp.login(SP, "john", "welcome")))),
+            ("authorization", "Basic c2NvdHQ6dGlnZXI=".into()),
+        ],
         send("0D03"),
     )
     .await;
@@ -315,7 +323,8 @@ async fn forgeries_are_refused_and_perform_nothing() {
     let issuer = cut(&resp, "<saml:Issuer>", "</saml:Issuer>").to_string();
     let status = cut(&resp, "<samlp:Status>", "</samlp:Status>").to_string();
     // XSW1: an evil Response whose copied signature holds the original Response (ds:Object).
-    let sig_with_orig = signature.replacen("</ds:Signature>", &format!("<ds:Object>{resp}</ds:Object></ds:Signature>"), 1);
+    let sig_with_orig =
+        signature.replacen("</ds:Signature>", &format!("<ds:Object>{resp}</ds:Object></ds:Signature>"), 1);
     corpus.push(("XSW1", format!("{open}{issuer}{sig_with_orig}{status}{evil}</samlp:Response>"), "assertions"));
     // XSW2: an evil Response with the original Response beside (before) the signature.
     corpus.push(("XSW2", format!("{open}{issuer}{resp}{signature}{status}{evil}</samlp:Response>"), "assertions"));
@@ -336,22 +345,23 @@ async fn forgeries_are_refused_and_perform_nothing() {
     let oid = attr(&orig, "ID");
     let asig = cut(&orig, "<ds:Signature ", "</ds:Signature>").to_string();
     let bare = orig.replace(&asig, "");
-    let evil = bare.replace(&format!(" ID=\"{oid}\""), " ID=\"_evil\"").replace(">scott</saml:NameID>", ">john</saml:NameID>");
+    let evil =
+        bare.replace(&format!(" ID=\"{oid}\""), " ID=\"_evil\"").replace(">scott</saml:NameID>", ">john</saml:NameID>");
     let in_response = |inner: &str| resp.replace(&orig, inner);
     let evil_signed = |sig: &str| evil.replacen("</saml:Issuer>", &format!("</saml:Issuer>{sig}"), 1);
     // XSW4: the evil assertion wraps the original one.
-    corpus.push(("XSW4", in_response(&evil.replacen("</saml:Assertion>", &format!("{orig}</saml:Assertion>"), 1)), "assertions"));
+    corpus.push((
+        "XSW4",
+        in_response(&evil.replacen("</saml:Assertion>", &format!("{orig}</saml:Assertion>"), 1)),
+        "assertions",
+    ));
     // XSW5: the evil assertion carries the copied signature; the original (unsigned) follows.
     corpus.push(("XSW5", in_response(&format!("{}{bare}", evil_signed(&asig))), "assertions"));
     // XSW6: the evil assertion carries the copied signature, the original inside it.
     let sig_with = asig.replacen("</ds:Signature>", &format!("<ds:Object>{orig}</ds:Object></ds:Signature>"), 1);
     corpus.push(("XSW6", in_response(&evil_signed(&sig_with)), "assertions"));
     // XSW7: the original in an Extensions element, the evil assertion after it.
-    corpus.push((
-        "XSW7",
-        in_response(&format!("<samlp:Extensions>{orig}</samlp:Extensions>{evil}")),
-        "assertions",
-    ));
+    corpus.push(("XSW7", in_response(&format!("<samlp:Extensions>{orig}</samlp:Extensions>{evil}")), "assertions"));
     // XSW8: the evil assertion's copied signature holds the original, unsigned, in an Object.
     let sig_with_bare = asig.replacen("</ds:Signature>", &format!("<ds:Object>{bare}</ds:Object></ds:Signature>"), 1);
     corpus.push(("XSW8", in_response(&evil_signed(&sig_with_bare)), "assertions"));
@@ -392,12 +402,17 @@ async fn forgeries_are_refused_and_perform_nothing() {
         out
     };
     corpus.push(("expired", sign(&set_attr(&fresh(), "NotOnOrAfter", "2020-01-01T00:00:00Z"), &key, None), "expired"));
-    corpus.push(("not yet valid", sign(&set_attr(&fresh(), "NotBefore", "2099-01-01T00:00:00Z"), &key, None), "not yet valid"));
+    corpus.push((
+        "not yet valid",
+        sign(&set_attr(&fresh(), "NotBefore", "2099-01-01T00:00:00Z"), &key, None),
+        "not yet valid",
+    ));
     let f = fresh();
     let wrong_issuer = f.replace(&format!(">{}<", s.idp.entity_id()), ">https://evil.example/idp<");
     corpus.push(("wrong issuer", sign(&wrong_issuer, &key, None), "issued by \"https://evil.example/idp\""));
     corpus.push(("wrong audience", unb64(&s.idp.login("urn:other:sp", "scott", "tiger")), "audience"));
-    let bearerless = fresh().replace("urn:oasis:names:tc:SAML:2.0:cm:bearer", "urn:oasis:names:tc:SAML:2.0:cm:holder-of-key");
+    let bearerless =
+        fresh().replace("urn:oasis:names:tc:SAML:2.0:cm:bearer", "urn:oasis:names:tc:SAML:2.0:cm:holder-of-key");
     corpus.push(("not bearer", sign(&bearerless, &key, None), "no bearer SubjectConfirmation"));
     // The control: the same re-signing of an unchanged assertion is accepted (below), so
     // the refusals above are the checks', not the signer's.
@@ -408,7 +423,8 @@ async fn forgeries_are_refused_and_perform_nothing() {
     let commented = evil_resp.replace(">scott@evil.example</saml:NameID>", ">scott<!---->@evil.example</saml:NameID>");
     assert_ne!(commented, evil_resp);
     corpus.push(("comment in the NameID", commented, "comment"));
-    let doctype = format!("<!DOCTYPE samlp:Response [<!ENTITY who \"scott\">]>{}", unb64(&s.idp.login(SP, "scott", "tiger")));
+    let doctype =
+        format!("<!DOCTYPE samlp:Response [<!ENTITY who \"scott\">]>{}", unb64(&s.idp.login(SP, "scott", "tiger")));
     corpus.push(("DOCTYPE", doctype, "DOCTYPE"));
 
     for (name, xml, why) in &corpus {
@@ -423,7 +439,12 @@ async fn forgeries_are_refused_and_perform_nothing() {
     // The SOAP-header form is held to the same rules.
     let r = post(port, &[], in_soap_header(&without_signatures(&standalone), &send("0F02"))).await;
     assert_refused(&r, "not signed");
-    let r = post(port, &[], in_soap_header(&format!("{standalone}{}", assertion_of(&evil_assertion(&resp))), &send("0F03"))).await;
+    let r = post(
+        port,
+        &[],
+        in_soap_header(&format!("{standalone}{}", assertion_of(&evil_assertion(&resp))), &send("0F03")),
+    )
+    .await;
     assert_refused(&r, "assertions");
     assert_eq!(drain(port).await, Vec::<String>::new(), "no forgery performed anything");
 

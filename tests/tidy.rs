@@ -131,7 +131,18 @@ fn the_crates_depend_on_each_other_only_downwards() {
         ("aqgate-mail", &["sqlx", "axum", "ldap3", "samael", "aqgate-store", "aqgate-directory"]),
         (
             "aqgate-saml",
-            &["tokio", "sqlx", "axum", "reqwest", "lettre", "ldap3", "hyper", "aqgate-core", "aqgate-store", "aqgate-mail"],
+            &[
+                "tokio",
+                "sqlx",
+                "axum",
+                "reqwest",
+                "lettre",
+                "ldap3",
+                "hyper",
+                "aqgate-core",
+                "aqgate-store",
+                "aqgate-mail",
+            ],
         ),
     ];
     let mut wrong = Vec::new();

@@ -64,4 +64,3 @@ fn run(args: &[&std::ffi::OsStr]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
-

@@ -118,13 +118,14 @@ impl Verifier {
         // Every signature in the document must verify with the IdP's certificates; the
         // answer is the pre-digest bytes of the signed element (the Response's, when the
         // Response is signed, else the assertion's).
-        let predigest = <samael::crypto::Crypto as samael::crypto::CryptoProvider>::reduce_xml_to_signed_with_allowed_algorithms(
-            text,
-            self.idp.certs(),
-            samael::crypto::ReduceMode::PreDigest,
-            Some(ALLOWED_ALGORITHMS),
-        )
-        .map_err(|_| SamlError("the signature is not valid for the IdP's certificate".into()))?;
+        let predigest =
+            <samael::crypto::Crypto as samael::crypto::CryptoProvider>::reduce_xml_to_signed_with_allowed_algorithms(
+                text,
+                self.idp.certs(),
+                samael::crypto::ReduceMode::PreDigest,
+                Some(ALLOWED_ALGORITHMS),
+            )
+            .map_err(|_| SamlError("the signature is not valid for the IdP's certificate".into()))?;
         drop(doc);
         let signed = structure::parse_strict(&predigest)?;
         let node = structure::signed_assertion(&signed, &located, &self.idp.entity_id)?;

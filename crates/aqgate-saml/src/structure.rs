@@ -119,7 +119,8 @@ fn soap_assertion(root: &Node) -> Result<Node, SamlError> {
     if !in_no_ns_or(root, ENVELOPE_NS, "Envelope") {
         return refuse("the request's root is not the IDAP Envelope");
     }
-    let headers: Vec<Node> = root.get_child_elements().into_iter().filter(|c| in_no_ns_or(c, ENVELOPE_NS, "Header")).collect();
+    let headers: Vec<Node> =
+        root.get_child_elements().into_iter().filter(|c| in_no_ns_or(c, ENVELOPE_NS, "Header")).collect();
     let [header] = headers.as_slice() else { return refuse("the request must have one Header") };
     let security: Vec<Node> = child_elements(header, WSSE_NS, "Security").collect();
     let [security] = security.as_slice() else { return refuse("the Header must have one wsse:Security") };

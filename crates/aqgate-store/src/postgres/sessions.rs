@@ -59,7 +59,8 @@ impl SessionStore for PgStore {
     }
 
     async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool> {
-        let r = sqlx::query(sql::SAML_ASSERTION_ONCE).bind(issuer).bind(id).bind(until).execute(&self.pool).await.db()?;
+        let r =
+            sqlx::query(sql::SAML_ASSERTION_ONCE).bind(issuer).bind(id).bind(until).execute(&self.pool).await.db()?;
         Ok(r.rows_affected() == 1)
     }
 
