@@ -68,7 +68,7 @@ pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verifi
     for r in &restrictions {
         let audiences: Vec<String> =
             children(r, "Audience").iter().map(|x| x.get_content().trim().to_string()).collect();
-        if !audiences.iter().any(|x| *x == v.audience) {
+        if !audiences.contains(&v.audience) {
             return refuse(format!("the assertion's audience is {audiences:?}, not {:?}", v.audience));
         }
     }
