@@ -446,6 +446,10 @@ async fn forgeries_are_refused_and_perform_nothing() {
     )
     .await;
     assert_refused(&r, "assertions");
+    // A second assertion whose prefix is declared nowhere (so that a namespace-blind
+    // count would miss it).
+    let hidden = in_soap_header(&format!("{standalone}{}", evil_assertion(&resp)), &send("0F05"));
+    assert_refused(&post(port, &[], hidden).await, "undeclared namespace prefix");
     assert_eq!(drain(port).await, Vec::<String>::new(), "no forgery performed anything");
 
     // The full text of a NameID is its name: scott@evil.example is no agent (never scott).

@@ -164,6 +164,11 @@ fn walk(node: &Node, depth: usize, saml: bool, counts: &mut Counts) -> Result<()
         || is(node, ASSERTION_NS, "Assertion")
         || is(node, PROTOCOL_NS, "Response")
         || is(node, ASSERTION_NS, "EncryptedAssertion");
+    if node.get_name().contains(':') {
+        // libxml keeps an element whose prefix is not declared under its whole name, in no
+        // namespace: such a document is not namespace-well-formed.
+        return refuse(format!("<{}> uses an undeclared namespace prefix", node.get_name()));
+    }
     if is(node, ASSERTION_NS, "Assertion") {
         counts.assertions += 1;
     }

@@ -23,6 +23,8 @@ fn unsigned_doctype_comments_and_two_assertions_are_refused() {
     );
     assert!(shape(&two, Form::Standalone).expect_err("refused").0.contains("2 assertions"));
     assert!(shape("<a><b></a>", Form::Standalone).expect_err("refused").0.contains("well-formed"));
+    let unbound = UNSIGNED.replace(r#" xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion""#, "");
+    assert!(shape(&unbound, Form::Standalone).expect_err("refused").0.contains("undeclared namespace prefix"));
     assert!(shape("<x/>", Form::Standalone).expect_err("refused").0.contains("0 assertions"));
 }
 
