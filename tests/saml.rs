@@ -3,7 +3,8 @@
 //! the `AQ-SAML-Assertion` header or in the IDAP `Header` (`wsse:Security`). The forgery
 //! corpus is built from those real signed documents (and re-signed with xmlsec1 where a
 //! forgery needs a valid signature over changed content); each is refused with a Fault
-//! that says why, and performs nothing.
+//! that says why, and performs nothing. Two nodes on one PostgreSQL database share the
+//! replay cache.
 
 mod common;
 
@@ -49,6 +50,13 @@ mod tempdir {
 fn setup(extra: &[&str]) -> Setup {
     let idp = SimpleSamlPhp::start();
     let dir = tempdir::Dir::new();
+    let db = format!("sqlite://{}", dir.0.join("aq.db").display());
+    let (serve, port) = node(&idp, &dir, &db, extra);
+    Setup { idp, port, _serve: serve, _dir: dir }
+}
+
+/// `aqgate serve` on `db` trusting `idp`, ready; its topology file goes into `dir`.
+fn node(idp: &SimpleSamlPhp, dir: &tempdir::Dir, db: &str, extra: &[&str]) -> (Proc, u16) {
     let topology = dir.0.join("topology.toml");
     std::fs::write(
         &topology,
@@ -59,7 +67,6 @@ fn setup(extra: &[&str]) -> Setup {
     )
     .expect("topology");
     let port = free_port();
-    let db = format!("sqlite://{}", dir.0.join("aq.db").display());
     let listen = format!("127.0.0.1:{port}");
     let metadata = idp.metadata();
     let mut args = vec![
@@ -69,7 +76,7 @@ fn setup(extra: &[&str]) -> Setup {
         "--listen",
         &listen,
         "--database",
-        &db,
+        db,
         "--topology",
         topology.to_str().expect("path"),
         "--saml-idp-metadata",
@@ -80,7 +87,27 @@ fn setup(extra: &[&str]) -> Setup {
     args.extend_from_slice(extra);
     let mut serve = Proc::spawn("aqgate serve", &mut aqgate(&args));
     serve.wait_ready(port, Duration::from_secs(60));
-    Setup { idp, port, _serve: serve, _dir: dir }
+    (serve, port)
+}
+
+/// Two nodes on one PostgreSQL database share the replay cache: an assertion used on one
+/// is refused on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assertion_used_on_one_node_is_refused_on_another() {
+    let idp = SimpleSamlPhp::start();
+    let db = fresh_pg_url().await;
+    let (dir_a, dir_b) = (tempdir::Dir::new(), tempdir::Dir::new());
+    let (_a, port_a) = node(&idp, &dir_a, &db, &[]);
+    let (_b, port_b) = node(&idp, &dir_b, &db, &[]);
+    let response = unb64(&idp.login(SP, "scott", "tiger"));
+    let assertion = assertion_of(&unb64(&idp.login(SP, "john", "welcome")));
+    assert_ok(&with_header(port_a, &response, send("2001")).await);
+    assert_refused(&with_header(port_b, &response, send("2002")).await, "was used before");
+    assert_ok(&post(port_b, &[], in_soap_header(&assertion, &send("2003"))).await);
+    assert_refused(&post(port_a, &[], in_soap_header(&assertion, &send("2004"))).await, "was used before");
+    let mut got = drain(port_a).await;
+    got.sort();
+    assert_eq!(got, ["2001", "2003"]);
 }
 
 fn b64(s: &str) -> String {
