@@ -243,7 +243,7 @@ async fn authenticate(
     tls: Option<&TlsConnection>,
     body: &Bytes,
 ) -> Result<Who, Response> {
-    if let Some(who) = saml::login(s, headers, body).await {
+    if let Some(who) = saml::login(s, headers, tls, body).await {
         return who;
     }
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);

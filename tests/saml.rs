@@ -85,9 +85,62 @@ fn node(idp: &SimpleSamlPhp, dir: &tempdir::Dir, db: &str, extra: &[&str]) -> (P
         SP,
     ];
     args.extend_from_slice(extra);
+    let ready = extra.iter().position(|a| *a == "--plain-listen").map_or(port, |i| {
+        extra[i + 1].rsplit_once(':').and_then(|(_, p)| p.parse().ok()).expect("--plain-listen port")
+    });
     let mut serve = Proc::spawn("aqgate serve", &mut aqgate(&args));
-    serve.wait_ready(port, Duration::from_secs(60));
+    serve.wait_ready(ready, Duration::from_secs(60));
     (serve, port)
+}
+
+/// Over HTTPS, a client certificate that logs in as another agent than the assertion's
+/// subject is refused (and the assertion stays unused); the same agent's is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_of_another_agent_is_refused() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let idp = SimpleSamlPhp::start();
+    let dir = tempdir::Dir::new();
+    let db = format!("sqlite://{}", dir.0.join("aq.db").display());
+    let plain = format!("127.0.0.1:{}", free_port());
+    let (tls_cert, tls_key, client_ca) = (
+        format!("{root}/certs/gateway-tls.pem"),
+        format!("{root}/certs/gateway-tls.key.pem"),
+        format!("{root}/certs/client/ca.pem"),
+    );
+    let flags =
+        ["--tls-cert", &tls_cert, "--tls-key", &tls_key, "--tls-client-ca", &client_ca, "--plain-listen", &plain];
+    let (_serve, port) = node(&idp, &dir, &db, &flags);
+    let body = dir.0.join("send.xml");
+    std::fs::write(&body, send("3001")).expect("body");
+    let curl = |assertion: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert", &format!("{root}/certs/ca.pem"), "-H", "Content-Type: text/xml"])
+            .args([
+                "--cert",
+                &format!("{root}/certs/client/scott.pem"),
+                "--key",
+                &format!("{root}/certs/client/scott.key.pem"),
+            ])
+            .args(["-H", &format!("AQ-SAML-Assertion: {assertion}"), "-w", "\n%{http_code}"])
+            .arg("--data-binary")
+            .arg(format!("@{}", body.display()))
+            .arg(format!("https://localhost:{port}/aqserv"))
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let john = idp.login(SP, "john", "welcome");
+    let r = curl(&john);
+    assert!(r.ends_with("\n401"), "{r}");
+    assert!(r.contains("the client certificate logs in as SCOTT, the SAML assertion as JOHN"), "{r}");
+    let r = curl(&idp.login(SP, "scott", "tiger"));
+    assert!(r.ends_with("\n200") && r.contains("AQXmlSendResponse"), "{r}");
+    // john's assertion was not used up by the refusal: over plain HTTP it logs in once.
+    let plain_port: u16 = plain.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).expect("port");
+    assert_ok(&with_header(plain_port, &unb64(&john), send("3002")).await);
+    let mut got = drain(plain_port).await;
+    got.sort();
+    assert_eq!(got, ["3001", "3002"]);
 }
 
 /// Two nodes on one PostgreSQL database share the replay cache: an assertion used on one

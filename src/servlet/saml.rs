@@ -16,7 +16,7 @@ use aqgate_core::error::{AqError, code};
 use aqgate_proto::names::{ON_BEHALF_HEADER, SAML_ASSERTION_HEADER};
 use aqgate_saml::Form;
 
-use super::{AppState, Who, fault, session_cookie};
+use super::{AppState, TlsConnection, Who, fault, session_cookie};
 
 /// A 401 whose IDAP Fault says why the assertion was refused.
 fn refused(msg: impl Into<String>) -> Response {
@@ -28,8 +28,14 @@ fn refused(msg: impl Into<String>) -> Response {
 }
 
 /// `None` when the request does not log in with SAML (no `AQ-SAML-Assertion` header, no
-/// `wsse:Security` header entry); else who it is, or the refusal.
-pub(super) async fn login(s: &AppState, headers: &HeaderMap, body: &Bytes) -> Option<Result<Who, Response>> {
+/// `wsse:Security` header entry); else who it is, or the refusal. A client certificate on
+/// the connection that logs in as another agent is a refusal too (as with Basic).
+pub(super) async fn login(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+    body: &Bytes,
+) -> Option<Result<Who, Response>> {
     let in_header = headers.get(SAML_ASSERTION_HEADER);
     let form = match (in_header, &s.saml) {
         (Some(_), _) => Form::Standalone,
@@ -44,14 +50,20 @@ pub(super) async fn login(s: &AppState, headers: &HeaderMap, body: &Bytes) -> Op
         }
         (None, _) => return None,
     };
-    Some(login_with(s, headers, body, form).await)
+    Some(login_with(s, headers, tls, body, form).await)
 }
 
 fn mentions(body: &[u8], what: &str) -> bool {
     memchr::memmem::find(body, what.as_bytes()).is_some()
 }
 
-async fn login_with(s: &AppState, headers: &HeaderMap, body: &Bytes, form: Form) -> Result<Who, Response> {
+async fn login_with(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+    body: &Bytes,
+    form: Form,
+) -> Result<Who, Response> {
     let Some(verifier) = s.saml.clone() else {
         return Err(refused("SAML login is not configured on this server (--saml-idp-metadata)"));
     };
@@ -92,6 +104,16 @@ async fn login_with(s: &AppState, headers: &HeaderMap, body: &Bytes, form: Form)
     if !agent.http {
         return Err(refused(format!("agent {} is not enabled for HTTP access", agent.name)));
     }
+    if let Some(t) = tls
+        && let Some(Ok(by_cert)) = t.agent(&s.engine).await
+        && by_cert != agent.name
+    {
+        return Err(refused(format!(
+            "the client certificate logs in as {by_cert}, the SAML assertion as {}",
+            agent.name
+        )));
+    }
+    // Recorded last: an assertion refused for any reason above stays unused.
     let until = verified.remember_until.timestamp_micros();
     match s.engine.store().saml_assertion_once(&verified.issuer, &verified.assertion_id, until).await {
         Ok(true) => {}
