@@ -15,8 +15,9 @@
 # The first start in an empty DIR makes a TEST ONLY signing key and certificate
 # (DIR/cert/idp.key, idp.pem), the configuration (DIR/config: Debian's config.php with this
 # IdP's settings appended, authsources.php, DIR/metadata) and picks a free port on
-# 127.0.0.1. Files in DIR: url, idp-metadata.xml (the IdP's metadata as it serves it),
-# php.pid, php.log.
+# 127.0.0.1 (another one if it is taken when the server starts: the URL printed is the
+# one). Files in DIR: url, idp-metadata.xml (the IdP's metadata as it serves it), php.pid,
+# php.log.
 #
 # Users (exampleauth:UserPass, attribute uid = the user name, mail = USER@example.com):
 #   scott/tiger, john/welcome, nobody/nobody, mailonly/mailonly, scott@evil.example/evil
@@ -144,27 +145,35 @@ EOF
 }
 
 start() {
-    local dir="$1" url port
+    local dir="$1" url port attempt
     ensure_installed
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
     init "$dir"
-    url="$(cat "$dir/url")"
-    port="${url##*:}"
-    if ! running "$dir"; then
-        SIMPLESAMLPHP_CONFIG_DIR="$dir/config" setsid php -S "127.0.0.1:$port" -t "$SSP/www" \
-            >>"$dir/php.log" 2>&1 </dev/null &
-        echo $! > "$dir/php.pid"
-    fi
-    for _ in $(seq 1 100); do
-        if curl -fsS -o "$dir/idp-metadata.xml.new" "$url/saml2/idp/metadata.php" 2>/dev/null \
-            && grep -q "EntityDescriptor" "$dir/idp-metadata.xml.new"; then
-            mv "$dir/idp-metadata.xml.new" "$dir/idp-metadata.xml"
-            echo "$url"
-            return
+    # A port taken meanwhile (tests start servers in parallel) moves the IdP to another one.
+    for attempt in 1 2 3 4 5; do
+        url="$(cat "$dir/url")"
+        port="${url##*:}"
+        if ! running "$dir"; then
+            : > "$dir/php.log"
+            SIMPLESAMLPHP_CONFIG_DIR="$dir/config" setsid php -S "127.0.0.1:$port" -t "$SSP/www" \
+                >>"$dir/php.log" 2>&1 </dev/null &
+            echo $! > "$dir/php.pid"
         fi
-        running "$dir" || break
-        sleep 0.1
+        for _ in $(seq 1 100); do
+            if curl -fsS -o "$dir/idp-metadata.xml.new" "$url/saml2/idp/metadata.php" 2>/dev/null \
+                && grep -q "EntityDescriptor" "$dir/idp-metadata.xml.new"; then
+                mv "$dir/idp-metadata.xml.new" "$dir/idp-metadata.xml"
+                echo "$url"
+                return
+            fi
+            running "$dir" || break
+            sleep 0.1
+        done
+        if running "$dir" || ! grep -q "Address already in use" "$dir/php.log"; then break; fi
+        port="$(free_port)"
+        sed -i "s|^\\\$config\['baseurlpath'\] = .*|\\\$config['baseurlpath'] = 'http://127.0.0.1:$port/';|" "$dir/config/config.php"
+        echo "http://127.0.0.1:$port" > "$dir/url"
     done
     tail -20 "$dir/php.log" >&2 || true
     die "the IdP did not answer at $url"
