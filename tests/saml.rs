@@ -541,3 +541,37 @@ async fn forgeries_are_refused_and_perform_nothing() {
     assert_ok(&with_header(port, &control, send("1002")).await);
     assert_eq!(drain(port).await, ["1001", "1002"]);
 }
+
+/// Many logins at once (xmlsec verifies on the blocking pool, several at a time): each
+/// assertion logs in exactly once, even when the same one comes twice at the same moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_logins_each_succeed_once() {
+    let s = setup(&[]);
+    let port = s.port;
+    let responses: Vec<String> = (0..12).map(|_| unb64(&s.idp.login(SP, "scott", "tiger"))).collect();
+    let mut tasks = Vec::new();
+    for (i, r) in responses.iter().enumerate() {
+        for copy in 0..2 {
+            let (r, payload) = (r.clone(), format!("{:02X}{copy:02X}", i));
+            tasks.push(tokio::spawn(async move { with_header(port, &r, send(&payload)).await }));
+        }
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let r = t.await.expect("task");
+        match r.0 {
+            200 => {
+                assert_ok(&r);
+                ok += 1;
+            }
+            _ => assert_refused(&r, "was used before"),
+        }
+    }
+    assert_eq!(ok, responses.len(), "each assertion exactly once");
+    let got = drain(port).await;
+    assert_eq!(got.len(), responses.len());
+    let mut ids: Vec<String> = got.iter().map(|p| p[..2].to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), responses.len(), "one message per assertion: {got:?}");
+}
