@@ -27,9 +27,9 @@ use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
 
 mod client_cert;
+mod saml;
 
 pub use client_cert::TlsConnection;
-mod saml;
 
 pub use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SESSION_COOKIE};
 
