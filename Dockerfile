@@ -10,6 +10,10 @@
 # ---- build -----------------------------------------------------------------------------------
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# aqgate-saml's samael links xmlsec1 and libxml2 and generates its bindings with libclang.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libxmlsec1-dev libclang-dev \
+    && rm -rf /var/lib/apt/lists/*
 # Dependencies first, in a layer of their own: rebuilt only when Cargo.toml or Cargo.lock change.
 COPY Cargo.toml Cargo.lock ./
 COPY crates/aqgate-proto/Cargo.toml crates/aqgate-proto/
@@ -17,6 +21,7 @@ COPY crates/aqgate-core/Cargo.toml crates/aqgate-core/
 COPY crates/aqgate-store/Cargo.toml crates/aqgate-store/
 COPY crates/aqgate-directory/Cargo.toml crates/aqgate-directory/
 COPY crates/aqgate-mail/Cargo.toml crates/aqgate-mail/
+COPY crates/aqgate-saml/Cargo.toml crates/aqgate-saml/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
@@ -39,9 +44,10 @@ RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs \
 # ---- runtime ---------------------------------------------------------------------------------
 FROM debian:bookworm-slim
 # libssl3: the openssl crate (S/MIME) links the system OpenSSL; ca-certificates: the trust
-# store of rustls-native-certs (notifications over https://, mail relays with TLS).
+# store of rustls-native-certs (notifications over https://, mail relays with TLS);
+# libxmlsec1-openssl (with libxmlsec1 and libxml2): SAML login's signature checks.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libssl3 ca-certificates \
+    && apt-get install -y --no-install-recommends libssl3 ca-certificates libxmlsec1-openssl \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 aqgate \
     && useradd --system --uid 10001 --gid aqgate --home-dir /var/lib/aqgate --create-home \

@@ -2,7 +2,9 @@
 # Installs the tools the test suite drives (Debian packages): swaks (SMTP client, with TLS), gpgsm
 # (a second S/MIME implementation), the openssl CLI, haproxy (the load balancer of the
 # multi-node crash test), and the headers the openssl crate
-# builds against; slapd and ldap-utils (scripts/slapd.sh install) and postfix (unconfigured:
+# builds against, libxmlsec1-dev and libclang-dev (aqgate-saml's samael builds against xmlsec1),
+# xmlsec1 (tests/saml.rs signs its forgeries with it); simplesamlphp + php-cli (a real SAML
+# IdP; scripts/simplesamlphp.sh install); slapd and ldap-utils (scripts/slapd.sh install) and postfix (unconfigured:
 # the tests run private instances; scripts/postfix.sh install), both called here.
 # PostgreSQL comes from ensure-postgres.sh.
 set -euo pipefail
@@ -14,6 +16,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/https.rs: HTTP/2
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)   # tests/crash.rs: several nodes behind it
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+dpkg -s libxmlsec1-dev >/dev/null 2>&1 || need+=(libxmlsec1-dev)   # aqgate-saml (samael links xmlsec1, libxml2)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)       # samael's build generates its xmlsec bindings
+command -v xmlsec1 >/dev/null 2>&1 || need+=(xmlsec1)             # tests/saml.rs: an independent signer for forgeries
 perl -MNet::SSLeay -e1 >/dev/null 2>&1 || need+=(libnet-ssleay-perl)   # swaks --tls
 if [ ${#need[@]} -gt 0 ]; then
   echo "ensure-tools: installing ${need[*]}" >&2
@@ -23,4 +28,5 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 "$(dirname "$0")/slapd.sh" install
 "$(dirname "$0")/postfix.sh" install
+"$(dirname "$0")/simplesamlphp.sh" install
 echo "ensure-tools: ok"

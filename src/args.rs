@@ -53,6 +53,8 @@ pub struct ServeArgs {
     pub mail: MailArgs,
     #[command(flatten)]
     pub notify: NotifyArgs,
+    #[command(flatten)]
+    pub saml: SamlArgs,
 }
 
 /// HTTPS on the servlet, and client-certificate login.
@@ -324,5 +326,38 @@ impl DirectoryArgs {
             ca_file: self.ldap_ca_file.clone(),
             ..Default::default()
         })
+    }
+}
+
+/// SAML 2.0 login (see README, "SAML"): on when `--saml-idp-metadata` is given.
+#[derive(clap::Args, Clone)]
+pub struct SamlArgs {
+    /// The IdP's SAML metadata file (its entityID and signing certificate); turns SAML login on.
+    #[arg(long, env = "AQGATE_SAML_IDP_METADATA", requires = "saml_entity_id")]
+    pub saml_idp_metadata: Option<PathBuf>,
+    /// aqgate's own entityID: an assertion's Audience must be this.
+    #[arg(long, env = "AQGATE_SAML_ENTITY_ID", requires = "saml_idp_metadata")]
+    pub saml_entity_id: Option<String>,
+    /// Clock skew allowed against the IdP, in seconds (NotBefore, NotOnOrAfter).
+    #[arg(long, env = "AQGATE_SAML_CLOCK_SKEW", default_value_t = 120)]
+    pub saml_clock_skew: u64,
+    /// The assertion attribute (Name or FriendlyName) naming the agent, instead of the NameID.
+    #[arg(long, env = "AQGATE_SAML_AGENT_ATTRIBUTE")]
+    pub saml_agent_attribute: Option<String>,
+}
+
+impl SamlArgs {
+    /// The verifier, or `None` without `--saml-idp-metadata`.
+    pub fn verifier(&self) -> anyhow::Result<Option<std::sync::Arc<aqgate_saml::Verifier>>> {
+        let (Some(file), Some(entity_id)) = (&self.saml_idp_metadata, &self.saml_entity_id) else { return Ok(None) };
+        let xml = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let idp = aqgate_saml::Idp::from_metadata(&xml).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let skew = Duration::from_secs(self.saml_clock_skew);
+        Ok(Some(std::sync::Arc::new(aqgate_saml::Verifier::new(
+            idp,
+            entity_id.clone(),
+            skew,
+            self.saml_agent_attribute.clone(),
+        ))))
     }
 }

@@ -111,6 +111,10 @@ pub const KEYS: &[Key] = &[
     key("notify.from", "notify_from", Kind::Text),
     key("notify.ca_files", "notify_ca_files", Kind::List),
     key("notify.poll_ms", "poll_ms", Kind::Integer),
+    key("saml.idp_metadata", "saml_idp_metadata", Kind::Text),
+    key("saml.entity_id", "saml_entity_id", Kind::Text),
+    key("saml.clock_skew", "saml_clock_skew", Kind::Integer),
+    key("saml.agent_attribute", "saml_agent_attribute", Kind::Text),
 ];
 
 /// The configuration file named on the command line (`--config FILE`, `--config=FILE`,

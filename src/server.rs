@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub tls: Option<crate::https::TlsFiles>,
     /// A plain-HTTP listener beside the HTTPS one.
     pub plain_listen: Option<SocketAddr>,
+    /// SAML login (`None`: off).
+    pub saml: Option<std::sync::Arc<aqgate_saml::Verifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
     pub notify: Option<crate::notify::NotifyConfig>,
 }
@@ -139,6 +141,7 @@ pub async fn serve(
     let mut state = AppState::new(engine.clone(), cfg.limits);
     state.max_sessions = cfg.max_sessions;
     state.secure_cookie = cfg.secure_cookie;
+    state.saml = cfg.saml.clone();
     #[cfg(unix)]
     {
         // SIGHUP reloads the topology (e.g. after `aqgate admin apply` from another process)

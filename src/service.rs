@@ -27,8 +27,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         directory: directory_args,
         mail: mail_args,
         notify: notify_args,
+        saml: saml_args,
     } = a;
     let tls_files = tls.config(listen)?;
+    let saml = saml_args.verifier()?;
     let stop = shutdown_signal();
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
@@ -58,6 +60,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         secure_cookie,
         tls: tls_files,
         plain_listen: tls.plain_listen,
+        saml,
         notify: if notify_args.no_notify { None } else { Some(notify_args.config(&mail_args, directory.clone())?) },
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;

@@ -8,7 +8,8 @@
 //! Authentication is HTTP Basic against the agents of the topology, or over HTTPS a client
 //! certificate ([`client_cert`]); the first request of a client opens a session and answers with an `AQSESSIONID` cookie that carries it (and its
 //! transaction) across requests. A gateway agent may act for another agent with the
-//! `AQ-On-Behalf-Of` header.
+//! `AQ-On-Behalf-Of` header. Agents that federate through an IdP log in with a SAML 2.0
+//! assertion instead (`saml`).
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
 
 mod client_cert;
+mod saml;
 
 pub use client_cert::TlsConnection;
 
@@ -47,6 +49,8 @@ pub struct AppState {
     pub in_flight: Arc<std::sync::atomic::AtomicU64>,
     /// (agent, idempotency key) of requests being performed in this process now.
     pub idempotent_in_flight: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
+    /// SAML login (see [`saml`]); `None`: off.
+    pub saml: Option<Arc<aqgate_saml::Verifier>>,
 }
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
@@ -76,6 +80,7 @@ impl AppState {
             secure_cookie: false,
             in_flight: Arc::default(),
             idempotent_in_flight: Arc::default(),
+            saml: None,
         }
     }
 }
@@ -231,7 +236,16 @@ enum Who {
 /// name the same agent. Without either, the session cookie alone is the credential: a
 /// server-issued token of one agent, valid while the session lives (and the agent
 /// exists) — checked when the session is loaded.
-async fn authenticate(s: &AppState, headers: &HeaderMap, tls: Option<&TlsConnection>) -> Result<Who, Response> {
+/// A SAML assertion (`saml`) is checked first, and excludes the others.
+async fn authenticate(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+    body: &Bytes,
+) -> Result<Who, Response> {
+    if let Some(who) = saml::login(s, headers, tls, body).await {
+        return who;
+    }
     let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
     let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
     let by_cert = match tls {
@@ -395,7 +409,7 @@ async fn idap_post(
     let tls = tls.map(|axum::Extension(t)| t);
     // Over TLS the cookie is Secure: the client sends it back over HTTPS only.
     s.secure_cookie |= tls.is_some();
-    let who = match authenticate(&s, &headers, tls.as_ref()).await {
+    let who = match authenticate(&s, &headers, tls.as_ref(), &body).await {
         Ok(w) => w,
         Err(r) => return r,
     };

@@ -52,6 +52,7 @@ on_both_backends!(
     idle_sessions_roll_back,
     a_session_changed_meanwhile_refuses_the_stale_request,
     idempotency_records_are_per_agent_and_kept_for_the_window,
+    saml_assertion_ids_are_used_once_until_purged,
     adt_payload_round_trips_examples,
     privileges_are_enforced,
     registrations,
@@ -860,6 +861,26 @@ async fn idempotency_records_are_per_agent_and_kept_for_the_window(b: Backend) {
     assert!(store.idempotency_get("SCOTT", "order-1").await.expect("get").is_some(), "inside the window");
     assert_eq!(store.sessions_purge(T0, T0 + 1).await.expect("purge"), 1);
     assert_eq!(store.idempotency_get("SCOTT", "order-1").await.expect("get"), None, "the window is over");
+}
+
+/// A SAML assertion id is accepted once per issuer, by every process of the store, and
+/// forgotten by the purge once its time is up (a replay then fails its validity anyway).
+async fn saml_assertion_ids_are_used_once_until_purged(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store();
+    let other = aqgate_store::open(&h.url).await.expect("a second process");
+    assert!(store.saml_assertion_once("https://idp.example", "_a1", T0 + 10).await.expect("first"));
+    assert!(!other.saml_assertion_once("https://idp.example", "_a1", T0 + 10).await.expect("replay"), "seen");
+    assert!(other.saml_assertion_once("https://other-idp.example", "_a1", T0 + 10).await.expect("other issuer"));
+    let (x, y) = tokio::join!(
+        store.saml_assertion_once("https://idp.example", "_a2", T0 + 10),
+        other.saml_assertion_once("https://idp.example", "_a2", T0 + 10)
+    );
+    assert!(x.expect("x") ^ y.expect("y"), "exactly one of two concurrent uses wins");
+    assert_eq!(store.sessions_purge(T0 + 9, T0).await.expect("purge"), 0, "still remembered");
+    assert!(!store.saml_assertion_once("https://idp.example", "_a1", T0 + 10).await.expect("replay"));
+    assert_eq!(store.sessions_purge(T0 + 10, T0).await.expect("purge"), 3, "time is up");
+    assert!(store.saml_assertion_once("https://idp.example", "_a1", T0 + 20).await.expect("forgotten"));
 }
 
 /// Two requests of one session in two processes at once: the one that writes second

@@ -1,6 +1,7 @@
 //! Shared test scaffolding: a fresh database per test (a SQLite file, or a new PostgreSQL
 //! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
-//! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`])
+//! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`]), a
+//! real SAML IdP ([`simplesamlphp`])
 //! and IDAP over HTTP ([`idap_http`]).
 #![allow(dead_code, unused_imports)]
 
@@ -8,10 +9,12 @@
 #[path = "idap.rs"]
 mod idap_http;
 mod procs;
+mod simplesamlphp;
 mod slapd;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
 pub use procs::{BIN, Proc, aqgate, http_get, metric};
+pub use simplesamlphp::SimpleSamlPhp;
 pub use slapd::Slapd;
 
 use std::sync::Arc;

@@ -484,12 +484,18 @@ pub trait SessionStore: Send + Sync {
     /// How many sessions the store holds.
     async fn session_count(&self) -> Result<i64>;
 
-    /// Forgets tombstones whose time is up at `now` and idempotency records created
-    /// before `records_before`. Returns how many rows went.
+    /// Forgets tombstones and used SAML assertion ids whose time is up at `now`, and
+    /// idempotency records created before `records_before`. Returns how many rows went.
     async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64>;
 
     /// The request recorded under (`agent`, `key`).
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
+
+    /// Records that the SAML assertion `id` of `issuer` was used, remembered until `until`
+    /// (its end of validity plus the clock skew; [`SessionStore::sessions_purge`] forgets it
+    /// then). `true` the first time, `false` when it was recorded before (a replay), by any
+    /// process sharing the store.
+    async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool>;
 }
 
 /// The mail spool: signed mails accepted by the SMTP filter, until forwarded and answered.

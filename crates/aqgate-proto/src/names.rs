@@ -7,5 +7,8 @@ pub const SESSION_COOKIE: &str = "AQSESSIONID";
 pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
 /// At most once per agent and key (IETF httpapi `Idempotency-Key`).
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// A SAML 2.0 assertion (or the IdP's `samlp:Response`), base64 of its exact XML bytes,
+/// for clients that cannot put it in the IDAP `Header` (README, "SAML").
+pub const SAML_ASSERTION_HEADER: &str = "aq-saml-assertion";
 /// Set on a response replayed for an `Idempotency-Key` seen before.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";

@@ -186,6 +186,10 @@ impl SessionStore for GroupCommitStore {
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
         self.inner.idempotency_get(agent, key).await
     }
+
+    async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool> {
+        self.inner.saml_assertion_once(issuer, id, until).await
+    }
 }
 
 #[async_trait]

@@ -7,6 +7,9 @@ pub(crate) const RECOVER_DROP_ORPHANED_NOTIFICATIONS: &str =
     "DELETE FROM notify_outbox WHERE txn IS NOT NULL AND txn NOT IN (SELECT txn FROM sessions)";
 pub(crate) const SESSION_COUNT: &str = "SELECT count(*) FROM sessions";
 pub(crate) const PURGE_TOMBSTONES: &str = "DELETE FROM session_tombstones WHERE until <= $1";
+pub(crate) const PURGE_SAML_REPLAY: &str = "DELETE FROM saml_replay WHERE until <= $1";
+pub(crate) const SAML_ASSERTION_ONCE: &str =
+    "INSERT INTO saml_replay (issuer, assertion_id, until) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
 pub(crate) const PURGE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE created_at < $1";
 pub(crate) const IDEMPOTENCY_GET: &str = "SELECT * FROM idempotency WHERE agent = $1 AND key = $2";
 pub(crate) const TOPOLOGY_LOAD: &str = "SELECT kind, name, spec FROM topology ORDER BY kind, name";

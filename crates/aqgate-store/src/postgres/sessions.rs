@@ -54,7 +54,14 @@ impl SessionStore for PgStore {
     async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
         let a = sqlx::query(sql::PURGE_TOMBSTONES).bind(now).execute(&self.pool).await.db()?;
         let b = sqlx::query(sql::PURGE_IDEMPOTENCY).bind(records_before).execute(&self.pool).await.db()?;
-        Ok(a.rows_affected() + b.rows_affected())
+        let c = sqlx::query(sql::PURGE_SAML_REPLAY).bind(now).execute(&self.pool).await.db()?;
+        Ok(a.rows_affected() + b.rows_affected() + c.rows_affected())
+    }
+
+    async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool> {
+        let r =
+            sqlx::query(sql::SAML_ASSERTION_ONCE).bind(issuer).bind(id).bind(until).execute(&self.pool).await.db()?;
+        Ok(r.rows_affected() == 1)
     }
 
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {

@@ -1,0 +1,143 @@
+//! The checks of a signed assertion's content: version, issuer, audience, validity
+//! period, bearer confirmation, and its subject (the NameID's whole text, or an attribute).
+
+use chrono::{DateTime, Utc};
+use libxml::tree::Node;
+
+use crate::structure::is;
+use crate::{ASSERTION_NS, BEARER, SamlError, Verified, Verifier, refuse};
+
+fn children(node: &Node, local: &str) -> Vec<Node> {
+    node.get_child_elements().into_iter().filter(|c| is(c, ASSERTION_NS, local)).collect()
+}
+
+fn one(node: &Node, local: &str) -> Result<Node, SamlError> {
+    let mut c = children(node, local);
+    match c.len() {
+        1 => Ok(c.remove(0)),
+        0 => refuse(format!("the assertion has no {local}")),
+        _ => refuse(format!("the assertion has more than one {local}")),
+    }
+}
+
+fn time(node: &Node, attr: &str) -> Result<Option<DateTime<Utc>>, SamlError> {
+    let Some(v) = node.get_attribute(attr) else { return Ok(None) };
+    DateTime::parse_from_rfc3339(v.trim())
+        .map(|t| Some(t.with_timezone(&Utc)))
+        .map_err(|_| SamlError(format!("{attr} {v:?} is not an xs:dateTime")))
+}
+
+/// The text of a leaf element, whole (all its text, however it was split).
+fn leaf_text(node: &Node, what: &str) -> Result<String, SamlError> {
+    if !node.get_child_elements().is_empty() {
+        return refuse(format!("{what} has child elements"));
+    }
+    let t = node.get_content().trim().to_string();
+    if t.is_empty() {
+        return refuse(format!("{what} is empty"));
+    }
+    Ok(t)
+}
+
+/// Checks `a`, the assertion the signature covers, at `now`.
+pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verified, SamlError> {
+    if a.get_attribute("Version").as_deref() != Some("2.0") {
+        return refuse("the assertion is not SAML 2.0");
+    }
+    let id = a.get_attribute("ID").unwrap_or_default();
+    let issuer = leaf_text(&one(a, "Issuer")?, "Issuer")?;
+    if issuer != v.idp.entity_id {
+        return refuse(format!("the assertion was issued by {issuer:?}, not by the IdP {:?}", v.idp.entity_id));
+    }
+    let early = |t: DateTime<Utc>| t > now + v.skew;
+    let late = |t: DateTime<Utc>| now - v.skew >= t;
+
+    let conditions = one(a, "Conditions")?;
+    let not_before = time(&conditions, "NotBefore")?;
+    let not_on_or_after = time(&conditions, "NotOnOrAfter")?;
+    if not_before.is_some_and(early) {
+        return refuse("the assertion is not yet valid (Conditions NotBefore)");
+    }
+    if not_on_or_after.is_some_and(late) {
+        return refuse("the assertion has expired (Conditions NotOnOrAfter)");
+    }
+    let restrictions = children(&conditions, "AudienceRestriction");
+    if restrictions.is_empty() {
+        return refuse("the assertion has no AudienceRestriction");
+    }
+    for r in &restrictions {
+        let audiences: Vec<String> =
+            children(r, "Audience").iter().map(|x| x.get_content().trim().to_string()).collect();
+        if !audiences.contains(&v.audience) {
+            return refuse(format!("the assertion's audience is {audiences:?}, not {:?}", v.audience));
+        }
+    }
+
+    let subject = one(a, "Subject")?;
+    let mut last = SamlError("the assertion has no bearer SubjectConfirmation".into());
+    let mut confirmed_until = None;
+    for sc in children(&subject, "SubjectConfirmation") {
+        if sc.get_attribute("Method").as_deref() != Some(BEARER) {
+            continue;
+        }
+        let Some(data) = children(&sc, "SubjectConfirmationData").into_iter().next() else {
+            last = SamlError("the bearer SubjectConfirmation has no SubjectConfirmationData".into());
+            continue;
+        };
+        let Some(until) = time(&data, "NotOnOrAfter")? else {
+            last = SamlError("the bearer SubjectConfirmationData has no NotOnOrAfter".into());
+            continue;
+        };
+        if time(&data, "NotBefore")?.is_some_and(early) {
+            last = SamlError("the assertion is not yet valid (SubjectConfirmationData NotBefore)".into());
+            continue;
+        }
+        if late(until) {
+            last = SamlError("the assertion has expired (SubjectConfirmationData NotOnOrAfter)".into());
+            continue;
+        }
+        confirmed_until = Some(until);
+        break;
+    }
+    let Some(confirmed_until) = confirmed_until else { return Err(last) };
+    let valid_until = not_on_or_after.map_or(confirmed_until, |c| c.min(confirmed_until));
+
+    let name = match &v.agent_attribute {
+        None => {
+            let name_id = children(&subject, "NameID");
+            match name_id.as_slice() {
+                [n] => leaf_text(n, "NameID")?,
+                [] => return refuse("the assertion's Subject has no NameID"),
+                _ => return refuse("the assertion's Subject has more than one NameID"),
+            }
+        }
+        Some(attr) => attribute(a, attr)?,
+    };
+    Ok(Verified {
+        issuer,
+        assertion_id: id,
+        subject: name,
+        remember_until: valid_until.checked_add_signed(v.skew).unwrap_or(DateTime::<Utc>::MAX_UTC),
+    })
+}
+
+/// The one value of the attribute named `attr` (its `Name`, or its `FriendlyName`).
+fn attribute(a: &Node, attr: &str) -> Result<String, SamlError> {
+    let mut values = Vec::new();
+    for st in children(a, "AttributeStatement") {
+        for at in children(&st, "Attribute") {
+            let named = at.get_attribute("Name").as_deref() == Some(attr)
+                || at.get_attribute("FriendlyName").as_deref() == Some(attr);
+            if named {
+                for val in children(&at, "AttributeValue") {
+                    values.push(leaf_text(&val, "the AttributeValue")?);
+                }
+            }
+        }
+    }
+    match values.len() {
+        1 => Ok(values.remove(0)),
+        0 => refuse(format!("the assertion has no attribute {attr:?}")),
+        _ => refuse(format!("the attribute {attr:?} has more than one value")),
+    }
+}

@@ -1,0 +1,131 @@
+//! SAML 2.0 login: an assertion signed by the configured IdP authenticates its subject's
+//! agent, in the `AQ-SAML-Assertion` header (base64 of the assertion's or the IdP
+//! Response's exact XML) or in the IDAP request's own `Header` as
+//! `wsse:Security/saml:Assertion`. The request then goes on as a Basic-authenticated one
+//! of that agent (sessions, cookies).
+//!
+//! The checks are `aqgate_saml`'s; here: which form applies, the agent the subject names
+//! (enabled for HTTP), and using each assertion id once through the store, so every node
+//! of a database refuses a replay. Nothing is recorded for an assertion that is refused.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+
+use aqgate_core::error::{AqError, code};
+use aqgate_proto::names::{ON_BEHALF_HEADER, SAML_ASSERTION_HEADER};
+use aqgate_saml::Form;
+
+use super::{AppState, TlsConnection, Who, fault, session_cookie};
+
+/// A 401 whose IDAP Fault says why the assertion was refused.
+fn refused(msg: impl Into<String>) -> Response {
+    let msg = msg.into();
+    tracing::info!(reason = %msg, "SAML login refused");
+    let mut r = fault(&AqError::client(code::NOT_PERMITTED, msg), None);
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r
+}
+
+/// `None` when the request does not log in with SAML (no `AQ-SAML-Assertion` header, no
+/// `wsse:Security` header entry); else who it is, or the refusal. A client certificate on
+/// the connection that logs in as another agent is a refusal too (as with Basic).
+pub(super) async fn login(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+    body: &Bytes,
+) -> Option<Result<Who, Response>> {
+    let in_header = headers.get(SAML_ASSERTION_HEADER);
+    let form = match (in_header, &s.saml) {
+        (Some(_), _) => Form::Standalone,
+        // Parsing the request for its header is the blocking pool's work; only a request
+        // that names WS-Security's namespace at all is parsed.
+        (None, Some(_)) if mentions(body, aqgate_saml::WSSE_NS) => {
+            let b = body.clone();
+            match tokio::task::spawn_blocking(move || aqgate_saml::has_security_header(&b)).await {
+                Ok(true) => Form::SoapHeader,
+                _ => return None,
+            }
+        }
+        (None, _) => return None,
+    };
+    Some(login_with(s, headers, tls, body, form).await)
+}
+
+fn mentions(body: &[u8], what: &str) -> bool {
+    memchr::memmem::find(body, what.as_bytes()).is_some()
+}
+
+async fn login_with(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+    body: &Bytes,
+    form: Form,
+) -> Result<Who, Response> {
+    let Some(verifier) = s.saml.clone() else {
+        return Err(refused("SAML login is not configured on this server (--saml-idp-metadata)"));
+    };
+    if headers.contains_key(header::AUTHORIZATION) {
+        return Err(refused("a request authenticates with either a SAML assertion or Authorization, not both"));
+    }
+    if headers.contains_key(ON_BEHALF_HEADER) {
+        return Err(refused("a SAML-authenticated agent cannot act on behalf of another agent"));
+    }
+    let xml: Bytes = match form {
+        Form::Standalone => {
+            let mut values = headers.get_all(SAML_ASSERTION_HEADER).iter();
+            let (Some(v), None) = (values.next(), values.next()) else {
+                return Err(refused("AQ-SAML-Assertion is given more than once"));
+            };
+            if v.len() > aqgate_saml::MAX_BYTES * 4 / 3 + 4 {
+                return Err(refused("AQ-SAML-Assertion is too large"));
+            }
+            use base64::Engine as _;
+            let text: Vec<u8> = v.as_bytes().iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
+            match base64::engine::general_purpose::STANDARD.decode(text) {
+                Ok(x) => Bytes::from(x),
+                Err(_) => return Err(refused("AQ-SAML-Assertion is not base64")),
+            }
+        }
+        Form::SoapHeader => body.clone(),
+    };
+    let now_us = s.engine.now();
+    let now = chrono::DateTime::from_timestamp_micros(now_us).unwrap_or_default();
+    let v = verifier.clone();
+    let verified = tokio::task::spawn_blocking(move || v.verify(&xml, form, now))
+        .await
+        .map_err(|_| refused("the assertion could not be checked"))?
+        .map_err(|e| refused(e.to_string()))?;
+    let Some(agent) = s.engine.agent(&verified.subject) else {
+        return Err(refused(format!("SAML assertion refused: {:?} names no agent", verified.subject)));
+    };
+    if !agent.http {
+        return Err(refused(format!("agent {} is not enabled for HTTP access", agent.name)));
+    }
+    if let Some(t) = tls
+        && let Some(Ok(by_cert)) = t.agent(&s.engine).await
+        && by_cert != agent.name
+    {
+        return Err(refused(format!(
+            "the client certificate logs in as {by_cert}, the SAML assertion as {}",
+            agent.name
+        )));
+    }
+    // Recorded last: an assertion refused for any reason above stays unused.
+    let until = verified.remember_until.timestamp_micros();
+    match s.engine.store().saml_assertion_once(&verified.issuer, &verified.assertion_id, until).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(refused(format!(
+                "SAML assertion refused: assertion {} was used before (an assertion logs in once; \
+                 keep the session cookie instead)",
+                verified.assertion_id
+            )));
+        }
+        Err(e) => return Err(fault(&AqError::from(e), None)),
+    }
+    tracing::info!(agent = %agent.name, assertion = %verified.assertion_id, "SAML login");
+    Ok(Who::Agent { agent: agent.name, cookie: session_cookie(headers) })
+}
