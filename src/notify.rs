@@ -515,8 +515,8 @@ impl std::error::Error for Denied {}
 
 /// Resolves names and keeps only the addresses the policy allows, so the connection can
 /// only go where the policy says (checked after DNS, on every delivery).
-struct PolicyResolver {
-    policy: Arc<Policy>,
+pub(crate) struct PolicyResolver {
+    pub(crate) policy: Arc<Policy>,
 }
 
 impl reqwest::dns::Resolve for PolicyResolver {

@@ -1,6 +1,7 @@
-//! Propagation jobs at work: each enabled job of the topology moves batches of messages
-//! from its source queue to its destination queue, through the engine like any client
-//! (see `aqgate_core::propagation` for what a job is).
+//! Propagation jobs at work: each enabled job of the topology moves messages from its
+//! source queue to its destination queue — in this store (batches, here), in another aqgate
+//! (`remote`) — or to an HTTP service (`forward`), through the engine like any client (see
+//! `aqgate_core::propagation` for what a job is).
 //!
 //! **Exactly once.** A batch is one engine session of the job's agent: up to `batch_size`
 //! AQXmlReceive (REMOVE) requests, then one AQXmlSend to the destination with a trailing
@@ -37,15 +38,16 @@ use aqgate_proto::idap::{
 };
 use tokio::sync::watch;
 
+mod forward;
 mod remote;
 
 /// How long the first receive of a batch waits for a message.
-const WAIT: u64 = 5;
+pub(crate) const WAIT: u64 = 5;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A job's counters in the metrics registry (`job` label).
 #[derive(Clone)]
-struct Stats {
+pub(crate) struct Stats {
     propagated: Counter,
     exceptions: Counter,
     failures: Counter,
@@ -120,9 +122,36 @@ async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Re
     if !end_earlier_batches(&engine, &job, &mut stop).await {
         return;
     }
-    match &job.remote {
-        None => local_loop(&engine, &job, &stats, &mut stop).await,
-        Some(def) => {
+    match (&job.remote, &job.forward) {
+        (_, Some(def)) => {
+            let f = loop {
+                match forward::Forwarder::new(&engine, def) {
+                    Ok(f) => break Arc::new(f),
+                    Err(e) => {
+                        stats.failures.inc();
+                        tracing::warn!(job = %job.name, error = %e, "forwarding target not usable; retrying in 10 s");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                }
+            };
+            let workers: Vec<_> = (0..job.concurrency)
+                .map(|_| {
+                    let (engine, job, stats, f, mut stop) =
+                        (engine.clone(), job.clone(), stats.clone(), f.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        retrying(&job, &stats, &mut stop, |_| forward::move_one(&engine, &job, &f, &stats)).await;
+                    })
+                })
+                .collect();
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+        (None, None) => local_loop(&engine, &job, &stats, &mut stop).await,
+        (Some(def), None) => {
             let remote = loop {
                 match remote::Remote::new(def) {
                     Ok(r) => break Arc::new(r),
@@ -190,7 +219,8 @@ where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<Moved, AqError>>,
 {
-    let mut backoff = Duration::from_secs(1);
+    let first = Duration::from_millis(job.retry_backoff_ms);
+    let mut backoff = first;
     let mut one_by_one = false;
     while !*stop.borrow() {
         match step(one_by_one).await {
@@ -198,7 +228,7 @@ where
                 if n > 0 {
                     tracing::debug!(job = %job.name, messages = n, "propagated");
                 }
-                backoff = Duration::from_secs(1);
+                backoff = first;
                 one_by_one = false;
             }
             Ok(Moved::Refused) => one_by_one = true,
@@ -215,7 +245,7 @@ where
     }
 }
 
-enum Moved {
+pub(crate) enum Moved {
     /// Messages moved (to the destination or the exception queue), perhaps none.
     Done(usize),
     /// The destination refused the batch; it is rolled back, to be moved one by one.
@@ -320,7 +350,7 @@ async fn move_remote(
 }
 
 /// Rolls the batch back (its messages stay in the source) and hands `e` on.
-async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqError {
+pub(crate) async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqError {
     if session.pending
         && let Err(r) = engine.execute(session, Request::Rollback).await
     {
@@ -330,7 +360,7 @@ async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqEr
     e
 }
 
-fn receive(job: &PropagationInfo, wait: u64) -> Request {
+pub(crate) fn receive(job: &PropagationInfo, wait: u64) -> Request {
     Request::Receive(ReceiveRequest {
         consumer: ConsumerOptions {
             destination: Destination::database(job.source.clone()),

@@ -26,13 +26,21 @@ pub struct PropagationDef {
     /// `SCHEMA.QUEUE` the messages come from.
     pub source: String,
     /// `SCHEMA.QUEUE` the messages go to: in this store, or with `remote` in another aqgate.
+    /// Empty for a forwarder (`forward`).
+    #[serde(default)]
     pub destination: String,
     /// The destination queue is in another aqgate, reached over IDAP.
     #[serde(default)]
     pub remote: Option<RemoteDef>,
-    /// Messages in flight at once to a remote destination (one request each).
+    /// Instead of a queue, POST each message to an HTTP service (Tuxedo's TMQFORWARD).
+    #[serde(default)]
+    pub forward: Option<ForwardDef>,
+    /// Messages in flight at once to a remote destination or service (one request each).
     #[serde(default = "one")]
     pub concurrency: u32,
+    /// The first wait after a failed attempt, in milliseconds; it doubles up to 60 s.
+    #[serde(default = "default_backoff")]
+    pub retry_backoff_ms: u64,
     /// A condition (the dequeue condition language) a message must meet to be moved.
     #[serde(default)]
     pub rule: Option<String>,
@@ -69,6 +77,34 @@ pub struct RemoteDef {
     pub ca_file: Option<String>,
 }
 
+/// A forwarder's HTTP service. The HMAC secret, if any, is read from the environment.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardDef {
+    pub url: String,
+    /// `xml` (the payload element, `application/xml`) or `json`.
+    #[serde(default = "xml")]
+    pub format: String,
+    /// A RAW queue the service's 2xx response body is enqueued to, with the source's
+    /// correlation.
+    #[serde(default)]
+    pub reply_queue: Option<String>,
+    /// A RAW queue the service's answer to a failed attempt is enqueued to.
+    #[serde(default)]
+    pub failure_queue: Option<String>,
+    /// The environment variable holding the HMAC-SHA256 key of the `AQ-Signature` header.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+}
+
+fn xml() -> String {
+    "xml".into()
+}
+
+fn default_backoff() -> u64 {
+    1000
+}
+
 fn one() -> u32 {
     1
 }
@@ -98,7 +134,9 @@ pub struct PropagationInfo {
     pub exception_queue: Option<String>,
     pub enabled: bool,
     pub remote: Option<RemoteDef>,
+    pub forward: Option<ForwardDef>,
     pub concurrency: u32,
+    pub retry_backoff_ms: u64,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -141,7 +179,27 @@ pub fn resolve(
             errors.push(format!("{key}.source: unknown queue {source}"));
             continue;
         };
+        if let Some(f) = &d.forward {
+            if d.remote.is_some() || !d.destination.is_empty() {
+                errors.push(format!("{key}: a forwarder has no destination or remote"));
+            }
+            if let Err(e) = crate::notify_policy::http_target_host(&f.url) {
+                errors.push(format!("{key}.forward.url: {e}"));
+            }
+            if f.format != "xml" && f.format != "json" {
+                errors.push(format!("{key}.forward.format: xml or json"));
+            }
+            for (what, q) in [("reply_queue", &f.reply_queue), ("failure_queue", &f.failure_queue)] {
+                let Some(q) = q else { continue };
+                match queues.get(&canon(q)) {
+                    Some(info) if info.payload == crate::payload::PayloadKind::Raw && !info.is_exception_queue => {}
+                    Some(_) => errors.push(format!("{key}.forward.{what}: {q} must be a RAW queue open for enqueue")),
+                    None => errors.push(format!("{key}.forward.{what}: unknown queue {q}")),
+                }
+            }
+        }
         match &d.remote {
+            _ if d.forward.is_some() => {}
             // The remote checks its queue and payload type; a refusal sends the message
             // to the exception queue.
             Some(r) => {
@@ -179,8 +237,11 @@ pub fn resolve(
         }
         let exception_queue = d.exception_queue.as_deref().map(canon);
         let mut schemas = vec![schema(&source)];
-        if d.remote.is_none() {
+        if d.remote.is_none() && d.forward.is_none() {
             schemas.push(schema(&destination));
+        }
+        if let Some(f) = &d.forward {
+            schemas.extend(f.reply_queue.iter().chain(f.failure_queue.iter()).map(|q| schema(&canon(q))));
         }
         if let Some(eq) = &exception_queue {
             match queues.get(eq) {
@@ -226,7 +287,9 @@ pub fn resolve(
             exception_queue,
             enabled: d.enabled,
             remote: d.remote.clone(),
+            forward: d.forward.clone(),
             concurrency: d.concurrency,
+            retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));
