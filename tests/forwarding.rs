@@ -16,8 +16,17 @@ use common::*;
 const SECRET_ENV: &str = "AQGATE_TEST_FORWARD_SECRET";
 const SECRET: &str = "forward-test-secret";
 
+/// One request the receiver got: its path, headers and body.
+type Request = (String, HeaderMap, Vec<u8>);
+
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, HeaderMap, Vec<u8>)>>>);
+struct Seen(Arc<Mutex<Vec<Request>>>);
+
+impl Seen {
+    fn all(&self) -> std::sync::MutexGuard<'_, Vec<Request>> {
+        self.0.lock().expect("receiver log")
+    }
+}
 
 /// A receiver: `/flaky` answers 503 twice, then 200 `<ack/>`; `/down` always 500.
 async fn receiver() -> (u16, Seen) {
@@ -31,7 +40,7 @@ async fn receiver() -> (u16, Seen) {
                   body: axum::body::Bytes| {
                 let s = s.clone();
                 async move {
-                    let mut g = s.0.lock().unwrap();
+                    let mut g = s.all();
                     g.push((path.clone(), headers, body.to_vec()));
                     let tries = g.iter().filter(|(p, _, _)| *p == path).count();
                     match path.as_str() {
@@ -166,8 +175,7 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
     let send = raw_send("AQUSER.RAW_DEAD", &[("", "0C")], COMMIT);
     assert!(matches!(http(port, &send).await, aqgate_proto::idap::Response::Send(..)));
     wait_until("the exception queue", Duration::from_secs(30), || depth(&db, "AQUSER.AQ$RAW_TAB_E") == 1);
-    let down: Vec<Vec<u8>> =
-        seen.0.lock().unwrap().iter().filter(|(p, _, _)| p == "down").map(|(_, _, b)| b.clone()).collect();
+    let down: Vec<Vec<u8>> = seen.all().iter().filter(|(p, _, _)| p == "down").map(|(_, _, b)| b.clone()).collect();
     assert_eq!(down.len(), 6, "the first attempt and five retries");
     let v: serde_json::Value = serde_json::from_slice(&down[0]).expect("JSON body");
     assert_eq!(
@@ -181,14 +189,14 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
     let db2 = fresh_url(Backend::Sqlite).await;
     let port2 = free_port();
     let s2 = serve(&db2, port2, &topo, &[]);
-    let before = seen.0.lock().unwrap().len();
+    let before = seen.all().len();
     assert!(matches!(
         http(port2, &raw_send("AQUSER.RAW_INBOX", &[("", "0D")], COMMIT)).await,
         aqgate_proto::idap::Response::Send(..)
     ));
     wait_until("the refusal in the log", Duration::from_secs(10), || s2.log().contains("forwarding target not usable"));
     assert!(s2.log().contains("is not allowed"), "{}", s2.log_tail(10));
-    assert_eq!(seen.0.lock().unwrap().len(), before);
+    assert_eq!(seen.all().len(), before);
     assert_eq!(depth(&db2, "AQUSER.RAW_INBOX"), 1);
     let _ = std::fs::remove_file(&topo);
 }
