@@ -139,14 +139,8 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
     assert!(matches!(http(port, &send).await, aqgate_proto::idap::Response::Send(..)));
     wait_until("the reply", Duration::from_secs(30), || depth(&db, "AQUSER.RAW_REPLIES") == 1);
     assert_eq!(depth(&db, "AQUSER.RAW_INBOX"), 0, "taken once the service answered 2xx");
-    let flaky: Vec<(HeaderMap, Vec<u8>)> = seen
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(p, _, _)| p == "flaky")
-        .map(|(_, h, b)| (h.clone(), b.clone()))
-        .collect();
+    let flaky: Vec<(HeaderMap, Vec<u8>)> =
+        seen.all().iter().filter(|(p, _, _)| p == "flaky").map(|(_, h, b)| (h.clone(), b.clone())).collect();
     assert_eq!(flaky.len(), 3, "two failures, then success");
     for (i, (h, body)) in flaky.iter().enumerate() {
         assert_eq!(body, b"<raw>0A0B</raw>");
@@ -157,8 +151,9 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
             ("C-1".into(), "3".into(), "AQUSER.RAW_INBOX".into())
         );
         assert_eq!(hv("aq-delivery-count"), i.to_string(), "each failure counts as a retry");
-        let now = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
-            .unwrap();
+        let now =
+            i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs())
+                .expect("secs");
         assert!(aqgate::notify::verify_signature(SECRET, &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
         assert!(!aqgate::notify::verify_signature("other", &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
     }
