@@ -3,8 +3,8 @@
 //! (`remote`) — or to an HTTP service (`forward`), through the engine like any client (see
 //! `aqgate_core::propagation` for what a job is).
 //!
-//! **Exactly once.** A batch is one engine session of the job's agent: up to `batch_size`
-//! AQXmlReceive (REMOVE) requests, then one AQXmlSend to the destination with a trailing
+//! **Exactly once.** A batch is one engine session of the job's agent: one receive (REMOVE)
+//! of up to `batch_size` messages, then one AQXmlSend to the destination with a trailing
 //! commit. The dequeues and the enqueue are committed in one database transaction, so a
 //! message is in the source or in the destination, never both and never neither, whatever
 //! moment the process is killed at (an uncommitted batch is rolled back by the store, and
@@ -266,15 +266,15 @@ async fn move_batch(
 ) -> Result<Moved, AqError> {
     let mut session = Session::new(&job.agent, engine.now());
     session.carries_senders = true;
-    let mut messages = Vec::new();
-    for i in 0..batch {
-        match engine.execute(&mut session, receive(job, if i == 0 { WAIT } else { 0 })).await {
-            Ok(Response::Receive(_, Some(r))) => messages.extend(r.messages),
-            Ok(_) => break,
-            Err(e) if e.code == code::NO_MESSAGE => break,
-            Err(e) => return Err(rolled_back(engine, &mut session, e).await),
-        }
-    }
+    // One receive takes the whole batch (in one database transaction); it waits for the
+    // first message.
+    session.max_messages = batch;
+    let messages = match engine.execute(&mut session, receive(job, WAIT)).await {
+        Ok(Response::Receive(_, Some(r))) => r.messages,
+        Ok(_) => Vec::new(),
+        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
+        Err(e) => return Err(rolled_back(engine, &mut session, e).await),
+    };
     if messages.is_empty() {
         return Ok(Moved::Done(0));
     }

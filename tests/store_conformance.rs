@@ -944,8 +944,10 @@ async fn adt_payload_round_trips_examples(b: Backend) {
 async fn privileges_are_enforced(b: Backend) {
     let h = Harness::new(b).await;
     let mut john = h.session("john");
-    // john (users OE, AQUSER) may enqueue to QS's queue through a grant, but not dequeue.
-    h.run(&mut john, &example("01")).await.expect("granted enqueue");
+    // john (users OE, AQUSER) may enqueue to QS's queue through a grant (as himself, the
+    // sender), but not dequeue.
+    let as_john = example("01").replace("<agent_name>scott</agent_name>", "<agent_name>john</agent_name>");
+    h.run(&mut john, &as_john).await.expect("granted enqueue");
     assert_eq!(fault_code(h.run(&mut john, &example("05")).await), code::NOT_PERMITTED);
     let mut scott = h.session("scott");
     h.run(&mut scott, &example("16").replace("john", "scott")).await.expect_err("scott may not enqueue to OE's queue");

@@ -68,8 +68,9 @@ impl Engine {
                 // Nobody is there to receive: take nothing.
                 return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
             }
-            if let Some(m) = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await? {
-                return Ok(ReceiveResult { destination: queue.name.clone(), messages: vec![m] });
+            let messages = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await?;
+            if !messages.is_empty() {
+                return Ok(ReceiveResult { destination: queue.name.clone(), messages });
             }
             let now_i = self.clock.instant();
             if now_i >= deadline {
@@ -132,9 +133,12 @@ impl Engine {
         consumer: &str,
         req: &ReceiveRequest,
         filter: &Filter,
-    ) -> Result<Option<Message>, AqError> {
+    ) -> Result<Vec<Message>, AqError> {
         let o = &req.consumer;
         let now = self.now();
+        // More than one only for a session that asks (a propagation job), and never for a
+        // browse (its position is one message).
+        let want = if o.dequeue_mode == DequeueMode::Browse { 1 } else { session.max_messages.clamp(1, 1000) as usize };
         let key = (qid, consumer.to_string());
         let start = match o.navigation {
             NavigationMode::FirstMessage => None,
@@ -152,6 +156,7 @@ impl Engine {
             && start.is_none()
             && filter.condition.is_none()
             && !queue.multi_consumer
+            && want == 1
         {
             // The common consumer loop — take the head, commit — in one atomic step.
             let q = CandidateQuery {
@@ -165,7 +170,7 @@ impl Engine {
                 include_locked: false,
                 limit: 1,
             };
-            let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(None) };
+            let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
             let out = match self.message_out(resolved, queue, &m, now) {
                 Ok(out) => out,
                 Err(e) => {
@@ -177,13 +182,13 @@ impl Engine {
             };
             // A session without a row that ends its transaction: nothing to keep.
             session.end_transaction();
-            return Ok(Some(out));
+            return Ok(vec![out]);
         }
         let mut tx = self.store.begin().await?;
         // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
         // never starves on messages sorted before its position (e.g. higher priority).
         let passes: &[Option<Position>] = if start.is_some() && !browse { &[start, None] } else { &[start] };
-        let mut found = None;
+        let mut found = Vec::new();
         'passes: for &from in passes.iter() {
             let mut q = CandidateQuery {
                 queue: qid,
@@ -196,7 +201,11 @@ impl Engine {
                 include_locked: browse,
                 // Without a condition the first candidate is normally the answer: fetch one
                 // payload, not a page of them.
-                limit: if filter.condition.is_some() { SCAN_BATCH } else { 1 },
+                limit: if filter.condition.is_some() {
+                    SCAN_BATCH.max(want as i64)
+                } else {
+                    i64::try_from(want).unwrap_or(1)
+                },
             };
             loop {
                 let batch = tx.candidates(&q).await?;
@@ -223,8 +232,10 @@ impl Engine {
                         DequeueMode::Remove => tx.lock(m.seq, consumer, &session.txn, LockKind::Remove).await?,
                     };
                     if taken {
-                        found = Some(m);
-                        break 'passes;
+                        found.push(m);
+                        if found.len() >= want {
+                            break 'passes;
+                        }
                     }
                 }
                 if exhausted {
@@ -232,7 +243,7 @@ impl Engine {
                 }
             }
         }
-        let Some(m) = found else {
+        if found.is_empty() {
             tx.rollback().await?;
             if browse && o.navigation == NavigationMode::NextMessage && session.positions.contains_key(&key) {
                 // End of fetch: the next browse starts from the beginning again.
@@ -240,14 +251,16 @@ impl Engine {
                 next.positions.remove(&key);
                 self.seal_alone(session, next).await?;
             }
-            return Ok(None);
-        };
+            return Ok(Vec::new());
+        }
         // Decoded before anything commits: a message that cannot be returned is neither
         // removed nor locked nor passed by the browse position (a Fault changes nothing).
-        let out = self.message_out(resolved, queue, &m, now)?;
+        let outs = found.iter().map(|m| self.message_out(resolved, queue, m, now)).collect::<Result<Vec<_>, _>>()?;
         let takes_lock = !browse && !remove_now;
         let mut next = session.state();
-        next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+        if let Some(m) = found.last() {
+            next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
+        }
         if req.commit {
             next.end_transaction();
         } else if takes_lock {
@@ -257,7 +270,7 @@ impl Engine {
         let response = session.idempotency.is_some().then(|| {
             Response::Receive(
                 StatusResponse::ok(),
-                Some(ReceiveResult { destination: queue.name.clone(), messages: vec![out.clone()] }),
+                Some(ReceiveResult { destination: queue.name.clone(), messages: outs.clone() }),
             )
         });
         let version = self.seal(&mut *tx, session, &next, response.as_ref()).await?;
@@ -270,7 +283,7 @@ impl Engine {
         for q in woken {
             self.wake(q);
         }
-        Ok(Some(out))
+        Ok(outs)
     }
 
     /// Enqueues a single-consumer message taken by `take_head` again, as it was.
