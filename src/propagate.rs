@@ -325,7 +325,10 @@ async fn move_remote(
     let Some(m) = m else { return Ok(Moved::Done(0)) };
     let id = m.header.message_id.clone().unwrap_or_default();
     let out = forward(job, &m, 0);
-    match remote.send(&job.name, &id, &job.destination, out.clone()).await {
+    // The remote records the agent the job logs in as there as the sender (and refuses a
+    // sender_id naming any other agent): the local sender stays here.
+    let there = Message { header: MessageHeader { sender_id: None, ..out.header.clone() }, ..out.clone() };
+    match remote.send(&job.name, &id, &job.destination, there).await {
         remote::Sent::Done => {
             engine.execute(&mut session, Request::Commit).await?;
             stats.propagated.inc();

@@ -165,3 +165,29 @@ async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// The remote records the agent the job logs in as there (scott) as the sender: a message
+/// that john sent to the source arrives, rather than being refused there as a message
+/// naming another sender (and going to the exception queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_another_sender_arrives_with_the_remote_agent_as_sender() {
+    let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Sqlite).await);
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_topo = topology("AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", b_port);
+    let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
+    let a = serve(&a_db, a_port, &a_topo);
+    let b = serve(&b_db, b_port, &b_topo);
+    let r = idap(a_port, "john", "welcome", &raw_send("AQUSER.RAW_QUE", &[("", "0A0B")], COMMIT)).await;
+    assert!(matches!(r, Response::Send(..)), "{r:?}");
+    wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 1, Duration::from_secs(30));
+    assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 0, "not refused by the remote");
+    let r = http(b_port, &receive("AQUSER.RAW_ARCHIVE", "<wait_time>0</wait_time>", COMMIT)).await;
+    let got = received(&r);
+    assert_eq!(got.len(), 1, "{r:?}");
+    assert_eq!(raw_of(&got[0]), "0A0B");
+    assert_eq!(got[0].header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("SCOTT"));
+    drop((a, b));
+    for f in [a_topo, b_topo] {
+        let _ = std::fs::remove_file(f);
+    }
+}
