@@ -111,10 +111,25 @@ impl TlsArgs {
                     require_client_cert: self.require_client_cert,
                 }))
             }
-            _ => {
+            (None, None) => {
+                // Flags and the environment have clap's `requires`; values of the
+                // configuration file are defaults, which clap does not check: without these,
+                // a file's `http.plain_listen` would serve plain HTTP beyond the policy.
+                if let Some(p) = self.plain_listen {
+                    anyhow::bail!(
+                        "--plain-listen {p} (http.plain_listen) is the plain listener beside HTTPS: it needs \
+                         --tls-cert and --tls-key (without them --listen serves plain HTTP)"
+                    );
+                }
+                anyhow::ensure!(
+                    self.tls_client_ca.is_empty() && self.tls_client_crl.is_empty() && !self.require_client_cert,
+                    "--tls-client-ca, --tls-client-crl and --require-client-cert need --tls-cert and --tls-key"
+                );
                 plain_ok(listen, "--listen")?;
                 Ok(None)
             }
+            (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key (http.tls_key)"),
+            (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (http.tls_cert)"),
         }
     }
 }

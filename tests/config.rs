@@ -244,3 +244,51 @@ fn the_example_file_is_valid_and_names_every_flag() {
     let (out, _) = run(aqgate().args(["config", "check"]));
     assert!(!out.status.success());
 }
+
+/// Runs `cmd` that must stop by itself within 10 s: its exit status and stderr (a server
+/// that starts instead is killed, and the test fails).
+fn stops_by_itself(cmd: &mut Command) -> (std::process::ExitStatus, String) {
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start aqgate");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for aqgate") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("aqgate started instead of refusing the configuration");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read stderr");
+    (status, err)
+}
+
+/// The file's values are the parser's defaults, which its `requires` do not check: a
+/// `plain_listen` (or a certificate without its key) in the file without HTTPS stops the
+/// start rather than serving plain HTTP on an address beyond the plain-HTTP policy.
+#[test]
+fn a_plain_listen_in_the_file_without_https_stops_the_start() {
+    let (port, plain) = (free_port(), free_port());
+    let db = fresh_sqlite_url();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db];
+    let file = ConfigFile::new(&format!("[http]\nplain_listen = \"0.0.0.0:{plain}\"\n"));
+    let (status, err) = stops_by_itself(aqgate().args(["--config", file.path()]).args(args));
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("needs --tls-cert and --tls-key"), "{err}");
+    assert!(!listening(plain) && !listening(port), "nothing listens");
+
+    let cert = concat!(env!("CARGO_MANIFEST_DIR"), "/certs/gateway-tls.pem");
+    let file = ConfigFile::new(&format!("[http]\ntls_cert = \"{cert}\"\n"));
+    let (status, err) = stops_by_itself(aqgate().args(["--config", file.path()]).args(args));
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("--tls-cert needs --tls-key"), "{err}");
+}
