@@ -119,6 +119,11 @@ impl Reloadable {
 /// nothing holds no task for long).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A request head that takes longer than this closes the connection (a client that opens
+/// a request and trickles it, or stops, holds no connection for long, and does not hold up
+/// a graceful shutdown, which waits for every connection's request in progress).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves `router` over TLS on `listener` until `shutdown` resolves, then lets the
 /// connections' in-flight requests finish (as `axum::serve`'s graceful shutdown does).
 pub async fn serve(
@@ -127,8 +132,28 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_connections(listener, Some(tls), router, shutdown).await
+}
+
+/// [`serve`] in plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge), with the same
+/// request-head timeout.
+pub async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_connections(listener, None, router, shutdown).await
+}
+
+async fn serve_connections(
+    listener: TcpListener,
+    tls: Option<Reloadable>,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -143,12 +168,26 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Answers go out at once (no Nagle delay behind a client's delayed ACK).
         let _ = tcp.set_nodelay(true);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
+        let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.get()));
         let router = router.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            // The peer address tells the store's group commit which connection a request
+            // came on.
+            let Some(acceptor) = acceptor else {
+                let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    router.clone().oneshot(req.map(axum::body::Body::new))
+                });
+                if let Err(e) = watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(tcp), service)).await
+                {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            };
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {

@@ -189,15 +189,15 @@ pub async fn serve(
     tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
     let main = match tls {
         Some(t) => tokio::spawn(crate::https::serve(listener, t, router.clone(), down())),
-        None => tokio::spawn(serve_plain(listener, router.clone(), down())),
+        None => tokio::spawn(crate::https::serve_plain(listener, router.clone(), down())),
     };
     let mut others = Vec::new();
     if let Some(l) = plain {
         tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
-        others.push(tokio::spawn(serve_plain(l, router.clone(), down())));
+        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), down())));
     }
     if let Some(l) = internal {
-        others.push(tokio::spawn(serve_plain(l, router.clone(), down())));
+        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), down())));
     }
     let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
     for o in others {
@@ -213,22 +213,6 @@ pub async fn serve(
         let _ = t.await;
     }
     served
-}
-
-/// Plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge) on `listener`.
-async fn serve_plain(
-    listener: TcpListener,
-    router: axum::Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    // Answers go out at once (no Nagle delay behind a client's delayed ACK).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    // The peer address tells the store's group commit which connection a request came on.
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service).with_graceful_shutdown(shutdown).await?;
-    Ok(())
 }
 
 /// Starts the SMTP filter and its forwarding worker; they stop when `stop` changes.

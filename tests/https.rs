@@ -342,3 +342,45 @@ fn plain_http_is_refused_beyond_loopback_unless_allowed() {
     );
     p.wait_ready(port.parse().expect("port"), Duration::from_secs(60));
 }
+
+/// A client that opens a request and stops in the middle of its head (after the TLS
+/// handshake, or on the plain listener) is disconnected after the request-head timeout, so
+/// it holds no connection for long and a graceful shutdown does not wait for it forever.
+#[test]
+fn a_trickled_request_head_is_cut_off_and_does_not_hold_up_shutdown() {
+    use std::io::{Read, Write};
+    let (c, k) = demo_server_cert();
+    let mut s = serve_tls("trickle", (&c, &k), &[]);
+    let head = "POST /aqserv HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/xml\r\n";
+    let mut tls = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{}", s.https)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client (scripts/ensure-tools.sh installs it)");
+    let mut tls_in = tls.stdin.take().expect("stdin");
+    tls_in.write_all(head.as_bytes()).expect("write the head");
+    tls_in.flush().expect("flush");
+    let mut plain = std::net::TcpStream::connect(("127.0.0.1", s.plain)).expect("connect");
+    plain.write_all(head.as_bytes()).expect("write the head");
+    plain.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let t = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let n = plain.read(&mut buf).expect("the server closes the connection, not the read timeout");
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    // s_client ends when the server closes the TLS connection.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tls.try_wait().expect("wait").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the TLS connection is still open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Once more, and shut down meanwhile: the server exits without waiting for the client.
+    let mut again = std::net::TcpStream::connect(("127.0.0.1", s.plain)).expect("connect");
+    again.write_all(head.as_bytes()).expect("write the head");
+    std::thread::sleep(Duration::from_millis(200));
+    s.proc.signal("-TERM");
+    assert!(s.proc.wait_exit(Duration::from_secs(20)).success());
+    drop(tls_in);
+}
