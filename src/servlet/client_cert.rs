@@ -26,7 +26,8 @@ use openssl::x509::{X509, X509ExtendedKeyUsage};
 #[derive(Clone, Default)]
 pub struct TlsConnection {
     pub client_cert: Option<Arc<[u8]>>,
-    /// The agent the certificate maps to, once asked.
+    /// The agent the certificate maps to, once asked and answered for good (a directory
+    /// outage is asked again on the next request).
     identity: Arc<tokio::sync::OnceCell<Result<String, String>>>,
 }
 
@@ -39,27 +40,53 @@ impl TlsConnection {
     /// without a client certificate.
     pub async fn agent(&self, engine: &Engine) -> Option<Result<String, String>> {
         let der = self.client_cert.clone()?;
-        Some(self.identity.get_or_init(|| agent_for_certificate(engine, der)).await.clone())
+        if let Some(known) = self.identity.get() {
+            return Some(known.clone());
+        }
+        let answer = agent_for_certificate(engine, der).await;
+        match &answer {
+            Err(Mapping::Unavailable(why)) => Some(Err(why.clone())),
+            Ok(name) => Some(self.identity.get_or_init(|| async { Ok(name.clone()) }).await.clone()),
+            Err(Mapping::Refused(why)) => Some(self.identity.get_or_init(|| async { Err(why.clone()) }).await.clone()),
+        }
+    }
+}
+
+/// Why a certificate logs in as no agent.
+pub enum Mapping {
+    /// For good, for this certificate and topology.
+    Refused(String),
+    /// The directory could not be asked: maybe on the next request.
+    Unavailable(String),
+}
+
+impl From<String> for Mapping {
+    fn from(s: String) -> Self {
+        Self::Refused(s)
     }
 }
 
 /// The one agent `der` logs in as (see the module documentation).
-pub async fn agent_for_certificate(engine: &Engine, der: Arc<[u8]>) -> Result<String, String> {
-    let cert = X509::from_der(&der).map_err(|_| "the client certificate cannot be read".to_string())?;
+pub async fn agent_for_certificate(engine: &Engine, der: Arc<[u8]>) -> Result<String, Mapping> {
+    let cert = X509::from_der(&der).map_err(|_| Mapping::Refused("the client certificate cannot be read".into()))?;
     let subject = subject_text(&cert);
     match cert.extended_key_usage() {
         Some(eku) if eku.contains(X509ExtendedKeyUsage::SSL_CLIENT) => {}
         Some(_) => {
-            return Err(format!("client certificate {subject}: its extendedKeyUsage does not include clientAuth"));
+            return Err(
+                format!("client certificate {subject}: its extendedKeyUsage does not include clientAuth").into()
+            );
         }
-        None => return Err(format!("client certificate {subject} has no extendedKeyUsage (clientAuth required)")),
+        None => {
+            return Err(format!("client certificate {subject} has no extendedKeyUsage (clientAuth required)").into());
+        }
     }
     let emails: Vec<String> = cert
         .subject_alt_names()
         .map(|names| names.iter().filter_map(|n| n.email().map(str::to_string)).collect())
         .unwrap_or_default();
     let Some(dir) = engine.config().directory.clone() else {
-        return Err("client certificates need the directory, and none is configured".to_string());
+        return Err(Mapping::Refused("client certificates need the directory, and none is configured".into()));
     };
     let catalog = engine.resolved().catalog.clone();
     let mut named: Vec<String> = Vec::new();
@@ -68,14 +95,18 @@ pub async fn agent_for_certificate(engine: &Engine, der: Arc<[u8]>) -> Result<St
         match dir.certificates(&CertificateLocation::Dn(dn.clone())).await {
             Ok(certs) if certs.iter().any(|c| c.as_slice() == &der[..]) => named.push(agent.name.clone()),
             Ok(_) => {}
-            Err(e) if e.is_transient() => return Err(format!("the directory is unavailable: {e}")),
+            Err(e) if e.is_transient() => {
+                return Err(Mapping::Unavailable(format!("the directory is unavailable: {e}")));
+            }
             Err(_) => {}
         }
     }
     for mail in &emails {
         match dir.agents_with_mail(mail).await {
             Ok(uids) => named.extend(uids.iter().filter_map(|u| catalog.agent(u)).map(|a| a.name.clone())),
-            Err(e) if e.is_transient() => return Err(format!("the directory is unavailable: {e}")),
+            Err(e) if e.is_transient() => {
+                return Err(Mapping::Unavailable(format!("the directory is unavailable: {e}")));
+            }
             Err(_) => {}
         }
     }
@@ -88,16 +119,19 @@ pub async fn agent_for_certificate(engine: &Engine, der: Arc<[u8]>) -> Result<St
             return Err(format!(
                 "client certificate {subject} ({mails}) is no agent's directory certificate, and no agent has its \
                  e-mail address"
-            ));
+            )
+            .into());
         }
         many => {
-            return Err(format!("client certificate {subject} names several agents ({}); refused", many.join(", ")));
+            return Err(
+                format!("client certificate {subject} names several agents ({}); refused", many.join(", ")).into()
+            );
         }
     };
     match catalog.agent(&name) {
         Some(a) if a.http => Ok(a.name.clone()),
-        Some(a) => Err(format!("agent {} is not enabled for HTTP access", a.name)),
-        None => Err(format!("unknown agent {name}")),
+        Some(a) => Err(format!("agent {} is not enabled for HTTP access", a.name).into()),
+        None => Err(format!("unknown agent {name}").into()),
     }
 }
 
