@@ -263,6 +263,7 @@ pub fn start_mail(
             helo: m.smtp.hostname.clone(),
             timeout: std::time::Duration::from_secs(60),
         }),
+        replay_window: m.dedupe_window,
     };
     if let Some(r) = &gateway.reinject {
         tracing::info!(to = %r.addr, "mail for other recipients is handed on (reinjected)");

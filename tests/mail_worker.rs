@@ -199,6 +199,7 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
             reinject: None,
+            replay_window: std::time::Duration::from_secs(168 * 3600),
         };
         let reply = gateway.verify_and_spool(&mail).await;
         assert_eq!((reply.code, reply.status), (code, status), "{what}: {}", reply.text);
@@ -294,6 +295,7 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
             helo: "aq.test".into(),
             timeout: std::time::Duration::from_secs(5),
         }),
+        replay_window: std::time::Duration::from_secs(168 * 3600),
     };
     let env = |lmtp: bool, rcpts: &[(&str, bool)]| MailEnvelope {
         mail_from: "scott@example.com".into(),
