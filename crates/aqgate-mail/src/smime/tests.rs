@@ -972,10 +972,13 @@ fn intermediates_carried_in_the_mail_build_the_path() {
     let with =
         mail(HEADERS, &openssl_sign("cms", &[(SUB_SCOTT_PEM, SUB_SCOTT_KEY)], &entity(), &["-certfile", sub_ca]));
     verify_scott_with(&with, SUB_SCOTT_DER);
-    // Without the intermediate there is no path to the trust anchor.
+    // Without the intermediate there is no path to the trust anchor, also right after a mail
+    // that carried it (the remembered chain needs it too).
     let without = mail(HEADERS, &openssl_sign("cms", &[(SUB_SCOTT_PEM, SUB_SCOTT_KEY)], &entity(), &[]));
-    let fresh = TrustStore::from_pem(&[CA_PEM], &[CA_CRL]).unwrap();
-    assert_fail(verify(&without, &[SUB_SCOTT_DER.to_vec()], &fresh, now()), "unable to get local issuer certificate");
+    let trust = trust();
+    assert_pass(verify(&with, &[SUB_SCOTT_DER.to_vec()], &trust, now()));
+    assert_fail(verify(&without, &[SUB_SCOTT_DER.to_vec()], &trust, now()), "unable to get local issuer certificate");
+    assert_pass(verify(&with, &[SUB_SCOTT_DER.to_vec()], &trust, now()));
     // The signer must still be the directory's certificate: the one the mail carries is not.
     assert_fail(verify_as(&with, SCOTT_DER), "not scott@example.com's certificate in the directory");
     // The intermediate alone is never a trust anchor.

@@ -14,11 +14,16 @@ pub struct TrustStore {
 
 /// A chain that verified, and the time window in which every certificate of it is valid:
 /// inside it, OpenSSL's verdict for the same certificate and CAs cannot change (revocation
-/// is checked separately, on every mail).
+/// is checked separately, on every mail). It holds for a later mail only if that mail
+/// carries the intermediates the chain took from its mail: a mail's verdict never depends
+/// on what earlier mails carried.
 pub(super) struct CachedChain {
     chain: Vec<X509>,
     from: i64,
     until: i64,
+    /// DER of the chain's certificates that came from the mail (neither the signer nor a
+    /// trusted CA).
+    carried: Vec<Vec<u8>>,
 }
 
 pub(super) struct TrustedCrl {
@@ -127,7 +132,11 @@ pub(super) fn verify_chain(
 ) -> Result<Vec<X509>, Verdict> {
     let key = signer.to_der().map(|der| openssl::sha::sha256(&der)).map_err(|e| temp(first_error(&e)))?;
     let cached = |chains: &std::collections::HashMap<[u8; 32], CachedChain>| {
-        chains.get(&key).filter(|c| c.from <= now && now <= c.until).map(|c| c.chain.clone())
+        chains
+            .get(&key)
+            .filter(|c| c.from <= now && now <= c.until)
+            .filter(|c| c.carried.iter().all(|der| carried.contains(&der.as_slice())))
+            .map(|c| c.chain.clone())
     };
     if let Some(chain) = cached(&trust.chains.lock().unwrap_or_else(|p| p.into_inner())) {
         return Ok(chain);
@@ -155,12 +164,15 @@ pub(super) fn verify_chain(
         chain.iter().map(|c| asn1_unix(c.not_before())).collect::<Option<Vec<i64>>>().and_then(|v| v.into_iter().max());
     let until =
         chain.iter().map(|c| asn1_unix(c.not_after())).collect::<Option<Vec<i64>>>().and_then(|v| v.into_iter().min());
+    let trusted: Vec<Vec<u8>> = trust.cas.iter().filter_map(|ca| ca.to_der().ok()).collect();
+    let from_mail: Vec<Vec<u8>> =
+        chain.iter().skip(1).filter_map(|c| c.to_der().ok()).filter(|der| !trusted.contains(der)).collect();
     if let (Some(from), Some(until)) = (from, until) {
         let mut chains = trust.chains.lock().unwrap_or_else(|p| p.into_inner());
         if chains.len() >= 4096 {
             chains.clear();
         }
-        chains.insert(key, CachedChain { chain: chain.clone(), from, until });
+        chains.insert(key, CachedChain { chain: chain.clone(), from, until, carried: from_mail });
     }
     Ok(chain)
 }
