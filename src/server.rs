@@ -27,6 +27,8 @@ pub struct MailConfig {
     pub transport: aqgate_mail::worker::ReplyTransport,
     /// How long finished mails are remembered for deduplication.
     pub dedupe_window: Duration,
+    /// The gateway's S/MIME certificate and key (signs replies, decrypts requests).
+    pub identity: Option<Arc<aqgate_mail::smime::GatewayIdentity>>,
 }
 
 #[derive(Debug, Clone)]
@@ -250,6 +252,7 @@ pub fn start_mail(
             transport: m.transport,
             max_attempts: 20,
             dedupe_window: m.dedupe_window,
+            identity: m.identity.clone(),
         },
     ));
     let gateway = aqgate_mail::gateway::Gateway {
@@ -264,6 +267,7 @@ pub fn start_mail(
             timeout: std::time::Duration::from_secs(60),
         }),
         replay_window: m.dedupe_window,
+        identity: m.identity,
     };
     if let Some(r) = &gateway.reinject {
         tracing::info!(to = %r.addr, "mail for other recipients is handed on (reinjected)");

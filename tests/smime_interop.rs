@@ -113,29 +113,47 @@ fn python_signed(dir: &Path, signer: &str, entity: &[u8], hash: &str, text: bool
     run("/usr/bin/python3", &["-c", &script, &c, &k, input.to_str().expect("path")], "python3 cryptography sign")
 }
 
-/// gpgsm's detached signature of `entity` as scott, as a multipart/signed entity. gpgsm
-/// now and then loses a freshly imported key ("No secret key"): tried up to three times,
-/// each in a fresh home.
+/// gpgsm's detached signature of `entity` as scott, as a multipart/signed entity.
 fn gpgsm_signed(dir: &Path, entity: &[u8]) -> Vec<u8> {
+    let sig = gpgsm(dir, entity, &["--local-user", "scott@example.com", "--base64", "--detach-sign"]);
+    let body = String::from_utf8(entity.to_vec()).expect("entity");
+    let sig = String::from_utf8(sig).expect("base64");
+    format!(
+        "MIME-Version: 1.0\r\nContent-Type: multipart/signed; protocol=\"application/pkcs7-signature\"; \
+         micalg=sha-256; boundary=\"gpgsm-b\"\r\n\r\n--gpgsm-b\r\n{body}\r\n--gpgsm-b\r\nContent-Type: \
+         application/pkcs7-signature\r\nContent-Transfer-Encoding: base64\r\n\r\n{sig}\r\n--gpgsm-b--\r\n"
+    )
+    .into_bytes()
+}
+
+/// gpgsm's encryption of `entity` to the gateway's certificate, as an application/pkcs7-mime
+/// entity.
+fn gpgsm_encrypted(dir: &Path, entity: &[u8]) -> Vec<u8> {
+    let enc = gpgsm(dir, entity, &["--recipient", "aq@localhost", "--base64", "--encrypt"]);
+    let enc = String::from_utf8(enc).expect("base64");
+    format!(
+        "MIME-Version: 1.0\r\nContent-Type: application/pkcs7-mime; smime-type=enveloped-data; name=\"smime.p7m\"\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\n{enc}\r\n"
+    )
+    .into_bytes()
+}
+
+/// gpgsm `op` on `entity` in a throwaway home (the test CA trusted, scott's key and the
+/// gateway's certificate imported). gpgsm now and then loses a freshly imported key ("No
+/// secret key"): tried up to three times, each in a fresh home.
+fn gpgsm(dir: &Path, entity: &[u8], op: &[&str]) -> Vec<u8> {
     let mut last = String::new();
-    for attempt in 0..3 {
-        match gpgsm_once(&dir.join(format!("gnupg-{attempt}")), entity) {
-            Ok(sig) => {
-                let body = String::from_utf8(entity.to_vec()).expect("entity");
-                return format!(
-                    "MIME-Version: 1.0\r\nContent-Type: multipart/signed; protocol=\"application/pkcs7-signature\"; \
-                     micalg=sha-256; boundary=\"gpgsm-b\"\r\n\r\n--gpgsm-b\r\n{body}\r\n--gpgsm-b\r\nContent-Type: \
-                     application/pkcs7-signature\r\nContent-Transfer-Encoding: base64\r\n\r\n{sig}\r\n--gpgsm-b--\r\n"
-                )
-                .into_bytes();
-            }
+    for _ in 0..3 {
+        let home = dir.join(format!("gnupg-{}", &aqgate_core::engine::session::random_id()[..8]));
+        match gpgsm_once(&home, entity, op) {
+            Ok(out) => return out,
             Err(why) => last = why,
         }
     }
-    panic!("gpgsm sign failed three times: {last}");
+    panic!("gpgsm {op:?} failed three times: {last}");
 }
 
-fn gpgsm_once(home: &Path, entity: &[u8]) -> Result<String, String> {
+fn gpgsm_once(home: &Path, entity: &[u8], op: &[&str]) -> Result<Vec<u8>, String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(home).expect("gnupg home");
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
@@ -145,16 +163,13 @@ fn gpgsm_once(home: &Path, entity: &[u8]) -> Result<String, String> {
     std::fs::write(home.join("trustlist.txt"), format!("{fp} S relax\n")).expect("trustlist");
     let p12 = home.join("scott.p12");
     let p12s = p12.to_str().expect("path");
-    run(
-        "openssl",
-        &["pkcs12", "-export", "-in", &cert("scott.pem"), "-inkey", &cert("scott.key.pem"), "-out", p12s]
-            .into_iter()
-            .chain(["-passout", "pass:", "-certpbe", "PBE-SHA1-3DES", "-keypbe", "PBE-SHA1-3DES", "-macalg", "sha1"])
-            .collect::<Vec<_>>(),
-        "pkcs12 export",
-    );
+    let export = ["pkcs12", "-export", "-in", &cert("scott.pem"), "-inkey", &cert("scott.key.pem"), "-out", p12s];
+    let pbe = ["-passout", "pass:", "-certpbe", "PBE-SHA1-3DES", "-keypbe", "PBE-SHA1-3DES", "-macalg", "sha1"];
+    run("openssl", &[&export[..], &pbe[..]].concat(), "pkcs12 export");
     let gpgsm = |args: &[&str]| Command::new("gpgsm").args(args).env("GNUPGHOME", home).stdin(Stdio::null()).output();
-    gpgsm(&["--batch", "--import", &cert("ca.pem")]).map_err(|e| e.to_string())?;
+    for c in ["ca.pem", "gateway-smime.pem"] {
+        gpgsm(&["--batch", "--import", &cert(c)]).map_err(|e| format!("gpgsm (scripts/ensure-tools.sh): {e}"))?;
+    }
     for _ in 0..5 {
         // gpgsm exits 2 after a successful PKCS#12 import; the listing says whether it came.
         let _ = gpgsm(&["--batch", "--pinentry-mode", "loopback", "--import", p12s]);
@@ -165,27 +180,18 @@ fn gpgsm_once(home: &Path, entity: &[u8]) -> Result<String, String> {
     }
     let input = home.join("in.eml");
     std::fs::write(&input, entity).expect("write entity");
-    let out = home.join("sig.b64");
-    let signed = gpgsm(&[
-        "--batch",
-        "--pinentry-mode",
-        "loopback",
-        "--disable-crl-checks",
-        "--disable-policy-checks",
-        "--local-user",
-        "scott@example.com",
-        "--base64",
-        "--output",
-        out.to_str().expect("path"),
-        "--detach-sign",
-        input.to_str().expect("path"),
-    ])
-    .map_err(|e| format!("gpgsm (scripts/ensure-tools.sh installs it): {e}"))?;
+    let out = home.join("out.b64");
+    let common = ["--batch", "--pinentry-mode", "loopback", "--disable-crl-checks", "--disable-policy-checks"];
+    let mut args: Vec<&str> = common.to_vec();
+    args.extend_from_slice(&["--output", out.to_str().expect("path")]);
+    args.extend_from_slice(op);
+    args.push(input.to_str().expect("path"));
+    let done = gpgsm(&args).map_err(|e| e.to_string())?;
     let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", home).output();
-    if !signed.status.success() {
-        return Err(String::from_utf8_lossy(&signed.stderr).into_owned());
+    if !done.status.success() {
+        return Err(String::from_utf8_lossy(&done.stderr).into_owned());
     }
-    std::fs::read_to_string(&out).map_err(|e| e.to_string())
+    std::fs::read(&out).map_err(|e| e.to_string())
 }
 
 /// swaks' exit status and transcript.
@@ -251,6 +257,10 @@ fn serve(name: &str) -> Served {
         cert("ca.crl"),
         "--smime-crl".into(),
         cert("sub-ca.crl"),
+        "--smime-reply-cert".into(),
+        cert("gateway-smime.pem"),
+        "--smime-reply-key".into(),
+        cert("gateway-smime.key.pem"),
         "--dedupe-window-hours".into(),
         "1".into(),
         "--mail-outbox".into(),
@@ -354,6 +364,155 @@ async fn mail_signed_by_other_implementations_is_performed_and_bad_mail_refused(
     for (_, reply) in &replies {
         assert!(reply.contains("To: scott@example.com"), "{reply}");
     }
+    let r = http(s.hp, &example("07")).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
+}
+
+/// A reply as scott reads it with the openssl CLI: decrypted with `recipient`'s key if it is
+/// encrypted (must be exactly when `encrypted`), then verified against the test CA as signed
+/// by the gateway; the verified content's XML.
+fn open_reply(dir: &Path, reply: &Path, encrypted: bool, recipient: &str) -> String {
+    let text = std::fs::read_to_string(reply).expect("reply");
+    assert_eq!(text.contains("smime-type=enveloped-data"), encrypted, "{text}");
+    let signed = if encrypted {
+        let (c, k) = (cert(&format!("{recipient}.pem")), cert(&format!("{recipient}.key.pem")));
+        let inner = run(
+            "openssl",
+            &["cms", "-decrypt", "-in", reply.to_str().expect("path"), "-recip", &c, "-inkey", &k],
+            "decrypt the reply",
+        );
+        let path = dir.join(format!("decrypted-{}", aqgate_core::engine::session::random_id()));
+        std::fs::write(&path, inner).expect("write");
+        path
+    } else {
+        reply.to_path_buf()
+    };
+    let signer = dir.join(format!("signer-{}", aqgate_core::engine::session::random_id()));
+    let args = ["cms", "-verify", "-in", signed.to_str().expect("path"), "-CAfile", &cert("ca.pem")];
+    let more = ["-purpose", "smimesign", "-signer", signer.to_str().expect("path")];
+    let content = run("openssl", &[&args[..], &more[..]].concat(), "verify the reply");
+    // Signed by the gateway's certificate.
+    let by = std::fs::read_to_string(&signer).expect("signer");
+    let gateway = std::fs::read_to_string(cert("gateway-smime.pem")).expect("gateway certificate");
+    assert_eq!(by.trim(), gateway.trim(), "the reply is signed with --smime-reply-cert");
+    readable(&String::from_utf8_lossy(&content))
+}
+
+fn request_id(eml: &Path) -> String {
+    let text = std::fs::read_to_string(eml).expect("mail");
+    text.lines().find_map(|l| l.strip_prefix("Message-ID: ")).expect("Message-ID").trim().to_string()
+}
+
+/// `aqgate mail sign` as scott, optionally `--encrypt-to` the gateway.
+fn aqgate_sign(dir: &Path, name: &str, idap: &str, encrypt: bool) -> PathBuf {
+    let req = dir.join(format!("{name}.xml"));
+    std::fs::write(&req, idap).expect("write request");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["mail", "sign"]).arg(&req);
+    cmd.args(["--cert", &cert("scott.pem"), "--key", &cert("scott.key.pem"), "--from", "scott@example.com"]);
+    cmd.args(["--subject", name]);
+    if encrypt {
+        cmd.args(["--encrypt-to", &cert("gateway-smime.pem")]);
+    }
+    let out = cmd.output().expect("aqgate mail sign");
+    assert!(out.status.success(), "sign: {}", String::from_utf8_lossy(&out.stderr));
+    let eml = dir.join(format!("{name}.eml"));
+    std::fs::write(&eml, out.stdout).expect("write mail");
+    eml
+}
+
+/// `openssl TOOL -encrypt` of `entity` to `to` (certs/TO.pem) with `cipher`.
+fn openssl_encrypted(dir: &Path, entity: &[u8], tool: &str, cipher: &str, to: &str) -> Vec<u8> {
+    let input = dir.join(format!("plain-{}", aqgate_core::engine::session::random_id()));
+    std::fs::write(&input, entity).expect("write entity");
+    let to = cert(&format!("{to}.pem"));
+    run("openssl", &[tool, "-encrypt", cipher, "-in", input.to_str().expect("path"), &to], "openssl encrypt")
+}
+
+/// The reply (path, text) that answers the mail with Message-ID `id`.
+fn reply_to(replies: &[(PathBuf, String)], id: &str) -> (PathBuf, String) {
+    let found: Vec<&(PathBuf, String)> =
+        replies.iter().filter(|(_, t)| t.contains(&format!("In-Reply-To: {id}"))).collect();
+    assert_eq!(found.len(), 1, "one reply to {id}: {replies:?}");
+    found[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_requests_are_performed_and_replies_are_signed_and_encrypted() {
+    let s = serve("encrypted");
+    let dir = s.work.as_path();
+    let publish = example("04");
+
+    // Signed, then encrypted to the gateway: by `aqgate mail sign --encrypt-to`, by the
+    // openssl CLI (enveloped-data AES-256-CBC over an ECDSA-signed request; authEnveloped-
+    // data AES-256-GCM), by gpgsm. And one only signed.
+    let by_aqgate = aqgate_sign(dir, "aqgate-encrypted", &publish, true);
+    let ec_signed = openssl_signed(dir, "scott-ec", "smime", &entity(&publish), &[]);
+    let by_openssl =
+        mail(dir, "openssl-encrypted", &openssl_encrypted(dir, &ec_signed, "smime", "-aes256", "gateway-smime"));
+    let rsa_signed = openssl_signed(dir, "scott", "cms", &entity(&publish), &["-keyid"]);
+    let by_gcm = mail(dir, "openssl-gcm", &openssl_encrypted(dir, &rsa_signed, "cms", "-aes-256-gcm", "gateway-smime"));
+    let gpg_signed = gpgsm_signed(dir, &entity(&publish));
+    let by_gpgsm = mail(dir, "gpgsm-encrypted", &gpgsm_encrypted(dir, &gpg_signed));
+    let plain = aqgate_sign(dir, "signed-only", &publish, false);
+    for eml in [&by_aqgate, &by_openssl, &by_gcm, &by_gpgsm, &plain] {
+        let (ok, transcript) = swaks(s.sp, eml);
+        assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{}:\n{transcript}", eml.display());
+    }
+
+    // Refused and not performed: encrypted to someone else, encrypted but not signed.
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let signed_send = openssl_signed(dir, "scott", "smime", &entity(&send), &[]);
+    let not_ours = mail(dir, "to-scott", &openssl_encrypted(dir, &signed_send, "smime", "-aes256", "scott"));
+    let unsigned = mail(dir, "unsigned", &openssl_encrypted(dir, &entity(&send), "smime", "-aes256", "gateway-smime"));
+    for (eml, reason) in [(&not_ours, "not encrypted to the gateway's certificate"), (&unsigned, "not signed")] {
+        let (ok, transcript) = swaks(s.sp, eml);
+        assert!(!ok && transcript.contains("<** 550 5.7.1"), "{}:\n{transcript}", eml.display());
+        assert!(transcript.contains(reason), "{}: {reason:?}:\n{transcript}", eml.display());
+    }
+
+    // Each answer threads to its request; encrypted requests get replies encrypted to the
+    // signer's directory certificate, signed by the gateway; openssl reads them all.
+    let replies = wait_for_replies(&s.out_dir, 5).await;
+    assert_eq!(replies.len(), 5, "nothing for the refused mails");
+    for (eml, encrypted, recipient) in [
+        (&by_aqgate, true, "scott"),
+        (&by_openssl, true, "scott-ec"),
+        (&by_gcm, true, "scott"),
+        (&by_gpgsm, true, "scott"),
+        (&plain, false, "scott"),
+    ] {
+        let (path, text) = reply_to(&replies, &request_id(eml));
+        assert!(text.contains("Message-ID: <aqgate.") && text.contains("To: scott@example.com"), "{text}");
+        let xml = open_reply(dir, &path, encrypted, recipient);
+        assert!(xml.contains("AQXmlPublishResponse"), "{}: {xml}", eml.display());
+    }
+
+    // The encrypted request encrypted again (a new ciphertext of the same signed mail) is a
+    // replay: not performed again; the response goes again, threaded to this copy, encrypted.
+    let text = std::fs::read_to_string(&by_openssl).expect("mail");
+    let again = dir.join("again.eml");
+    std::fs::write(
+        &again,
+        format!(
+            "Message-ID: <again@example.com>\r\n{}",
+            String::from_utf8_lossy(&openssl_encrypted(dir, &ec_signed, "cms", "-aes-128-cbc", "gateway-smime"))
+        ),
+    )
+    .expect("write");
+    let headers: String = text
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("From:") || l.starts_with("To:") || l.starts_with("Subject:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    let again_text = std::fs::read_to_string(&again).expect("mail");
+    std::fs::write(&again, format!("{headers}{again_text}")).expect("write");
+    let (ok, transcript) = swaks(s.sp, &again);
+    assert!(ok && transcript.contains("already have this request"), "{transcript}");
+    let replies = wait_for_replies(&s.out_dir, 6).await;
+    let (path, _) = reply_to(&replies, "<again@example.com>");
+    assert!(open_reply(dir, &path, true, "scott-ec").contains("AQXmlPublishResponse"));
     let r = http(s.hp, &example("07")).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
 }

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::reinject::Reinjector;
-use crate::smime::{self, TrustStore, Verdict};
+use crate::smime::{self, GatewayIdentity, TrustStore, Verdict};
 use crate::smtp::{Acceptor, MailEnvelope, Reply};
 use aqgate_core::clock::{Clock, MICROS_PER_SEC};
 use aqgate_core::directory::{CertificateLocation, Directory, DirectoryError};
@@ -36,6 +36,9 @@ pub struct Gateway {
     /// The replay window (the spool's dedupe window): a signingTime older than this is
     /// refused, so a copy replayed after the spool forgot the mail is refused too.
     pub replay_window: std::time::Duration,
+    /// The gateway's S/MIME certificate and key: requests encrypted to it are decrypted
+    /// (`None`: encrypted requests are refused).
+    pub identity: Option<Arc<GatewayIdentity>>,
 }
 
 fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
@@ -204,7 +207,7 @@ impl Gateway {
         let now = self.clock.now();
         let policy = smime::Policy {
             replay_window: i64::try_from(self.replay_window.as_secs()).unwrap_or(i64::MAX),
-            ..smime::Policy::default()
+            gateway: self.identity.as_deref(),
         };
         let verified = match smime::verify_with(raw, &certs, &self.trust, &policy, now / MICROS_PER_SEC) {
             Verdict::Pass(v) => *v,
@@ -237,6 +240,10 @@ impl Gateway {
             last_error: None,
             replies_wanted: 1,
             replies_sent: 0,
+            resend_message_id: None,
+            // An encrypted request is answered encrypted, to the agent's certificate that
+            // signed it.
+            encrypt_to: verified.encrypted.then(|| verified.signer.clone()),
         };
         match self.engine.store().spool_put(&mail).await {
             Ok(SpoolPut::New(id)) => {

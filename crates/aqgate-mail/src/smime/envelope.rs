@@ -68,7 +68,7 @@ pub(super) fn decrypt(
     gateway: Option<&GatewayIdentity>,
 ) -> Result<Vec<u8>, Verdict> {
     let Some(gateway) = gateway else {
-        return Err(fail(
+        return Err(perm(
             "the mail is encrypted (S/MIME enveloped-data), and this gateway has no certificate to decrypt it: \
              send the request signed, not encrypted",
         ));
@@ -87,7 +87,7 @@ pub(super) fn decrypt(
     };
     let ours = gateway.cert.to_der().map_err(|e| temp(first_error(&e)))?;
     if !ids.iter().any(|id| names(id, &gateway.cert, &ours)) {
-        return Err(fail(format!(
+        return Err(perm(format!(
             "the mail is not encrypted to the gateway's certificate ({})",
             name_string(gateway.cert.subject_name())
         )));
@@ -95,7 +95,7 @@ pub(super) fn decrypt(
     // One answer for every failure once the recipient is ours: how a decryption failed
     // must not be an oracle for the key.
     cms.decrypt(&gateway.key, &gateway.cert)
-        .map_err(|_| fail("the mail cannot be decrypted with the gateway's key (damaged in transit?)"))
+        .map_err(|_| perm("the mail cannot be decrypted with the gateway's key (damaged in transit?)"))
 }
 
 /// `entity` (a MIME entity) as an `application/pkcs7-mime` enveloped-data entity encrypted

@@ -174,6 +174,16 @@ fn assert_fail(verdict: Verdict, needle: &str) {
     }
 }
 
+/// A refusal (Fail or PermError: both are 550 5.7.1) that says `needle`.
+fn assert_refused(verdict: Verdict, needle: &str) {
+    match verdict {
+        Verdict::Fail(reason) | Verdict::PermError(reason) => {
+            assert!(reason.contains(needle), "reason {reason:?} lacks {needle:?}")
+        }
+        other => panic!("expected a refusal containing {needle:?}, got {other:?}"),
+    }
+}
+
 /// gpgsm (GnuPG's S/MIME) with a throwaway home: scott's key imported, the test CA trusted.
 /// Returns base64 (no PEM armour) of the signature of `entity`.
 /// gpgsm now and then (a freshly started agent, ~1 run in 20 in parallel tests) loses the
@@ -502,12 +512,12 @@ fn encrypted_only_mail_fails() {
     let recipient = dir.file("scott.pem", SCOTT_PEM);
     let smime = run("openssl", &[p("smime"), p("-encrypt"), p("-in"), &input, &recipient], "encrypt", &[]);
     // Without a gateway key, encrypted mail is refused as such.
-    assert_fail(verify_as(&mail(HEADERS, &smime), SCOTT_DER), "no certificate to decrypt it");
+    assert_refused(verify_as(&mail(HEADERS, &smime), SCOTT_DER), "no certificate to decrypt it");
     // With one, a mail encrypted to someone else is not ours...
     let gateway = gateway();
     let policy = Policy { gateway: Some(&gateway), ..Policy::default() };
     let verdict = verify_with(&mail(HEADERS, &smime), &[SCOTT_DER.to_vec()], &trust(), &policy, now());
-    assert_fail(verdict, "not encrypted to the gateway's certificate");
+    assert_refused(verdict, "not encrypted to the gateway's certificate");
     // ...and one encrypted to the gateway but not signed inside is not signed.
     let to_gateway = dir.file("gateway.pem", GATEWAY_SMIME_PEM);
     let smime = run("openssl", &[p("smime"), p("-encrypt"), p("-in"), &input, &to_gateway], "encrypt", &[]);
@@ -1171,7 +1181,7 @@ fn a_signed_request_encrypted_to_the_gateway_passes() {
     let key_at = der.windows(4).position(|w| w == [0x04, 0x82, 0x01, 0x00]).expect("the RSA-encrypted key") + 4;
     der[key_at + 100] ^= 0x55;
     let damaged = format!("{head}\r\n\r\n{}\r\n", base64_lines(&der, 64));
-    assert_fail(
+    assert_refused(
         verify_with(damaged.as_bytes(), &[SCOTT_DER.to_vec()], &trust(), &policy, now()),
         "cannot be decrypted with the gateway's key",
     );
