@@ -14,7 +14,7 @@
 
 use mail_parser::decoders::base64::base64_decode;
 use mail_parser::decoders::quoted_printable::quoted_printable_decode;
-use mail_parser::{Encoding, MessageParser, MessagePart, MimeHeaders, PartType};
+use mail_parser::{Encoding, Message, MessageParser, MessagePart, MimeHeaders, PartType};
 
 /// The marker in an attachment's file name that makes it the IDAP document.
 pub const IDAP_ATTACHMENT_MARKER: &str = "IDAP_MESSAGE";
@@ -23,6 +23,11 @@ pub const IDAP_ATTACHMENT_MARKER: &str = "IDAP_MESSAGE";
 /// signature covers). `Err` says why none could be chosen.
 pub fn idap_document(entity: &[u8]) -> Result<Vec<u8>, String> {
     let message = MessageParser::default().parse(entity).ok_or_else(|| "the signed content is not MIME".to_string())?;
+    idap_document_of(entity, &message)
+}
+
+/// [`idap_document`] of `entity` already parsed as `message`.
+pub fn idap_document_of(entity: &[u8], message: &Message<'_>) -> Result<Vec<u8>, String> {
     let candidates: Vec<&MessagePart<'_>> =
         message.parts.iter().filter(|part| is_idap_part(part) || is_envelope_text(entity, part)).collect();
     match candidates.as_slice() {

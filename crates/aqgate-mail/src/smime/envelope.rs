@@ -54,11 +54,6 @@ impl GatewayIdentity {
     pub fn emails(&self) -> Vec<String> {
         certificate_emails(&self.cert)
     }
-
-    /// The certificate's DER (what senders encrypt to).
-    pub fn certificate_der(&self) -> Vec<u8> {
-        self.cert.to_der().unwrap_or_default()
-    }
 }
 
 /// The MIME entity inside an encrypted mail (`message`'s root is enveloped-data or

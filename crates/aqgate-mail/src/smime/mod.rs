@@ -235,11 +235,15 @@ fn verify_inner(
     now: i64,
 ) -> Result<Verified, Verdict> {
     let from = sender_address(raw).map_err(fail)?;
+    let content_types = header_lines(raw).filter(|line| header_name_is(line, "content-type")).count();
+    if content_types > 1 {
+        return Err(perm(format!("the message has {content_types} Content-Type headers")));
+    }
     let message = MessageParser::default().parse(raw).ok_or_else(|| perm("unparsable message"))?;
     let shape = top_shape(&message)?;
     let directory = directory_certificates(agent_certs, &from)?;
     let cx = Context { from: &from, directory: &directory, trust, policy, now };
-    let (content, signer, encrypted, digest) = match shape {
+    let (idap, signer, encrypted, digest) = match shape {
         Shape::Enveloped => {
             let entity = decrypt(&message, policy.gateway)?;
             let inner = MessageParser::default()
@@ -254,15 +258,14 @@ fn verify_inner(
                     )));
                 }
             };
-            let (content, signer) = verify_layers(&entity, &inner, inner_shape, &cx, 1)?;
-            (content, signer, true, body_digest(&entity))
+            let (idap, signer) = verify_layers(&entity, &inner, inner_shape, &cx, 1)?;
+            (idap, signer, true, body_digest(&entity))
         }
         shape => {
-            let (content, signer) = verify_layers(raw, &message, shape, &cx, 1)?;
-            (content, signer, false, body_digest(raw))
+            let (idap, signer) = verify_layers(raw, &message, shape, &cx, 1)?;
+            (idap, signer, false, body_digest(raw))
         }
     };
-    let idap = extract::idap_document(&content).map_err(perm)?;
     Ok(Verified {
         from,
         idap,
@@ -292,7 +295,7 @@ fn directory_certificates(agent_certs: &[Vec<u8>], from: &str) -> Result<Vec<(X5
 }
 
 /// Verifies the signed layer `entity` (parsed as `message`, of `shape`) and every signed
-/// layer inside it; the innermost content and the outermost signer.
+/// layer inside it; the IDAP document of the innermost content, and the outermost signer.
 fn verify_layers(
     entity: &[u8],
     message: &mail_parser::Message<'_>,
@@ -301,27 +304,28 @@ fn verify_layers(
     depth: usize,
 ) -> Result<(Vec<u8>, X509), Verdict> {
     let layer = verify_layer(entity, message, shape, cx)?;
-    let inner = MessageParser::default().parse(&layer.content);
-    match inner.as_ref().map(nested) {
-        Some(Nested::Signed(_)) if depth >= MAX_LAYERS => {
+    let Some(inner) = MessageParser::default().parse(&layer.content) else {
+        return Err(perm("the signed content is not MIME"));
+    };
+    match nested(&inner) {
+        Nested::Signed(_) if depth >= MAX_LAYERS => {
             Err(fail(format!("the signed content is signed more than {MAX_LAYERS} times over")))
         }
-        Some(Nested::Signed(inner_shape)) => {
-            let Some(inner) = inner.as_ref() else { return Err(perm("unparsable signed content")) };
-            let (content, _) = verify_layers(&layer.content, inner, inner_shape, cx, depth + 1)?;
-            Ok((content, layer.signer))
+        Nested::Signed(inner_shape) => {
+            let (idap, _) = verify_layers(&layer.content, &inner, inner_shape, cx, depth + 1)?;
+            Ok((idap, layer.signer))
         }
-        Some(Nested::Encrypted) => Err(fail(
+        Nested::Encrypted => Err(fail(
             "the signed content is encrypted S/MIME: encrypted content inside a signature is not accepted \
              (sign the request, then encrypt the signed mail)",
         )),
-        Some(Nested::Inside(what)) => Err(fail(format!(
+        Nested::Inside(what) => Err(fail(format!(
             "the signed content holds {what} next to other parts: a request is signed once as a whole, \
              or in layers that are each the whole content"
         ))),
-        Some(Nested::Plain) | None => {
-            drop(inner);
-            Ok((layer.content, layer.signer))
+        Nested::Plain => {
+            let idap = extract::idap_document_of(&layer.content, &inner).map_err(perm)?;
+            Ok((idap, layer.signer))
         }
     }
 }
@@ -340,8 +344,11 @@ pub fn body_digest(raw: &[u8]) -> String {
             break;
         }
     }
-    let body: Vec<u8> = raw[start..].iter().copied().filter(|b| *b != b'\r').collect();
-    hex::encode(openssl::sha::sha256(&body))
+    let mut hasher = openssl::sha::Sha256::new();
+    for piece in raw[start..].split(|&b| b == b'\r') {
+        hasher.update(piece);
+    }
+    hex::encode(hasher.finish())
 }
 
 /// The two parts of a `multipart/signed` body, split as OpenSSL's `SMIME_read` splits them:
