@@ -2,9 +2,10 @@
 #
 # Build context: the repository root (.dockerignore keeps target/, .git and local state out).
 # Everything the binary embeds at compile time is in it: config/topology.toml,
-# ldap-fixtures/directory.ldif, certs/ca.pem + certs/ca.crl (the TEST ONLY demo CA, only used
-# next to the demo directory) and crates/aqgate-store/migrations/. The files under examples/ are
-# included by unit tests only (#[cfg(test)]), which are not built here;
+# ldap-fixtures/directory.ldif, certs/ca.pem + certs/ca.crl and certs/gateway-smime.pem +
+# .key.pem (the TEST ONLY demo CA and gateway S/MIME certificate, only used next to the demo
+# directory) and crates/aqgate-store/migrations/. The files under examples/ are included by
+# unit tests only (#[cfg(test)]), which are not built here;
 # scripts/validate-compose.sh checks that this stays so.
 
 # ---- build -----------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the test suite drives (Debian packages): swaks (SMTP client, with TLS), gpgsm
-# (a second S/MIME implementation), the openssl CLI, haproxy (the load balancer of the
-# multi-node crash test), and the headers the openssl crate
-# builds against, libxmlsec1-dev and libclang-dev (aqgate-saml's samael builds against xmlsec1),
+# (a second S/MIME implementation), Debian's Python with python3-cryptography (a third: its
+# PKCS#7 S/MIME builder), faketime (S/MIME signatures with a chosen signingTime), the openssl
+# CLI, curl, haproxy (the load balancer of the multi-node crash test), and the headers the
+# openssl crate builds against, libxmlsec1-dev and libclang-dev (aqgate-saml's samael builds against xmlsec1),
 # xmlsec1 (tests/saml.rs signs its forgeries with it); simplesamlphp + php-cli (a real SAML
 # IdP; scripts/simplesamlphp.sh install); slapd and ldap-utils (scripts/slapd.sh install) and postfix (unconfigured:
 # the tests run private instances; scripts/postfix.sh install), both called here.
@@ -13,6 +14,8 @@ command -v swaks >/dev/null 2>&1 || need+=(swaks)
 command -v gpgsm >/dev/null 2>&1 || need+=(gpgsm)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/https.rs: HTTP/2, client certificates
+command -v faketime >/dev/null 2>&1 || need+=(faketime)   # S/MIME tests: signingTime
+/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3 python3-cryptography)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)   # tests/crash.rs: several nodes behind it
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)

@@ -14,6 +14,14 @@
 #   other-ca.*           a second, untrusted self-signed CA ("aqgate TEST ONLY other CA")
 #   other-ca-scott.*     scott@example.com, emailProtection, issued by other-ca (untrusted chain)
 #   gateway-tls.*        the gateway's TLS server certificate: serverAuth, SAN localhost, 127.0.0.1
+#   gateway-smime.*      the gateway's S/MIME certificate (aq@localhost, emailProtection): signs
+#                        replies, and requests encrypted to it are decrypted with its key
+#   scott-ec.*           scott@example.com, emailProtection, an EC P-256 key (ECDSA signatures)
+#   scott-pss.*          scott@example.com, emailProtection, an RSASSA-PSS key (PSS signatures only)
+#   sub-ca.*             an intermediate CA issued by the test CA ("aqgate TEST ONLY intermediate CA")
+#   sub-ca-scott.*       scott@example.com, emailProtection, issued by the intermediate
+#   sub-ca-revoked.*     scott@example.com, emailProtection, issued by the intermediate, revoked in sub-ca.crl
+#   sub-ca.crl           the intermediate's CRL (PEM), listing sub-ca-revoked.pem, next update in 10 years
 # The generated files are committed; tests never run this script. Nothing here is secret.
 set -euo pipefail
 
@@ -22,7 +30,7 @@ out="$repo/certs"
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -62,12 +70,12 @@ emailAddress = optional
 authorityKeyIdentifier = keyid:always
 CNF
 
-smime_ext() { # $1 = extendedKeyUsage
+smime_ext() { # $1 = extendedKeyUsage, $2 = keyUsage, $3 = e-mail address
     cat <<EXT
 basicConstraints=critical,CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
+keyUsage=critical,${2:-digitalSignature,keyEncipherment}
 extendedKeyUsage=$1
-subjectAltName=email:scott@example.com
+subjectAltName=email:${3:-scott@example.com}
 subjectKeyIdentifier=hash
 authorityKeyIdentifier=keyid
 EXT
@@ -79,9 +87,9 @@ csr() { # $1 = name, $2 = CN; writes $out/$1.key.pem and $tmp/$1.csr for scott@e
         -keyout "$out/$1.key.pem" -out "$tmp/$1.csr" 2>/dev/null
 }
 
-ca_sign() { # $1 = name, $2 = extfile, rest = extra `openssl ca` arguments (dates)
+ca_sign() { # $1 = name, $2 = extfile, rest = extra `openssl ca` arguments (dates); $cnf: which CA
     local name="$1" ext="$2"; shift 2
-    openssl ca -batch -config "$tmp/ca.cnf" -notext -preserveDN -in "$tmp/$name.csr" \
+    openssl ca -batch -config "${cnf:-$tmp/ca.cnf}" -notext -preserveDN -in "$tmp/$name.csr" \
         -out "$out/$name.pem" -extfile "$ext" "$@" 2>/dev/null
     openssl x509 -in "$out/$name.pem" -outform DER -out "$out/$name.der"
     echo "$out/$name.pem"
@@ -130,3 +138,46 @@ openssl x509 -req -in "$tmp/other-ca-scott.csr" -CA "$out/other-ca.pem" -CAkey "
     -out "$out/other-ca-scott.pem" 2>/dev/null
 openssl x509 -in "$out/other-ca-scott.pem" -outform DER -out "$out/other-ca-scott.der"
 echo "$out/other-ca-scott.pem"
+
+# The gateway's S/MIME certificate: aq@localhost, signs replies and decrypts requests.
+openssl req -newkey rsa:2048 -nodes -sha256 \
+    -subj "/O=aqgate TEST ONLY/CN=aqgate gateway/emailAddress=aq@localhost" \
+    -keyout "$out/gateway-smime.key.pem" -out "$tmp/gateway-smime.csr" 2>/dev/null
+smime_ext emailProtection digitalSignature,keyEncipherment aq@localhost > "$tmp/gateway-smime.ext"
+ca_sign gateway-smime "$tmp/gateway-smime.ext" -days 3650
+
+# scott with an EC P-256 key (ECDSA; key agreement for encryption to it).
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
+    -subj "/O=aqgate TEST ONLY/CN=scott (EC)/emailAddress=scott@example.com" \
+    -keyout "$out/scott-ec.key.pem" -out "$tmp/scott-ec.csr" 2>/dev/null
+smime_ext emailProtection digitalSignature,keyAgreement > "$tmp/ec.ext"
+ca_sign scott-ec "$tmp/ec.ext" -days 3650
+
+# scott with an RSASSA-PSS key: whatever signs with it signs RSASSA-PSS.
+openssl genpkey -algorithm RSA-PSS -pkeyopt rsa_keygen_bits:2048 -out "$out/scott-pss.key.pem" 2>/dev/null
+openssl req -new -key "$out/scott-pss.key.pem" -sha256 \
+    -subj "/O=aqgate TEST ONLY/CN=scott (RSASSA-PSS)/emailAddress=scott@example.com" -out "$tmp/scott-pss.csr"
+smime_ext emailProtection digitalSignature > "$tmp/pss.ext"
+ca_sign scott-pss "$tmp/pss.ext" -days 3650
+
+# An intermediate CA under the test CA, with its own `openssl ca` database and CRL.
+openssl req -newkey rsa:2048 -nodes -sha256 -subj "/O=aqgate TEST ONLY/CN=aqgate TEST ONLY intermediate CA" \
+    -keyout "$out/sub-ca.key.pem" -out "$tmp/sub-ca.csr" 2>/dev/null
+cat > "$tmp/sub-ca.ext" <<EXT
+basicConstraints=critical,CA:TRUE,pathlen:0
+keyUsage=critical,keyCertSign,cRLSign
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid
+EXT
+ca_sign sub-ca "$tmp/sub-ca.ext" -days 3650
+mkdir -p "$tmp/sub/newcerts"
+: > "$tmp/sub/index.txt"
+sed -e "s#$tmp/index.txt#$tmp/sub/index.txt#" -e "s#$tmp/newcerts#$tmp/sub/newcerts#" \
+    -e "s#$out/ca.pem#$out/sub-ca.pem#" -e "s#$out/ca.key.pem#$out/sub-ca.key.pem#" "$tmp/ca.cnf" > "$tmp/sub-ca.cnf"
+csr sub-ca-scott "scott (intermediate CA)"
+cnf="$tmp/sub-ca.cnf" ca_sign sub-ca-scott "$tmp/smime.ext" -days 3650
+csr sub-ca-revoked "scott (intermediate CA, revoked)"
+cnf="$tmp/sub-ca.cnf" ca_sign sub-ca-revoked "$tmp/smime.ext" -days 3650
+openssl ca -batch -config "$tmp/sub-ca.cnf" -revoke "$out/sub-ca-revoked.pem" -crl_reason keyCompromise 2>/dev/null
+openssl ca -batch -config "$tmp/sub-ca.cnf" -gencrl -crldays 3650 -out "$out/sub-ca.crl" 2>/dev/null
+echo "$out/sub-ca.crl"

@@ -202,9 +202,18 @@ pub struct MailArgs {
     /// Default with the embedded directory: the TEST ONLY CA in certs/ca.pem.
     #[arg(long = "smime-ca", env = "AQGATE_SMIME_CA")]
     pub smime_ca: Vec<PathBuf>,
-    /// PEM CRL files checked for revoked certificates (repeatable).
+    /// PEM CRL files checked for revoked certificates (repeatable): of the --smime-ca CAs,
+    /// or of intermediate CAs that mails carry.
     #[arg(long = "smime-crl", env = "AQGATE_SMIME_CRL")]
     pub smime_crl: Vec<PathBuf>,
+    /// The gateway's S/MIME certificate (PEM, emailProtection; with --smime-reply-key):
+    /// replies are signed with it, and requests encrypted to it are accepted. Default with
+    /// the embedded directory: the TEST ONLY certs/gateway-smime.pem.
+    #[arg(long, env = "AQGATE_SMIME_REPLY_CERT", requires = "smime_reply_key")]
+    pub smime_reply_cert: Option<PathBuf>,
+    /// The private key of --smime-reply-cert (PEM).
+    #[arg(long, env = "AQGATE_SMIME_REPLY_KEY", requires = "smime_reply_cert")]
+    pub smime_reply_key: Option<PathBuf>,
     /// Directory where replies are written as .eml files (when no relay is given).
     #[arg(long, env = "AQGATE_MAIL_OUTBOX", default_value = "aqgate-outbox")]
     pub mail_outbox: PathBuf,

@@ -101,6 +101,8 @@ pub const KEYS: &[Key] = &[
     key("gateway.dedupe_window_hours", "dedupe_window_hours", Kind::Integer),
     key("smime.ca", "smime_ca", Kind::List),
     key("smime.crl", "smime_crl", Kind::List),
+    key("smime.reply_cert", "smime_reply_cert", Kind::Text),
+    key("smime.reply_key", "smime_reply_key", Kind::Text),
     key("mail.outbox", "mail_outbox", Kind::Text),
     secret("mail.relay", "mail_relay"),
     key("notify.enabled", "no_notify", Kind::NotFlag),

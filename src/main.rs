@@ -79,7 +79,8 @@ enum MailCommand {
     Sign {
         /// The IDAP request (XML).
         file: PathBuf,
-        /// The signer's certificate (PEM).
+        /// The signer's certificate (PEM; further certificates in the file, such as
+        /// intermediate CAs, travel in the signature).
         #[arg(long)]
         cert: PathBuf,
         /// The signer's private key (PEM).
@@ -91,6 +92,10 @@ enum MailCommand {
         to: String,
         #[arg(long, default_value = "AQ request")]
         subject: String,
+        /// Then encrypt the signed mail to this certificate (PEM; the gateway's S/MIME
+        /// certificate): S/MIME enveloped-data, AES-256-CBC.
+        #[arg(long)]
+        encrypt_to: Option<PathBuf>,
     },
 }
 
@@ -243,10 +248,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Notify(a) => service::notify(a).await,
         // Answered in main, before the runtime starts.
         Command::Config { command: ConfigCommand::Check } => Ok(()),
-        Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject } } => {
+        Command::Mail { command: MailCommand::Sign { file, cert, key, from, to, subject, encrypt_to } } => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
-            let mail = aqgate_mail::smime::sign(&read(&file)?, &read(&cert)?, &read(&key)?, &from, &to, &subject)
-                .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
+            let (idap, cert, key) = (read(&file)?, read(&cert)?, read(&key)?);
+            let mail = match encrypt_to {
+                Some(to_cert) => {
+                    aqgate_mail::smime::sign_encrypted(&idap, &cert, &key, &from, &to, &subject, &read(&to_cert)?)
+                }
+                None => aqgate_mail::smime::sign(&idap, &cert, &key, &from, &to, &subject),
+            }
+            .map_err(|e| anyhow::anyhow!("sign: {e}"))?;
             use std::io::Write as _;
             std::io::stdout().write_all(&mail)?;
             Ok(())

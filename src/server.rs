@@ -27,6 +27,8 @@ pub struct MailConfig {
     pub transport: aqgate_mail::worker::ReplyTransport,
     /// How long finished mails are remembered for deduplication.
     pub dedupe_window: Duration,
+    /// The gateway's S/MIME certificate and key (signs replies, decrypts requests).
+    pub identity: Option<Arc<aqgate_mail::smime::GatewayIdentity>>,
 }
 
 #[derive(Debug, Clone)]
@@ -234,6 +236,7 @@ pub fn start_mail(
             transport: m.transport,
             max_attempts: 20,
             dedupe_window: m.dedupe_window,
+            identity: m.identity.clone(),
         },
     ));
     let gateway = aqgate_mail::gateway::Gateway {
@@ -247,6 +250,8 @@ pub fn start_mail(
             helo: m.smtp.hostname.clone(),
             timeout: std::time::Duration::from_secs(60),
         }),
+        replay_window: m.dedupe_window,
+        identity: m.identity,
     };
     if let Some(r) = &gateway.reinject {
         tracing::info!(to = %r.addr, "mail for other recipients is handed on (reinjected)");

@@ -95,6 +95,9 @@ pub async fn notify(a: NotifyCommandArgs) -> anyhow::Result<()> {
 /// The TEST ONLY CA and CRL that sign the demo agents' certificates (certs/).
 const DEMO_CA: &[u8] = include_bytes!("../certs/ca.pem");
 const DEMO_CRL: &[u8] = include_bytes!("../certs/ca.crl");
+/// The TEST ONLY demo gateway S/MIME certificate and key (certs/), aq@localhost.
+const DEMO_GATEWAY_CERT: &[u8] = include_bytes!("../certs/gateway-smime.pem");
+const DEMO_GATEWAY_KEY: &[u8] = include_bytes!("../certs/gateway-smime.key.pem");
 
 async fn mail_config(
     a: &MailArgs,
@@ -114,6 +117,9 @@ async fn mail_config(
     } else {
         TrustStore::from_pem_files(&a.smime_ca, &a.smime_crl).map_err(|e| anyhow::anyhow!("S/MIME trust: {e}"))?
     };
+    for issuer in trust.intermediate_crl_issuers() {
+        tracing::info!(%issuer, "CRL of an intermediate CA (no --smime-ca issued it): applies to the intermediate of that name that mails carry");
+    }
     let gateway_password = match (&a.gateway_password_file, std::env::var("AQGATE_GATEWAY_PASSWORD").ok()) {
         (Some(f), _) => std::fs::read_to_string(f)
             .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?
@@ -127,6 +133,7 @@ async fn mail_config(
     };
     let addresses: Vec<String> = a.gateway_addresses.iter().map(|x| x.trim().to_ascii_lowercase()).collect();
     let reply_from = addresses.first().cloned().ok_or_else(|| anyhow::anyhow!("--gateway-address is empty"))?;
+    let identity = gateway_identity(a, real_directory, &reply_from)?;
     let tls = match (&a.smtp_tls_cert, &a.smtp_tls_key) {
         (Some(c), Some(k)) => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
@@ -160,7 +167,42 @@ async fn mail_config(
         reply_from,
         transport: mail_transport(a),
         dedupe_window: Duration::from_secs(a.dedupe_window_hours.saturating_mul(3600)),
+        identity,
     })
+}
+
+/// The gateway's S/MIME certificate and key: given, the demo one next to the demo
+/// directory, or none (replies unsigned, encrypted requests refused).
+fn gateway_identity(
+    a: &MailArgs,
+    real_directory: bool,
+    reply_from: &str,
+) -> anyhow::Result<Option<std::sync::Arc<aqgate_mail::smime::GatewayIdentity>>> {
+    use aqgate_mail::smime::GatewayIdentity;
+    let identity = match (&a.smime_reply_cert, &a.smime_reply_key) {
+        (Some(c), Some(k)) => {
+            GatewayIdentity::from_pem_files(c, k).map_err(|e| anyhow::anyhow!("--smime-reply-cert: {e}"))?
+        }
+        (None, None) if !real_directory => {
+            tracing::warn!(
+                "replies are signed with the TEST ONLY demo gateway certificate (certs/gateway-smime.pem); use --smime-reply-cert in production"
+            );
+            GatewayIdentity::from_pem(DEMO_GATEWAY_CERT, DEMO_GATEWAY_KEY)
+                .map_err(|e| anyhow::anyhow!("demo gateway certificate: {e}"))?
+        }
+        (None, None) => {
+            tracing::warn!("no --smime-reply-cert: replies are not signed, and encrypted requests are refused");
+            return Ok(None);
+        }
+        // Flags and the environment are checked by clap; the configuration file here.
+        _ => anyhow::bail!(
+            "the gateway certificate needs both --smime-reply-cert and --smime-reply-key (smime.reply_cert, smime.reply_key)"
+        ),
+    };
+    if !identity.emails().iter().any(|e| e == reply_from) {
+        tracing::warn!(reply_from, emails = ?identity.emails(), "replies come from an address that is not the gateway certificate's: mail clients will not show them as signed by it");
+    }
+    Ok(Some(std::sync::Arc::new(identity)))
 }
 
 /// Registers the handlers for SIGTERM and SIGINT at once (so a signal that arrives while

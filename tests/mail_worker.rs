@@ -21,7 +21,7 @@ fn replies(dir: &Path) -> Vec<String> {
         .map(|d| d.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "eml")).collect())
         .unwrap_or_default();
     v.sort_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
-    v.iter().map(|e| std::fs::read_to_string(e.path()).expect("read eml")).collect()
+    v.iter().map(|e| readable(&std::fs::read_to_string(e.path()).expect("read eml"))).collect()
 }
 
 async fn depth(store: &dyn Store, q: &str) -> i64 {
@@ -53,6 +53,7 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
         transport: ReplyTransport::Files(outbox.clone()),
         max_attempts: 5,
         dedupe_window: std::time::Duration::from_secs(7 * 24 * 3600),
+        identity: None,
     };
 
     // The servlet is unreachable at first: the mail waits, with backoff.
@@ -199,6 +200,8 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
             reinject: None,
+            replay_window: std::time::Duration::from_secs(168 * 3600),
+            identity: None,
         };
         let reply = gateway.verify_and_spool(&mail).await;
         assert_eq!((reply.code, reply.status), (code, status), "{what}: {}", reply.text);
@@ -294,6 +297,8 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
             helo: "aq.test".into(),
             timeout: std::time::Duration::from_secs(5),
         }),
+        replay_window: std::time::Duration::from_secs(168 * 3600),
+        identity: None,
     };
     let env = |lmtp: bool, rcpts: &[(&str, bool)]| MailEnvelope {
         mail_from: "scott@example.com".into(),
@@ -389,6 +394,7 @@ async fn a_forward_repeated_after_a_crash_performs_nothing() {
         transport: ReplyTransport::Files(outbox.clone()),
         max_attempts: 5,
         dedupe_window: std::time::Duration::from_secs(7 * 24 * 3600),
+        identity: None,
     };
     let worker = Arc::new(Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg));
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");

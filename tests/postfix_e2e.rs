@@ -73,7 +73,8 @@ impl Postfix {
     async fn wait_for(&self, localpart: &str, needle: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(m) = self.maildir(localpart).into_iter().find(|m| m.contains(needle)) {
+            // Replies are S/MIME-signed: their XML is searched decoded.
+            if let Some(m) = self.maildir(localpart).into_iter().find(|m| readable(m).contains(needle)) {
                 return m;
             }
             assert!(
@@ -247,7 +248,7 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
         transcript.contains("250 2.0.0 verified for agent SCOTT"),
         "aqgate's answer, through Postfix:\n{transcript}"
     );
-    let reply = postfix.wait_for("scott", "AQXmlSendResponse").await;
+    let reply = readable(&postfix.wait_for("scott", "AQXmlSendResponse").await);
     assert!(reply.contains("QS.NEW_ORDERS_QUE") && reply.contains("Subject: Re: new order"), "{reply}");
     assert!(reply.contains("From: aq@aq.example.com") && reply.contains("Return-Path: <aq@aq.example.com>"), "{reply}");
     let johns = postfix.wait_for("john", "Subject: new order").await;
@@ -271,7 +272,7 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
     let recv = openssl_sign(&work, "recv", &example("07"), "aq@aq.example.com");
     let (ok, transcript) = swaks(postfix.smtp_port, "scott@example.com", "aq@aq.example.com", &recv);
     assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
-    let reply = postfix.wait_for("scott", "AQXmlReceiveResponse").await;
+    let reply = readable(&postfix.wait_for("scott", "AQXmlReceiveResponse").await);
     assert!(
         reply.contains("<correlation>HLB-4471</correlation>") && reply.contains("<CITY>PORTLAND</CITY>"),
         "{reply}"
@@ -369,7 +370,7 @@ async fn deployment_a_aqgate_as_the_mx_replies_through_postfix() {
     let good = openssl_sign(&work, "good", &send_and_commit(), "aq@aq.example.com");
     let (ok, transcript) = swaks(sp, "scott@example.com", "aq@aq.example.com", &good);
     assert!(ok && transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
-    let reply = postfix.wait_for("scott", "AQXmlSendResponse").await;
+    let reply = readable(&postfix.wait_for("scott", "AQXmlSendResponse").await);
     assert!(reply.contains("QS.NEW_ORDERS_QUE") && reply.contains("Return-Path: <aq@aq.example.com>"), "{reply}");
     let r = http(hp, &example("07")).await;
     assert!(is_order_4471(&r), "{r:?}");

@@ -59,7 +59,7 @@ fn swaks_with(port: u16, from: &str, mail: &Path, extra: &[&str]) -> (bool, Stri
 
 fn outbox(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
-        .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).collect())
+        .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).map(|t| readable(&t)).collect())
         .unwrap_or_default()
 }
 
@@ -162,10 +162,17 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
         assert!(Instant::now() < deadline, "the original response was not sent again");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for r in outbox(&out_dir) {
-        assert!(r.contains("To: scott@example.com") && !r.contains("evil.example"), "{r}");
+    // Both replies go to scott (never the unsigned Reply-To); the first answers the mail
+    // that asked first, the one sent again answers the copy that asked again.
+    let replies = outbox(&out_dir);
+    let original = text.lines().find_map(|l| l.strip_prefix("Message-ID: ")).expect("Message-ID").trim().to_string();
+    for r in &replies {
+        assert!(r.contains("To: scott@example.com") && !r.contains("attacker@evil.example"), "{r}");
         assert!(r.contains("AQXmlSendResponse"), "{r}");
+        assert!(r.contains("Message-ID: <aqgate.") && r.contains("Content-Type: multipart/signed"), "{r}");
     }
+    let threads_to = |id: &str| replies.iter().filter(|r| r.contains(&format!("In-Reply-To: {id}"))).count();
+    assert_eq!((threads_to(&original), threads_to("<replay-1@evil.example>")), (1, 1), "{replies:?}");
 
     // A receive by mail: the reply carries the message (exactly the one good order).
     let recv = sign(&work, "recv", &example("07"), "scott", "scott@example.com");

@@ -71,6 +71,7 @@ on_both_backends!(
     directory_destinations_and_agent_aliases,
     mail_spool_stores_dedupes_and_retries,
     held_mail_is_performed_and_answered_only_once_accepted,
+    re_sent_mail_is_answered_in_its_thread_and_encryption_is_kept,
     concurrent_spooling_and_sending_all_commit,
     large_committed_sends_are_whole_and_in_order,
 );
@@ -1866,6 +1867,52 @@ async fn held_mail_is_performed_and_answered_only_once_accepted(b: Backend) {
     store.spool_purge(T0 + 1).await.expect("purge");
     assert!(store.spool_get(lost_id).await.expect("get").is_none());
     assert!(store.spool_get(other_id).await.expect("get").is_some(), "a mail still to forward is kept");
+}
+
+/// A re-sent copy (another Message-ID) records that Message-ID for the replies after the
+/// first; a copy that came encrypted records the certificate replies are encrypted to, and
+/// a later plain copy does not take it away. A copy of a still held mail is that mail.
+async fn re_sent_mail_is_answered_in_its_thread_and_encryption_is_kept(b: Backend) {
+    use aqgate_core::store::SpoolPut;
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let mail = spooled("m1@example.com", "<Envelope/>");
+    let SpoolPut::New(id) = store.spool_put(&mail).await.expect("put") else { panic!("new") };
+    let row = async |id| store.spool_get(id).await.expect("get").expect("row");
+    assert_eq!((row(id).await.resend_message_id, row(id).await.encrypt_to), (None, None));
+    let copy = aqgate_core::store::SpooledMail {
+        message_id: "copy-1@example.com".into(),
+        encrypt_to: Some(b"agent certificate".to_vec()),
+        ..mail.clone()
+    };
+    assert_eq!(store.spool_put(&copy).await.expect("copy"), SpoolPut::Duplicate(id));
+    let m = row(id).await;
+    assert_eq!(m.message_id, "m1@example.com", "the first reply still answers the first mail");
+    assert_eq!(m.resend_message_id.as_deref(), Some("copy-1@example.com"));
+    assert_eq!(m.encrypt_to.as_deref(), Some(&b"agent certificate"[..]));
+    let plain = aqgate_core::store::SpooledMail { message_id: "copy-2@example.com".into(), ..mail.clone() };
+    assert_eq!(store.spool_put(&plain).await.expect("copy"), SpoolPut::Duplicate(id));
+    let m = row(id).await;
+    assert_eq!(m.resend_message_id.as_deref(), Some("copy-2@example.com"));
+    assert_eq!(m.encrypt_to.as_deref(), Some(&b"agent certificate"[..]), "replies stay encrypted");
+    assert_eq!(m.replies_wanted, 3);
+    // Stored encrypted from the start.
+    let enc = aqgate_core::store::SpooledMail {
+        dedupe_key: "other".into(),
+        encrypt_to: Some(b"cert".to_vec()),
+        ..spooled("e1@example.com", "<Envelope/>")
+    };
+    let SpoolPut::New(enc_id) = store.spool_put(&enc).await.expect("put") else { panic!("new") };
+    assert_eq!(row(enc_id).await.encrypt_to.as_deref(), Some(&b"cert"[..]));
+    // Held, then its accepted copy: the same mail, not a re-send.
+    let mut held = spooled("h1@example.com", "<Envelope/>");
+    held.dedupe_key = "held".into();
+    held.state = "held".into();
+    let SpoolPut::New(held_id) = store.spool_put(&held).await.expect("held") else { panic!("new") };
+    let accepted =
+        aqgate_core::store::SpooledMail { message_id: "h1-again@example.com".into(), state: String::new(), ..held };
+    assert_eq!(store.spool_put(&accepted).await.expect("accepted"), SpoolPut::New(held_id));
+    assert_eq!(row(held_id).await.resend_message_id, None);
 }
 
 /// SMTP sessions spool mail while the servlet commits sends (on SQLite they share group

@@ -1,6 +1,7 @@
 //! The mail side of S/MIME: the sender address, the `multipart/signed` split as the
-//! verifier does it, the signature part and its DER, IDAP extraction from the signed
-//! content, and the whole verification with the test CA and the agents' certificates.
+//! verifier does it, the signature part and its DER (SignerInfos, signingTime, carried
+//! certificates), IDAP extraction from the signed content, and the whole verification
+//! with the test CA and the agents' certificates.
 //!
 //! Every input is tried as a whole mail, and also as a boundary line followed by a
 //! `multipart/signed` body, as DER, and as a signed MIME entity.
@@ -10,7 +11,8 @@ use std::sync::OnceLock;
 
 use aqgate_mail::extract::idap_document;
 use aqgate_mail::smime::{
-    TrustStore, sender_address, signature_der, signer_info_count, split_signed, verify, without_certificates,
+    TrustStore, sender_address, signature_der, signed_data, signer_info_count, split_signed, verify,
+    without_certificates,
 };
 use libfuzzer_sys::fuzz_target;
 use mail_parser::{MessageParser, MimeHeaders};
@@ -69,6 +71,7 @@ fn signed_body(body: &[u8], boundary: &str) {
 }
 
 fn der_helpers(der: &[u8]) {
+    let _ = signed_data(der);
     let _ = signer_info_count(der);
     if let Some(stripped) = without_certificates(der) {
         let _ = signer_info_count(&stripped);

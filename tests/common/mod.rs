@@ -210,6 +210,8 @@ pub fn spooled(message_id: &str, idap: &str) -> aqgate_core::store::SpooledMail 
         last_error: None,
         replies_wanted: 0,
         replies_sent: 0,
+        resend_message_id: None,
+        encrypt_to: None,
     }
 }
 
@@ -224,5 +226,14 @@ pub fn wait_port(port: u16) {
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(std::time::Instant::now() < deadline, "port {port} never opened");
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A mail as a test reads it: the mail as it is, then the XML of its text/xml part with
+/// the transfer encoding undone (replies are S/MIME-signed, their XML base64-encoded).
+pub fn readable(mail: &str) -> String {
+    match aqgate_mail::extract::idap_document(mail.as_bytes()) {
+        Ok(xml) => format!("{mail}\n{}", String::from_utf8_lossy(&xml)),
+        Err(_) => mail.to_string(),
     }
 }

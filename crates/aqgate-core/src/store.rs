@@ -325,6 +325,12 @@ pub struct SpooledMail {
     /// Replies owed: 1, plus one for every re-sent copy of the same mail.
     pub replies_wanted: i64,
     pub replies_sent: i64,
+    /// The Message-ID of the latest re-sent copy (set by `spool_put` of a duplicate): the
+    /// replies after the first answer it.
+    pub resend_message_id: Option<String>,
+    /// DER of the certificate replies are encrypted to (the agent's, when a copy came
+    /// encrypted); `None`: replies are not encrypted. A duplicate's value, if set, is kept.
+    pub encrypt_to: Option<Vec<u8>>,
 }
 
 /// What storing a mail did.

@@ -3,8 +3,10 @@
 //!
 //! The IDAP document is the one part of the entity's MIME tree that is `text/xml` or
 //! `application/xml`, or that is named (Content-Disposition `filename` or Content-Type `name`)
-//! with a name containing `IDAP_MESSAGE` (ASCII case-insensitive). One part may match both
-//! rules. Zero matches or more than one distinct match is an error: an ambiguous request is
+//! with a name containing `IDAP_MESSAGE` (ASCII case-insensitive), or that is `text/plain`
+//! (also by default, without a Content-Type) and holds an IDAP envelope: an XML document
+//! whose root element is `Envelope` (what `openssl smime -sign -text` and mail clients that
+//! send the request as the message text make). One part may match several rules. Zero matches or more than one distinct match is an error: an ambiguous request is
 //! refused rather than guessed at. Parts inside an attached `message/rfc822` are not looked at.
 //!
 //! The body is returned with only its Content-Transfer-Encoding removed (base64,
@@ -12,7 +14,7 @@
 
 use mail_parser::decoders::base64::base64_decode;
 use mail_parser::decoders::quoted_printable::quoted_printable_decode;
-use mail_parser::{Encoding, MessageParser, MessagePart, MimeHeaders, PartType};
+use mail_parser::{Encoding, Message, MessageParser, MessagePart, MimeHeaders, PartType};
 
 /// The marker in an attachment's file name that makes it the IDAP document.
 pub const IDAP_ATTACHMENT_MARKER: &str = "IDAP_MESSAGE";
@@ -21,11 +23,17 @@ pub const IDAP_ATTACHMENT_MARKER: &str = "IDAP_MESSAGE";
 /// signature covers). `Err` says why none could be chosen.
 pub fn idap_document(entity: &[u8]) -> Result<Vec<u8>, String> {
     let message = MessageParser::default().parse(entity).ok_or_else(|| "the signed content is not MIME".to_string())?;
-    let candidates: Vec<&MessagePart<'_>> = message.parts.iter().filter(|part| is_idap_part(part)).collect();
+    idap_document_of(entity, &message)
+}
+
+/// [`idap_document`] of `entity` already parsed as `message`.
+pub fn idap_document_of(entity: &[u8], message: &Message<'_>) -> Result<Vec<u8>, String> {
+    let candidates: Vec<&MessagePart<'_>> =
+        message.parts.iter().filter(|part| is_idap_part(part) || is_envelope_text(entity, part)).collect();
     match candidates.as_slice() {
         [] => Err(format!(
             "the signed content holds no IDAP document (a text/xml or application/xml part, or an attachment \
-             named *{IDAP_ATTACHMENT_MARKER}*)"
+             named *{IDAP_ATTACHMENT_MARKER}*, or text/plain holding an IDAP envelope)"
         )),
         [part] => decode_body(entity, part),
         more => {
@@ -46,6 +54,43 @@ fn is_idap_part(part: &MessagePart<'_>) -> bool {
     let is_named =
         part.attachment_name().is_some_and(|name| name.to_ascii_uppercase().contains(IDAP_ATTACHMENT_MARKER));
     is_xml || is_named
+}
+
+/// A text/plain part whose body is an IDAP envelope.
+fn is_envelope_text(entity: &[u8], part: &MessagePart<'_>) -> bool {
+    if matches!(part.body, PartType::Multipart(_) | PartType::Message(_)) {
+        return false;
+    }
+    let plain = match part.content_type() {
+        Some(ct) => {
+            ct.ctype().eq_ignore_ascii_case("text") && ct.subtype().is_none_or(|s| s.eq_ignore_ascii_case("plain"))
+        }
+        None => true,
+    };
+    plain && decode_body(entity, part).is_ok_and(|body| is_envelope(&body))
+}
+
+/// Whether `xml` is an XML document whose root element's local name is `Envelope`: after
+/// an optional byte order mark, XML declaration, comments and whitespace, the first tag.
+pub fn is_envelope(xml: &[u8]) -> bool {
+    let mut rest = xml.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(xml);
+    loop {
+        rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(rest.len())..];
+        let skip_to = |rest: &[u8], open: &[u8], close: &[u8]| -> Option<usize> {
+            rest.strip_prefix(open)?;
+            rest.windows(close.len()).position(|w| w == close).map(|i| i + close.len())
+        };
+        if let Some(end) = skip_to(rest, b"<?", b"?>").or_else(|| skip_to(rest, b"<!--", b"-->")) {
+            rest = &rest[end..];
+            continue;
+        }
+        break;
+    }
+    let Some(tag) = rest.strip_prefix(b"<") else { return false };
+    let name_len = tag.iter().position(|b| b.is_ascii_whitespace() || matches!(b, b'>' | b'/')).unwrap_or(tag.len());
+    let name = &tag[..name_len];
+    let local = name.rsplit(|&b| b == b':').next().unwrap_or_default();
+    local == b"Envelope" && name_len < tag.len()
 }
 
 /// The part's body bytes with the transfer encoding undone (mail-parser's own decoded text would
@@ -129,6 +174,33 @@ mod tests {
         );
         let got = idap_document(entity.as_bytes()).unwrap_or_default();
         assert_eq!(String::from_utf8_lossy(&got).trim_end(), XML);
+    }
+
+    #[test]
+    fn text_plain_envelope() {
+        let soap = "<?xml version=\"1.0\"?>\r\n<!-- a request -->\r\n<SOAP-ENV:Envelope xmlns:SOAP-ENV=\"x\"><Body/></SOAP-ENV:Envelope>";
+        for entity in [format!("Content-Type: text/plain\r\n\r\n{XML}"), format!("\r\n{soap}")] {
+            let got = idap_document(entity.as_bytes()).unwrap_or_default();
+            assert!(is_envelope(&got), "{entity}");
+        }
+        // Text that is not an envelope is no request, and a text/html envelope is not one.
+        for entity in [
+            "Content-Type: text/plain\r\n\r\nSee <Envelope> below",
+            "Content-Type: text/plain\r\n\r\n<Envelopes/>",
+            "Content-Type: text/html\r\n\r\n<Envelope/>",
+            "Content-Type: text/plain\r\n\r\n<!DOCTYPE x><Envelope/>",
+        ] {
+            assert!(idap_document(entity.as_bytes()).is_err(), "{entity}");
+        }
+        assert!(
+            is_envelope(b"\xEF\xBB\xBF<Envelope/>") && is_envelope(b"<a:Envelope\n>") && !is_envelope(b"<Envelope")
+        );
+        // With a text/xml part too: two candidates, refused as ambiguous.
+        let both = format!(
+            "Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n{XML}\r\n\
+             --b\r\nContent-Type: text/xml\r\n\r\n{XML}\r\n--b--\r\n"
+        );
+        assert!(idap_document(both.as_bytes()).is_err_and(|e| e.contains("2 candidate")));
     }
 
     #[test]

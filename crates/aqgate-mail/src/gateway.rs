@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::reinject::Reinjector;
-use crate::smime::{self, TrustStore, Verdict};
+use crate::smime::{self, GatewayIdentity, TrustStore, Verdict};
 use crate::smtp::{Acceptor, MailEnvelope, Reply};
 use aqgate_core::clock::{Clock, MICROS_PER_SEC};
 use aqgate_core::directory::{CertificateLocation, Directory, DirectoryError};
@@ -33,6 +33,12 @@ pub struct Gateway {
     /// Where mail for recipients other than the gateway's addresses goes (`None`: the
     /// SMTP session refuses such recipients).
     pub reinject: Option<Reinjector>,
+    /// The replay window (the spool's dedupe window): a signingTime older than this is
+    /// refused, so a copy replayed after the spool forgot the mail is refused too.
+    pub replay_window: std::time::Duration,
+    /// The gateway's S/MIME certificate and key: requests encrypted to it are decrypted
+    /// (`None`: encrypted requests are refused).
+    pub identity: Option<Arc<GatewayIdentity>>,
 }
 
 fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
@@ -199,8 +205,12 @@ impl Gateway {
             Err(e) => return Err(directory_reply(&e, &format!("certificate of agent {}", agent.name))),
         };
         let now = self.clock.now();
-        let verified = match smime::verify(raw, &certs, &self.trust, now / MICROS_PER_SEC) {
-            Verdict::Pass(v) => v,
+        let policy = smime::Policy {
+            replay_window: i64::try_from(self.replay_window.as_secs()).unwrap_or(i64::MAX),
+            gateway: self.identity.as_deref(),
+        };
+        let verified = match smime::verify_with(raw, &certs, &self.trust, &policy, now / MICROS_PER_SEC) {
+            Verdict::Pass(v) => *v,
             Verdict::Fail(why) => return Err(Reply::new(550, "5.7.1", format!("signature rejected: {why}"))),
             Verdict::PermError(why) => {
                 return Err(Reply::new(550, "5.7.1", format!("not an acceptable S/MIME message: {why}")));
@@ -217,7 +227,8 @@ impl Gateway {
                 .message_id
                 .clone()
                 .unwrap_or_else(|| format!("{}@aqgate.invalid", aqgate_core::engine::session::random_id())),
-            dedupe_key: body_digest(raw),
+            // The signed entity's digest (of the decrypted one, for encrypted mail).
+            dedupe_key: verified.digest.clone(),
             // Only the verified From: outer headers such as Reply-To are not covered by the
             // signature, and a replayed mail must not redirect the response elsewhere.
             reply_to: verified.from.clone(),
@@ -229,6 +240,10 @@ impl Gateway {
             last_error: None,
             replies_wanted: 1,
             replies_sent: 0,
+            resend_message_id: None,
+            // An encrypted request is answered encrypted, to the agent's certificate that
+            // signed it.
+            encrypt_to: verified.encrypted.then(|| verified.signer.clone()),
         };
         match self.engine.store().spool_put(&mail).await {
             Ok(SpoolPut::New(id)) => {
@@ -256,20 +271,6 @@ impl Gateway {
             }
         }
     }
-}
-
-/// SHA-256 (hex) of a mail's body — for S/MIME, the signed content and its signature. A
-/// replay with new outer headers (Message-ID, Reply-To) has the same digest.
-fn body_digest(raw: &[u8]) -> String {
-    let start = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4)
-        .or_else(|| raw.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
-        .unwrap_or(0);
-    // Line endings may be rewritten in transit; they do not make a different mail.
-    let body: Vec<u8> = raw[start..].iter().copied().filter(|b| *b != b'\r').collect();
-    hex::encode(openssl::sha::sha256(&body))
 }
 
 /// Accepts SMTP connections until `shutdown` changes; one task per connection.

@@ -1,5 +1,6 @@
-//! Outbound mail: the one path by which aqgate sends a mail (the mail worker's replies,
-//! `mailto:` notifications), to `.eml` files or through an SMTP relay, with an error that
+//! Outbound mail: the one path by which aqgate sends a mail (the mail worker's replies, made
+//! and signed by `smime::reply_mail`; `mailto:` notifications), to `.eml` files or through
+//! an SMTP relay, with an error that
 //! says whether sending again can help ([`SendError`]).
 
 use std::time::Duration;
@@ -46,16 +47,33 @@ fn smtp_error(addr: &str, e: &lettre::transport::smtp::Error) -> SendError {
 /// Sends one message through `transport`: the mail worker's replies and `mailto:`
 /// notifications both go this way.
 pub async fn send_mail(transport: &ReplyTransport, msg: Message) -> Result<(), SendError> {
+    send_raw(transport, msg.envelope(), &msg.formatted()).await
+}
+
+/// Sends a message that is already made (`mail`, e.g. a signed reply: its bytes must not
+/// change) to `to` with the envelope sender `from`.
+pub async fn send_formatted(transport: &ReplyTransport, from: &str, to: &str, mail: &[u8]) -> Result<(), SendError> {
+    let address = |a: &str| a.parse::<lettre::Address>().map_err(|e| SendError::Permanent(format!("address {a}: {e}")));
+    let envelope = lettre::address::Envelope::new(Some(address(from)?), vec![address(to)?])
+        .map_err(|e| SendError::Permanent(format!("envelope: {e}")))?;
+    send_raw(transport, &envelope, mail).await
+}
+
+async fn send_raw(
+    transport: &ReplyTransport,
+    envelope: &lettre::address::Envelope,
+    body: &[u8],
+) -> Result<(), SendError> {
     match transport {
         ReplyTransport::Files(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| SendError::Transient(format!("outbox {}: {e}", dir.display())))?;
             AsyncFileTransport::<Tokio1Executor>::new(dir)
-                .send(msg)
+                .send_raw(envelope, body)
                 .await
                 .map(|_| ())
                 .map_err(|e| SendError::Transient(e.to_string()))
         }
-        ReplyTransport::Relay(url) => relay_send(url, &msg).await,
+        ReplyTransport::Relay(url) => relay_send(url, envelope, body).await,
     }
 }
 
@@ -64,11 +82,10 @@ pub async fn send_mail(transport: &ReplyTransport, msg: Message) -> Result<(), S
 /// small final write (`.` after the body) then waits for the relay's delayed ACK — 40 ms
 /// per mail. With TCP_NODELAY a mail costs one transaction on a connection that is kept
 /// for the next mail (see [`RelayPool`]).
-async fn relay_send(url: &str, msg: &Message) -> Result<(), SendError> {
+async fn relay_send(url: &str, envelope: &lettre::address::Envelope, body: &[u8]) -> Result<(), SendError> {
     let addr = crate::reinject::parse_target(url).map_err(SendError::Transient)?;
-    let (envelope, body) = (msg.envelope(), msg.formatted());
     if let Some(mut conn) = RelayPool::take(&addr) {
-        match tokio::time::timeout(Duration::from_secs(60), conn.send(envelope, &body)).await {
+        match tokio::time::timeout(Duration::from_secs(60), conn.send(envelope, body)).await {
             Ok(Ok(_)) => {
                 RelayPool::put(&addr, conn);
                 return Ok(());
@@ -91,7 +108,7 @@ async fn relay_send(url: &str, msg: &Message) -> Result<(), SendError> {
         let mut conn = AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &hello)
             .await
             .map_err(|e| smtp_error(&addr, &e))?;
-        match conn.send(envelope, &body).await {
+        match conn.send(envelope, body).await {
             Ok(_) => {
                 RelayPool::put(&addr, conn);
                 Ok(())

@@ -16,14 +16,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lettre::Message;
-use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use tokio::sync::Notify;
 
 use aqgate_core::clock::{Clock, MICROS_PER_SEC};
 use aqgate_core::store::{SpooledMail, Store};
 
-pub use crate::outbound::{ReplyTransport, SendError, send_mail};
+pub use crate::outbound::{ReplyTransport, SendError, send_formatted, send_mail};
+use crate::smime::{GatewayIdentity, ReplyHeaders, reply_mail};
 use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, SESSION_COOKIE};
 
 #[derive(Clone)]
@@ -41,6 +40,9 @@ pub struct WorkerConfig {
     /// How long a finished mail is remembered: within it, a re-sent copy gets the original
     /// response again; after it, the copy is a new request.
     pub dedupe_window: Duration,
+    /// The gateway's S/MIME certificate and key: replies are signed with it (`None`:
+    /// replies are plain text/xml mail).
+    pub identity: Option<Arc<GatewayIdentity>>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -176,7 +178,7 @@ impl Worker {
         let Some(response) = m.response.clone() else { return Ok(None) };
         let mut sent = m.replies_sent;
         while sent < m.replies_wanted {
-            if let Err(e) = self.reply(&m, &response).await {
+            if let Err(e) = self.reply(&m, &response, sent).await {
                 // The reply stays owed; the spool row is retried. A relay's permanent
                 // refusal is retried too: the request was performed, and its answer is
                 // kept until an operator sees the row (`admin spool`).
@@ -243,27 +245,35 @@ impl Worker {
         Forwarded::Answer { body, rolled_back }
     }
 
-    async fn reply(&self, m: &SpooledMail, response: &[u8]) -> Result<(), SendError> {
+    /// Mails reply number `index` (0: the first) of `m`: signed when the gateway has a
+    /// certificate, encrypted when the request came encrypted. The first answers the mail
+    /// that asked; later ones answer the latest re-sent copy. The Message-ID is the same
+    /// whenever the same reply is sent again (after a crash).
+    async fn reply(&self, m: &SpooledMail, response: &[u8], index: i64) -> Result<(), SendError> {
         let subject = match m.subject.as_deref() {
             Some(s) if s.to_ascii_lowercase().starts_with("re:") => s.to_string(),
             Some(s) => format!("Re: {s}"),
             None => "Re: AQ request".to_string(),
         };
-        let from = self.cfg.reply_from.parse().map_err(|e| SendError::Permanent(format!("reply_from: {e}")))?;
-        let to = m.reply_to.parse().map_err(|e| SendError::Permanent(format!("reply address {}: {e}", m.reply_to)))?;
-        let mut b = Message::builder().from(from).to(to).subject(subject);
-        if !m.message_id.is_empty() {
-            let id = m.message_id.trim_start_matches('<').trim_end_matches('>');
-            b = b.in_reply_to(format!("<{id}>")).references(format!("<{id}>"));
-        }
-        let msg = b
-            .header(ContentType::parse("text/xml; charset=utf-8").map_err(|e| SendError::Permanent(e.to_string()))?)
-            .body(String::from_utf8_lossy(response).to_string())
+        let asked = if index == 0 { None } else { m.resend_message_id.as_deref() };
+        let in_reply_to = asked.unwrap_or(&m.message_id).trim_start_matches('<').trim_end_matches('>').to_string();
+        let from = &self.cfg.reply_from;
+        let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or("localhost");
+        let digest: String = m.dedupe_key.chars().filter(char::is_ascii_alphanumeric).take(16).collect();
+        let message_id = format!("aqgate.{}.{index}.{digest}@{domain}", m.id);
+        let extra = [("X-AQ-Request-Id", m.id.to_string())];
+        let headers = ReplyHeaders {
+            from,
+            to: &m.reply_to,
+            subject: &subject,
+            message_id: &message_id,
+            in_reply_to: (!in_reply_to.is_empty()).then_some(in_reply_to.as_str()),
+            extra: &extra,
+        };
+        let now = self.clock.now() / MICROS_PER_SEC;
+        let mail = reply_mail(&headers, response, self.cfg.identity.as_deref(), m.encrypt_to.as_deref(), now)
             .map_err(|e| SendError::Permanent(format!("reply: {e}")))?;
-        let mut msg = msg;
-        msg.headers_mut()
-            .insert_raw(HeaderValue::new(HeaderName::new_from_ascii_str("X-AQ-Request-Id"), format!("{}", m.id)));
-        send_mail(&self.cfg.transport, msg).await
+        send_formatted(&self.cfg.transport, from, &m.reply_to, &mail).await
     }
 }
 

@@ -54,10 +54,16 @@ pub(crate) const TOPOLOGY_PUT: &str = "INSERT INTO topology (kind, name, spec) V
 pub(crate) const TOPOLOGY_DELETE: &str = "DELETE FROM topology WHERE kind = $1 AND name = $2";
 pub(crate) const QUEUE_ENSURE: &str = "INSERT INTO queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING";
 pub(crate) const QUEUE_ID: &str = "SELECT id FROM queues WHERE name = $1";
-pub(crate) const SPOOL_PUT: &str = "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key, state, replies_wanted)
-             VALUES ($1, $2, $3, $4, $5, $6, $1, $7, CASE WHEN $8 THEN 'held' ELSE 'new' END, CASE WHEN $8 THEN 0 ELSE 1 END)
+pub(crate) const SPOOL_PUT: &str = "INSERT INTO mail_spool (received_at, agent, message_id, reply_to, subject, idap, next_attempt_at, dedupe_key, state, replies_wanted, encrypt_to)
+             VALUES ($1, $2, $3, $4, $5, $6, $1, $7, CASE WHEN $8 THEN 'held' ELSE 'new' END, CASE WHEN $8 THEN 0 ELSE 1 END, $9)
              ON CONFLICT (agent, dedupe_key) DO NOTHING RETURNING id";
 pub(crate) const SPOOL_FIND: &str = "SELECT id, state FROM mail_spool WHERE agent = $1 AND dedupe_key = $2";
+/// A re-sent copy (before it is released): its reply answers it; once a copy came
+/// encrypted, replies are encrypted.
+pub(crate) const SPOOL_RESENT: &str =
+    "UPDATE mail_spool SET resend_message_id = CASE WHEN state = 'held' THEN resend_message_id ELSE $2 END,
+                encrypt_to = COALESCE($3, encrypt_to)
+         WHERE id = $1";
 pub(crate) const SPOOL_WANT_REPLY: &str =
     "UPDATE mail_spool SET replies_wanted = replies_wanted + 1, next_attempt_at = $2,
                 state = CASE WHEN state = 'held' THEN 'new' ELSE state END

@@ -1,33 +1,46 @@
-//! S/MIME verification of IDAP mail (the SMTP ingestion filter's check) and `aqgate mail sign`.
+//! S/MIME verification of IDAP mail (the SMTP ingestion filter's check), S/MIME mail made
+//! by aqgate (`aqgate mail sign`, signed and encrypted replies), and the gateway's own
+//! certificate.
 //!
 //! Pure: no network, no directory, no clock. The caller looks the sender up in the directory
-//! (step 1, [`sender_address`]), then hands [`verify`] the sender's certificates from the
-//! directory and the arrival time `now`. Outcomes are values ([`Verdict`]): the SMTP layer maps
-//! `TempError` to 4.x.x and `Fail`/`PermError` to 5.7.x with the reason.
+//! (step 1, [`sender_address`]), then hands [`verify_with`] the sender's certificates from the
+//! directory, the [`Policy`] and the arrival time `now`. Outcomes are values ([`Verdict`]): the
+//! SMTP layer maps `TempError` to 4.x.x and `Fail`/`PermError` to 5.7.x with the reason.
 //!
-//! Policy, in the order it is checked:
+//! Verification is OpenSSL's CMS (RFC 5652): SignedData with either signer identifier
+//! (issuerAndSerialNumber or subjectKeyIdentifier), RSA PKCS#1 v1.5, RSASSA-PSS or ECDSA with
+//! SHA-256, SHA-384 or SHA-512. Policy, in the order it is checked:
 //! - exactly one `From:` header line holding exactly one mailbox;
-//! - the whole body is S/MIME signed: top-level `multipart/signed` (protocol
-//!   `application/(x-)pkcs7-signature`) or `application/(x-)pkcs7-mime` signed-data. A signed
-//!   part inside e.g. `multipart/mixed` next to unsigned content is refused;
-//! - exactly one SignerInfo; its certificate must be one of the directory's certificates for the
-//!   sender. Certificates and CRLs carried inside the mail are never used (`NOINTERN`, and the
-//!   chain is built from the [`TrustStore`] only);
+//! - the whole body is S/MIME: top-level `multipart/signed` (protocol
+//!   `application/(x-)pkcs7-signature`), `application/(x-)pkcs7-mime` signed-data, or
+//!   enveloped-data / authEnveloped-data encrypted to the gateway's certificate whose
+//!   decrypted content is one of the two signed forms. A signed part inside e.g.
+//!   `multipart/mixed` next to unsigned content is refused;
+//! - exactly one SignerInfo, with an accepted digest and signature algorithm; it names one of
+//!   the directory's certificates for the sender. Certificates and CRLs carried inside the
+//!   mail are never trusted: the signer is looked for among the directory's certificates
+//!   only (`NOINTERN`), and carried certificates serve only as intermediates while a path to
+//!   a trust anchor of the [`TrustStore`] is built;
 //! - the signature verifies over the signed content;
 //! - the signer certificate has an extendedKeyUsage containing emailProtection (a certificate
 //!   without the extension is refused too), chains to a trusted CA, and is valid at `now`
 //!   (OpenSSL purpose `smimesign`, verification time `now`);
-//! - it is not revoked by a CRL of its issuing CA in the trust store. A CA without a configured
-//!   CRL is not revocation-checked; a configured CRL that is not current at `now` gives
-//!   `TempError` (status unknown until the operator refreshes it);
+//! - no certificate of the chain is revoked by a configured CRL of its issuer (a trusted CA's,
+//!   or an intermediate's). An issuer without a configured CRL is not revocation-checked; a
+//!   configured CRL that is not current at `now` gives `TempError` (status unknown until the
+//!   operator refreshes it);
 //! - the From address equals one of the certificate's e-mail addresses (rfc822Name SANs and
 //!   subject emailAddress), compared ASCII case-insensitively as a whole: directories match
 //!   `mail` case-insensitively, and no real mail system distinguishes local parts by case;
+//! - a signingTime attribute, when present, lies inside the signer certificate's validity,
+//!   at most [`MAX_CLOCK_SKEW`] after `now`, and not before the replay window;
+//! - signed content that is itself signed (layers) is verified the same way, every layer as
+//!   the same agent; a signed or encrypted part anywhere else inside it is refused;
 //! - the signed content holds exactly one IDAP document ([`super::extract`]).
 //!
 //! The IDAP document is taken only from the bytes the signature was verified over (split
-//! from the mail as OpenSSL's `SMIME_read` splits it, or carried inside the PKCS#7), never
-//! from a second parse of the unsigned envelope.
+//! from the mail as OpenSSL's `SMIME_read` splits it, or carried inside the CMS structure),
+//! never from a second parse of the unsigned envelope.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,9 +49,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use mail_parser::{Address, MessageParser, MimeHeaders, PartType};
 use openssl::asn1::Asn1Time;
+use openssl::cms::{CMSOptions, CmsContentInfo};
 use openssl::nid::Nid;
-use openssl::pkcs7::{Pkcs7, Pkcs7Flags};
-use openssl::pkey::PKey;
+use openssl::pkey::{PKey, Private};
 use openssl::stack::Stack;
 use openssl::x509::store::{X509Store, X509StoreBuilder};
 use openssl::x509::verify::X509VerifyParam;
@@ -47,21 +60,33 @@ use openssl::x509::{CrlStatus, X509, X509Crl, X509ExtendedKeyUsage, X509NameRef,
 use crate::extract;
 
 mod der;
+mod envelope;
+mod layer;
 mod sign;
 #[cfg(test)]
 mod tests;
 mod trust;
 
-use {der::*, trust::*};
+use {der::*, envelope::*, layer::*, trust::*};
 
-pub use der::{signature_der, signer_info_count, without_certificates};
-pub use sign::{sign, sign_at};
+pub use der::{
+    SignedDataView, SignerId, SignerInfoView, signature_der, signed_data, signer_info_count, without_certificates,
+};
+pub use envelope::GatewayIdentity;
+pub use sign::{ReplyHeaders, reply_mail, sign, sign_at, sign_encrypted};
 pub use trust::TrustStore;
+
+/// How far in the future (seconds) of the arrival time a signingTime may lie: clocks differ.
+pub const MAX_CLOCK_SKEW: i64 = 300;
+
+/// At most this many signed layers, one inside the other.
+const MAX_LAYERS: usize = 4;
 
 /// What verification concluded; the SMTP layer maps TempError → 4xx, Fail/PermError → 5.7.x.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Pass(Verified),
+    /// Boxed: a verified mail is large, the refusals are small.
+    Pass(Box<Verified>),
     /// The mail is not acceptably signed by the sender (unsigned, forged, wrong certificate…).
     Fail(String),
     /// The mail is malformed (unparsable MIME or CMS, no IDAP document).
@@ -83,6 +108,32 @@ pub struct Verified {
     pub reply_to: Option<String>,
     /// The decoded Subject.
     pub subject: Option<String>,
+    /// The mail was encrypted (to the gateway's certificate).
+    pub encrypted: bool,
+    /// DER of the certificate that signed the (outermost) signed layer: one of the
+    /// directory's certificates for the sender.
+    pub signer: Vec<u8>,
+    /// What recognises a re-sent copy: [`body_digest`] of the outermost signed entity (for
+    /// encrypted mail, of the decrypted one, so that a request encrypted again is the same).
+    pub digest: String,
+}
+
+/// What verification allows besides the directory's certificates and the trust store.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// The replay window in seconds (the spool's dedupe window): a signingTime older than
+    /// this is refused, so a copy replayed after the spool forgot the mail is refused too.
+    /// 0: no age limit.
+    pub replay_window: i64,
+    /// The gateway's certificate and key: mail encrypted to it is decrypted. `None`:
+    /// encrypted mail is refused.
+    pub gateway: Option<&'a GatewayIdentity>,
+}
+
+impl Default for Policy<'_> {
+    fn default() -> Self {
+        Policy { replay_window: 168 * 3600, gateway: None }
+    }
 }
 
 /// Step 1 (before the directory lookup): the From address(es) of the raw message. Err if not exactly one From header / one address.
@@ -113,15 +164,22 @@ pub fn sender_address(raw: &[u8]) -> Result<String, String> {
 
 /// Step 2: verify `raw` (the whole RFC 5322 message as received) with `agent_certs` (DER
 /// certificates from the directory for the sender; verification passes if the single signer is
-/// one of them), at time `now` (unix seconds).
+/// one of them), at time `now` (unix seconds), with the default [`Policy`] (the default
+/// replay window, no decryption).
 pub fn verify(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i64) -> Verdict {
+    verify_with(raw, agent_certs, trust, &Policy::default(), now)
+}
+
+/// [`verify`] with a [`Policy`]: the replay window, and the gateway's key for encrypted mail.
+pub fn verify_with(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, policy: &Policy<'_>, now: i64) -> Verdict {
     // The openssl crate (0.10.82, the newest) panics while collecting OpenSSL's error stack
     // when an error's data string is not UTF-8 (`str::from_utf8(..).unwrap()` in
     // `Error::get`), which hostile DER can cause. Hostile input must get a rejection, never
     // take the process down: the panic is contained here and reported as a failed check.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verify_inner(raw, agent_certs, trust, now)));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verify_inner(raw, agent_certs, trust, policy, now)));
     match result {
-        Ok(Ok(verified)) => Verdict::Pass(verified),
+        Ok(Ok(verified)) => Verdict::Pass(Box::new(verified)),
         Ok(Err(verdict)) => verdict,
         Err(_) => {
             // Drain what the panic left in this thread's OpenSSL error queue (each attempt
@@ -169,96 +227,128 @@ fn parsed_certificate(der: &[u8]) -> Result<X509, openssl::error::ErrorStack> {
     Ok(cert)
 }
 
-/// How the top level of the message is signed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    Detached,
-    Opaque,
-}
-
-fn verify_inner(raw: &[u8], agent_certs: &[Vec<u8>], trust: &TrustStore, now: i64) -> Result<Verified, Verdict> {
+fn verify_inner(
+    raw: &[u8],
+    agent_certs: &[Vec<u8>],
+    trust: &TrustStore,
+    policy: &Policy<'_>,
+    now: i64,
+) -> Result<Verified, Verdict> {
     let from = sender_address(raw).map_err(fail)?;
     let content_types = header_lines(raw).filter(|line| header_name_is(line, "content-type")).count();
     if content_types > 1 {
         return Err(perm(format!("the message has {content_types} Content-Type headers")));
     }
     let message = MessageParser::default().parse(raw).ok_or_else(|| perm("unparsable message"))?;
-    let shape = signed_shape(&message)?;
-
-    let root = message.root_part();
-    let (signature, detached) = match shape {
-        Shape::Detached => {
-            let boundary = root
-                .content_type()
-                .and_then(|ct| ct.attribute("boundary"))
-                .ok_or_else(|| perm("multipart/signed without a boundary"))?;
-            let body = raw.get(root.raw_body_offset() as usize..).unwrap_or_default();
-            let (content, signature_part) = split_signed(body, boundary)?;
-            (signature_der(signature_part)?, Some(content))
+    let shape = top_shape(&message)?;
+    let directory = directory_certificates(agent_certs, &from)?;
+    let cx = Context { from: &from, directory: &directory, trust, policy, now };
+    let (idap, signer, encrypted, digest) = match shape {
+        Shape::Enveloped => {
+            let entity = decrypt(&message, policy.gateway)?;
+            let inner = MessageParser::default()
+                .parse(&entity)
+                .ok_or_else(|| perm("the decrypted content is not a MIME entity"))?;
+            let inner_shape = match nested(&inner) {
+                Nested::Signed(shape) => shape,
+                _ => {
+                    let (c, s) = media_type(inner.root_part());
+                    return Err(fail(format!(
+                        "not signed: the encrypted mail holds {c}/{s}; the request inside must be S/MIME signed"
+                    )));
+                }
+            };
+            let (idap, signer) = verify_layers(&entity, &inner, inner_shape, &cx, 1)?;
+            (idap, signer, true, body_digest(&entity))
         }
-        Shape::Opaque => (base64_or_der(root.contents()), None),
+        shape => {
+            let (idap, signer) = verify_layers(raw, &message, shape, &cx, 1)?;
+            (idap, signer, false, body_digest(raw))
+        }
     };
-    // The certificates (and CRLs) a mail carries are never used; OpenSSL 3 would still
-    // decode them, ~40 % of a verification. Dropped before parsing when the DER allows.
-    let signature = without_certificates(&signature).unwrap_or(signature);
-    let p7 =
-        Pkcs7::from_der(&signature).map_err(|e| perm(format!("unreadable S/MIME structure: {}", first_error(&e))))?;
-    if p7.signed().is_none() {
-        return Err(fail("not signed: the S/MIME content is not signed-data"));
-    }
-    let der = p7.to_der().map_err(|e| perm(format!("unreadable signature: {}", first_error(&e))))?;
-    match signer_info_count(&der).map_err(|e| perm(format!("unreadable signature: {e}")))? {
-        1 => {}
-        n => return Err(fail(format!("the message has {n} signers; exactly one is required"))),
-    }
-
-    if agent_certs.is_empty() {
-        return Err(fail(format!("the directory holds no certificate for {from}")));
-    }
-    let mut directory = Stack::new().map_err(|e| temp(first_error(&e)))?;
-    for (i, der) in agent_certs.iter().enumerate() {
-        let cert = parsed_certificate(der).map_err(|e| {
-            temp(format!("directory certificate #{} for {from} is unreadable: {}", i + 1, first_error(&e)))
-        })?;
-        directory.push(cert).map_err(|e| temp(first_error(&e)))?;
-    }
-    let signers = p7.signers(&directory, Pkcs7Flags::NOINTERN).map_err(|_| {
-        fail(format!(
-            "signed with a certificate that is not {from}'s certificate in the directory (forged or another agent)"
-        ))
-    })?;
-    let signer = match signers.iter().next() {
-        Some(signer) if signers.len() == 1 => signer.to_owned(),
-        _ => return Err(fail("the signer could not be identified")),
-    };
-
-    let store = trust.x509_store(now).map_err(|e| temp(first_error(&e)))?;
-    let mut content = Vec::new();
-    p7.verify(&directory, &store, detached.as_deref(), Some(&mut content), Pkcs7Flags::NOINTERN | Pkcs7Flags::NOVERIFY)
-        .map_err(|e| fail(format!("the signature does not verify (content altered?): {}", first_error(&e))))?;
-
-    match signer.extended_key_usage() {
-        Some(eku) if eku.contains(X509ExtendedKeyUsage::SMIME) => {}
-        Some(_) => return Err(fail("the signer certificate's extendedKeyUsage does not include emailProtection")),
-        None => return Err(fail("the signer certificate has no extendedKeyUsage (emailProtection required)")),
-    }
-    let chain = verify_chain(trust, &store, &signer, now)?;
-    check_revocation(trust, &signer, &chain, now)?;
-
-    let emails = certificate_emails(&signer);
-    if !emails.contains(&from) {
-        let listed = if emails.is_empty() { "none".to_string() } else { emails.join(", ") };
-        return Err(fail(format!("the From address {from} is not the signer certificate's e-mail address ({listed})")));
-    }
-
-    let idap = extract::idap_document(&content).map_err(perm)?;
     Ok(Verified {
         from,
         idap,
         message_id: message.message_id().map(str::to_string),
         reply_to: message.reply_to().and_then(|a| a.first()).and_then(|a| a.address()).map(str::to_string),
         subject: message.subject().map(str::to_string),
+        encrypted,
+        signer: signer.to_der().map_err(|e| temp(first_error(&e)))?,
+        digest,
     })
+}
+
+/// The directory's certificates for the sender, parsed (with their DER).
+fn directory_certificates(agent_certs: &[Vec<u8>], from: &str) -> Result<Vec<(X509, Vec<u8>)>, Verdict> {
+    if agent_certs.is_empty() {
+        return Err(fail(format!("the directory holds no certificate for {from}")));
+    }
+    agent_certs
+        .iter()
+        .enumerate()
+        .map(|(i, der)| {
+            parsed_certificate(der).map(|cert| (cert, der.clone())).map_err(|e| {
+                temp(format!("directory certificate #{} for {from} is unreadable: {}", i + 1, first_error(&e)))
+            })
+        })
+        .collect()
+}
+
+/// Verifies the signed layer `entity` (parsed as `message`, of `shape`) and every signed
+/// layer inside it; the IDAP document of the innermost content, and the outermost signer.
+fn verify_layers(
+    entity: &[u8],
+    message: &mail_parser::Message<'_>,
+    shape: Shape,
+    cx: &Context<'_>,
+    depth: usize,
+) -> Result<(Vec<u8>, X509), Verdict> {
+    let layer = verify_layer(entity, message, shape, cx)?;
+    let Some(inner) = MessageParser::default().parse(&layer.content) else {
+        return Err(perm("the signed content is not MIME"));
+    };
+    match nested(&inner) {
+        Nested::Signed(_) if depth >= MAX_LAYERS => {
+            Err(fail(format!("the signed content is signed more than {MAX_LAYERS} times over")))
+        }
+        Nested::Signed(inner_shape) => {
+            let (idap, _) = verify_layers(&layer.content, &inner, inner_shape, cx, depth + 1)?;
+            Ok((idap, layer.signer))
+        }
+        Nested::Encrypted => Err(fail(
+            "the signed content is encrypted S/MIME: encrypted content inside a signature is not accepted \
+             (sign the request, then encrypt the signed mail)",
+        )),
+        Nested::Inside(what) => Err(fail(format!(
+            "the signed content holds {what} next to other parts: a request is signed once as a whole, \
+             or in layers that are each the whole content"
+        ))),
+        Nested::Plain => {
+            let idap = extract::idap_document_of(&layer.content, &inner).map_err(perm)?;
+            Ok((idap, layer.signer))
+        }
+    }
+}
+
+/// SHA-256 (hex) of an entity's body — for S/MIME, the signed content and its signature. A
+/// replay with new outer headers (Message-ID, Reply-To) has the same digest; line endings
+/// (rewritten in transit) do not count.
+pub fn body_digest(raw: &[u8]) -> String {
+    // The body starts after the first empty line (CRLF or LF line ends).
+    let mut start = 0;
+    let mut pos = 0;
+    for line in raw.split_inclusive(|&b| b == b'\n') {
+        pos += line.len();
+        if line == b"\n" || line == b"\r\n" {
+            start = pos;
+            break;
+        }
+    }
+    let mut hasher = openssl::sha::Sha256::new();
+    for piece in raw[start..].split(|&b| b == b'\r') {
+        hasher.update(piece);
+    }
+    hex::encode(hasher.finish())
 }
 
 /// The two parts of a `multipart/signed` body, split as OpenSSL's `SMIME_read` splits them:
@@ -304,48 +394,6 @@ pub fn split_signed<'a>(body: &'a [u8], boundary: &str) -> Result<(Vec<u8>, &'a 
         content.extend_from_slice(&line[..end]);
     }
     Ok((content, &body[c..d]))
-}
-
-/// Whether the whole body is S/MIME signed, and how; otherwise why not.
-fn signed_shape(message: &mail_parser::Message<'_>) -> Result<Shape, Verdict> {
-    let root = message.root_part();
-    let (ctype, subtype) = media_type(root);
-    match (ctype.as_str(), subtype.as_str()) {
-        ("multipart", "signed") => {
-            let protocol = root
-                .content_type()
-                .and_then(|ct| ct.attribute("protocol"))
-                .map(str::to_ascii_lowercase)
-                .unwrap_or_default();
-            if protocol == "application/pkcs7-signature" || protocol == "application/x-pkcs7-signature" {
-                Ok(Shape::Detached)
-            } else {
-                Err(fail(format!("not signed with S/MIME: multipart/signed with protocol \"{protocol}\"")))
-            }
-        }
-        ("application", "pkcs7-mime" | "x-pkcs7-mime") => {
-            let smime_type = root.content_type().and_then(|ct| ct.attribute("smime-type")).map(str::to_ascii_lowercase);
-            match smime_type.as_deref() {
-                None | Some("signed-data") => Ok(Shape::Opaque),
-                Some(other) => Err(fail(format!("not signed: S/MIME {other}; only signed-data is accepted"))),
-            }
-        }
-        _ => {
-            let wrapped = message.parts.iter().skip(1).any(|part| {
-                let (c, s) = media_type(part);
-                c == "multipart" && s == "signed"
-                    || c == "application" && matches!(s.as_str(), "pkcs7-mime" | "x-pkcs7-mime")
-            });
-            if wrapped {
-                Err(fail(format!(
-                    "the signature does not cover the whole message: a signed part inside {ctype}/{subtype} \
-                     next to unsigned content"
-                )))
-            } else {
-                Err(fail(format!("not signed: the message is {ctype}/{subtype}, not S/MIME signed")))
-            }
-        }
-    }
 }
 
 fn media_type(part: &mail_parser::MessagePart<'_>) -> (String, String) {

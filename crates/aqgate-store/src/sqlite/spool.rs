@@ -86,6 +86,8 @@ pub(super) fn spool_from_row(r: &SqliteRow) -> Result<SpooledMail> {
         last_error: r.try_get("last_error").db()?,
         replies_wanted: r.try_get("replies_wanted").db()?,
         replies_sent: r.try_get("replies_sent").db()?,
+        resend_message_id: r.try_get("resend_message_id").db()?,
+        encrypt_to: r.try_get("encrypt_to").db()?,
     })
 }
 
@@ -101,6 +103,7 @@ pub(super) async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledM
         .bind(&m.idap)
         .bind(&m.dedupe_key)
         .bind(held)
+        .bind(&m.encrypt_to)
         .fetch_optional(&mut *conn)
         .await
         .db()?;
@@ -111,6 +114,8 @@ pub(super) async fn spool_put_on(conn: &mut sqlx::SqliteConnection, m: &SpooledM
     // ended) is that mail's first accepted copy, not a re-send.
     let (id, state): (i64, String) =
         sqlx::query_as(sql::SPOOL_FIND).bind(&m.agent).bind(&m.dedupe_key).fetch_one(&mut *conn).await.db()?;
+    // A re-sent copy's replies answer it (a copy of a still held mail is that mail).
+    sqlx::query(sql::SPOOL_RESENT).bind(id).bind(&m.message_id).bind(&m.encrypt_to).execute(&mut *conn).await.db()?;
     if !held {
         spool_release_on(conn, id, m.received_at).await?;
     }
