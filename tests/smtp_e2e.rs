@@ -418,3 +418,43 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     answered_once_and_performed_once(&out_dir, hp).await;
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Over mail the sender is the verified signer: john signs a request that names scott as
+/// its sender, and the answer mailed back is the fault; nothing is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_request_naming_another_sender_is_refused() {
+    let (work, out_dir) = scratch("smtp-sender");
+    let (hp, sp) = (free_port(), free_port());
+    let db = fresh_sqlite_url();
+    let out = out_dir.to_str().expect("utf-8 path").to_string();
+    let _serve = spawn(&[
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{hp}"),
+        "--smtp-listen",
+        &format!("127.0.0.1:{sp}"),
+        "--database",
+        &db,
+        "--mail-outbox",
+        &out,
+    ]);
+    wait_port(hp);
+    wait_port(sp);
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let johns = sign(&work, "johns-as-scott", &send, "john", "john@example.com");
+    let (ok, transcript) = swaks(sp, "john@example.com", &johns);
+    assert!(ok, "{transcript}");
+    assert!(transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reply = loop {
+        if let Some(r) = outbox(&out_dir).into_iter().next() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no reply mail");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reply.contains("To: john@example.com"), "{reply}");
+    assert!(reply.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{reply}");
+    let r = http(hp, &receive("QS.NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
+    assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
+}
