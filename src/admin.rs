@@ -20,6 +20,7 @@ macro_rules! out {
     };
 }
 
+pub mod jobs;
 pub mod notifications;
 pub mod spool;
 pub mod topology;

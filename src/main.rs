@@ -135,6 +135,16 @@ enum AdminCommand {
         #[arg(long)]
         retry_parked: bool,
     },
+    /// Propagation jobs with their state, kind, source, destination and backlog; or
+    /// enable or disable one (running servers follow on SIGHUP).
+    Jobs {
+        #[command(flatten)]
+        db: Db,
+        #[arg(long, value_name = "JOB", conflicts_with = "disable")]
+        enable: Option<String>,
+        #[arg(long, value_name = "JOB")]
+        disable: Option<String>,
+    },
     /// List registrations, or set the HMAC secret of one (read from standard input, or
     /// AQGATE_NOTIFY_SECRET; an empty secret removes it).
     Registrations {
@@ -280,6 +290,27 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Queues { db } => admin::topology::print_queues(open(db).await?.as_ref(), out).await,
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
+        AdminCommand::Jobs { db, enable, disable } => {
+            let store = open(db).await?;
+            let on = enable.is_some();
+            match enable.or(disable) {
+                None => admin::jobs::print_jobs(store.as_ref(), out).await,
+                Some(name) => {
+                    anyhow::ensure!(
+                        admin::jobs::set_enabled(store.as_ref(), &name, on).await?,
+                        "no propagation job {name} in the stored topology"
+                    );
+                    std::io::Write::write_fmt(
+                        out,
+                        format_args!(
+                            "job {name} {}; send SIGHUP to running servers\n",
+                            if on { "enabled" } else { "disabled" }
+                        ),
+                    )?;
+                    Ok(())
+                }
+            }
+        }
         AdminCommand::Notifications { db, retry_parked } => {
             let store = open(db).await?;
             if retry_parked {

@@ -45,18 +45,20 @@ mod remote;
 pub(crate) const WAIT: u64 = 5;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// A job's counters in the metrics registry (`job` label).
+/// A job's counters in the metrics registry (`job` label), and its stop signal.
 #[derive(Clone)]
 pub(crate) struct Stats {
     propagated: Counter,
     exceptions: Counter,
     failures: Counter,
+    stop: watch::Receiver<bool>,
 }
 
 impl Stats {
-    fn new(engine: &Engine, job: &str) -> Self {
+    fn new(engine: &Engine, job: &str, stop: watch::Receiver<bool>) -> Self {
         let m = &engine.config().metrics;
         Self {
+            stop,
             propagated: m.labelled(
                 "aqgate_propagation_messages_total",
                 "Messages a propagation job moved to its destination.",
@@ -118,7 +120,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, mut stop: watch::Receiver
 }
 
 async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Receiver<bool>) {
-    let stats = Stats::new(&engine, &job.name);
+    let stats = Stats::new(&engine, &job.name, stop.clone());
     if !end_earlier_batches(&engine, &job, &mut stop).await {
         return;
     }
@@ -269,7 +271,7 @@ async fn move_batch(
     // One receive takes the whole batch (in one database transaction); it waits for the
     // first message.
     session.max_messages = batch;
-    let messages = match engine.execute(&mut session, receive(job, WAIT)).await {
+    let messages = match waiting_receive(engine, &mut session, job, stats).await {
         Ok(Response::Receive(_, Some(r))) => r.messages,
         Ok(_) => Vec::new(),
         Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
@@ -316,7 +318,7 @@ async fn move_remote(
 ) -> Result<Moved, AqError> {
     let mut session = Session::new(&job.agent, engine.now());
     session.carries_senders = true;
-    let m = match engine.execute(&mut session, receive(job, WAIT)).await {
+    let m = match waiting_receive(engine, &mut session, job, stats).await {
         Ok(Response::Receive(_, Some(r))) => r.messages.into_iter().next(),
         Ok(_) => None,
         Err(e) if e.code == code::NO_MESSAGE => None,
@@ -350,6 +352,34 @@ async fn move_remote(
             Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await)
         }
     }
+}
+
+/// The batch's first receive, which waits for a message: given up (taking nothing) when the
+/// job is stopped, so a disabled or removed job stops at once instead of after the wait.
+pub(crate) async fn waiting_receive(
+    engine: &Engine,
+    session: &mut Session,
+    job: &PropagationInfo,
+    stats: &Stats,
+) -> Result<Response, AqError> {
+    let abandon = Arc::new(aqgate_core::engine::Abandon::default());
+    session.abandon = Some(abandon.clone());
+    let mut stop = stats.stop.clone();
+    let r = {
+        let received = engine.execute(session, receive(job, WAIT));
+        tokio::pin!(received);
+        tokio::select! {
+            r = &mut received => r,
+            () = async {
+                let _ = stop.wait_for(|s| *s).await;
+            } => {
+                abandon.abandon();
+                received.await
+            }
+        }
+    };
+    session.abandon = None;
+    r
 }
 
 /// Rolls the batch back (its messages stay in the source) and hands `e` on.

@@ -269,3 +269,46 @@ async fn kill_nine_during_propagation_loses_and_duplicates_nothing_on_sqlite() {
 async fn kill_nine_during_propagation_loses_and_duplicates_nothing_on_postgres() {
     kill_nine_during_propagation(Backend::Postgres).await;
 }
+
+fn admin_jobs(db: &str, extra: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN).args(["admin", "jobs", "--database", db]).args(extra).output().expect("admin jobs");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `admin jobs` lists the jobs; `--disable` stops one (after SIGHUP) and its messages wait
+/// in the source, `--enable` starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_jobs_lists_disables_and_enables_jobs() {
+    let db = fresh_url(Backend::Sqlite).await;
+    let port = free_port();
+    let topo = topology_file("");
+    let s = serve(&db, port, &topo);
+    let (ok, listing) = admin_jobs(&db, &[]);
+    assert!(ok, "{listing}");
+    let archive = listing.lines().find(|l| l.starts_with("ARCHIVE ")).unwrap_or_else(|| panic!("{listing}"));
+    let cols: Vec<&str> = archive.split_whitespace().collect();
+    assert_eq!(cols, ["ARCHIVE", "ENABLED", "local", "AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", "0"], "{listing}");
+    let (ok, said) = admin_jobs(&db, &["--disable", "archive"]);
+    assert!(ok && said.contains("job archive disabled"), "{said}");
+    s.signal("-HUP");
+    std::thread::sleep(Duration::from_millis(1500));
+    send_all(port, "AQUSER.RAW_QUE", 0, 5, 5, "").await;
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        (depth(&db, "AQUSER.RAW_QUE"), depth(&db, "AQUSER.RAW_ARCHIVE")),
+        (5, 0),
+        "a disabled job moves nothing"
+    );
+    let (_, listing) = admin_jobs(&db, &[]);
+    assert!(
+        listing.lines().any(|l| l.starts_with("ARCHIVE ") && l.contains("DISABLED") && l.ends_with(" 5")),
+        "{listing}"
+    );
+    assert!(admin_jobs(&db, &["--enable", "archive"]).0);
+    s.signal("-HUP");
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 5, Duration::from_secs(30));
+    let (ok, said) = admin_jobs(&db, &["--disable", "nosuch"]);
+    assert!(!ok && said.contains("no propagation job nosuch"), "{said}");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}

@@ -26,7 +26,7 @@ use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::{ForwardDef, PropagationInfo};
 use aqgate_proto::idap::{self, MessageHeader, Request, Response};
 
-use super::{Moved, Stats, WAIT, receive, rolled_back, send};
+use super::{Moved, Stats, rolled_back, send};
 
 pub struct Forwarder {
     def: ForwardDef,
@@ -90,7 +90,7 @@ fn raw_message(body: &[u8], correlation: Option<String>) -> idap::Message {
 
 pub async fn move_one(engine: &Engine, job: &PropagationInfo, f: &Forwarder, stats: &Stats) -> Result<Moved, AqError> {
     let mut session = Session::new(&job.agent, engine.now());
-    let m = match engine.execute(&mut session, receive(job, WAIT)).await {
+    let m = match super::waiting_receive(engine, &mut session, job, stats).await {
         Ok(Response::Receive(_, Some(r))) => r.messages.into_iter().next(),
         Ok(_) => None,
         Err(e) if e.code == code::NO_MESSAGE => None,
