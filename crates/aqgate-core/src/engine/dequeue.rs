@@ -255,7 +255,16 @@ impl Engine {
         }
         // Decoded before anything commits: a message that cannot be returned is neither
         // removed nor locked nor passed by the browse position (a Fault changes nothing).
-        let outs = found.iter().map(|m| self.message_out(resolved, queue, m, now)).collect::<Result<Vec<_>, _>>()?;
+        let outs = match found.iter().map(|m| self.message_out(resolved, queue, m, now)).collect::<Result<Vec<_>, _>>()
+        {
+            Ok(outs) => outs,
+            Err(e) => {
+                // Rolled back now, not when the pool gets to the dropped transaction: the
+                // locks it took must be gone when the Fault is answered.
+                tx.rollback().await?;
+                return Err(e);
+            }
+        };
         let takes_lock = !browse && !remove_now;
         let mut next = session.state();
         if let Some(m) = found.last() {
