@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,16 +106,6 @@ fn serve(db: &str, port: u16, topology: &std::path::Path, allow: &[&str]) -> Pro
     );
     p.wait_ready(port, Duration::from_secs(60));
     p
-}
-
-fn depth(db: &str, q: &str) -> i64 {
-    let out = Command::new(BIN).args(["admin", "queues", "--database", db]).output().expect("admin queues");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(q))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or_else(|| panic!("{q} not listed"))
 }
 
 fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {

@@ -140,18 +140,6 @@ fn example_file(nn: &str) -> String {
         .unwrap_or_else(|| panic!("no example {nn}"))
 }
 
-fn depth(db: &str, queue: &str) -> i64 {
-    let out = run(Command::new(BIN).args(["admin", "queues", "--database", db]));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let listing = String::from_utf8_lossy(&out.stdout).to_string();
-    listing
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(queue))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or_else(|| panic!("{queue} not listed in:\n{listing}"))
-}
-
 #[test]
 fn client_certificates_log_in_as_their_agent_and_basic_still_works() {
     let (c, k) = demo_server_cert();

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aqgate_proto::idap::Response;
 use common::*;
@@ -85,36 +85,6 @@ fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
     );
     p.wait_ready(port, Duration::from_secs(60));
     p
-}
-
-fn depths(db: &str) -> std::collections::BTreeMap<String, i64> {
-    let out = Command::new(BIN).args(["admin", "queues", "--database", db]).output().expect("admin queues");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let name = l.split_whitespace().next()?.to_string();
-            let depth = l.split_whitespace().last()?.parse().ok()?;
-            Some((name, depth))
-        })
-        .collect()
-}
-
-fn depth(db: &str, q: &str) -> i64 {
-    depths(db).get(q).copied().unwrap_or_else(|| panic!("{q} not listed"))
-}
-
-/// Waits until `q` holds `n` messages.
-fn wait_depth(db: &str, q: &str, n: i64, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let d = depth(db, q);
-        if d == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{q} holds {d}, not {n}, after {within:?}: {:?}", depths(db));
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn hex(i: usize) -> String {

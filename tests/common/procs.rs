@@ -183,3 +183,35 @@ pub fn metric(port: u16, name: &str) -> i64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
+
+/// `aqgate admin queues` on `db`: each queue's depth.
+pub fn depths(db: &str) -> std::collections::BTreeMap<String, i64> {
+    let out = Command::new(BIN).args(["admin", "queues", "--database", db]).output().expect("admin queues");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?.to_string();
+            let depth = l.split_whitespace().last()?.parse().ok()?;
+            Some((name, depth))
+        })
+        .collect()
+}
+
+/// The depth of `queue` in `db` (as `aqgate admin queues` shows it).
+pub fn depth(db: &str, queue: &str) -> i64 {
+    depths(db).get(queue).copied().unwrap_or_else(|| panic!("{queue} not listed"))
+}
+
+/// Waits until `queue` in `db` holds `n` messages.
+pub fn wait_depth(db: &str, queue: &str, n: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let d = depth(db, queue);
+        if d == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{queue} holds {d}, not {n}, after {within:?}: {:?}", depths(db));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -126,7 +126,7 @@ pub struct Session {
     /// The session moves other agents' messages (a propagation job): a `sender_id` it gives
     /// is kept as it is instead of being the session's agent. Never set for a client.
     pub carries_senders: bool,
-    /// How many messages one AQXmlReceive of this session may take (all in one database
+    /// How many messages one AQXmlReceive may take here (all in one database
     /// transaction): 1 for a client, a job's batch size for a propagation job.
     pub max_messages: u32,
 }
