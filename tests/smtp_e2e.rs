@@ -57,6 +57,18 @@ fn swaks_with(port: u16, from: &str, mail: &Path, extra: &[&str]) -> (bool, Stri
     (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
 }
 
+/// The first reply mail in the outbox `dir` that `matches`, waited for up to 15 s.
+async fn reply_in(dir: &Path, what: &str, matches: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(r) = outbox(dir).into_iter().find(|r| matches(r)) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "no {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn outbox(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|d| d.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).map(|t| readable(&t)).collect())
@@ -100,14 +112,7 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     assert!(transcript.contains("250 2.0.0 verified for agent SCOTT"), "{transcript}");
 
     // The response comes back by mail.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let reply = loop {
-        if let Some(r) = outbox(&out_dir).into_iter().next() {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no reply mail");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let reply = reply_in(&out_dir, "reply mail", |_| true).await;
     assert!(reply.contains("AQXmlSendResponse") && reply.contains("QS.NEW_ORDERS_QUE"), "{reply}");
     assert!(reply.contains("To: scott@example.com") && reply.contains("Subject: Re: new order"), "{reply}");
 
@@ -178,14 +183,7 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
     let recv = sign(&work, "recv", &example("07"), "scott", "scott@example.com");
     let (ok, transcript) = swaks(sp, "scott@example.com", &recv);
     assert!(ok, "{transcript}");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let reply = loop {
-        if let Some(r) = outbox(&out_dir).into_iter().find(|r| r.contains("AQXmlReceiveResponse")) {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no reply to the receive");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let reply = reply_in(&out_dir, "reply to the receive", |r| r.contains("AQXmlReceiveResponse")).await;
     assert!(
         reply.contains("<correlation>HLB-4471</correlation>") && reply.contains("<CITY>PORTLAND</CITY>"),
         "{reply}"
@@ -445,14 +443,7 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     let (ok, transcript) = swaks(sp, "john@example.com", &johns);
     assert!(ok, "{transcript}");
     assert!(transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let reply = loop {
-        if let Some(r) = outbox(&out_dir).into_iter().next() {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no reply mail");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let reply = reply_in(&out_dir, "reply mail", |_| true).await;
     assert!(reply.contains("To: john@example.com"), "{reply}");
     assert!(reply.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{reply}");
     let r = http(hp, &receive("QS.NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
