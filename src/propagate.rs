@@ -18,6 +18,9 @@
 //! exception queue, or on a transient failure, the message stays in the source and the job
 //! retries with backoff (1 s doubling to 60 s).
 //!
+//! A job's receives take messages still in their delay too, and the copies keep their
+//! times (`Session::carry`): a delayed message waits at the destination, not here.
+//!
 //! A job that starts rolls back the batches its agent left open in the store (a process
 //! killed between a batch's receives and its commit), so their messages move at once.
 //!
@@ -282,7 +285,9 @@ async fn move_batch(
     }
     let n = messages.len();
     let out: Vec<Message> = messages.iter().enumerate().map(|(i, m)| forward(job, m, i)).collect();
-    match engine.execute(&mut session, send(&job.destination, out.clone())).await {
+    // The copies keep their times: original enqueue time, delay end, expiry.
+    let times = std::mem::take(&mut session.received);
+    match carried_send(engine, &mut session, &job.destination, out.clone(), times.clone()).await {
         Ok(_) => {
             stats.propagated.add(n as u64);
             Ok(Moved::Done(n))
@@ -294,7 +299,7 @@ async fn move_batch(
         Err(e) if permanent(&e) && job.exception_queue.is_some() => {
             let eq = job.exception_queue.clone().unwrap_or_default();
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-            match engine.execute(&mut session, send(&eq, out)).await {
+            match carried_send(engine, &mut session, &eq, out, times).await {
                 Ok(_) => {
                     stats.exceptions.add(n as u64);
                     tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
@@ -327,9 +332,13 @@ async fn move_remote(
     let Some(m) = m else { return Ok(Moved::Done(0)) };
     let id = m.header.message_id.clone().unwrap_or_default();
     let out = forward(job, &m, 0);
+    let times = session.received.first().copied();
     // The remote records the agent the job logs in as there as the sender (and refuses a
-    // sender_id naming any other agent): the local sender stays here.
-    let there = Message { header: MessageHeader { sender_id: None, ..out.header.clone() }, ..out.clone() };
+    // sender_id naming any other agent): the local sender stays here. It takes the
+    // remaining delay and expiration in seconds, counted from its own clock.
+    let (delay, expiration) = times.map_or((None, None), |t| t.remaining_secs(engine.now()));
+    let there =
+        Message { header: MessageHeader { sender_id: None, delay, expiration, ..out.header.clone() }, ..out.clone() };
     match remote.send(&job.name, &id, &job.destination, there).await {
         remote::Sent::Done => {
             engine.execute(&mut session, Request::Commit).await?;
@@ -337,7 +346,7 @@ async fn move_remote(
             Ok(Moved::Done(1))
         }
         remote::Sent::Permanent(why) => match job.exception_queue.clone() {
-            Some(eq) => match engine.execute(&mut session, send(&eq, vec![out])).await {
+            Some(eq) => match carried_send(engine, &mut session, &eq, vec![out], times.into_iter().collect()).await {
                 Ok(_) => {
                     stats.exceptions.inc();
                     tracing::warn!(job = %job.name, message = %id, exception_queue = %eq, reason = %why,
@@ -352,6 +361,18 @@ async fn move_remote(
             Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await)
         }
     }
+}
+
+/// Sends `messages` with commit, giving them `times` (see `Session::carry`).
+async fn carried_send(
+    engine: &Engine,
+    session: &mut Session,
+    queue: &str,
+    messages: Vec<Message>,
+    times: Vec<aqgate_core::engine::Carried>,
+) -> Result<Response, AqError> {
+    session.carry = times;
+    engine.execute(session, send(queue, messages)).await
 }
 
 /// The batch's first receive, which waits for a message: given up (taking nothing) when the

@@ -282,3 +282,65 @@ async fn admin_jobs_lists_disables_and_enables_jobs() {
     drop(s);
     let _ = std::fs::remove_file(&topo);
 }
+
+const HELD_JOB: &str = r#"
+[[queues]]
+name = "AQUSER.RAW_HELD"
+queue_table = "AQUSER.RAW_TAB"
+
+[[propagations]]
+name = "held"
+source = "AQUSER.RAW_HELD"
+destination = "AQUSER.RAW_ARCHIVE"
+enabled = false
+"#;
+
+/// A copy keeps its times: a message in its delay moves at once and waits at the
+/// destination until the same moment; the copy's `enq_time` is the original enqueue time.
+async fn copies_keep_their_times(b: Backend) {
+    let db = fresh_url(b).await;
+    let port = free_port();
+    let topo = topology_file(HELD_JOB);
+    let s = serve(&db, port, &topo);
+    let sent = std::time::Instant::now();
+    send_all(port, "AQUSER.RAW_QUE", 0, 1, 1, "<delay>10</delay><expiration>600</expiration>").await;
+    send_all(port, "AQUSER.RAW_QUE", 1, 1, 1, "").await;
+    // Both leave the source at once, the delayed one too...
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 2, Duration::from_secs(30));
+    assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 0);
+    assert!(sent.elapsed() < Duration::from_secs(10), "the delayed message waited in the source");
+    // ...and at the destination only the other one is ready.
+    let now = drain(port, "AQUSER.RAW_ARCHIVE", None).await;
+    assert!(sent.elapsed() < Duration::from_secs(10), "too slow to tell: {:?}", sent.elapsed());
+    assert_eq!(now.iter().map(|(_, p, _)| p.clone()).collect::<Vec<_>>(), [hex(1)]);
+    let r = http(port, &receive("AQUSER.RAW_ARCHIVE", "<wait_time>30</wait_time>", COMMIT)).await;
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), [hex(0)]);
+    assert!(sent.elapsed() >= Duration::from_secs(10), "ready at the destination before its delay ended");
+
+    // The held job is enabled two seconds after its message was enqueued: the copy's
+    // enq_time is still the original one, before the job moved it.
+    send_all(port, "AQUSER.RAW_HELD", 7, 1, 1, "").await;
+    std::thread::sleep(Duration::from_millis(2100));
+    let before_move = aqgate_core::engine::context::format_timestamp(aqgate_core::clock::Clock::now(
+        &aqgate_core::clock::SystemClock,
+    ));
+    assert!(admin_jobs(&db, &["--enable", "held"]).0);
+    s.signal("-HUP");
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 1, Duration::from_secs(30));
+    let cond =
+        format!("<wait_time>0</wait_time><selector><condition>enq_time &lt; '{before_move}'</condition></selector>");
+    let r = http(port, &receive("AQUSER.RAW_ARCHIVE", &cond, COMMIT)).await;
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), [hex(7)], "enq_time < {before_move}");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_keep_their_times_on_sqlite() {
+    copies_keep_their_times(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_keep_their_times_on_postgres() {
+    copies_keep_their_times(Backend::Postgres).await;
+}

@@ -167,3 +167,31 @@ async fn a_message_of_another_sender_arrives_with_the_remote_agent_as_sender() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// A message in its delay leaves at once and waits at the remote for the rest of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_message_waits_at_the_remote() {
+    let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Postgres).await);
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_topo = topology("AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", b_port);
+    let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
+    let a = serve(&a_db, a_port, &a_topo);
+    let b = serve(&b_db, b_port, &b_topo);
+    let sent = std::time::Instant::now();
+    let r =
+        http(a_port, &raw_send("AQUSER.RAW_QUE", &[("<delay>10</delay><expiration>600</expiration>", "0C0D")], COMMIT))
+            .await;
+    assert!(matches!(r, Response::Send(..)), "{r:?}");
+    wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 1, Duration::from_secs(30));
+    assert_eq!(depth(&a_db, "AQUSER.RAW_QUE"), 0);
+    let r = http(b_port, &receive("AQUSER.RAW_ARCHIVE", "<wait_time>0</wait_time>", COMMIT)).await;
+    assert!(sent.elapsed() < Duration::from_secs(10), "too slow to tell: {:?}", sent.elapsed());
+    assert!(matches!(&r, Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE), "ready early: {r:?}");
+    let r = http(b_port, &receive("AQUSER.RAW_ARCHIVE", "<wait_time>30</wait_time>", COMMIT)).await;
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), ["0C0D"]);
+    assert!(sent.elapsed() >= Duration::from_secs(10), "ready at the remote before its delay ended");
+    drop((a, b));
+    for f in [a_topo, b_topo] {
+        let _ = std::fs::remove_file(f);
+    }
+}

@@ -199,6 +199,9 @@ pub struct CandidateQuery {
     pub msgid: Option<[u8; 16]>,
     /// BROWSE sees messages locked by others too.
     pub include_locked: bool,
+    /// Messages still in their delay count too (a propagation job moves them with the
+    /// remaining delay). `take_head` never takes them.
+    pub include_waiting: bool,
     pub limit: i64,
 }
 

@@ -136,6 +136,7 @@ impl Engine {
     ) -> Result<Vec<Message>, AqError> {
         let o = &req.consumer;
         let now = self.now();
+        session.received.clear();
         // More than one only for a session that asks (a propagation job), and never for a
         // browse (its position is one message).
         let want = if o.dequeue_mode == DequeueMode::Browse { 1 } else { session.max_messages.clamp(1, 1000) as usize };
@@ -168,6 +169,7 @@ impl Engine {
                 corrid: filter.corrid.clone(),
                 msgid: filter.msgid,
                 include_locked: false,
+                include_waiting: false,
                 limit: 1,
             };
             let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
@@ -199,6 +201,7 @@ impl Engine {
                 corrid: filter.corrid.clone(),
                 msgid: filter.msgid,
                 include_locked: browse,
+                include_waiting: session.carries_senders && !browse,
                 // Without a condition the first candidate is normally the answer: fetch one
                 // payload, not a page of them.
                 limit: if filter.condition.is_some() {
@@ -265,6 +268,12 @@ impl Engine {
                 return Err(e);
             }
         };
+        if session.carries_senders {
+            session.received = found
+                .iter()
+                .map(|m| Carried { enq_time: m.enq_time, delay_until: m.delay_until, expire_at: m.expire_at })
+                .collect();
+        }
         let takes_lock = !browse && !remove_now;
         let mut next = session.state();
         if let Some(m) = found.last() {

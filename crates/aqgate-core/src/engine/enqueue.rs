@@ -17,6 +17,8 @@ impl Engine {
         req: EnqueueRequest,
         wrap: fn(EnqueueResult) -> Response,
     ) -> Result<Response, AqError> {
+        // The times a propagation job carries are for this send only.
+        let carry = std::mem::take(&mut session.carry);
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         let mut req = req;
@@ -47,8 +49,10 @@ impl Engine {
         let mut ids = Vec::with_capacity(req.messages.len());
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+            let carried = if session.carries_senders { carry.get(i) } else { None };
+            let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
-                .new_message(resolved, queue, qid, m, now, if commit_now { None } else { Some(session.txn.clone()) })
+                .new_message(resolved, queue, qid, m, now, carried, txn)
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
@@ -97,6 +101,7 @@ impl Engine {
         qid: QueueId,
         m: &Message,
         now: Micros,
+        carried: Option<&Carried>,
         enq_txn: Option<String>,
     ) -> Result<NewMessage, AqError> {
         let h = &m.header;
@@ -152,15 +157,23 @@ impl Engine {
         // UUIDv7: time-ordered, so the unique index on message ids is appended to, not
         // written at random pages; 74 random bits keep them unique across processes.
         let msgid = *uuid::Uuid::now_v7().as_bytes();
-        let delay_until = (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC)));
-        let expire_at = (expiration > 0)
-            .then(|| now.saturating_add(delay.saturating_add(expiration).saturating_mul(MICROS_PER_SEC)));
+        let (enq_time, delay_until, expire_at) = match carried {
+            // A propagated message keeps its times: first enqueued then, ready and expiring
+            // when it would have been in its source.
+            Some(c) => (c.enq_time, c.delay_until, c.expire_at),
+            None => (
+                now,
+                (delay > 0).then(|| now.saturating_add(delay.saturating_mul(MICROS_PER_SEC))),
+                (expiration > 0)
+                    .then(|| now.saturating_add(delay.saturating_add(expiration).saturating_mul(MICROS_PER_SEC))),
+            ),
+        };
         let mut row = NewMessage {
             msgid,
             queue: qid,
             corrid: h.correlation.clone(),
             priority,
-            enq_time: now,
+            enq_time,
             delay_until,
             expire_at,
             sender,

@@ -31,7 +31,7 @@ use crate::idap::model::*;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
-pub use session::{Abandon, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
+pub use session::{Abandon, Carried, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 
 /// Tunables of the engine.
 #[derive(Clone)]

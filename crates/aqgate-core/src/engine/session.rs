@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 
 use rand::RngCore;
 
-use crate::clock::Micros;
+use crate::clock::{MICROS_PER_SEC, Micros};
 use crate::store::{Position, QueueId, SessionRow};
 
 /// 128 random bits, hex: unguessable, issued by the server only.
@@ -96,6 +96,31 @@ pub struct IdempotencyClaim {
     pub request_hash: Vec<u8>,
 }
 
+/// A message's times, as a propagation job carries them from source to destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    /// When the message was first enqueued.
+    pub enq_time: Micros,
+    /// The end of its delay, if it has one (past or future).
+    pub delay_until: Option<Micros>,
+    /// When it expires, if ever.
+    pub expire_at: Option<Micros>,
+}
+
+impl Carried {
+    /// The remaining delay and expiration at `now`, in whole seconds as IDAP counts them
+    /// (the expiration counted from the end of the delay, rounded up so that a message
+    /// never expires early): for a destination that takes only IDAP.
+    pub fn remaining_secs(&self, now: Micros) -> (Option<i64>, Option<i64>) {
+        let ceil = |us: i64| (us + MICROS_PER_SEC - 1) / MICROS_PER_SEC;
+        let delay_end = self.delay_until.filter(|t| *t > now);
+        let delay = delay_end.map(|t| ceil(t - now));
+        let from = delay_end.map_or(now, |_| now + delay.unwrap_or(0) * MICROS_PER_SEC);
+        let expiration = self.expire_at.map(|t| ceil(t - from).max(1));
+        (delay, expiration)
+    }
+}
+
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
@@ -123,9 +148,19 @@ pub struct Session {
     pub abandon: Option<Arc<Abandon>>,
     /// The idempotency key of the request being performed.
     pub idempotency: Option<IdempotencyClaim>,
-    /// The session moves other agents' messages (a propagation job): a `sender_id` it gives
-    /// is kept as it is instead of being the session's agent. Never set for a client.
+    /// The session moves other agents' messages (a propagation job). Never set for a client.
+    /// - Its receives take messages still in their delay too, and record each message's
+    ///   times in `received`;
+    /// - its sends keep a `sender_id` as given (instead of the session's agent) and give
+    ///   the messages the times in `carry` (the original enqueue time, the same delay end
+    ///   and expiry) instead of counting them from now.
     pub carries_senders: bool,
+    /// The times of the messages the last receive returned, in their order (a propagation
+    /// job's session only).
+    pub received: Vec<Carried>,
+    /// The times the next send gives its messages, in their order (a propagation job's
+    /// session only; a message beyond the list is timed as a client's is).
+    pub carry: Vec<Carried>,
     /// How many messages one AQXmlReceive may take here (all in one database
     /// transaction): 1 for a client, a job's batch size for a propagation job.
     pub max_messages: u32,
@@ -150,6 +185,8 @@ impl Session {
             abandon: None,
             idempotency: None,
             carries_senders: false,
+            received: Vec::new(),
+            carry: Vec::new(),
             max_messages: 1,
         }
     }

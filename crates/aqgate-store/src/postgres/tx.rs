@@ -128,7 +128,9 @@ impl StoreTx for PgTx {
             b.push(" AND d.consumer = ").push_bind(q.consumer.clone());
         }
         b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
-        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        if !q.include_waiting {
+            b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        }
         b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
         if let Some(p) = q.after {
             b.push(format!(" AND ({d}.prio_key, {d_seq}) > ("))

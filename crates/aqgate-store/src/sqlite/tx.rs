@@ -143,7 +143,9 @@ impl StoreTx for SqliteTx {
         );
         b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
         b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
-        b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        if !q.include_waiting {
+            b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
+        }
         b.push(" AND (m.expire_at IS NULL OR m.expire_at > ").push_bind(q.now).push(")");
         if let Some(p) = q.after {
             b.push(" AND (d.prio_key, d.msg_seq) > (").push_bind(p.prio_key).push(", ").push_bind(p.seq).push(")");
