@@ -94,6 +94,7 @@ impl Engine {
         Ok(response)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new_message(
         &self,
         resolved: &Resolved,
