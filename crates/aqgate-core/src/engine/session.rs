@@ -440,4 +440,18 @@ mod tests {
         assert_eq!(s.busy(), 0, "entries go with their last request");
         assert!(s.try_turn(b"a").is_some());
     }
+
+    #[test]
+    fn remaining_times_are_whole_seconds_rounded_up() {
+        let s = MICROS_PER_SEC;
+        let t = |delay_until, expire_at| Carried { enq_time: 0, delay_until, expire_at };
+        // Nothing to carry.
+        assert_eq!(t(None, None).remaining_secs(100 * s), (None, None));
+        // In its delay: 2.5 s left become 3; the expiry 10 s after the delay end stays
+        // 10 s after the later, rounded end (never earlier than it was).
+        assert_eq!(t(Some(102 * s + s / 2), Some(112 * s + s / 2)).remaining_secs(100 * s), (Some(3), Some(10)));
+        // Its delay is over: the expiration counts from now, rounded up, at least 1.
+        assert_eq!(t(Some(90 * s), Some(104 * s + 1)).remaining_secs(100 * s), (None, Some(5)));
+        assert_eq!(t(None, Some(100 * s + 1)).remaining_secs(100 * s), (None, Some(1)));
+    }
 }
