@@ -18,7 +18,9 @@
 //! - `notify`: registers `--user` for notifications on the queue to an HTTP receiver in this
 //!   process, then sends single messages (+ commit) at `--rate` per second in all; latency
 //!   is commit → notification POST received (the server must allow the receiver:
-//!   `--notify-allow 127.0.0.1`).
+//!   `--notify-allow 127.0.0.1`). With `--register-queue DEST` it registers on DEST, the
+//!   destination of a propagation job from the queue (`preserve_message_id`), and the
+//!   latency is the propagation lag up to the destination's notification.
 //! - `store`: no HTTP or XML: committed enqueues straight into the store at `--database`.
 //! - `parse`: no HTTP or store: the batch request parsed in this process, by `--clients`
 //!   threads.
@@ -114,6 +116,11 @@ struct Args {
     /// the smtp scenario (default: as fast as the server takes them).
     #[arg(long)]
     rate: Option<u64>,
+    /// The notify scenario registers on this queue instead of `--queue`: with a
+    /// propagation job from `--queue` to it that has `preserve_message_id`, the latency is
+    /// source commit → destination commit's notification (matched by correlation).
+    #[arg(long)]
+    register_queue: Option<String>,
     /// The store scenario's database (a PostgreSQL URL or a SQLite path/URL). It gets the
     /// migrations and the queue `--queue`.
     #[arg(long)]

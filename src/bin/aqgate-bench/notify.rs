@@ -4,8 +4,13 @@
 use super::*;
 
 pub(super) fn message_id_in(xml: &str) -> Option<String> {
-    let start = xml.find("<message_id>")? + "<message_id>".len();
-    let end = xml[start..].find("</message_id>")? + start;
+    element_in(xml, "message_id")
+}
+
+fn element_in(xml: &str, name: &str) -> Option<String> {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&close)? + start;
     Some(xml[start..end].to_string())
 }
 
@@ -15,6 +20,9 @@ pub(super) async fn notify_bench(args: &Args) -> anyhow::Result<()> {
     use std::sync::Mutex;
     type Arrivals = Arc<Mutex<HashMap<String, (Instant, u32)>>>;
     let arrivals: Arrivals = Arc::new(Mutex::new(HashMap::new()));
+    // Notifications of a propagation job's destination name the source message in their
+    // correlation.
+    let key = if args.register_queue.is_some() { "correlation" } else { "message_id" };
     let app = axum::Router::new().route(
         "/n",
         axum::routing::post({
@@ -23,7 +31,7 @@ pub(super) async fn notify_bench(args: &Args) -> anyhow::Result<()> {
                 let arrivals = arrivals.clone();
                 async move {
                     let now = Instant::now();
-                    if let Some(id) = message_id_in(&body) {
+                    if let Some(id) = element_in(&body, key) {
                         let mut a = arrivals.lock().unwrap_or_else(|p| p.into_inner());
                         a.entry(id).and_modify(|e| e.1 += 1).or_insert((now, 1));
                     }
@@ -42,7 +50,7 @@ pub(super) async fn notify_bench(args: &Args) -> anyhow::Result<()> {
         || Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref()).expect("--url was checked above");
     let reg = format!(
         r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRegister xmlns="http://ns.oracle.com/AQ/schemas/access"><register_options><destination>{}</destination><notify_url>http://127.0.0.1:{port}/n</notify_url></register_options><AQXmlCommit/></AQXmlRegister></Body></Envelope>"#,
-        args.queue
+        args.register_queue.as_deref().unwrap_or(&args.queue)
     );
     let r = mk().post(reg).await?;
     anyhow::ensure!(!r.contains("<Fault"), "register failed (is the server run with --notify-allow 127.0.0.1?): {r}");
