@@ -36,6 +36,7 @@ on_both_backends!(
     rolled_back_remove_returns_the_message_with_a_delivery_count,
     browse_does_not_remove_and_navigates,
     locked_messages_are_skipped_by_others_until_commit,
+    a_batch_receive_takes_what_no_one_else_holds,
     priority_queues_sort_by_priority_then_time,
     selectors_by_correlation_message_id_and_condition,
     multi_consumer_fan_out_and_recipient_lists,
@@ -429,6 +430,39 @@ async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
         Ok("01".into()),
         "the locked message stays in the queue and is free after commit"
     );
+}
+
+/// A propagation job's receive takes several messages in one statement: it skips the one
+/// another session holds, returns the rest in queue order, and another batch gets the others.
+async fn a_batch_receive_takes_what_no_one_else_holds(b: Backend) {
+    let h = Harness::new(b).await;
+    let mut p = h.session("scott");
+    let msgs: Vec<(&str, &str)> = ["01", "02", "03", "04", "05", "06", "07"].iter().map(|x| ("", *x)).collect();
+    h.run(&mut p, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send");
+    let mut other = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut other, "", "").await, Ok("01".into()));
+    assert_eq!(
+        recv_raw(
+            &h,
+            &mut other,
+            "<dequeue_mode>LOCKED</dequeue_mode><navigation_mode>FIRST_MESSAGE</navigation_mode>",
+            ""
+        )
+        .await,
+        Ok("02".into())
+    );
+    let mut job = h.session("scott");
+    job.max_messages = 4;
+    let r = h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("batch");
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), ["03", "04", "05", "06"]);
+    let mut second = h.session("scott");
+    second.max_messages = 4;
+    let r = h.run(&mut second, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("second batch");
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), ["07"], "the first batch holds its four");
+    h.run(&mut other, &envelope(ROLLBACK)).await.expect("rollback");
+    h.run(&mut job, &envelope(COMMIT)).await.expect("commit");
+    h.run(&mut second, &envelope(COMMIT)).await.expect("commit");
+    assert_eq!(depth(&h, RAWQ).await, 2, "01 and 02 are back, the batches' five are gone");
 }
 
 async fn priority_queues_sort_by_priority_then_time(b: Backend) {

@@ -650,6 +650,18 @@ pub trait StoreTx: Send {
     /// there first.
     async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
 
+    /// [`StoreTx::lock`] for several deliveries of `consumer` at once (a propagation job's
+    /// batch): the seqs taken, in no particular order.
+    async fn lock_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, kind: LockKind) -> Result<Vec<i64>> {
+        let mut taken = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            if self.lock(seq, consumer, txn, kind).await? {
+                taken.push(seq);
+            }
+        }
+        Ok(taken)
+    }
+
     /// Removes a delivery now (IMMEDIATE REMOVE); the message goes when no delivery is
     /// left. False if another session holds it. `shared`: the message may have other
     /// consumers' deliveries (multi-consumer queue).

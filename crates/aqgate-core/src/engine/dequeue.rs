@@ -212,8 +212,16 @@ impl Engine {
             };
             loop {
                 let batch = tx.candidates(&q).await?;
-                let exhausted = (batch.len() as i64) < q.limit;
+                let mut exhausted = (batch.len() as i64) < q.limit;
+                // The candidates that meet the condition, as many as are still wanted; then
+                // taken together (one statement for a job's batch).
+                let mut picked = Vec::new();
                 for m in batch {
+                    if found.len() + picked.len() >= want {
+                        // Not looked at: the next query starts from here.
+                        exhausted = false;
+                        break;
+                    }
                     q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
                     if let Some(c) = &filter.condition {
                         let ctx = context::MessageContext::for_stored(
@@ -226,20 +234,39 @@ impl Engine {
                             continue;
                         }
                     }
-                    let taken = match o.dequeue_mode {
-                        DequeueMode::Browse => true,
-                        DequeueMode::Locked => tx.lock(m.seq, consumer, &session.txn, LockKind::Locked).await?,
-                        DequeueMode::Remove if remove_now => {
-                            tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await?
-                        }
-                        DequeueMode::Remove => tx.lock(m.seq, consumer, &session.txn, LockKind::Remove).await?,
-                    };
-                    if taken {
-                        found.push(m);
-                        if found.len() >= want {
-                            break 'passes;
+                    picked.push(m);
+                }
+                match o.dequeue_mode {
+                    DequeueMode::Browse => found.extend(picked),
+                    DequeueMode::Remove if remove_now => {
+                        for m in picked {
+                            if tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await? {
+                                found.push(m);
+                            }
                         }
                     }
+                    DequeueMode::Locked | DequeueMode::Remove => {
+                        let kind =
+                            if o.dequeue_mode == DequeueMode::Locked { LockKind::Locked } else { LockKind::Remove };
+                        let taken: std::collections::HashSet<i64> = match picked.as_slice() {
+                            [] => Default::default(),
+                            [m] => {
+                                if tx.lock(m.seq, consumer, &session.txn, kind).await? {
+                                    [m.seq].into()
+                                } else {
+                                    Default::default()
+                                }
+                            }
+                            _ => {
+                                let seqs: Vec<i64> = picked.iter().map(|m| m.seq).collect();
+                                tx.lock_many(&seqs, consumer, &session.txn, kind).await?.into_iter().collect()
+                            }
+                        };
+                        found.extend(picked.into_iter().filter(|m| taken.contains(&m.seq)));
+                    }
+                }
+                if found.len() >= want {
+                    break 'passes;
                 }
                 if exhausted {
                     break;

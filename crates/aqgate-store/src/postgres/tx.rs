@@ -189,6 +189,29 @@ impl StoreTx for PgTx {
         Ok(r.rows_affected() == 1)
     }
 
+    async fn lock_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, kind: LockKind) -> Result<Vec<i64>> {
+        // One statement for the batch: the candidates' rows are this transaction's already
+        // (FOR UPDATE), so this only marks them.
+        let q = if consumer.is_empty() {
+            sqlx::query_scalar(
+                "UPDATE messages SET lock_txn = $1, lock_kind = $2
+                 WHERE seq = ANY($3) AND single AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))
+                 RETURNING seq",
+            )
+        } else {
+            sqlx::query_scalar(
+                "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
+                 WHERE msg_seq = ANY($3) AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))
+                 RETURNING msg_seq",
+            )
+        };
+        let mut q = q.bind(txn).bind(kind as i64).bind(seqs);
+        if !consumer.is_empty() {
+            q = q.bind(consumer);
+        }
+        q.fetch_all(&mut *self.tx).await.db()
+    }
+
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
         if consumer.is_empty() {
             let r = sqlx::query(

@@ -181,6 +181,24 @@ impl StoreTx for SqliteTx {
         Ok(r.rows_affected() == 1)
     }
 
+    async fn lock_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, kind: LockKind) -> Result<Vec<i64>> {
+        let mut taken = Vec::with_capacity(seqs.len());
+        for part in seqs.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE deliveries SET lock_txn = ");
+            b.push_bind(txn).push(", lock_kind = ").push_bind(kind as i64);
+            b.push(" WHERE consumer = ").push_bind(consumer).push(" AND msg_seq IN (");
+            let mut list = b.separated(", ");
+            for seq in part {
+                list.push_bind(*seq);
+            }
+            b.push(") AND (lock_txn IS NULL OR (lock_txn = ")
+                .push_bind(txn)
+                .push(" AND lock_kind = 2)) RETURNING msg_seq");
+            taken.extend(b.build_query_scalar::<i64>().fetch_all(&mut *self.tx).await.db()?);
+        }
+        Ok(taken)
+    }
+
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, _shared: bool) -> Result<bool> {
         // One writer at a time: no other consumer can interleave here.
         let r = sqlx::query(
