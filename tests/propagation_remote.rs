@@ -136,8 +136,19 @@ async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
     assert_exactly(&drain(a_port, "AQUSER.RAW_REJECTS").await, 5000..5003);
     let (_, text) = http_get(a_port, "/metrics").expect("metrics");
     assert!(text.contains("aqgate_propagation_exceptions_total{job=\"OUT\"} 3"), "{text}");
+
+    // A remote queue of another payload type: a RAW message cannot be converted to a JMS
+    // text message; refused for good, with the remote's reason in the log.
+    drop(a);
+    let jms = topology("AQUSER.RAW_QUE", "AQUSER.JMS_TEXTQ", b_port);
+    let a = serve(&a_db, a_port, &jms);
+    send_all(a_port, "AQUSER.RAW_QUE", 6000, 2, 2).await;
+    wait_depth(&a_db, "AQUSER.RAW_REJECTS", 2, Duration::from_secs(30));
+    assert_exactly(&drain(a_port, "AQUSER.RAW_REJECTS").await, 6000..6002);
+    assert_eq!(depth(&b_db, "AQUSER.JMS_TEXTQ"), 0);
+    assert!(a.log().contains("payload does not match queue type"), "{}", a.log_tail(20));
     drop((a, b));
-    for f in [a_topo, b_topo, bad] {
+    for f in [a_topo, b_topo, bad, jms] {
         let _ = std::fs::remove_file(f);
     }
 }
