@@ -167,8 +167,8 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
     // Store and forward, with the client's transaction: an uncommitted send stays here
     // while a committed one after it goes.
     let mut cookie = None;
-    let r = idap_in(a, SCOTT, &mut cookie, &raw_send("HQ.ORDERS", &[("<correlation>later</correlation>", "01")], ""))
-        .await;
+    let r =
+        idap_in(a, SCOTT, &mut cookie, &raw_send("HQ.ORDERS", &[("<correlation>later</correlation>", "01")], "")).await;
     assert!(matches!(r, Response::Send(..)), "{r:?}");
     assert!(cookie.is_some(), "an open transaction");
     let r = http(a, &raw_send("HQ.ORDERS", &[("<correlation>first</correlation>", "02")], COMMIT)).await;
@@ -192,7 +192,8 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
     // `admin jobs` shows the implicit jobs.
     let out = std::process::Command::new(BIN).args(["admin", "jobs", "--database", &p.a_db]).output().expect("jobs");
     let listing = String::from_utf8_lossy(&out.stdout);
-    let row: Vec<&str> = listing.lines().find(|l| l.starts_with("HQ.ORDERS ")).expect(&listing).split_whitespace().collect();
+    let row: Vec<&str> =
+        listing.lines().find(|l| l.starts_with("HQ.ORDERS ")).expect(&listing).split_whitespace().collect();
     let remote_url = format!("http://127.0.0.1:{b}/aqserv");
     assert_eq!(row, ["HQ.ORDERS", "ENABLED", "space", "HQ.ORDERS", &remote_url, "AQUSER.RAW_QUE", "0"], "{listing}");
     assert!(listing.lines().any(|l| l.starts_with("HQ.MISSING ")), "{listing}");
@@ -200,31 +201,90 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
     // Limits and faults: the whole request is refused, with a valid message in it too.
     let ok = ("", "0A0B");
     let refused: Vec<(Vec<(&str, &str)>, String, i32, String)> = vec![
-        (vec![], raw_send("HQ.ORDERS", &[ok, ("", "000102030405060708090A0B0C0D0E0F10")], COMMIT), code::INVALID_VALUE,
-         "message 2: the payload of 17 bytes is larger than remote queue space HQ takes (max_message_size 16)".into()),
-        (vec![], jms_send("HQ.ORDERS"), code::PAYLOAD_MISMATCH, "HQ.ORDERS of remote queue space HQ takes RAW payloads (payload_type)".into()),
-        (vec![], raw_send("HQ.ORDERS", &[ok, ("<delay>86401</delay>", "0C")], COMMIT), code::INVALID_VALUE,
-         "message 2: delay: a delay of 86401 s is more than remote queue space HQ takes (max_delay 86400 s)".into()),
-        (vec![("aq-schedule", "R:24:01")], raw_send("HQ.ORDERS", &[ok], COMMIT), code::INVALID_VALUE,
-         "AQ-Schedule R:24:01: a delay of 86460 s is more than remote queue space HQ takes (max_delay 86400 s)".into()),
-        (vec![("aq-schedule", "R:01:00")], raw_send("HQ.ORDERS", &[ok, ("<delay>5</delay>", "0C")], COMMIT), code::INVALID_VALUE,
-         "message 2: the message has a delay and the request an AQ-Schedule".into()),
-        (vec![("aq-schedule", "25:00")], raw_send("HQ.ORDERS", &[ok], COMMIT), code::INVALID_VALUE,
-         "AQ-Schedule 25:00: expected HH:MM, R:HH:MM, L:HH:MM or an RFC 3339 timestamp".into()),
-        (vec![("aq-schedule", "L:10:00")], raw_send("HQ.ORDERS", &[ok], COMMIT), code::INVALID_VALUE,
-         "an L: schedule needs the AQ-Client-Timezone header".into()),
-        (vec![("aq-schedule", "L:10:00"), ("aq-client-timezone", "CET")], raw_send("HQ.ORDERS", &[ok], COMMIT),
-         code::INVALID_VALUE, "AQ-Client-Timezone CET: expected a UTC offset".into()),
-        (vec![("aq-schedule", "R:00:10")], raw_send("AQUSER.RAW_QUE", &[ok], COMMIT), code::INVALID_VALUE,
-         "AQ-Schedule applies to the queues of remote queue spaces, and AQUSER.RAW_QUE is not one".into()),
-        (vec![], raw_send("HQ.NOPE", &[ok], COMMIT), code::NO_SUCH_QUEUE,
-         "queue HQ.NOPE does not exist: remote queue space HQ maps no such queue (it maps HQ.MISSING, HQ.ORDERS)".into()),
+        (
+            vec![],
+            raw_send("HQ.ORDERS", &[ok, ("", "000102030405060708090A0B0C0D0E0F10")], COMMIT),
+            code::INVALID_VALUE,
+            "message 2: the payload of 17 bytes is larger than remote queue space HQ takes (max_message_size 16)"
+                .into(),
+        ),
+        (
+            vec![],
+            jms_send("HQ.ORDERS"),
+            code::PAYLOAD_MISMATCH,
+            "HQ.ORDERS of remote queue space HQ takes RAW payloads (payload_type)".into(),
+        ),
+        (
+            vec![],
+            raw_send("HQ.ORDERS", &[ok, ("<delay>86401</delay>", "0C")], COMMIT),
+            code::INVALID_VALUE,
+            "message 2: delay: a delay of 86401 s is more than remote queue space HQ takes (max_delay 86400 s)".into(),
+        ),
+        (
+            vec![("aq-schedule", "R:24:01")],
+            raw_send("HQ.ORDERS", &[ok], COMMIT),
+            code::INVALID_VALUE,
+            "AQ-Schedule R:24:01: a delay of 86460 s is more than remote queue space HQ takes (max_delay 86400 s)"
+                .into(),
+        ),
+        (
+            vec![("aq-schedule", "R:01:00")],
+            raw_send("HQ.ORDERS", &[ok, ("<delay>5</delay>", "0C")], COMMIT),
+            code::INVALID_VALUE,
+            "message 2: the message has a delay and the request an AQ-Schedule".into(),
+        ),
+        (
+            vec![("aq-schedule", "25:00")],
+            raw_send("HQ.ORDERS", &[ok], COMMIT),
+            code::INVALID_VALUE,
+            "AQ-Schedule 25:00: expected HH:MM, R:HH:MM, L:HH:MM or an RFC 3339 timestamp".into(),
+        ),
+        (
+            vec![("aq-schedule", "L:10:00")],
+            raw_send("HQ.ORDERS", &[ok], COMMIT),
+            code::INVALID_VALUE,
+            "an L: schedule needs the AQ-Client-Timezone header".into(),
+        ),
+        (
+            vec![("aq-schedule", "L:10:00"), ("aq-client-timezone", "CET")],
+            raw_send("HQ.ORDERS", &[ok], COMMIT),
+            code::INVALID_VALUE,
+            "AQ-Client-Timezone CET: expected a UTC offset".into(),
+        ),
+        (
+            vec![("aq-schedule", "R:00:10")],
+            raw_send("AQUSER.RAW_QUE", &[ok], COMMIT),
+            code::INVALID_VALUE,
+            "AQ-Schedule applies to the queues of remote queue spaces, and AQUSER.RAW_QUE is not one".into(),
+        ),
+        (
+            vec![],
+            raw_send("HQ.NOPE", &[ok], COMMIT),
+            code::NO_SUCH_QUEUE,
+            "queue HQ.NOPE does not exist: remote queue space HQ maps no such queue (it maps HQ.MISSING, HQ.ORDERS)"
+                .into(),
+        ),
         (vec![], raw_send("XX.ORDERS", &[ok], COMMIT), code::NO_SUCH_QUEUE, "queue XX.ORDERS does not exist".into()),
-        (vec![], receive("HQ.ORDERS", "<wait_time>0</wait_time>", COMMIT), code::DEQUEUE_DISABLED,
-         format!("dequeue from HQ.ORDERS is not offered: it is a queue of remote queue space HQ, forwarded to AQUSER.RAW_QUE at {remote_url}")),
-        (vec![], register("HQ.ORDERS"), code::DEQUEUE_DISABLED, "registering for notifications on HQ.ORDERS is not offered".into()),
-        (vec![("aq-schedule", "R:00:10")], receive("HQ.MISSING$E", "<wait_time>0</wait_time>", COMMIT), code::INVALID_VALUE,
-         "AQ-Schedule applies to AQXmlSend and AQXmlPublish only".into()),
+        (
+            vec![],
+            receive("HQ.ORDERS", "<wait_time>0</wait_time>", COMMIT),
+            code::DEQUEUE_DISABLED,
+            format!(
+                "dequeue from HQ.ORDERS is not offered: it is a queue of remote queue space HQ, forwarded to AQUSER.RAW_QUE at {remote_url}"
+            ),
+        ),
+        (
+            vec![],
+            register("HQ.ORDERS"),
+            code::DEQUEUE_DISABLED,
+            "registering for notifications on HQ.ORDERS is not offered".into(),
+        ),
+        (
+            vec![("aq-schedule", "R:00:10")],
+            receive("HQ.MISSING$E", "<wait_time>0</wait_time>", COMMIT),
+            code::INVALID_VALUE,
+            "AQ-Schedule applies to AQXmlSend and AQXmlPublish only".into(),
+        ),
     ];
     for (headers, body, want_code, want_text) in &refused {
         let (c, text) = fault_of(&send_with(a, headers, body).await);
