@@ -145,6 +145,13 @@ fn payloads(got: &[(Option<String>, String)]) -> BTreeSet<String> {
     set
 }
 
+/// HTTP headers, the request, the fault's code and what its text says.
+type Refusal = (Vec<(&'static str, &'static str)>, String, i32, String);
+
+/// A message's name (its correlation), the schedule headers, its IDAP `delay` element, and
+/// when it may be dequeued at the remote.
+type ScheduleCase = (&'static str, Vec<(&'static str, String)>, &'static str, chrono::DateTime<chrono::Utc>);
+
 /// A metric with its job label.
 fn job_metric(port: u16, name: &str, job: &str) -> i64 {
     metric(port, &format!("{name}{{job=\"{job}\"}}"))
@@ -200,7 +207,7 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
 
     // Limits and faults: the whole request is refused, with a valid message in it too.
     let ok = ("", "0A0B");
-    let refused: Vec<(Vec<(&str, &str)>, String, i32, String)> = vec![
+    let refused: Vec<Refusal> = vec![
         (
             vec![],
             raw_send("HQ.ORDERS", &[ok, ("", "000102030405060708090A0B0C0D0E0F10")], COMMIT),
@@ -355,7 +362,7 @@ async fn each_schedule_form_gives_its_delay_at_the_remote() {
     let an_hour_ago = minute(now - D::hours(1));
     let in_three_hours = minute(now + D::hours(3));
     let iso = (now + D::hours(4)).with_timezone(&FixedOffset::east_opt(7200).expect("zone"));
-    let cases: Vec<(&str, Vec<(&str, String)>, &str, DateTime<Utc>)> = vec![
+    let cases: Vec<ScheduleCase> = vec![
         ("hhmm", vec![("aq-schedule", hhmm(in_two_hours, server))], "", in_two_hours),
         ("passed", vec![("aq-schedule", hhmm(an_hour_ago, server))], "", an_hour_ago + D::days(1)),
         (
