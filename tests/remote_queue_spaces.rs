@@ -398,6 +398,20 @@ async fn each_schedule_form_gives_its_delay_at_the_remote() {
         let off = (until - at.timestamp_micros()) as f64 / 1e6;
         assert!((-2.0..=10.0).contains(&off), "{name}: ready at the remote {off} s from its schedule");
     }
+
+    // Under an Idempotency-Key the schedule is part of the request.
+    let body = raw_send("HQ.ORDERS", &[("", "CD")], COMMIT);
+    let keyed = |schedule: &'static str| {
+        idap_request(&reqwest::Client::new(), &aqserv(p.a_port), SCOTT, body.clone())
+            .header("idempotency-key", "rqs-schedule-1")
+            .header("aq-schedule", schedule)
+            .send()
+    };
+    let first = keyed("R:00:01").await.expect("post");
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let again = keyed("R:00:01").await.expect("post");
+    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
+    assert_eq!(keyed("R:00:02").await.expect("post").status(), 422, "another schedule is another request");
     drop(p);
 }
 
