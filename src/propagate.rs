@@ -346,10 +346,19 @@ async fn move_remote(
             Ok(Moved::Done(1))
         }
         remote::Sent::Permanent(why) => match job.exception_queue.clone() {
-            Some(eq) => match carried_send(engine, &mut session, &eq, vec![out], times.into_iter().collect()).await {
+            Some(eq) => match carried_send(
+                engine,
+                &mut session,
+                &eq,
+                vec![rejected(job, out, &why)],
+                times.into_iter().collect(),
+            )
+            .await
+            {
                 Ok(_) => {
                     stats.exceptions.inc();
-                    tracing::warn!(job = %job.name, message = %id, exception_queue = %eq, reason = %why,
+                    tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
+                        exception_queue = %eq, reason = %why,
                         "the remote refused a message for good; moved to the exception queue");
                     Ok(Moved::Done(1))
                 }
@@ -373,6 +382,16 @@ async fn carried_send(
 ) -> Result<Response, AqError> {
     session.carry = times;
     engine.execute(session, send(queue, messages)).await
+}
+
+/// The exception queue's copy of a message the remote refused: for a remote queue space's
+/// job, whose clients cannot see the job's log, the reason (the remote's code and text) is
+/// its correlation, at most 128 characters; the original correlation is in the log.
+fn rejected(job: &PropagationInfo, mut out: Message, why: &str) -> Message {
+    if job.space.is_some() {
+        out.header.correlation = Some(why.chars().take(128).collect());
+    }
+    out
 }
 
 /// The batch's first receive, which waits for a message: given up (taking nothing) when the

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use aqgate_core::auth;
-use aqgate_core::engine::{Abandon, Engine, IdempotencyClaim, Resumed, Session};
+use aqgate_core::engine::{Abandon, ClientSchedule, Engine, IdempotencyClaim, Resumed, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
@@ -31,7 +31,9 @@ mod saml;
 
 pub use client_cert::TlsConnection;
 
-pub use aqgate_proto::names::{IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SESSION_COOKIE};
+pub use aqgate_proto::names::{
+    CLIENT_TIMEZONE_HEADER, IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SCHEDULE_HEADER, SESSION_COOKIE,
+};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -359,6 +361,22 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, AqError> {
     Ok(Some(key.to_string()))
 }
 
+/// The `AQ-Schedule` and `AQ-Client-Timezone` headers (the engine reads them: see
+/// `aqgate_core::engine::schedule`); `Ok(None)` without a schedule.
+fn client_schedule(headers: &HeaderMap) -> Result<Option<ClientSchedule>, AqError> {
+    let one = |name: &str| -> Result<Option<String>, AqError> {
+        let mut values = headers.get_all(name).iter();
+        let Some(v) = values.next() else { return Ok(None) };
+        if values.next().is_some() {
+            return Err(AqError::invalid(format!("{name} is given more than once")));
+        }
+        let v = v.to_str().map_err(|_| AqError::invalid(format!("{name} is not printable ASCII")))?;
+        Ok(Some(v.trim().to_string()))
+    };
+    let Some(value) = one(SCHEDULE_HEADER)? else { return Ok(None) };
+    Ok(Some(ClientSchedule { value, timezone: one(CLIENT_TIMEZONE_HEADER)? }))
+}
+
 /// An IDAP Fault with an HTTP status other than 200 (idempotency conflicts, as the
 /// draft's 409 and 422).
 fn fault_with_status(status: StatusCode, e: &AqError) -> Response {
@@ -436,7 +454,22 @@ async fn idap_post(
         return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "too many open sessions\n")
             .into_response();
     }
-    let request_hash = key.as_ref().map(|_| ring::digest::digest(&ring::digest::SHA256, &body).as_ref().to_vec());
+    let schedule = match client_schedule(&headers) {
+        Ok(s) => s,
+        Err(e) => return fault(&e, None),
+    };
+    // A schedule is part of the request: the same body with another one is another request.
+    let request_hash = key.as_ref().map(|_| {
+        let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+        d.update(&body);
+        if let Some(s) = &schedule {
+            for part in [Some(s.value.as_str()), s.timezone.as_deref()] {
+                d.update(b"\0");
+                d.update(part.unwrap_or("").as_bytes());
+            }
+        }
+        d.finish().as_ref().to_vec()
+    });
     // The request runs to its end in its own task even if the client goes away: a request
     // cancelled between its database commit and the answer would be performed unanswered
     // with nothing to tell (and a session's next request must find it settled).
@@ -505,6 +538,7 @@ async fn idap_post(
         }
         session.origin = origin;
         session.abandon = Some(abandoned.clone());
+        session.schedule = schedule.clone();
         let mut result = engine.execute_envelope(&mut session, envelope).await;
         if from_copy
             && let (Err(e), Some(id)) = (&result, &cookie)
@@ -523,6 +557,7 @@ async fn idap_post(
             session.idempotency = claim;
             session.origin = origin;
             session.abandon = Some(abandoned);
+            session.schedule = schedule;
             result = match idap::parse_request(&body, &s.limits) {
                 Ok(envelope) => engine.execute_envelope(&mut session, envelope).await,
                 Err(e) => Err(AqError::client(e.error_code(), e.to_string())),

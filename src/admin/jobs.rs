@@ -16,7 +16,8 @@ pub struct JobRow {
     pub name: String,
     /// `ENABLED` or `DISABLED`.
     pub state: &'static str,
-    /// `local`, `remote` or `forward`.
+    /// `local`, `remote`, `forward`, or `space` (the implicit job of a remote queue space's
+    /// queue).
     pub kind: &'static str,
     pub source: String,
     /// The destination queue, `URL QUEUE` for a remote, the URL of a forwarder.
@@ -35,6 +36,7 @@ pub async fn jobs(store: &dyn Store) -> Result<Vec<JobRow>, AqError> {
         .map(|j| {
             let (kind, destination) = match (&j.remote, &j.forward) {
                 (_, Some(f)) => ("forward", f.url.clone()),
+                (Some(r), None) if j.space.is_some() => ("space", format!("{} {}", r.url, j.destination)),
                 (Some(r), None) => ("remote", format!("{} {}", r.url, j.destination)),
                 (None, None) => ("local", j.destination.clone()),
             };

@@ -10,9 +10,10 @@
 //! moment (409) is a transient failure, tried again.
 //!
 //! Outcomes: an IDAP response of the send is success; a Fault whose code says the message
-//! can never be taken (no such queue, payload type, not permitted, invalid, too large: 413)
-//! is permanent (the exception queue); anything else — connection refused, a timeout, 5xx,
-//! 401 (credentials are a configuration matter) — is transient.
+//! can never be taken (no such queue, payload type, not permitted, invalid, too large: 413
+//! or 25443) is permanent (the exception queue); anything else — connection refused, a
+//! timeout, 5xx, 401 (credentials are a configuration matter), 25207 (the queue closed for
+//! enqueue there, until an operator opens it) — is transient.
 
 use std::time::Duration;
 
@@ -106,6 +107,8 @@ const PERMANENT: &[i32] = &[
     code::INVALID_VALUE,
     code::NO_RECIPIENTS,
     code::NOT_MULTI_CONSUMER,
+    // The send is one message: too large for the remote's request limits is the message.
+    idap::CodecError::TOO_LARGE,
 ];
 
 fn other_name(r: &Response) -> &'static str {

@@ -20,6 +20,12 @@ pub trait Clock: Send + Sync + 'static {
         std::time::Instant::now()
     }
 
+    /// The server's time zone: its offset from UTC at `at`, in seconds east (what a
+    /// remote queue space's `HH:MM` schedule means). UTC unless the clock knows better.
+    fn utc_offset(&self, _at: Micros) -> i64 {
+        0
+    }
+
     /// Resolves at `deadline` (of [`Clock::instant`]).
     fn sleep_until(&self, deadline: std::time::Instant) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(tokio::time::sleep_until(deadline.into()))
@@ -36,6 +42,13 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
             .unwrap_or(0)
+    }
+
+    /// The process's local time zone (`TZ`, else the system's).
+    fn utc_offset(&self, at: Micros) -> i64 {
+        use chrono::{Local, Offset, TimeZone};
+        chrono::DateTime::from_timestamp_micros(at)
+            .map_or(0, |t| i64::from(Local.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc()))
     }
 }
 

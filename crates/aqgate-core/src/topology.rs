@@ -14,6 +14,7 @@ use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
 
 pub mod propagation;
+pub mod remote_space;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +33,8 @@ pub struct Topology {
     pub grants: Vec<GrantDef>,
     #[serde(default)]
     pub propagations: Vec<propagation::PropagationDef>,
+    #[serde(default)]
+    pub remote_queue_spaces: Vec<remote_space::RemoteSpaceDef>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -157,6 +160,9 @@ pub struct QueueInfo {
     /// Name of the queue table's default exception queue.
     pub exception_queue: String,
     pub subscribers: Vec<Subscriber>,
+    /// A queue of a remote queue space: messages sent to it are forwarded to this queue of
+    /// another aqgate, and nobody but the forwarding job dequeues it.
+    pub remote: Option<remote_space::RemoteTarget>,
 }
 
 #[derive(Debug, Clone)]
@@ -190,8 +196,10 @@ pub struct Catalog {
     pub agents: BTreeMap<String, AgentInfo>,
     /// (db user, queue) → (enqueue, dequeue).
     pub grants: BTreeMap<(String, String), (bool, bool)>,
-    /// Propagation jobs by name.
+    /// Propagation jobs by name (with the implicit jobs of remote queue spaces).
     pub propagations: BTreeMap<String, propagation::PropagationInfo>,
+    /// Remote queue spaces by name.
+    pub remote_spaces: BTreeMap<String, remote_space::RemoteSpaceInfo>,
 }
 
 impl Catalog {
@@ -290,6 +298,7 @@ impl Topology {
                     is_exception_queue: true,
                     exception_queue: eq.clone(),
                     subscribers: Vec::new(),
+                    remote: None,
                 },
             );
         }
@@ -319,11 +328,18 @@ impl Topology {
                 is_exception_queue: q.exception,
                 exception_queue: exception_queue_name(&t.name),
                 subscribers: Vec::new(),
+                remote: None,
             };
             if queues.insert(name, info).is_some() {
                 errors.push(format!("{key}: defined twice"));
             }
         }
+
+        // Remote queue spaces add their queues before anything refers to queues.
+        let schemas: std::collections::BTreeSet<String> =
+            tables.keys().chain(queues.keys()).filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string())).collect();
+        let (remote_spaces, mapped) =
+            remote_space::queues(&self.remote_queue_spaces, &types, &schemas, &mut queues, &mut errors);
 
         for (i, s) in self.subscribers.iter().enumerate() {
             let key = format!("subscribers[{i}] ({} on {})", s.name, s.queue);
@@ -394,7 +410,8 @@ impl Topology {
                 errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
             }
         }
-        let propagations = propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
+        let mut propagations = propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
+        remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
 
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {
@@ -417,7 +434,11 @@ impl Topology {
             e.1 |= deq;
         }
 
-        if errors.is_empty() { Ok(Catalog { types, queues, agents, grants, propagations }) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces })
+        } else {
+            Err(errors)
+        }
     }
 }
 

@@ -12,3 +12,8 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 pub const SAML_ASSERTION_HEADER: &str = "aq-saml-assertion";
 /// Set on a response replayed for an `Idempotency-Key` seen before.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// When the messages of a send to a remote queue space may be dequeued at the remote:
+/// `HH:MM`, `R:HH:MM`, `L:HH:MM` or an RFC 3339 timestamp (README, "Remote queue spaces").
+pub const SCHEDULE_HEADER: &str = "aq-schedule";
+/// The client's time zone for an `L:HH:MM` schedule: a UTC offset (`+01:00`).
+pub const CLIENT_TIMEZONE_HEADER: &str = "aq-client-timezone";

@@ -23,6 +23,7 @@ impl Engine {
         let o = &req.consumer;
         let dest = self.destination_name(&o.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
+        not_remote(queue, agent, "dequeue from")?;
         if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
             return Err(not_permitted(agent, "dequeue from", &queue.name));
         }

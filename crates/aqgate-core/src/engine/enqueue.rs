@@ -6,6 +6,7 @@ use crate::error::{AqError, code};
 use crate::idap::model::*;
 use crate::payload;
 use crate::store::*;
+use crate::topology::remote_space::RemoteTarget;
 use crate::topology::{AgentInfo, Privilege, QueueInfo, SortOrder, canon};
 
 impl Engine {
@@ -43,6 +44,26 @@ impl Engine {
             return Err(AqError::invalid("transformations are not supported"));
         }
         let now = self.now();
+        match &queue.remote {
+            Some(r) => {
+                let scheduled = match &session.schedule {
+                    Some(s) => Some(self.scheduled_delay(s, r, now)?),
+                    None => None,
+                };
+                for (i, m) in req.messages.iter_mut().enumerate() {
+                    let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+                    remote_delay(r, &mut m.header, scheduled)
+                        .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+                }
+            }
+            None if session.schedule.is_some() => {
+                return Err(AqError::invalid(format!(
+                    "AQ-Schedule applies to the queues of remote queue spaces, and {} is not one (give the messages a delay)",
+                    queue.name
+                )));
+            }
+            None => {}
+        }
         let immediate = req.producer.visibility == Visibility::Immediate;
         let commit_now = immediate || req.commit;
         let mut rows = Vec::with_capacity(req.messages.len());
@@ -53,6 +74,20 @@ impl Engine {
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
                 .new_message(resolved, queue, qid, m, now, carried, txn)
+                .map_err(|e| match &queue.remote {
+                    Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
+                        message: format!(
+                            "{} of remote queue space {} takes {} payloads (payload_type): {}",
+                            queue.name, r.space, queue.payload, e.message
+                        ),
+                        ..e
+                    },
+                    _ => e,
+                })
+                .and_then(|row| match &queue.remote {
+                    Some(r) => remote_limits(r, row),
+                    None => Ok(row),
+                })
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
@@ -230,6 +265,16 @@ impl Engine {
         Ok(row)
     }
 
+    /// The delay an `AQ-Schedule` gives the messages of a request to a remote queue space.
+    fn scheduled_delay(&self, s: &ClientSchedule, r: &RemoteTarget, now: Micros) -> Result<i64, AqError> {
+        let schedule = schedule::Schedule::parse(s).map_err(AqError::invalid)?;
+        let delay = schedule.delay(now, &|t| self.clock.utc_offset(t));
+        if schedule.is_relative() && delay > r.max_delay {
+            return Err(too_late(&format!("AQ-Schedule {}", s.value.trim()), delay, r));
+        }
+        Ok(delay)
+    }
+
     /// Replaces `agent_alias` in sender_id and recipient_list by the agent it names.
     pub(super) async fn resolve_aliases(&self, h: &mut MessageHeader) -> Result<(), AqError> {
         let agents = h.sender_id.iter_mut().chain(h.recipient_list.iter_mut());
@@ -251,6 +296,42 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A message's delay to a remote queue space: the request's schedule, or its own `delay`
+/// (relative, so at most the space's `max_delay`); not both.
+fn remote_delay(r: &RemoteTarget, h: &mut MessageHeader, scheduled: Option<i64>) -> Result<(), AqError> {
+    match (scheduled, h.delay) {
+        (Some(_), Some(_)) => Err(AqError::invalid("the message has a delay and the request an AQ-Schedule: give one")),
+        (Some(d), None) => {
+            h.delay = Some(d);
+            Ok(())
+        }
+        (None, Some(d)) if d > r.max_delay => Err(too_late("delay", d, r)),
+        (None, _) => Ok(()),
+    }
+}
+
+fn too_late(what: &str, delay: i64, r: &RemoteTarget) -> AqError {
+    AqError::invalid(format!(
+        "{what}: a delay of {delay} s is more than remote queue space {} takes (max_delay {} s)",
+        r.space, r.max_delay
+    ))
+}
+
+/// The space's `max_message_size` (its payload types are the queue's, checked as any
+/// queue's payload type).
+fn remote_limits(r: &RemoteTarget, row: NewMessage) -> Result<NewMessage, AqError> {
+    if let Some(max) = r.max_message_size
+        && row.payload.len() as u64 > max
+    {
+        return Err(AqError::invalid(format!(
+            "the payload of {} bytes is larger than remote queue space {} takes (max_message_size {max})",
+            row.payload.len(),
+            r.space
+        )));
+    }
+    Ok(row)
 }
 
 /// The sender of a message is the agent the request is authenticated as: over HTTP the

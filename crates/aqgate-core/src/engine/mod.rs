@@ -9,6 +9,7 @@ pub mod context;
 mod dequeue;
 mod enqueue;
 mod register;
+pub mod schedule;
 pub mod session;
 mod time_manager;
 mod transactions;
@@ -31,6 +32,7 @@ use crate::idap::model::*;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
+pub use schedule::ClientSchedule;
 pub use session::{Abandon, Carried, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 
 /// Tunables of the engine.
@@ -90,9 +92,27 @@ pub struct Resolved {
 
 impl Resolved {
     fn queue(&self, name: &str) -> Result<(&QueueInfo, QueueId), AqError> {
-        let q = self.catalog.queue(name).ok_or_else(|| AqError::no_such_queue(name))?;
+        let q = self.catalog.queue(name).ok_or_else(|| self.no_such_queue(name))?;
         let id = *self.ids.get(&q.name).ok_or_else(|| AqError::no_such_queue(name))?;
         Ok((q, id))
+    }
+
+    /// 24010, saying so when the name is in a remote queue space that does not map it (the
+    /// TEDG's QMEBADQUEUE, where an unknown space is its TPENOENT).
+    fn no_such_queue(&self, name: &str) -> AqError {
+        let full = crate::topology::canon(name);
+        let Some(space) = full.split_once('.').and_then(|(s, _)| self.catalog.remote_spaces.get(s)) else {
+            return AqError::no_such_queue(name);
+        };
+        let mapped: Vec<&str> = space.queues.keys().map(String::as_str).collect();
+        AqError::client(
+            code::NO_SUCH_QUEUE,
+            format!(
+                "queue {full} does not exist: remote queue space {} maps no such queue (it maps {})",
+                space.name,
+                mapped.join(", ")
+            ),
+        )
     }
 }
 
@@ -302,6 +322,9 @@ impl Engine {
             tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
             return Err(transaction_lost_error());
         }
+        if session.schedule.is_some() && !matches!(request, Request::Send(_) | Request::Publish(_)) {
+            return Err(AqError::invalid("AQ-Schedule applies to AQXmlSend and AQXmlPublish only"));
+        }
         let resolved = self.resolved();
         let agent = resolved
             .catalog
@@ -360,6 +383,21 @@ impl Engine {
     }
 }
 
+/// A queue of a remote queue space is for sending only, as the TEDG offers no dequeue from
+/// one: only the job that forwards its messages takes them.
+fn not_remote(queue: &QueueInfo, agent: &AgentInfo, what: &str) -> Result<(), AqError> {
+    match &queue.remote {
+        Some(r) if agent.name != r.drain_agent => Err(AqError::client(
+            code::DEQUEUE_DISABLED,
+            format!(
+                "{what} {} is not offered: it is a queue of remote queue space {}, forwarded to {} at {}",
+                queue.name, r.space, r.queue, r.url
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn not_permitted(agent: &AgentInfo, what: &str, queue: &str) -> AqError {
     AqError::client(
         code::NOT_PERMITTED,
@@ -399,6 +437,7 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
             "agent" => t.agents.push(serde_json::from_str(spec).map_err(bad)?),
             "grant" => t.grants.push(serde_json::from_str(spec).map_err(bad)?),
             "propagation" => t.propagations.push(serde_json::from_str(spec).map_err(bad)?),
+            "remote_queue_space" => t.remote_queue_spaces.push(serde_json::from_str(spec).map_err(bad)?),
             _ => {}
         }
     }

@@ -16,6 +16,7 @@ impl Engine {
     ) -> Result<(), AqError> {
         let dest = self.destination_name(&req.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
+        not_remote(queue, agent, "registering for notifications on")?;
         if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
             return Err(not_permitted(agent, "register for notifications on", &queue.name));
         }

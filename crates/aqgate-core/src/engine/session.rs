@@ -164,6 +164,9 @@ pub struct Session {
     /// How many messages one AQXmlReceive may take here (all in one database
     /// transaction): 1 for a client, a job's batch size for a propagation job.
     pub max_messages: u32,
+    /// The `AQ-Schedule` (and `AQ-Client-Timezone`) headers of the request being
+    /// performed: when its messages to a remote queue space may be dequeued there.
+    pub schedule: Option<super::schedule::ClientSchedule>,
 }
 
 impl Session {
@@ -188,6 +191,7 @@ impl Session {
             received: Vec::new(),
             carry: Vec::new(),
             max_messages: 1,
+            schedule: None,
         }
     }
 

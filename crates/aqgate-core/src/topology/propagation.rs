@@ -137,6 +137,9 @@ pub struct PropagationInfo {
     pub forward: Option<ForwardDef>,
     pub concurrency: u32,
     pub retry_backoff_ms: u64,
+    /// The remote queue space whose queue this implicit job drains (`None`: a job of
+    /// `[[propagations]]`).
+    pub space: Option<String>,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -290,6 +293,7 @@ pub fn resolve(
             forward: d.forward.clone(),
             concurrency: d.concurrency,
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
+            space: None,
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));
