@@ -206,3 +206,35 @@ async fn a_delayed_message_waits_at_the_remote() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// A remote that is down is the destination's failure, not the message's: however often the
+/// job's batches roll back, the message stays in the source (no retry count, no exception
+/// queue) and arrives once the remote is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_down_for_long_keeps_the_message_in_the_source() {
+    let (a_db, b_db) = (fresh_url(Backend::Postgres).await, fresh_url(Backend::Sqlite).await);
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_topo = topology("AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", b_port);
+    let spec = std::fs::read_to_string(&a_topo).expect("topology");
+    std::fs::write(&a_topo, spec.replace("concurrency = 4", "concurrency = 1\nretry_backoff_ms = 20")).expect("write");
+    let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
+    let a = serve(&a_db, a_port, &a_topo);
+    send_all(a_port, "AQUSER.RAW_QUE", 0, 2, 2).await;
+    // Backoff 20 ms doubling: seven failed attempts in under 3 s, more than max_retries (5).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while metric(a_port, "aqgate_propagation_failures_total{job=\"OUT\"}") < 7 {
+        assert!(std::time::Instant::now() < deadline, "the job does not retry: {}", a.log_tail(20));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let d = depths(&a_db);
+    assert_eq!(d.get("AQUSER.RAW_QUE"), Some(&2), "{d:?}");
+    assert_eq!(d.values().sum::<i64>(), 2, "nothing moved to an exception queue: {d:?}");
+    let b = serve(&b_db, b_port, &b_topo);
+    wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 2, Duration::from_secs(90));
+    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 0..2);
+    assert_eq!(depth(&a_db, "AQUSER.RAW_QUE"), 0);
+    drop((a, b));
+    for f in [a_topo, b_topo] {
+        let _ = std::fs::remove_file(f);
+    }
+}

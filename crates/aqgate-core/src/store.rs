@@ -672,9 +672,9 @@ pub trait StoreTx: Send {
     /// backend skips looking for them (four statements on PostgreSQL).
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
 
-    /// Discards `txn`'s enqueues and releases its dequeues (their retry count goes up).
-    /// Returns the released removes, each with its new retry count.
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>>;
+    /// Discards `txn`'s enqueues and releases its dequeues (with `counts`, their retry
+    /// count goes up). Returns the released removes, each with its new retry count.
+    async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>>;
 
     /// A consumer of a multi-consumer message gives up on it (too many failed dequeues):
     /// its delivery goes. Returns how many deliveries the message has left; consumers of

@@ -401,8 +401,8 @@ impl StoreTx for GroupTx {
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         self.tx()?.commit_session(txn, dequeues).await
     }
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
-        self.tx()?.rollback_session(txn).await
+    async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
+        self.tx()?.rollback_session(txn, counts).await
     }
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         self.tx()?.drop_delivery(seq, consumer).await

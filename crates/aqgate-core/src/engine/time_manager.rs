@@ -79,7 +79,7 @@ impl Engine {
             tx.rollback().await?;
             return Ok(false);
         }
-        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn).await? } else { Vec::new() };
+        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn, true).await? } else { Vec::new() };
         tx.commit().await?;
         if row.pending {
             tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");

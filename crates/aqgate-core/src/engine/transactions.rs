@@ -186,7 +186,11 @@ impl Engine {
             return Ok(());
         }
         let mut tx = self.store.begin().await?;
-        let woken = if session.pending { rollback_work(&mut *tx, resolved, &session.txn).await? } else { Vec::new() };
+        // A propagation job rolls back when its destination failed, not the message: that
+        // does not count against the message (it stays in the source until it moves).
+        let counts = !session.carries_senders;
+        let woken =
+            if session.pending { rollback_work(&mut *tx, resolved, &session.txn, counts).await? } else { Vec::new() };
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
@@ -198,14 +202,15 @@ impl Engine {
 }
 
 /// Discards the transaction `txn`'s work inside `tx`: its enqueues go, its dequeues are
-/// released (their retry count goes up); messages rolled back too often move to their
-/// exception queue. Returns the queues whose messages came back.
+/// released (with `counts`, their retry count goes up); messages rolled back too often
+/// move to their exception queue. Returns the queues whose messages came back.
 pub(super) async fn rollback_work(
     tx: &mut dyn StoreTx,
     resolved: &Resolved,
     txn: &str,
+    counts: bool,
 ) -> Result<Vec<QueueId>, AqError> {
-    let released = tx.rollback_session(txn).await?;
+    let released = tx.rollback_session(txn, counts).await?;
     let mut woken = Vec::new();
     for r in released {
         woken.push(r.queue);

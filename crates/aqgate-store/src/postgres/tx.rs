@@ -309,7 +309,7 @@ impl StoreTx for PgTx {
         Ok(CommitOutcome { enqueued_queues: queues, published })
     }
 
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
+    async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
         sqlx::query(sql::NOTIFY_DROP_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
         sqlx::query(
             "WITH m AS (DELETE FROM messages WHERE enq_txn = $1 RETURNING seq)
@@ -321,16 +321,17 @@ impl StoreTx for PgTx {
         .db()?;
         let rows = sqlx::query(
             "WITH d AS (
-                UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                UPDATE deliveries SET retry_count = retry_count + $2, lock_txn = NULL, lock_kind = NULL
                 WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq, queue_id, retry_count, consumer
              ), s AS (
-                UPDATE messages SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+                UPDATE messages SET retry_count = retry_count + $2, lock_txn = NULL, lock_kind = NULL
                 WHERE lock_txn = $1 AND lock_kind = 1 RETURNING seq AS msg_seq, queue_id, retry_count, '' AS consumer
              )
              SELECT x.*, m.exception_queue
              FROM (SELECT * FROM d UNION ALL SELECT * FROM s) x JOIN messages m ON m.seq = x.msg_seq",
         )
         .bind(txn)
+        .bind(i64::from(counts))
         .fetch_all(&mut *self.tx)
         .await
         .db()?;

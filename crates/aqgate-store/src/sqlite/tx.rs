@@ -257,16 +257,17 @@ impl StoreTx for SqliteTx {
         Ok(CommitOutcome { enqueued_queues, published })
     }
 
-    async fn rollback_session(&mut self, txn: &str) -> Result<Vec<Released>> {
+    async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
         sqlx::query(sql::NOTIFY_DROP_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
         sqlx::query("DELETE FROM messages WHERE enq_txn = ?1").bind(txn).execute(&mut *self.tx).await.db()?;
         let rows = sqlx::query(
-            "UPDATE deliveries SET retry_count = retry_count + 1, lock_txn = NULL, lock_kind = NULL
+            "UPDATE deliveries SET retry_count = retry_count + ?2, lock_txn = NULL, lock_kind = NULL
              WHERE lock_txn = ?1 AND lock_kind = 1
              RETURNING msg_seq, queue_id, retry_count, consumer,
                        (SELECT exception_queue FROM messages WHERE seq = msg_seq) AS exception_queue",
         )
         .bind(txn)
+        .bind(i64::from(counts))
         .fetch_all(&mut *self.tx)
         .await
         .db()?;
