@@ -47,3 +47,50 @@ fn admin_queues_prints_payload_types_as_the_topology_spells_them() {
         assert_eq!(l.split_whitespace().count(), 4, "four columns: {l}");
     }
 }
+
+/// `admin apply` refuses local propagation jobs that form a loop, naming the jobs and the
+/// queues, and changes nothing.
+#[test]
+fn admin_apply_refuses_a_loop_of_propagation_jobs() {
+    let db = fresh_sqlite_url();
+    let demo = std::fs::read_to_string(TOPOLOGY).expect("topology");
+    let file = std::env::temp_dir().join(format!("aqgate-test-loop-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        format!(
+            r#"{demo}
+[[queues]]
+name = "AQUSER.RAW_B"
+queue_table = "AQUSER.RAW_TAB"
+
+[[propagations]]
+name = "there"
+source = "AQUSER.RAW_QUE"
+destination = "AQUSER.RAW_B"
+
+[[propagations]]
+name = "back"
+source = "AQUSER.RAW_B"
+destination = "AQUSER.RAW_QUE"
+rule = "priority > 1"
+"#
+        ),
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .args(["admin", "apply"])
+        .arg(&file)
+        .args(["--database", &db])
+        .env_remove("AQGATE_CONFIG")
+        .output()
+        .expect("run");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("propagations (BACK, THERE): the jobs form a loop AQUSER.RAW_B → AQUSER.RAW_QUE → AQUSER.RAW_B"),
+        "{said}"
+    );
+    let listing = admin(&["queues", "--database", &db]);
+    assert!(!listing.contains("AQUSER.RAW_B"), "nothing applied: {listing}");
+    let _ = std::fs::remove_file(&file);
+}

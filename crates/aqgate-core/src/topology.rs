@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
 
+mod loops;
 pub mod propagation;
 pub mod remote_space;
 
@@ -412,6 +413,7 @@ impl Topology {
         }
         let mut propagations = propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
         remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
+        errors.extend(loops::errors(&propagations));
 
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {
