@@ -5,9 +5,10 @@
 //! counted, the queue is drained at the end, and the figures must show nothing lost,
 //! nothing duplicated and nothing delivered that was refused or never sent.
 //!
-//! Variants: HTTP on SQLite, HTTP on PostgreSQL, signed mail over SMTP, and three
+//! Variants: HTTP on SQLite, HTTP on PostgreSQL, signed mail over SMTP, three
 //! `aqgate serve` nodes on one PostgreSQL database behind HAProxy (round-robin, no sticky
-//! sessions), one node killed at a time. `AQGATE_CRASH_SEED=N` replays a kill schedule and
+//! sessions), one node killed at a time, and a propagation pair (two aqgates, a job from one
+//! to the other over HTTP), either killed. `AQGATE_CRASH_SEED=N` replays a kill schedule and
 //! the clients' choices (the timing of a run is never the same). The variants run one at a
 //! time, whatever `--test-threads` says: each wants the machine for itself.
 
@@ -51,9 +52,20 @@ fn serve_flags(no_smtp: bool) -> Vec<String> {
     v
 }
 
-/// Producers and consumers over HTTP against `port` while `nodes` are killed; then the
-/// drain and the figures. `db` is the nodes' database (for `admin queues`).
-async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, proxy: Option<Haproxy>) {
+/// Where the load goes: producers send to `produce`, consumers receive from `consume` (the
+/// same port, or the two ends of a propagation job). `upstream`: databases whose queue must
+/// have emptied (propagated) before the drain of `db`, the consumers' database.
+struct Ends<'a> {
+    produce: u16,
+    consume: u16,
+    db: &'a str,
+    upstream: &'a [&'a str],
+}
+
+/// Producers and consumers over HTTP while `nodes` are killed; then the drain and the
+/// figures.
+async fn http_run(variant: &str, mut nodes: Vec<Node>, ends: Ends<'_>, proxy: Option<Haproxy>) {
+    let Ends { produce, consume, db, upstream } = ends;
     let t0 = Instant::now();
     let seed = seed();
     let tag = variant.replace(' ', "-");
@@ -64,7 +76,7 @@ async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, prox
     let logs: Vec<String> = nodes.iter().map(|n| n.log_path().display().to_string()).collect();
     let proxy = proxy.map(|p| p.start_after_nodes());
     let ledger: Shared = Arc::new(Mutex::new(Ledger::default()));
-    let client = Client::new(port);
+    let client = Client::new(consume);
     let honoured = load::probe_idempotency(&client, &tag, &ledger).await;
 
     let clock = Arc::new(Clock::default());
@@ -72,11 +84,11 @@ async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, prox
     let mut clients = tokio::task::JoinSet::new();
     for p in 0..PRODUCERS {
         let s = seed.wrapping_add(1 + p as u64);
-        clients.spawn(load::producer(Client::new(port), p, tag.clone(), s, honoured, ledger.clone(), clock.clone()));
+        clients.spawn(load::producer(Client::new(produce), p, tag.clone(), s, honoured, ledger.clone(), clock.clone()));
     }
     for c in 0..CONSUMERS {
         let s = seed.wrapping_add(100 + c as u64);
-        clients.spawn(load::consumer(Client::new(port), c, s, honoured, ledger.clone(), clock.clone()));
+        clients.spawn(load::consumer(Client::new(consume), c, s, honoured, ledger.clone(), clock.clone()));
     }
     let report = tokio::task::spawn_blocking(move || killer.finish()).await.expect("the killer");
     let load_secs = t0.elapsed().as_secs_f64();
@@ -88,6 +100,13 @@ async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, prox
     finishing.await.expect("the clients finished their last transactions");
     // Sessions opened by answers lost in the kills hold their work until they time out.
     let not_before = Instant::now() + Duration::from_secs(SESSION_TIMEOUT_SECS + 2);
+    for up in upstream {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while procs::depth(up, QUEUE) > 0 {
+            assert!(Instant::now() < deadline, "{variant}: {up} did not propagate its queue");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     load::drain(&client, &ledger, not_before, Duration::from_secs(40)).await;
     let depth = procs::depth(db, QUEUE);
     let f = Figures::of(&ledger);
@@ -124,6 +143,9 @@ async fn http_run(variant: &str, mut nodes: Vec<Node>, port: u16, db: &str, prox
         "{variant}: lost, duplicated, unexpected (server logs: {logs:?})"
     );
     assert_eq!(depth, 0, "{variant}: the queue is not empty after the drain");
+    for up in upstream {
+        assert_eq!(procs::depth(up, QUEUE), 0, "{variant}: {up} holds messages after the drain");
+    }
 }
 
 /// HTTP clients against one node on a fresh SQLite file.
@@ -134,7 +156,7 @@ fn kill9_checker_http_on_sqlite_loses_and_duplicates_nothing() {
         let db = common::fresh_sqlite_url();
         let port = common::free_port();
         let node = Node::new("node", &dir, &db, port, &serve_flags(true));
-        http_run("http sqlite", vec![node], port, &db, None).await;
+        http_run("http sqlite", vec![node], Ends { produce: port, consume: port, db: &db, upstream: &[] }, None).await;
         let _ = std::fs::remove_dir_all(dir);
     });
 }
@@ -147,7 +169,8 @@ fn kill9_checker_http_on_postgres_loses_and_duplicates_nothing() {
         let db = common::fresh_pg_url().await;
         let port = common::free_port();
         let node = Node::new("node", &dir, &db, port, &serve_flags(true));
-        http_run("http postgres", vec![node], port, &db, None).await;
+        http_run("http postgres", vec![node], Ends { produce: port, consume: port, db: &db, upstream: &[] }, None)
+            .await;
         let _ = std::fs::remove_dir_all(dir);
     });
 }
@@ -167,7 +190,47 @@ fn kill9_checker_one_of_three_nodes_behind_haproxy_loses_and_duplicates_nothing(
             .collect();
         let lb = common::free_port();
         let proxy = Haproxy::prepare(&dir, lb, &ports);
-        http_run("3 nodes haproxy postgres", nodes, lb, &db, Some(proxy)).await;
+        let ends = Ends { produce: lb, consume: lb, db: &db, upstream: &[] };
+        http_run("3 nodes haproxy postgres", nodes, ends, Some(proxy)).await;
+        let _ = std::fs::remove_dir_all(dir);
+    });
+}
+
+/// A propagation pair: producers send to A (SQLite), whose job moves each message to B
+/// (PostgreSQL) over HTTP under its idempotency key, and consumers receive from B; either
+/// node is killed. Every confirmed message is consumed once at B, none is left at A.
+#[test]
+fn kill9_checker_a_propagation_pair_loses_and_duplicates_nothing() {
+    run(async {
+        let dir = procs::scratch("pair");
+        let (a_db, b_db) = (common::fresh_sqlite_url(), common::fresh_pg_url().await);
+        let (a_port, b_port) = (common::free_port(), common::free_port());
+        let password = dir.join("b-password");
+        std::fs::write(&password, "tiger").expect("write the password file");
+        let topology = dir.join("a-topology.toml");
+        let demo = std::fs::read_to_string(format!("{}/config/topology.toml", procs::ROOT)).expect("demo topology");
+        std::fs::write(
+            &topology,
+            format!(
+                r#"{demo}
+[[propagations]]
+name = "pair"
+source = "{QUEUE}"
+destination = "{QUEUE}"
+concurrency = 4
+retry_backoff_ms = 100
+remote = {{ url = "http://127.0.0.1:{b_port}/aqserv", agent = "scott", password_file = "{}" }}
+"#,
+                password.display()
+            ),
+        )
+        .expect("write A's topology");
+        let mut a_flags = serve_flags(true);
+        a_flags.extend(["--topology".to_string(), topology.display().to_string()]);
+        let a = Node::new("a", &dir, &a_db, a_port, &a_flags);
+        let b = Node::new("b", &dir, &b_db, b_port, &serve_flags(true));
+        let ends = Ends { produce: a_port, consume: b_port, db: &b_db, upstream: &[&a_db] };
+        http_run("propagation pair sqlite to postgres", vec![a, b], ends, None).await;
         let _ = std::fs::remove_dir_all(dir);
     });
 }
