@@ -15,6 +15,7 @@ use crate::selector::Condition;
 
 pub mod propagation;
 pub mod remote_space;
+pub mod schedule;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
