@@ -115,11 +115,12 @@ impl Stats {
         self.report.excepted(n as u64, now);
     }
 
-    /// A batch failed: RETRYING, or FAILED when the destination refused it for good.
-    pub(crate) fn failed(&self, e: &AqError, now: Micros) {
+    /// A batch failed: the worker is RETRYING, or FAILED when the destination refused it for
+    /// good (what it does now).
+    pub(crate) fn failed(&self, e: &AqError, now: Micros) -> lease::Doing {
         self.counters.failures.inc();
-        let doing = if permanent(e) { lease::Doing::Failed } else { lease::Doing::Retrying };
-        self.report.failed(&e.message, doing, now);
+        self.report.failed(&e.message, now);
+        if permanent(e) { lease::Doing::Failed } else { lease::Doing::Retrying }
     }
 }
 
@@ -202,19 +203,8 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
     let mut stop = stats.stop.clone();
     match (&job.remote, &job.forward) {
         (_, Some(def)) => {
-            let f = loop {
-                match forward::Forwarder::new(&engine, def) {
-                    Ok(f) => break Arc::new(f),
-                    Err(e) => {
-                        stats.failed(&AqError::server(code::INTERNAL, format!("forwarding target: {e}")), engine.now());
-                        tracing::warn!(job = %job.name, error = %e, "forwarding target not usable; retrying in 10 s");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                            _ = stop.wait_for(|s| *s) => return,
-                        }
-                    }
-                }
-            };
+            let made = usable(&engine, &job, &stats, "forwarding target", || forward::Forwarder::new(&engine, def));
+            let Some(f) = made.await.map(Arc::new) else { return };
             let workers: Vec<_> = (0..job.concurrency)
                 .map(|_| {
                     let (engine, job, stats, f, mut stop) =
@@ -231,19 +221,8 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
         }
         (None, None) => local_loop(&engine, &job, &stats, &mut stop).await,
         (Some(def), None) => {
-            let remote = loop {
-                match remote::Remote::new(def) {
-                    Ok(r) => break Arc::new(r),
-                    Err(e) => {
-                        stats.failed(&AqError::server(code::INTERNAL, format!("remote destination: {e}")), engine.now());
-                        tracing::warn!(job = %job.name, error = %e, "remote destination not usable; retrying in 10 s");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                            _ = stop.wait_for(|s| *s) => return,
-                        }
-                    }
-                }
-            };
+            let made = usable(&engine, &job, &stats, "remote destination", || remote::Remote::new(def));
+            let Some(remote) = made.await.map(Arc::new) else { return };
             let workers: Vec<_> = (0..job.concurrency)
                 .map(|_| {
                     let (engine, job, stats, remote, mut stop) =
@@ -259,6 +238,35 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
             }
         }
     }
+}
+
+/// What `make` makes, tried every 10 s (the job RETRYING meanwhile); `None` if stopped first.
+async fn usable<T>(
+    engine: &Engine,
+    job: &PropagationInfo,
+    stats: &Stats,
+    what: &str,
+    make: impl Fn() -> Result<T, String>,
+) -> Option<T> {
+    let mut stop = stats.stop.clone();
+    let mut doing = lease::Doing::Running;
+    let made = loop {
+        match make() {
+            Ok(t) => break Some(t),
+            Err(e) => {
+                stats.failed(&AqError::server(code::INTERNAL, format!("{what}: {e}")), engine.now());
+                stats.report.shift(doing, lease::Doing::Retrying);
+                doing = lease::Doing::Retrying;
+                tracing::warn!(job = %job.name, error = %e, "{what} not usable; retrying in 10 s");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    _ = stop.wait_for(|s| *s) => break None,
+                }
+            }
+        }
+    };
+    stats.report.shift(doing, lease::Doing::Running);
+    made
 }
 
 async fn local_loop(engine: &Engine, job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>) {
@@ -286,14 +294,16 @@ async fn retrying<F, Fut>(
     let first = Duration::from_millis(job.retry_backoff_ms);
     let mut backoff = first;
     let mut one_by_one = false;
+    // What this worker does, in the job's report.
+    let mut doing = lease::Doing::Running;
     while !*stop.borrow() {
         match step(one_by_one).await {
             Ok(Moved::Done(n)) => {
                 if n > 0 {
                     tracing::debug!(job = %job.name, messages = n, "propagated");
-                } else {
-                    stats.report.idle();
                 }
+                stats.report.shift(doing, lease::Doing::Running);
+                doing = lease::Doing::Running;
                 let want = if one_by_one { 1 } else { full };
                 backoff = first;
                 one_by_one = false;
@@ -306,7 +316,9 @@ async fn retrying<F, Fut>(
             }
             Ok(Moved::Refused) => one_by_one = true,
             Err(e) => {
-                stats.failed(&e, engine.now());
+                let next = stats.failed(&e, engine.now());
+                stats.report.shift(doing, next);
+                doing = next;
                 tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
@@ -316,6 +328,7 @@ async fn retrying<F, Fut>(
             }
         }
     }
+    stats.report.shift(doing, lease::Doing::Running);
 }
 
 pub(crate) enum Moved {

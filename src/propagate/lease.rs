@@ -16,7 +16,7 @@
 //!   process.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,13 +93,17 @@ impl Doing {
 /// The error texts kept in the store are cut to this many characters.
 const MAX_ERROR: usize = 500;
 
-/// What a job did since the last heartbeat, bumped by its workers.
+/// What a job did since the last heartbeat, bumped by its workers, and what they are doing:
+/// FAILED while any worker is stuck on a message refused for good, else RETRYING while any
+/// backs off, else RUNNING.
 #[derive(Debug, Default)]
 pub struct Report {
     propagated: AtomicI64,
     failed: AtomicI64,
     exceptions: AtomicI64,
-    doing: AtomicU8,
+    /// Workers retrying, and workers failed.
+    retrying: AtomicI64,
+    failing: AtomicI64,
     error: Mutex<Option<(String, Micros)>>,
     success_at: AtomicI64,
 }
@@ -107,37 +111,42 @@ pub struct Report {
 impl Report {
     pub fn moved(&self, n: u64, now: Micros) {
         self.propagated.fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
-        self.succeeded(now);
+        self.success_at.fetch_max(now, Ordering::Relaxed);
     }
 
     pub fn excepted(&self, n: u64, now: Micros) {
         self.exceptions.fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
-        self.succeeded(now);
-    }
-
-    /// A round that moved nothing but did not fail: the job goes on.
-    pub fn idle(&self) {
-        self.doing.store(Doing::Running as u8, Ordering::Relaxed);
-    }
-
-    fn succeeded(&self, now: Micros) {
-        self.doing.store(Doing::Running as u8, Ordering::Relaxed);
         self.success_at.fetch_max(now, Ordering::Relaxed);
     }
 
     /// A failed batch, and why.
-    pub fn failed(&self, why: &str, doing: Doing, now: Micros) {
+    pub fn failed(&self, why: &str, now: Micros) {
         self.failed.fetch_add(1, Ordering::Relaxed);
-        self.doing.store(doing as u8, Ordering::Relaxed);
         let text: String = why.chars().take(MAX_ERROR).collect();
         *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((text, now));
     }
 
+    /// A worker that was doing `from` does `to` now.
+    pub fn shift(&self, from: Doing, to: Doing) {
+        if from == to {
+            return;
+        }
+        for (d, by) in [(from, -1), (to, 1)] {
+            match d {
+                Doing::Running => {}
+                Doing::Retrying => _ = self.retrying.fetch_add(by, Ordering::Relaxed),
+                Doing::Failed => _ = self.failing.fetch_add(by, Ordering::Relaxed),
+            }
+        }
+    }
+
     pub fn doing(&self) -> Doing {
-        match self.doing.load(Ordering::Relaxed) {
-            1 => Doing::Retrying,
-            2 => Doing::Failed,
-            _ => Doing::Running,
+        if self.failing.load(Ordering::Relaxed) > 0 {
+            Doing::Failed
+        } else if self.retrying.load(Ordering::Relaxed) > 0 {
+            Doing::Retrying
+        } else {
+            Doing::Running
         }
     }
 
@@ -198,6 +207,8 @@ pub(crate) async fn job(
     let counters = Counters::new(&engine, &job.name);
     let report = Arc::new(Report::default());
     let store = engine.store().clone();
+    // Removed from the topology, the job finishes its batch in flight as its agent.
+    let _agent = engine.retain_agent(&job.agent);
     while ending_of(&ending).is_none() {
         let now = engine.now();
         if let Window::Closed { next } = job.schedule.window(now) {
@@ -381,7 +392,8 @@ mod tests {
         let r = Report::default();
         r.moved(3, 10);
         r.excepted(1, 12);
-        r.failed("remote down", Doing::Retrying, 15);
+        r.failed("remote down", 15);
+        r.shift(Doing::Running, Doing::Retrying);
         assert_eq!(r.doing(), Doing::Retrying);
         let got = r.take("RETRYING");
         assert_eq!((got.propagated, got.failed, got.exceptions, got.success_at), (3, 1, 1, Some(12)));
@@ -391,8 +403,14 @@ mod tests {
         r.restore(got);
         let again = r.take("RUNNING");
         assert_eq!((again.propagated, again.failed, again.success_at), (5, 1, Some(20)));
-        assert_eq!(r.doing(), Doing::Running, "a success ends the retrying");
-        r.failed(&"x".repeat(2000), Doing::Failed, 30);
+        // Two workers: one failed, one retrying, then the failed one goes on.
+        r.shift(Doing::Running, Doing::Failed);
+        assert_eq!(r.doing(), Doing::Failed);
+        r.shift(Doing::Failed, Doing::Running);
+        assert_eq!(r.doing(), Doing::Retrying);
+        r.shift(Doing::Retrying, Doing::Running);
+        assert_eq!(r.doing(), Doing::Running);
+        r.failed(&"x".repeat(2000), 30);
         let long = r.take("FAILED");
         assert_eq!((long.failed, long.error.map(|e| e.0.len())), (1, Some(MAX_ERROR)));
     }
