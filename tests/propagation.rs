@@ -273,7 +273,11 @@ async fn admin_jobs_lists_disables_and_enables_jobs() {
     let (_, listing) = admin_jobs(&db, &[]);
     let archive: Vec<&str> =
         listing.lines().find(|l| l.starts_with("ARCHIVE ")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    assert_eq!((archive.get(1), archive.get(5), archive.get(9)), (Some(&"DISABLED"), Some(&"-"), Some(&"5")), "{listing}");
+    assert_eq!(
+        (archive.get(1), archive.get(5), archive.get(9)),
+        (Some(&"DISABLED"), Some(&"-"), Some(&"5")),
+        "{listing}"
+    );
     assert!(admin_jobs(&db, &["--enable", "archive"]).0);
     s.signal("-HUP");
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 5, Duration::from_secs(30));

@@ -146,7 +146,8 @@ async fn two_nodes_run_a_job_on_one_and_the_other_takes_it_over_after_kill_nine(
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| j["state"] == "RUNNING");
     let pid = owner_pid(&j).unwrap_or_else(|| panic!("an owner: {j}"));
     assert!([a.id(), b.id()].contains(&pid), "{j}");
-    let ((owner, owner_port), (other, other_port)) = if pid == a.id() { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
+    let ((owner, owner_port), (other, other_port)) =
+        if pid == a.id() { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
 
     // Exactly one of them moves messages.
     send_all(other_port, "AQUSER.RAW_QUE", 0, 300, 50, "").await;
@@ -238,7 +239,10 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
     // RUNNING, with its counts (flushed with the lease's heartbeat).
     send_all(port, "AQUSER.RAW_QUE", 0, 25, 5, "").await;
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| j["propagated"] == 25);
-    assert_eq!((j["state"].as_str(), j["kind"].as_str(), j["backlog"].as_i64()), (Some("RUNNING"), Some("local"), Some(0)));
+    assert_eq!(
+        (j["state"].as_str(), j["kind"].as_str(), j["backlog"].as_i64()),
+        (Some("RUNNING"), Some("local"), Some(0))
+    );
     assert_eq!((j["failed"].as_i64(), j["exceptions"].as_i64(), j["lag"].as_f64()), (Some(0), Some(0), Some(0.0)));
     assert!(j["last_success_at"].is_string() && j["last_error"].is_null(), "{j}");
 
@@ -284,7 +288,9 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
     // DELETE_PENDING: the forwarder's job is removed while its request is in flight; it
     // finishes that message, and then its row goes.
     send_all(port, "AQUSER.RAW_HOOK", 300, 1, 1, "").await;
-    wait_until("the forwarded request", Duration::from_secs(30), || begun.load(std::sync::atomic::Ordering::SeqCst) == 1);
+    wait_until("the forwarded request", Duration::from_secs(30), || {
+        begun.load(std::sync::atomic::Ordering::SeqCst) == 1
+    });
     write_topology(&topo, &jobs_but_hook);
     apply(&db, &topo, &[&s]);
     let j = wait_job(&db, "HOOK", Duration::from_secs(10), |j| j["state"] == "DELETE_PENDING");
@@ -366,7 +372,11 @@ schedule = {{ start = "{}", duration = 4, next = 10, latency = 1 }}
     apply(&db, &topo, &[&s]);
     send_all(port, "AQUSER.RAW_QUE", 0, 3, 1, "").await;
     let j = wait_job(&db, "WINDOWED", Duration::from_secs(5), |j| j["next_window"].is_string());
-    assert_eq!((j["state"].as_str(), j["next_window"].as_str()), (Some("ENABLED"), Some(rfc3339(start).as_str())), "{j}");
+    assert_eq!(
+        (j["state"].as_str(), j["next_window"].as_str()),
+        (Some("ENABLED"), Some(rfc3339(start).as_str())),
+        "{j}"
+    );
     assert!(j["owner"].is_null(), "no lease outside the window: {j}");
     // Sent before the window: they wait until it opens, then move inside it.
     until(start - 1);
@@ -409,7 +419,10 @@ schedule = { start = "tomorrow", next = 60, latency = 5 }
         .expect("admin apply");
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains("propagations[0] (windowed).schedule.start: \"tomorrow\" is not an RFC 3339 timestamp"), "{said}");
+    assert!(
+        said.contains("propagations[0] (windowed).schedule.start: \"tomorrow\" is not an RFC 3339 timestamp"),
+        "{said}"
+    );
     assert!(said.contains("propagations[0] (windowed).schedule.next: needs duration"), "{said}");
     let _ = std::fs::remove_file(&topo);
 }

@@ -2274,13 +2274,7 @@ async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
 const SEC: i64 = 1_000_000;
 
 fn report(state: &str, propagated: i64, failed: i64, exceptions: i64) -> aqgate_core::store::JobReport {
-    aqgate_core::store::JobReport {
-        state: state.into(),
-        propagated,
-        failed,
-        exceptions,
-        ..Default::default()
-    }
+    aqgate_core::store::JobReport { state: state.into(), propagated, failed, exceptions, ..Default::default() }
 }
 
 /// A job's lease goes to one owner at a time, is renewed by its owner only, and passes to
@@ -2334,7 +2328,8 @@ async fn propagation_job_leases_and_reports(b: Backend) {
         .expect("report");
     assert_eq!(owner.as_deref(), Some("b:2:y"), "a learns it lost the lease");
     // b gives it up: nobody holds it, the row stays with its totals.
-    let owner = store.job_report("ARCHIVE", "b:2:y", t + 24 * SEC, None, &report("RUNNING", 4, 0, 0)).await.expect("release");
+    let owner =
+        store.job_report("ARCHIVE", "b:2:y", t + 24 * SEC, None, &report("RUNNING", 4, 0, 0)).await.expect("release");
     assert_eq!(owner, None);
     let r = store.job_statuses().await.expect("statuses").remove(0);
     assert_eq!((r.owner, r.lease_until, r.propagated), (None, None, 40));
@@ -2345,7 +2340,10 @@ async fn propagation_job_leases_and_reports(b: Backend) {
     assert!(!store.job_forget("OTHER", "b:2:y", t + SEC).await.expect("forget"), "a's lease lasts");
     assert!(store.job_forget("OTHER", "b:2:y", t + 15 * SEC).await.expect("forget"), "a's lease ended");
     assert!(store.job_forget("OTHER", "b:2:y", t).await.expect("forget"), "already gone");
-    assert_eq!(store.job_report("OTHER", "a:1:x", t, Some(t + SEC), &report("RUNNING", 1, 0, 0)).await.expect("r"), None);
+    assert_eq!(
+        store.job_report("OTHER", "a:1:x", t, Some(t + SEC), &report("RUNNING", 1, 0, 0)).await.expect("r"),
+        None
+    );
     assert!(store.job_forget("ARCHIVE", "a:1:x", t + 26 * SEC).await.expect("the holder's own"));
     // A process sole on its store ends every lease at start.
     assert!(store.job_lease("ONE", "a:1:x", t, t + 15 * SEC).await.expect("lease"));

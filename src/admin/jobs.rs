@@ -98,7 +98,9 @@ fn time(t: Micros) -> String {
 fn json_row(j: &JobFigures) -> serde_json::Value {
     let mut v = serde_json::to_value(j).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
-        for (k, t) in [("next_window", j.next_window), ("last_error_at", j.last_error_at), ("last_success_at", j.last_success_at)] {
+        for (k, t) in
+            [("next_window", j.next_window), ("last_error_at", j.last_error_at), ("last_success_at", j.last_success_at)]
+        {
             o.insert(k.into(), t.map(time).into());
         }
     }

@@ -348,7 +348,7 @@ async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, taken: Micr
     match engine.end_sessions_of(&job.agent, taken).await {
         Ok(0) => true,
         Ok(n) => {
-            tracing::info!(job = %job.name, batches = n, "rolled back batches of the job's earlier holder");
+            tracing::info!(job = %job.name, sessions = n, "ended the sessions of the job's earlier holder, rolling back its open batches");
             true
         }
         Err(e) => {

@@ -13,6 +13,8 @@
 //!   `rule` as its rule), so it moves only messages published after the job exists.
 //! - The payload types of source and destination must be the same; the exception queue
 //!   (for messages the destination refuses for good) must have the source's payload type.
+//! - An optional schedule (`schedule`, see [`super::schedule`]): the windows in which the
+//!   job propagates, and its latency.
 
 use serde::{Deserialize, Serialize};
 

@@ -141,8 +141,8 @@ mod tests {
 
     #[test]
     fn windows_open_at_start_last_duration_and_repeat_every_next() {
-        let s = resolved(ScheduleDef { start: start(), duration: Some(10), next: Some(60), latency: None })
-            .expect("valid");
+        let s =
+            resolved(ScheduleDef { start: start(), duration: Some(10), next: Some(60), latency: None }).expect("valid");
         assert_eq!(s.start, Some(S), "2026-05-28T20:26:40Z");
         assert_eq!(s.window(at(-5)), Window::Closed { next: Some(at(0)) });
         assert_eq!(s.window(at(0)), Window::Open { until: Some(at(10)) });

@@ -6,7 +6,8 @@ use super::*;
 #[async_trait]
 impl JobStore for SqliteStore {
     async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool> {
-        let r = sqlx::query(sql::JOB_LEASE).bind(name).bind(owner).bind(now).bind(until).execute(&self.pool).await.db()?;
+        let r =
+            sqlx::query(sql::JOB_LEASE).bind(name).bind(owner).bind(now).bind(until).execute(&self.pool).await.db()?;
         Ok(r.rows_affected() == 1)
     }
 
