@@ -180,7 +180,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
         // (their holder died before it could delete the row).
         if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &resolved)) || swept.elapsed() >= lease.ttl {
             let busy: Vec<&String> = running.keys().chain(stopping.iter().map(|(n, _)| n)).collect();
-            lease::sweep(&engine, &lease, &wanted, &busy).await;
+            lease::sweep(&engine, &lease, &busy).await;
             seen = Some(resolved);
             swept = std::time::Instant::now();
         }

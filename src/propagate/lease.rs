@@ -15,7 +15,6 @@
 //!   one (counts are flushed then, not per message), for `admin jobs` and `/metrics` in any
 //!   process.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -327,8 +326,6 @@ async fn tenure(
     // that another process may take the job at once; what is left of the report goes with it.
     let now = engine.now();
     if why == Some(Ending::Removed) {
-        let r = report.take("DELETE_PENDING");
-        let _ = store.job_report(&job.name, &cfg.owner, now, None, &r).await;
         match store.job_forget(&job.name, &cfg.owner, now).await {
             Ok(_) => tracing::info!(job = %job.name, "the removed job finished; its status is gone"),
             Err(e) => tracing::warn!(job = %job.name, error = %e, "deleting the job's status failed"),
@@ -358,24 +355,22 @@ async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, taken: Micr
     }
 }
 
-/// Deletes the status rows of jobs gone from the topology that no process finishes (their
-/// lease has ended): `busy` are the jobs this process still runs.
-pub(crate) async fn sweep(
-    engine: &Engine,
-    cfg: &LeaseConfig,
-    wanted: &BTreeMap<String, PropagationInfo>,
-    busy: &[&String],
-) {
-    let rows = match engine.store().job_statuses().await {
-        Ok(rows) => rows,
-        Err(e) => {
+/// Deletes the status rows of jobs gone from the stored topology (read afresh: this
+/// process may not have reloaded yet) that no process finishes (their lease has ended):
+/// `busy` are the jobs this process still runs.
+pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) {
+    let store = engine.store();
+    let (rows, topology) = match (store.job_statuses().await, store.load_topology().await) {
+        (Ok(rows), Ok(topology)) => (rows, topology),
+        (Err(e), _) | (_, Err(e)) => {
             tracing::debug!(error = %e, "reading the jobs' status failed");
             return;
         }
     };
     let now = engine.now();
-    for r in rows.iter().filter(|r| !wanted.contains_key(&r.name) && !busy.contains(&&r.name)) {
-        match engine.store().job_forget(&r.name, &cfg.owner, now).await {
+    let defined = |name: &str| topology.iter().any(|(kind, n, _)| kind == "propagation" && n == name);
+    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name)) {
+        match store.job_forget(&r.name, &cfg.owner, now).await {
             Ok(true) => tracing::info!(job = %r.name, "forgot the status of a removed job"),
             Ok(false) => {}
             Err(e) => tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's status failed"),
