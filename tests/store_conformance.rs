@@ -2361,7 +2361,7 @@ async fn propagation_job_backlog_counts_what_the_job_would_take(b: Backend) {
     let store = h.engine.store().clone();
     let q = h.engine.resolved().ids[RAWQ];
     let t0 = h.clock.now();
-    assert_eq!(store.job_backlog(q, "", t0).await.expect("backlog"), (0, None));
+    assert_eq!(store.job_backlog(q, "", t0, false).await.expect("backlog"), (0, None));
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("first");
     h.clock.advance_secs(10);
@@ -2371,23 +2371,30 @@ async fn propagation_job_backlog_counts_what_the_job_would_take(b: Backend) {
     let mut c = h.session("scott");
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "in flight: taken, not committed");
     let now = h.clock.now();
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    // A job that takes messages still in their delay: the delayed one waits from its enqueue.
+    assert_eq!(store.job_backlog(q, "", now, true).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
     h.clock.advance_secs(200);
     let now = h.clock.now();
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
     h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (3, Some(t0)), "back in line");
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0)), "back in line");
     h.run(&mut p, &envelope(ROLLBACK)).await.expect("the fourth never was");
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (3, Some(t0)));
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0)));
     recv_raw(&h, &mut c, "", COMMIT).await.expect("take the first");
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (2, Some(t0 + 10 * SEC)));
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (2, Some(t0 + 10 * SEC)));
     recv_raw(&h, &mut c, "", COMMIT).await.expect("take the second");
-    assert_eq!(store.job_backlog(q, "", now).await.expect("backlog"), (1, Some(t0 + 110 * SEC)), "its delay's end");
+    assert_eq!(
+        store.job_backlog(q, "", now, false).await.expect("backlog"),
+        (1, Some(t0 + 110 * SEC)),
+        "its delay's end"
+    );
+    assert_eq!(store.job_backlog(q, "", now, true).await.expect("backlog"), (1, Some(t0 + 10 * SEC)), "its enqueue");
     // An expired message is the time manager's, not the job's.
     h.run(&mut p, &raw_send(RAWQ, &[("<expiration>5</expiration>", "05")], COMMIT)).await.expect("expiring");
     h.clock.advance_secs(6);
     let later = h.clock.now();
-    assert_eq!(store.job_backlog(q, "", later).await.expect("backlog"), (2, Some(t0 + 110 * SEC)));
+    assert_eq!(store.job_backlog(q, "", later, false).await.expect("backlog"), (2, Some(t0 + 110 * SEC)));
 
     // A multi-consumer queue: only the consumer's deliveries.
     let topic = h.engine.resolved().ids[TOPIC];
@@ -2397,7 +2404,7 @@ async fn propagation_job_backlog_counts_what_the_job_would_take(b: Backend) {
     let only_app2 = "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
     h.run(&mut p, &publish_emp(20, only_app2, COMMIT)).await.expect("to APP2");
     let now = h.clock.now();
-    assert_eq!(store.job_backlog(topic, "APP1", now).await.expect("backlog"), (1, Some(t1)));
-    assert_eq!(store.job_backlog(topic, "APP2", now).await.expect("backlog"), (1, Some(t1 + 5 * SEC)));
-    assert_eq!(store.job_backlog(topic, "NOBODY", now).await.expect("backlog"), (0, None));
+    assert_eq!(store.job_backlog(topic, "APP1", now, false).await.expect("backlog"), (1, Some(t1)));
+    assert_eq!(store.job_backlog(topic, "APP2", now, true).await.expect("backlog"), (1, Some(t1 + 5 * SEC)));
+    assert_eq!(store.job_backlog(topic, "NOBODY", now, false).await.expect("backlog"), (0, None));
 }

@@ -12,9 +12,11 @@
 //! - **Backlog**: the committed messages waiting for the job in its source (for a
 //!   multi-consumer source, the job subscriber's deliveries), delayed and in-flight ones
 //!   included.
-//! - **Lag**: how long the oldest message the job could take now (committed, ready, not
-//!   locked, not expired) has been ready: now minus its enqueue time, or the end of its
-//!   delay. 0 when none is waiting. On a single-consumer source with a `rule`, backlog and
+//! - **Lag**: how long the oldest message the job could take now (committed, not locked by
+//!   a batch, not expired) has been waiting for it: now minus its enqueue time. A local or
+//!   remote job takes a message still in its delay (the copy keeps the delay), a forwarder
+//!   only once the delay is over, so for a forwarder a delayed message waits from the end of
+//!   its delay. 0 when none is waiting. On a single-consumer source with a `rule`, backlog and
 //!   lag count every message of the source (the rule is evaluated by the dequeue, not here).
 
 use std::collections::BTreeMap;
@@ -79,7 +81,9 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             (None, None) => ("local", j.destination.clone()),
         };
         let (backlog, ready) = match resolved.ids.get(&j.source) {
-            Some(q) => store.job_backlog(*q, j.consumer.as_deref().unwrap_or(""), now).await?,
+            // Local and remote jobs take messages still in their delay (they carry it on);
+            // a forwarder waits for the delay's end.
+            Some(q) => store.job_backlog(*q, j.consumer.as_deref().unwrap_or(""), now, j.forward.is_none()).await?,
             None => (0, None),
         };
         let r = row.unwrap_or_else(|| empty(&j.name));

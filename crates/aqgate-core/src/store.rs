@@ -671,9 +671,17 @@ pub trait JobStore: Send + Sync {
 
     /// What waits for `consumer` (`""` on a single-consumer queue) in `queue` at `now`: the
     /// committed messages (delayed and in-flight ones too), and the earliest time at which
-    /// one of those that can be taken now (ready, not locked, not expired) became ready (its
-    /// enqueue, or the end of its delay).
-    async fn job_backlog(&self, queue: QueueId, consumer: &str, now: Micros) -> Result<(i64, Option<Micros>)>;
+    /// one of those that can be taken now (not locked, not expired, and ready unless
+    /// `waiting`) became ready: its enqueue, or without `waiting` the end of its delay.
+    /// `waiting`: the consumer takes messages still in their delay (a propagation job that
+    /// carries the delay on).
+    async fn job_backlog(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        now: Micros,
+        waiting: bool,
+    ) -> Result<(i64, Option<Micros>)>;
 }
 
 #[async_trait]

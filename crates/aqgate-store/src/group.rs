@@ -331,8 +331,14 @@ impl JobStore for GroupCommitStore {
         self.inner.job_statuses().await
     }
 
-    async fn job_backlog(&self, queue: QueueId, consumer: &str, now: Micros) -> Result<(i64, Option<Micros>)> {
-        self.inner.job_backlog(queue, consumer, now).await
+    async fn job_backlog(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        now: Micros,
+        waiting: bool,
+    ) -> Result<(i64, Option<Micros>)> {
+        self.inner.job_backlog(queue, consumer, now, waiting).await
     }
 }
 

@@ -59,34 +59,44 @@ impl JobStore for PgStore {
         rows.iter().map(job_from_row).collect()
     }
 
-    async fn job_backlog(&self, queue: QueueId, consumer: &str, now: Micros) -> Result<(i64, Option<Micros>)> {
+    async fn job_backlog(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        now: Micros,
+        waiting: bool,
+    ) -> Result<(i64, Option<Micros>)> {
         // A single-consumer message is its own delivery (`single`); the others have one
         // `deliveries` row per consumer. GREATEST skips a NULL delay.
         let r = if consumer.is_empty() {
             sqlx::query(
                 "SELECT COUNT(*) AS n,
-                        MIN(CASE WHEN lock_txn IS NULL AND (delay_until IS NULL OR delay_until <= $2)
-                                      AND (expire_at IS NULL OR expire_at > $2)
-                                 THEN GREATEST(enq_time, delay_until) END) AS ready
+                        MIN(CASE WHEN lock_txn IS NULL AND (expire_at IS NULL OR expire_at > $2)
+                                      AND ($3 OR delay_until IS NULL OR delay_until <= $2)
+                                 THEN CASE WHEN $3 THEN enq_time ELSE GREATEST(enq_time, delay_until) END
+                            END) AS ready
                  FROM messages WHERE queue_id = $1 AND single AND enq_txn IS NULL",
             )
             .bind(queue)
             .bind(now)
+            .bind(waiting)
             .fetch_one(&self.pool)
             .await
             .db()?
         } else {
             sqlx::query(
                 "SELECT COUNT(*) AS n,
-                        MIN(CASE WHEN d.lock_txn IS NULL AND (m.delay_until IS NULL OR m.delay_until <= $2)
-                                      AND (m.expire_at IS NULL OR m.expire_at > $2)
-                                 THEN GREATEST(m.enq_time, m.delay_until) END) AS ready
+                        MIN(CASE WHEN d.lock_txn IS NULL AND (m.expire_at IS NULL OR m.expire_at > $2)
+                                      AND ($4 OR m.delay_until IS NULL OR m.delay_until <= $2)
+                                 THEN CASE WHEN $4 THEN m.enq_time ELSE GREATEST(m.enq_time, m.delay_until) END
+                            END) AS ready
                  FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
                  WHERE d.queue_id = $1 AND d.consumer = $3 AND m.enq_txn IS NULL",
             )
             .bind(queue)
             .bind(now)
             .bind(consumer)
+            .bind(waiting)
             .fetch_one(&self.pool)
             .await
             .db()?
