@@ -210,23 +210,27 @@ pub(crate) async fn job(
     let _agent = engine.retain_agent(&job.agent);
     while ending_of(&ending).is_none() {
         let now = engine.now();
-        if let Window::Closed { next } = job.schedule.window(now) {
-            // No lease and no receive outside a window (`admin jobs` says ENABLED and
-            // when the next one opens).
-            tracing::info!(job = %job.name, next_window = ?next, "outside the schedule's window");
-            match next {
-                Some(t) => tokio::select! {
-                    () = tokio::time::sleep(until(t, now)) => {}
-                    () = ended(&mut ending) => {}
-                },
-                None => ended(&mut ending).await,
+        let closes = match job.schedule.window(now) {
+            Window::Open { until } => until,
+            Window::Closed { next } => {
+                // No lease and no receive outside a window (`admin jobs` says ENABLED and
+                // when the next one opens).
+                tracing::info!(job = %job.name, next_window = ?next, "outside the schedule's window");
+                match next {
+                    Some(t) => tokio::select! {
+                        () = tokio::time::sleep(until(t, now)) => {}
+                        () = ended(&mut ending) => {}
+                    },
+                    None => ended(&mut ending).await,
+                }
+                continue;
             }
-            continue;
-        }
+        };
         match store.job_lease(&job.name, &cfg.owner, now, now.saturating_add(cfg.ttl_micros())).await {
             Ok(true) => {
                 tracing::info!(job = %job.name, owner = %cfg.owner, "took the job's lease");
-                if tenure(&engine, &job, &cfg, (&counters, &report), now, &mut ending).await == Some(Ending::Removed) {
+                let held = (&counters, &report);
+                if tenure(&engine, &job, &cfg, held, (now, closes), &mut ending).await == Some(Ending::Removed) {
                     return;
                 }
                 continue;
@@ -241,15 +245,16 @@ pub(crate) async fn job(
     }
 }
 
-/// Runs the job's workers while the lease is held (taken at `taken`), renewing it and
-/// reporting on every heartbeat; returns, once the workers have stopped, why they did
-/// (`None`: the lease was lost or the window closed).
+/// Runs the job's workers while the lease is held (taken at `taken`) and the window lasts
+/// (until `closes`, if it closes), renewing the lease and reporting on every heartbeat;
+/// returns, once the workers have stopped, why they did (`None`: the lease was lost or the
+/// window closed).
 async fn tenure(
     engine: &Arc<Engine>,
     job: &PropagationInfo,
     cfg: &LeaseConfig,
     (counters, report): (&Counters, &Arc<Report>),
-    taken: Micros,
+    (taken, closes): (Micros, Option<Micros>),
     ending: &mut watch::Receiver<Option<Ending>>,
 ) -> Option<Ending> {
     let store = engine.store().clone();
@@ -257,10 +262,6 @@ async fn tenure(
     let mut rolled_back = end_earlier_batches(engine, job, taken).await;
     let stats = Stats { counters: counters.clone(), report: report.clone(), stop: stop_rx };
     let mut workers = tokio::spawn(super::work(engine.clone(), job.clone(), stats));
-    let closes = match job.schedule.window(engine.now()) {
-        Window::Open { until: Some(t) } => Some(t),
-        _ => None,
-    };
     let closing = async {
         match closes {
             Some(t) => tokio::time::sleep(until(t, engine.now())).await,
