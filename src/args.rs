@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// New sessions are refused with 503 while the store holds this many.
     #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
     pub max_sessions: usize,
+    /// A propagation job's lease lasts this many seconds unrenewed (renewed every third of
+    /// it): another node takes a job over this long after its holder died.
+    #[arg(long, env = "AQGATE_PROPAGATION_LEASE_TTL", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub propagation_lease_ttl: u64,
     /// Mark the session cookie Secure (when clients reach the servlet over HTTPS, e.g.
     /// through a TLS-terminating proxy).
     #[arg(long, env = "AQGATE_SECURE_COOKIE")]

@@ -79,6 +79,7 @@ pub const KEYS: &[Key] = &[
     key("sessions.tombstone_ttl", "session_tombstone_ttl", Kind::Integer),
     key("sessions.max", "max_sessions", Kind::Integer),
     key("sessions.secure_cookie", "secure_cookie", Kind::Flag),
+    key("propagation.lease_ttl", "propagation_lease_ttl", Kind::Integer),
     key("directory.ldap_url", "ldap_url", Kind::Text),
     key("directory.base_dn", "ldap_base_dn", Kind::Text),
     key("directory.bind_dn", "ldap_bind_dn", Kind::Text),

@@ -135,11 +135,14 @@ enum AdminCommand {
         #[arg(long)]
         retry_parked: bool,
     },
-    /// Propagation jobs with their state, kind, source, destination and backlog; or
+    /// Propagation jobs with their state, owner, counts, backlog, lag and last error; or
     /// enable or disable one (running servers follow on SIGHUP).
     Jobs {
         #[command(flatten)]
         db: Db,
+        /// Print the jobs as a JSON array.
+        #[arg(long, conflicts_with_all = ["enable", "disable"])]
+        json: bool,
         #[arg(long, value_name = "JOB", conflicts_with = "disable")]
         enable: Option<String>,
         #[arg(long, value_name = "JOB")]
@@ -290,11 +293,11 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Queues { db } => admin::topology::print_queues(open(db).await?.as_ref(), out).await,
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
-        AdminCommand::Jobs { db, enable, disable } => {
+        AdminCommand::Jobs { db, json, enable, disable } => {
             let store = open(db).await?;
             let on = enable.is_some();
             match enable.or(disable) {
-                None => admin::jobs::print_jobs(store.as_ref(), out).await,
+                None => admin::jobs::print_jobs(store.as_ref(), json, out).await,
                 Some(name) => {
                     anyhow::ensure!(
                         admin::jobs::set_enabled(store.as_ref(), &name, on).await?,

@@ -11,7 +11,9 @@
 //! its messages are moved again by the next batch).
 //!
 //! Event-driven: the first receive of a batch waits (a long poll, woken by the commit that
-//! makes a message visible); the rest take what is there. A refused batch is rolled back and
+//! makes a message visible); the rest take what is there. With a schedule's latency the job
+//! looks instead, and waits the latency after a look that found less than a full batch (see
+//! `aqgate_core::topology::schedule`). A refused batch is rolled back and
 //! its messages are moved one by one: one the destination refuses for good (no recipient on a
 //! multi-consumer destination, not permitted, a payload the destination does not take) goes
 //! to the job's exception queue with the reason logged, and the job goes on; without an
@@ -21,16 +23,21 @@
 //! A job's receives take messages still in their delay too, and the copies keep their
 //! times (`Session::carry`): a delayed message waits at the destination, not here.
 //!
-//! A job that starts rolls back the batches its agent left open in the store (a process
-//! killed between a batch's receives and its commit), so their messages move at once.
+//! **One process at a time** runs a job: the one holding the job's lease in the store
+//! (`lease`). A process that has just taken the lease rolls back the batches the job's agent
+//! left open (its dead holder's: killed between a batch's receives and its commit), so their
+//! messages move at once. Outside its schedule's windows a job holds no lease and no receive.
 //!
 //! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
-//! reload) starts, a removed or disabled one finishes its batch and stops.
+//! reload) starts, a disabled one finishes its batch and stops, a removed one is
+//! DELETE_PENDING until its batch in flight is done and then its status row goes. `status`
+//! makes the figures of `admin jobs` and `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aqgate_core::clock::Micros;
 use aqgate_core::engine::{Engine, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::metrics::Counter;
@@ -42,26 +49,28 @@ use aqgate_proto::idap::{
 use tokio::sync::watch;
 
 mod forward;
+pub mod lease;
 mod remote;
+pub mod status;
+
+pub use lease::LeaseConfig;
 
 /// How long the first receive of a batch waits for a message.
 pub(crate) const WAIT: u64 = 5;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// A job's counters in the metrics registry (`job` label), and its stop signal.
+/// A job's counters in the metrics registry (`job` label): what this process did.
 #[derive(Clone)]
-pub(crate) struct Stats {
+pub(crate) struct Counters {
     propagated: Counter,
     exceptions: Counter,
     failures: Counter,
-    stop: watch::Receiver<bool>,
 }
 
-impl Stats {
-    fn new(engine: &Engine, job: &str, stop: watch::Receiver<bool>) -> Self {
+impl Counters {
+    fn new(engine: &Engine, job: &str) -> Self {
         let m = &engine.config().metrics;
         Self {
-            stop,
             propagated: m.labelled(
                 "aqgate_propagation_messages_total",
                 "Messages a propagation job moved to its destination.",
@@ -84,12 +93,68 @@ impl Stats {
     }
 }
 
-/// Runs the topology's jobs until `stop` changes; looks for changed jobs every `every`.
-pub async fn run(engine: Arc<Engine>, every: Duration, mut stop: watch::Receiver<bool>) {
-    let mut running: BTreeMap<String, (PropagationInfo, watch::Sender<bool>, tokio::task::JoinHandle<()>)> =
-        BTreeMap::new();
+/// What a job's workers count (in the metrics registry and in the report its lease's
+/// heartbeat stores), and their stop signal.
+#[derive(Clone)]
+pub(crate) struct Stats {
+    counters: Counters,
+    report: Arc<lease::Report>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Stats {
+    /// `n` messages went to the destination.
+    pub(crate) fn moved(&self, n: usize, now: Micros) {
+        self.counters.propagated.add(n as u64);
+        self.report.moved(n as u64, now);
+    }
+
+    /// `n` messages went to the job's exception queue.
+    pub(crate) fn excepted(&self, n: usize, now: Micros) {
+        self.counters.exceptions.add(n as u64);
+        self.report.excepted(n as u64, now);
+    }
+
+    /// A batch failed: the worker is RETRYING, or FAILED when the destination refused it for
+    /// good (what it does now).
+    pub(crate) fn failed(&self, e: &AqError, now: Micros) -> lease::Doing {
+        self.counters.failures.inc();
+        self.report.failed(&e.message, now);
+        if permanent(e) { lease::Doing::Failed } else { lease::Doing::Retrying }
+    }
+}
+
+/// Why a job's task is told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Disabled, changed (a new task follows), or the process stops: the lease is given up
+    /// after the batch in flight.
+    Stop,
+    /// Gone from the topology: DELETE_PENDING until its batch in flight is done, then its
+    /// status row goes.
+    Removed,
+}
+
+/// Runs the topology's jobs until `stop` changes; looks for changed jobs every `every`. A
+/// job runs here only while this process holds its lease (see `lease`).
+pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut stop: watch::Receiver<bool>) {
+    type Task = (PropagationInfo, watch::Sender<Option<Ending>>, tokio::task::JoinHandle<()>);
+    let lease = Arc::new(lease);
+    let mut running: BTreeMap<String, Task> = BTreeMap::new();
+    // Jobs told to stop, finishing their batch in flight; a job is not started again
+    // before its earlier task has ended.
+    let mut stopping: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
+    let mut seen: Option<Arc<aqgate_core::engine::Resolved>> = None;
+    let mut swept = std::time::Instant::now();
     loop {
-        let wanted = engine.resolved().catalog.propagations.clone();
+        let resolved = engine.resolved();
+        let wanted = resolved.catalog.propagations.clone();
+        stopping.retain(|(name, task)| {
+            if task.is_finished() {
+                tracing::info!(job = %name, "propagation job stopped");
+            }
+            !task.is_finished()
+        });
         let gone: Vec<String> = running
             .iter()
             .filter(|(name, (info, _, _))| wanted.get(*name).is_none_or(|w| w != info || !w.enabled))
@@ -97,57 +162,56 @@ pub async fn run(engine: Arc<Engine>, every: Duration, mut stop: watch::Receiver
             .collect();
         for name in gone {
             if let Some((_, tx, task)) = running.remove(&name) {
-                let _ = tx.send(true);
-                let _ = task.await;
-                tracing::info!(job = %name, "propagation job stopped");
+                let why = if wanted.contains_key(&name) { Ending::Stop } else { Ending::Removed };
+                let _ = tx.send(Some(why));
+                stopping.push((name, task));
             }
         }
-        for (name, info) in wanted.into_iter().filter(|(_, i)| i.enabled) {
-            if running.contains_key(&name) {
+        for (name, info) in wanted.iter().filter(|(_, i)| i.enabled) {
+            if running.contains_key(name) || stopping.iter().any(|(n, _)| n == name) {
                 continue;
             }
-            let (tx, rx) = watch::channel(false);
-            let task = tokio::spawn(job_loop(engine.clone(), info.clone(), rx));
+            let (tx, rx) = watch::channel(None);
+            let task = tokio::spawn(lease::job(engine.clone(), info.clone(), lease.clone(), rx));
             tracing::info!(job = %name, source = %info.source, destination = %info.destination, "propagation job started");
-            running.insert(name, (info, tx, task));
+            running.insert(name.clone(), (info.clone(), tx, task));
+        }
+        // Status rows of jobs gone from the topology that no process finishes any more
+        // (their holder died before it could delete the row).
+        if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &resolved)) || swept.elapsed() >= lease.ttl {
+            let busy: Vec<&String> = running.keys().chain(stopping.iter().map(|(n, _)| n)).collect();
+            lease::sweep(&engine, &lease, &busy).await;
+            seen = Some(resolved);
+            swept = std::time::Instant::now();
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = stop.changed() => break,
         }
     }
-    for (_, (_, tx, task)) in running {
-        let _ = tx.send(true);
+    for (name, (_, tx, task)) in running {
+        let _ = tx.send(Some(Ending::Stop));
+        stopping.push((name, task));
+    }
+    for (_, task) in stopping {
         let _ = task.await;
     }
 }
 
-async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Receiver<bool>) {
-    let stats = Stats::new(&engine, &job.name, stop.clone());
-    if !end_earlier_batches(&engine, &job, &mut stop).await {
-        return;
-    }
+/// A job's workers, while this process holds its lease: until `stats.stop`.
+pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats) {
+    let mut stop = stats.stop.clone();
     match (&job.remote, &job.forward) {
         (_, Some(def)) => {
-            let f = loop {
-                match forward::Forwarder::new(&engine, def) {
-                    Ok(f) => break Arc::new(f),
-                    Err(e) => {
-                        stats.failures.inc();
-                        tracing::warn!(job = %job.name, error = %e, "forwarding target not usable; retrying in 10 s");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                            _ = stop.changed() => return,
-                        }
-                    }
-                }
-            };
+            let made = usable(&engine, &job, &stats, "forwarding target", || forward::Forwarder::new(&engine, def));
+            let Some(f) = made.await.map(Arc::new) else { return };
             let workers: Vec<_> = (0..job.concurrency)
                 .map(|_| {
                     let (engine, job, stats, f, mut stop) =
                         (engine.clone(), job.clone(), stats.clone(), f.clone(), stop.clone());
                     tokio::spawn(async move {
-                        retrying(&job, &stats, &mut stop, |_| forward::move_one(&engine, &job, &f, &stats)).await;
+                        retrying(&engine, &job, &stats, &mut stop, 1, |_| forward::move_one(&engine, &job, &f, &stats))
+                            .await;
                     })
                 })
                 .collect();
@@ -157,25 +221,15 @@ async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Re
         }
         (None, None) => local_loop(&engine, &job, &stats, &mut stop).await,
         (Some(def), None) => {
-            let remote = loop {
-                match remote::Remote::new(def) {
-                    Ok(r) => break Arc::new(r),
-                    Err(e) => {
-                        stats.failures.inc();
-                        tracing::warn!(job = %job.name, error = %e, "remote destination not usable; retrying in 10 s");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                            _ = stop.changed() => return,
-                        }
-                    }
-                }
-            };
+            let made = usable(&engine, &job, &stats, "remote destination", || remote::Remote::new(def));
+            let Some(remote) = made.await.map(Arc::new) else { return };
             let workers: Vec<_> = (0..job.concurrency)
                 .map(|_| {
                     let (engine, job, stats, remote, mut stop) =
                         (engine.clone(), job.clone(), stats.clone(), remote.clone(), stop.clone());
                     tokio::spawn(async move {
-                        retrying(&job, &stats, &mut stop, |_| move_remote(&engine, &job, &remote, &stats)).await;
+                        retrying(&engine, &job, &stats, &mut stop, 1, |_| move_remote(&engine, &job, &remote, &stats))
+                            .await;
                     })
                 })
                 .collect();
@@ -186,31 +240,37 @@ async fn job_loop(engine: Arc<Engine>, job: PropagationInfo, mut stop: watch::Re
     }
 }
 
-/// Rolls back the batches the job's agent left open in the store; false if stopped first.
-async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, stop: &mut watch::Receiver<bool>) -> bool {
-    // A batch of an earlier run (killed before its commit) still holds its messages in an
-    // open session: roll it back, so they are moved now rather than after the timeout.
-    let started = engine.now();
-    loop {
-        match engine.end_sessions_of(&job.agent, started).await {
-            Ok(0) => return true,
-            Ok(n) => {
-                tracing::info!(job = %job.name, batches = n, "rolled back batches of an earlier run");
-                return true;
-            }
+/// What `make` makes, tried every 10 s (the job RETRYING meanwhile); `None` if stopped first.
+async fn usable<T>(
+    engine: &Engine,
+    job: &PropagationInfo,
+    stats: &Stats,
+    what: &str,
+    make: impl Fn() -> Result<T, String>,
+) -> Option<T> {
+    let mut stop = stats.stop.clone();
+    let mut doing = lease::Doing::Running;
+    let made = loop {
+        match make() {
+            Ok(t) => break Some(t),
             Err(e) => {
-                tracing::warn!(job = %job.name, error = %e.message, "rolling back earlier batches failed; retrying");
+                stats.failed(&AqError::server(code::INTERNAL, format!("{what}: {e}")), engine.now());
+                stats.report.shift(doing, lease::Doing::Retrying);
+                doing = lease::Doing::Retrying;
+                tracing::warn!(job = %job.name, error = %e, "{what} not usable; retrying in 10 s");
                 tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.changed() => return false,
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    _ = stop.wait_for(|s| *s) => break None,
                 }
             }
         }
-    }
+    };
+    stats.report.shift(doing, lease::Doing::Running);
+    made
 }
 
 async fn local_loop(engine: &Engine, job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>) {
-    retrying(job, stats, stop, |one_by_one| {
+    retrying(engine, job, stats, stop, job.batch_size, |one_by_one| {
         let batch = if one_by_one { 1 } else { job.batch_size };
         move_batch(engine, job, batch, one_by_one, stats)
     })
@@ -218,27 +278,47 @@ async fn local_loop(engine: &Engine, job: &PropagationInfo, stats: &Stats, stop:
 }
 
 /// Runs `step` until stopped: `step(true)` after a refused batch, with backoff after a
-/// failure.
-async fn retrying<F, Fut>(job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>, mut step: F)
-where
+/// failure. With a schedule's latency, a step that moved less than `full` messages (one by
+/// one: less than one) is followed by a wait of the latency, holding no receive open.
+async fn retrying<F, Fut>(
+    engine: &Engine,
+    job: &PropagationInfo,
+    stats: &Stats,
+    stop: &mut watch::Receiver<bool>,
+    full: u32,
+    mut step: F,
+) where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<Moved, AqError>>,
 {
     let first = Duration::from_millis(job.retry_backoff_ms);
     let mut backoff = first;
     let mut one_by_one = false;
+    // What this worker does, in the job's report.
+    let mut doing = lease::Doing::Running;
     while !*stop.borrow() {
         match step(one_by_one).await {
             Ok(Moved::Done(n)) => {
                 if n > 0 {
                     tracing::debug!(job = %job.name, messages = n, "propagated");
                 }
+                stats.report.shift(doing, lease::Doing::Running);
+                doing = lease::Doing::Running;
+                let want = if one_by_one { 1 } else { full };
                 backoff = first;
                 one_by_one = false;
+                if job.schedule.latency > 0 && u32::try_from(n).unwrap_or(u32::MAX) < want {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(job.schedule.latency)) => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                }
             }
             Ok(Moved::Refused) => one_by_one = true,
             Err(e) => {
-                stats.failures.inc();
+                let next = stats.failed(&e, engine.now());
+                stats.report.shift(doing, next);
+                doing = next;
                 tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
@@ -248,6 +328,7 @@ where
             }
         }
     }
+    stats.report.shift(doing, lease::Doing::Running);
 }
 
 pub(crate) enum Moved {
@@ -289,7 +370,7 @@ async fn move_batch(
     let times = std::mem::take(&mut session.received);
     match carried_send(engine, &mut session, &job.destination, out.clone(), times.clone()).await {
         Ok(_) => {
-            stats.propagated.add(n as u64);
+            stats.moved(n, engine.now());
             Ok(Moved::Done(n))
         }
         Err(e) if permanent(&e) && !alone => {
@@ -301,7 +382,7 @@ async fn move_batch(
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
             match carried_send(engine, &mut session, &eq, out, times).await {
                 Ok(_) => {
-                    stats.exceptions.add(n as u64);
+                    stats.excepted(n, engine.now());
                     tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
                         "the destination refused a message for good; moved to the exception queue");
                     Ok(Moved::Done(n))
@@ -342,7 +423,7 @@ async fn move_remote(
     match remote.send(&job.name, &id, &job.destination, there).await {
         remote::Sent::Done => {
             engine.execute(&mut session, Request::Commit).await?;
-            stats.propagated.inc();
+            stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }
         remote::Sent::Permanent(why) => match job.exception_queue.clone() {
@@ -356,7 +437,7 @@ async fn move_remote(
             .await
             {
                 Ok(_) => {
-                    stats.exceptions.inc();
+                    stats.excepted(1, engine.now());
                     tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
                         exception_queue = %eq, reason = %why,
                         "the remote refused a message for good; moved to the exception queue");
@@ -406,7 +487,9 @@ pub(crate) async fn waiting_receive(
     session.abandon = Some(abandon.clone());
     let mut stop = stats.stop.clone();
     let r = {
-        let received = engine.execute(session, receive(job, WAIT));
+        // With a latency the job looks and moves on (it waits between looks instead).
+        let wait = if job.schedule.latency > 0 { 0 } else { WAIT };
+        let received = engine.execute(session, receive(job, wait));
         tokio::pin!(received);
         tokio::select! {
             r = &mut received => r,

@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub tick: Duration,
     pub max_sessions: usize,
+    /// Propagation jobs' leases: how long, and this process's name in them.
+    pub propagation_lease: crate::propagate::LeaseConfig,
     /// Session cookies get `Secure` (behind an HTTPS proxy; over HTTPS they always do).
     pub secure_cookie: bool,
     /// Serve HTTPS on `listen` with these files.
@@ -111,7 +113,20 @@ pub async fn serve(
     let engine = Engine::start(store, Arc::new(SystemClock), engine_cfg).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let bg = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop_rx.clone()));
-    let jobs = tokio::spawn(crate::propagate::run(engine.clone(), Duration::from_secs(1), stop_rx.clone()));
+    if _sole.is_some() {
+        // Alone on the SQLite file: a lease still held is a killed process's, taken over now
+        // rather than when it ends.
+        let n = engine.store().job_leases_clear().await?;
+        if n > 0 {
+            tracing::info!(jobs = n, "ended the propagation leases of an earlier run");
+        }
+    }
+    let jobs = tokio::spawn(crate::propagate::run(
+        engine.clone(),
+        Duration::from_secs(1),
+        cfg.propagation_lease.clone(),
+        stop_rx.clone(),
+    ));
     let notifier = match cfg.notify.clone() {
         Some(n) => {
             let d = crate::notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;

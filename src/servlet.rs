@@ -100,7 +100,8 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Prometheus text: the counters of this process's metrics registry, requests in flight, and the outbox as the store
-/// has it (pending and parked notifications, also those of other processes).
+/// has it (pending and parked notifications, also those of other processes), and every propagation job's state,
+/// backlog and lag (also of jobs that other processes run).
 async fn metrics(State(s): State<AppState>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let mut out = String::new();
@@ -134,6 +135,14 @@ async fn metrics(State(s): State<AppState>) -> Response {
         }
         Err(e) => {
             tracing::warn!(error = %e, "metrics: outbox counts");
+            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+        }
+    }
+    let resolved = s.engine.resolved();
+    match crate::propagate::status::figures(s.engine.store().as_ref(), &resolved, s.engine.now()).await {
+        Ok(jobs) => crate::propagate::status::render(&jobs, &mut out),
+        Err(e) => {
+            tracing::warn!(error = %e.message, "metrics: propagation jobs");
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
         }
     }

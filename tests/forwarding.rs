@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use common::*;
@@ -106,14 +106,6 @@ fn serve(db: &str, port: u16, topology: &std::path::Path, allow: &[&str]) -> Pro
     );
     p.wait_ready(port, Duration::from_secs(60));
     p
-}
-
-fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        assert!(Instant::now() < deadline, "{what} not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,8 @@ on_both_backends!(
     re_sent_mail_is_answered_in_its_thread_and_encryption_is_kept,
     concurrent_spooling_and_sending_all_commit,
     large_committed_sends_are_whole_and_in_order,
+    propagation_job_leases_and_reports,
+    propagation_job_backlog_counts_what_the_job_would_take,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -2267,4 +2269,142 @@ async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
         assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Ok(hex(want)));
     }
     assert_eq!(recv_raw(&h, &mut s, "", COMMIT).await, Err(code::NO_MESSAGE));
+}
+
+const SEC: i64 = 1_000_000;
+
+fn report(state: &str, propagated: i64, failed: i64, exceptions: i64) -> aqgate_core::store::JobReport {
+    aqgate_core::store::JobReport { state: state.into(), propagated, failed, exceptions, ..Default::default() }
+}
+
+/// A job's lease goes to one owner at a time, is renewed by its owner only, and passes to
+/// another once it has ended; reports add up whoever sends them, but only the holder sets
+/// the state and the lease.
+async fn propagation_job_leases_and_reports(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let t = h.clock.now();
+    assert!(store.job_statuses().await.expect("statuses").is_empty());
+    assert!(store.job_lease("ARCHIVE", "a:1:x", t, t + 15 * SEC).await.expect("lease"), "nobody held it");
+    assert!(!store.job_lease("ARCHIVE", "b:2:y", t + SEC, t + 16 * SEC).await.expect("lease"), "a holds it");
+    assert!(store.job_lease("ARCHIVE", "a:1:x", t + 5 * SEC, t + 20 * SEC).await.expect("renew"));
+    let rows = store.job_statuses().await.expect("statuses");
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!((r.name.as_str(), r.owner.as_deref(), r.lease_until), ("ARCHIVE", Some("a:1:x"), Some(t + 20 * SEC)));
+    assert_eq!((r.state.as_str(), r.propagated, r.failed, r.exceptions), ("RUNNING", 0, 0, 0));
+
+    // The holder reports: state, counts, the last error and the last success.
+    let mut rep = report("RETRYING", 30, 1, 2);
+    rep.error = Some(("remote down".into(), t + 6 * SEC));
+    rep.success_at = Some(t + 4 * SEC);
+    let owner = store.job_report("ARCHIVE", "a:1:x", t + 6 * SEC, Some(t + 21 * SEC), &rep).await.expect("report");
+    assert_eq!(owner.as_deref(), Some("a:1:x"));
+    let owner = store
+        .job_report("ARCHIVE", "a:1:x", t + 7 * SEC, Some(t + 22 * SEC), &report("RUNNING", 5, 0, 0))
+        .await
+        .expect("report");
+    assert_eq!(owner.as_deref(), Some("a:1:x"));
+    let r = store.job_statuses().await.expect("statuses").remove(0);
+    assert_eq!((r.state.as_str(), r.propagated, r.failed, r.exceptions), ("RUNNING", 35, 1, 2));
+    assert_eq!((r.last_error.as_deref(), r.last_error_at), (Some("remote down"), Some(t + 6 * SEC)), "kept");
+    assert_eq!((r.last_success_at, r.lease_until, r.updated_at), (Some(t + 4 * SEC), Some(t + 22 * SEC), t + 7 * SEC));
+
+    // Another process's report counts, but changes neither state nor lease.
+    let owner = store
+        .job_report("ARCHIVE", "b:2:y", t + 8 * SEC, Some(t + 99 * SEC), &report("FAILED", 1, 0, 0))
+        .await
+        .expect("report");
+    assert_eq!(owner.as_deref(), Some("a:1:x"), "b does not hold the lease");
+    let r = store.job_statuses().await.expect("statuses").remove(0);
+    assert_eq!((r.state.as_str(), r.propagated, r.lease_until), ("RUNNING", 36, Some(t + 22 * SEC)));
+
+    // The lease ends unrenewed (its holder died): b takes it, and a has lost it.
+    assert!(!store.job_lease("ARCHIVE", "b:2:y", t + 21 * SEC, t + 36 * SEC).await.expect("lease"));
+    assert!(store.job_lease("ARCHIVE", "b:2:y", t + 22 * SEC, t + 37 * SEC).await.expect("takeover"));
+    let owner = store
+        .job_report("ARCHIVE", "a:1:x", t + 23 * SEC, Some(t + 38 * SEC), &report("RUNNING", 0, 0, 0))
+        .await
+        .expect("report");
+    assert_eq!(owner.as_deref(), Some("b:2:y"), "a learns it lost the lease");
+    // b gives it up: nobody holds it, the row stays with its totals.
+    let owner =
+        store.job_report("ARCHIVE", "b:2:y", t + 24 * SEC, None, &report("RUNNING", 4, 0, 0)).await.expect("release");
+    assert_eq!(owner, None);
+    let r = store.job_statuses().await.expect("statuses").remove(0);
+    assert_eq!((r.owner, r.lease_until, r.propagated), (None, None, 40));
+    assert!(store.job_lease("ARCHIVE", "a:1:x", t + 25 * SEC, t + 40 * SEC).await.expect("free again"));
+
+    // A row goes only when its lease is the caller's or has ended.
+    assert!(store.job_lease("OTHER", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
+    assert!(!store.job_forget("OTHER", "b:2:y", t + SEC).await.expect("forget"), "a's lease lasts");
+    assert!(store.job_forget("OTHER", "b:2:y", t + 15 * SEC).await.expect("forget"), "a's lease ended");
+    assert!(store.job_forget("OTHER", "b:2:y", t).await.expect("forget"), "already gone");
+    assert_eq!(
+        store.job_report("OTHER", "a:1:x", t, Some(t + SEC), &report("RUNNING", 1, 0, 0)).await.expect("r"),
+        None
+    );
+    assert!(store.job_forget("ARCHIVE", "a:1:x", t + 26 * SEC).await.expect("the holder's own"));
+    // A process sole on its store ends every lease at start.
+    assert!(store.job_lease("ONE", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
+    assert!(store.job_lease("TWO", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
+    assert_eq!(store.job_leases_clear().await.expect("clear"), 2);
+    assert!(store.job_lease("ONE", "b:2:y", t + SEC, t + 16 * SEC).await.expect("free after the clear"));
+    let names: Vec<String> = store.job_statuses().await.expect("statuses").into_iter().map(|r| r.name).collect();
+    assert_eq!(names, ["ONE", "TWO"]);
+}
+
+/// The backlog of a job: the committed messages of its consumer (delayed and in-flight ones
+/// included), and when the oldest one it could take now became ready.
+async fn propagation_job_backlog_counts_what_the_job_would_take(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let q = h.engine.resolved().ids[RAWQ];
+    let t0 = h.clock.now();
+    assert_eq!(store.job_backlog(q, "", t0, false).await.expect("backlog"), (0, None));
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("first");
+    h.clock.advance_secs(10);
+    h.run(&mut p, &raw_send(RAWQ, &[("", "02")], COMMIT)).await.expect("second");
+    h.run(&mut p, &raw_send(RAWQ, &[("<delay>100</delay>", "03")], COMMIT)).await.expect("delayed");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "04")], "")).await.expect("uncommitted");
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", "").await, Ok("01".into()), "in flight: taken, not committed");
+    let now = h.clock.now();
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    // A job that takes messages still in their delay: the delayed one waits from its enqueue.
+    assert_eq!(store.job_backlog(q, "", now, true).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    h.clock.advance_secs(200);
+    let now = h.clock.now();
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0 + 10 * SEC)));
+    h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0)), "back in line");
+    h.run(&mut p, &envelope(ROLLBACK)).await.expect("the fourth never was");
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (3, Some(t0)));
+    recv_raw(&h, &mut c, "", COMMIT).await.expect("take the first");
+    assert_eq!(store.job_backlog(q, "", now, false).await.expect("backlog"), (2, Some(t0 + 10 * SEC)));
+    recv_raw(&h, &mut c, "", COMMIT).await.expect("take the second");
+    assert_eq!(
+        store.job_backlog(q, "", now, false).await.expect("backlog"),
+        (1, Some(t0 + 110 * SEC)),
+        "its delay's end"
+    );
+    assert_eq!(store.job_backlog(q, "", now, true).await.expect("backlog"), (1, Some(t0 + 10 * SEC)), "its enqueue");
+    // An expired message is the time manager's, not the job's.
+    h.run(&mut p, &raw_send(RAWQ, &[("<expiration>5</expiration>", "05")], COMMIT)).await.expect("expiring");
+    h.clock.advance_secs(6);
+    let later = h.clock.now();
+    assert_eq!(store.job_backlog(q, "", later, false).await.expect("backlog"), (2, Some(t0 + 110 * SEC)));
+
+    // A multi-consumer queue: only the consumer's deliveries.
+    let topic = h.engine.resolved().ids[TOPIC];
+    let t1 = h.clock.now();
+    h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("to APP1");
+    h.clock.advance_secs(5);
+    let only_app2 = "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
+    h.run(&mut p, &publish_emp(20, only_app2, COMMIT)).await.expect("to APP2");
+    let now = h.clock.now();
+    assert_eq!(store.job_backlog(topic, "APP1", now, false).await.expect("backlog"), (1, Some(t1)));
+    assert_eq!(store.job_backlog(topic, "APP2", now, true).await.expect("backlog"), (1, Some(t1 + 5 * SEC)));
+    assert_eq!(store.job_backlog(topic, "NOBODY", now, false).await.expect("backlog"), (0, None));
 }

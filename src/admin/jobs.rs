@@ -1,55 +1,23 @@
-//! `aqgate admin jobs`: the topology's propagation jobs with their state and backlog, and
-//! `--enable` / `--disable NAME`, which change the stored job (running servers follow on
-//! SIGHUP; the next `admin apply` of a file sets what the file says).
+//! `aqgate admin jobs`: the topology's propagation jobs with their state, owner, counts,
+//! backlog, lag and last error (see `crate::propagate::status` for what each figure means),
+//! as a table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
+//! (running servers follow on SIGHUP; the next `admin apply` of a file sets what the file
+//! says).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
+use aqgate_core::clock::{Clock, Micros, SystemClock};
 use aqgate_core::error::AqError;
 use aqgate_core::propagation::PropagationDef;
 use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
 
-/// One row of `admin jobs`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobRow {
-    pub name: String,
-    /// `ENABLED` or `DISABLED`.
-    pub state: &'static str,
-    /// `local`, `remote`, `forward`, or `space` (the implicit job of a remote queue space's
-    /// queue).
-    pub kind: &'static str,
-    pub source: String,
-    /// The destination queue, `URL QUEUE` for a remote, the URL of a forwarder.
-    pub destination: String,
-    /// Messages in the source queue (all consumers, on a multi-consumer source).
-    pub backlog: i64,
-}
+pub use crate::propagate::status::JobFigures;
 
-pub async fn jobs(store: &dyn Store) -> Result<Vec<JobRow>, AqError> {
+/// Every job's figures now.
+pub async fn jobs(store: &dyn Store) -> Result<Vec<JobFigures>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
-    let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
-    Ok(resolved
-        .catalog
-        .propagations
-        .values()
-        .map(|j| {
-            let (kind, destination) = match (&j.remote, &j.forward) {
-                (_, Some(f)) => ("forward", f.url.clone()),
-                (Some(r), None) if j.space.is_some() => ("space", format!("{} {}", r.url, j.destination)),
-                (Some(r), None) => ("remote", format!("{} {}", r.url, j.destination)),
-                (None, None) => ("local", j.destination.clone()),
-            };
-            JobRow {
-                name: j.name.clone(),
-                state: if j.enabled { "ENABLED" } else { "DISABLED" },
-                kind,
-                source: j.source.clone(),
-                destination,
-                backlog: resolved.ids.get(&j.source).and_then(|i| depths.get(i).copied()).unwrap_or(0),
-            }
-        })
-        .collect())
+    crate::propagate::status::figures(store, &resolved, SystemClock.now()).await
 }
 
 /// Sets the stored job `name` enabled or disabled; `false` if there is no such job.
@@ -70,12 +38,71 @@ pub async fn set_enabled(store: &dyn Store, name: &str, enabled: bool) -> Result
     Ok(true)
 }
 
-/// `aqgate admin jobs`.
-pub async fn print_jobs(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result<()> {
+/// `aqgate admin jobs` (`json`: one JSON array, times as RFC 3339).
+pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> anyhow::Result<()> {
     let rows = jobs(store).await?;
-    out!(w, "{:<20} {:<9} {:<8} {:<28} {:<40} {:>8}", "JOB", "STATE", "KIND", "SOURCE", "DESTINATION", "BACKLOG");
+    if json {
+        let list: Vec<serde_json::Value> = rows.iter().map(json_row).collect();
+        out!(w, "{}", serde_json::Value::Array(list));
+        return Ok(());
+    }
+    out!(
+        w,
+        "{:<20} {:<14} {:<7} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} LAST_ERROR",
+        "JOB",
+        "STATE",
+        "KIND",
+        "SOURCE",
+        "DESTINATION",
+        "OWNER",
+        "PROPAGATED",
+        "FAILED",
+        "EXCEPTIONS",
+        "BACKLOG",
+        "LAG",
+        "NEXT_WINDOW"
+    );
     for j in rows {
-        out!(w, "{:<20} {:<9} {:<8} {:<28} {:<40} {:>8}", j.name, j.state, j.kind, j.source, j.destination, j.backlog);
+        let error = match (&j.last_error, j.last_error_at) {
+            (Some(e), Some(t)) => format!("{} {}", time(t), e.replace(['\r', '\n'], " ")),
+            (Some(e), None) => e.replace(['\r', '\n'], " "),
+            (None, _) => "-".into(),
+        };
+        out!(
+            w,
+            "{:<20} {:<14} {:<7} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {}",
+            j.name,
+            j.state,
+            j.kind,
+            j.source,
+            j.destination,
+            j.owner.as_deref().unwrap_or("-"),
+            j.propagated,
+            j.failed,
+            j.exceptions,
+            j.backlog,
+            format!("{:.1}s", j.lag),
+            j.next_window.map_or_else(|| "-".to_string(), time),
+            error
+        );
     }
     Ok(())
+}
+
+/// `2026-05-01T22:00:00Z`.
+fn time(t: Micros) -> String {
+    chrono::DateTime::from_timestamp_micros(t)
+        .map_or_else(|| t.to_string(), |d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+fn json_row(j: &JobFigures) -> serde_json::Value {
+    let mut v = serde_json::to_value(j).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        for (k, t) in
+            [("next_window", j.next_window), ("last_error_at", j.last_error_at), ("last_success_at", j.last_success_at)]
+        {
+            o.insert(k.into(), t.map(time).into());
+        }
+    }
+    v
 }

@@ -136,7 +136,7 @@ pub async fn move_one(engine: &Engine, job: &PropagationInfo, f: &Forwarder, sta
                 None => engine.execute(&mut session, Request::Commit).await,
             };
             done.map_err(|e| AqError { message: format!("after the service took message {id}: {}", e.message), ..e })?;
-            stats.propagated.inc();
+            stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }
         Ok((status, reply)) => {

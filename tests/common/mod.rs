@@ -13,7 +13,7 @@ mod simplesamlphp;
 mod slapd;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
-pub use procs::{BIN, Proc, aqgate, depth, depths, http_get, metric, wait_depth};
+pub use procs::{BIN, Proc, aqgate, depth, depths, http_get, jobs, metric, wait_depth, wait_job, wait_until};
 pub use simplesamlphp::SimpleSamlPhp;
 pub use slapd::Slapd;
 

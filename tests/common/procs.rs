@@ -215,3 +215,33 @@ pub fn wait_depth(db: &str, queue: &str, n: i64, within: Duration) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Waits until `ok` holds, looking every 50 ms.
+pub fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what} not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `aqgate admin jobs --json` on `db`: every job's figures, by name.
+pub fn jobs(db: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = Command::new(BIN).args(["admin", "jobs", "--json", "--database", db]).output().expect("admin jobs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("admin jobs --json");
+    list.into_iter().map(|j| (j["name"].as_str().unwrap_or_default().to_string(), j)).collect()
+}
+
+/// Waits until job `name` of `db` is listed and meets `ok`; its figures then.
+pub fn wait_job(db: &str, name: &str, within: Duration, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let all = jobs(db);
+        if let Some(j) = all.get(name).filter(|j| ok(j)) {
+            return j.clone();
+        }
+        assert!(Instant::now() < deadline, "job {name} not as expected within {within:?}: {all:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -16,6 +16,7 @@ use crate::selector::Condition;
 mod loops;
 pub mod propagation;
 pub mod remote_space;
+pub mod schedule;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]

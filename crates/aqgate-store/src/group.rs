@@ -302,6 +302,46 @@ impl NotifyStore for GroupCommitStore {
     }
 }
 
+#[async_trait]
+impl JobStore for GroupCommitStore {
+    async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool> {
+        self.inner.job_lease(name, owner, now, until).await
+    }
+
+    async fn job_report(
+        &self,
+        name: &str,
+        owner: &str,
+        now: Micros,
+        until: Option<Micros>,
+        report: &JobReport,
+    ) -> Result<Option<String>> {
+        self.inner.job_report(name, owner, now, until, report).await
+    }
+
+    async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool> {
+        self.inner.job_forget(name, owner, now).await
+    }
+
+    async fn job_leases_clear(&self) -> Result<u64> {
+        self.inner.job_leases_clear().await
+    }
+
+    async fn job_statuses(&self) -> Result<Vec<JobStatus>> {
+        self.inner.job_statuses().await
+    }
+
+    async fn job_backlog(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        now: Micros,
+        waiting: bool,
+    ) -> Result<(i64, Option<Micros>)> {
+        self.inner.job_backlog(queue, consumer, now, waiting).await
+    }
+}
+
 /// Counts a request queued for the batch, for as long as it waits.
 struct Queued<'a>(&'a AtomicUsize);
 

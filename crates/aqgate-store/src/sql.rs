@@ -71,3 +71,28 @@ pub(crate) const SPOOL_WANT_REPLY: &str =
 pub(crate) const SPOOL_ATTEMPTED: &str =
     "UPDATE mail_spool SET state = $2, attempts = attempts + 1, response = COALESCE($3, response),
                last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at) WHERE id = $1";
+/// Takes the lease of a job that nobody holds (or whose lease ended), or renews one's own.
+pub(crate) const JOB_LEASE: &str =
+    "INSERT INTO propagation_jobs (name, owner, lease_until, state, updated_at) VALUES ($1, $2, $4, 'RUNNING', $3)
+     ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until,
+            updated_at = excluded.updated_at,
+            state = CASE WHEN propagation_jobs.owner = excluded.owner THEN propagation_jobs.state ELSE 'RUNNING' END
+     WHERE propagation_jobs.owner = excluded.owner OR propagation_jobs.owner IS NULL
+        OR propagation_jobs.lease_until IS NULL OR propagation_jobs.lease_until <= $3";
+/// Counts always add up (the work was done); the state and the lease only the holder
+/// changes. The right-hand sides read the row as it was, so `owner = $2` is the old owner.
+pub(crate) const JOB_REPORT: &str = "UPDATE propagation_jobs SET
+        propagated = propagated + $5, failed = failed + $6, exceptions = exceptions + $7,
+        last_error = COALESCE($8, last_error), last_error_at = COALESCE($9, last_error_at),
+        last_success_at = COALESCE($10, last_success_at),
+        state = CASE WHEN owner = $2 THEN $4 ELSE state END,
+        lease_until = CASE WHEN owner = $2 THEN $11 ELSE lease_until END,
+        owner = CASE WHEN owner = $2 AND $11 IS NULL THEN NULL ELSE owner END,
+        updated_at = $3
+     WHERE name = $1 RETURNING owner";
+pub(crate) const JOB_FORGET: &str = "DELETE FROM propagation_jobs
+     WHERE name = $1 AND (owner = $2 OR owner IS NULL OR lease_until IS NULL OR lease_until <= $3)";
+pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM propagation_jobs WHERE name = $1";
+pub(crate) const JOB_LEASES_CLEAR: &str =
+    "UPDATE propagation_jobs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL";
+pub(crate) const JOB_STATUSES: &str = "SELECT * FROM propagation_jobs ORDER BY name";

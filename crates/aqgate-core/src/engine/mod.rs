@@ -132,6 +132,29 @@ pub struct Engine {
     registered_interest: tokio::sync::Mutex<HashMap<QueueId, crate::store::Interest>>,
     pub sessions: Sessions,
     stored_sessions: std::sync::atomic::AtomicI64,
+    /// Agents that requests may still act as after they left the topology, while an
+    /// [`AgentRetained`] lasts (with how many): a removed propagation job's, so that its batch
+    /// in flight can commit (a non-forced removal).
+    retained: StdMutex<HashMap<String, (AgentInfo, usize)>>,
+}
+
+/// Keeps an agent usable by [`Engine::execute`] after a reload removed it, until dropped
+/// (see [`Engine::retain_agent`]).
+pub struct AgentRetained {
+    engine: Arc<Engine>,
+    name: String,
+}
+
+impl Drop for AgentRetained {
+    fn drop(&mut self) {
+        let mut r = self.engine.retained.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, n)) = r.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.name);
+            }
+        }
+    }
 }
 
 /// What the store knows of a session id (see [`Engine::resume`]).
@@ -182,6 +205,7 @@ impl Engine {
             registered_interest: tokio::sync::Mutex::new(HashMap::new()),
             sessions: Sessions::default(),
             stored_sessions: std::sync::atomic::AtomicI64::new(0),
+            retained: StdMutex::new(HashMap::new()),
         });
         engine.reload().await?;
         Ok(engine)
@@ -235,6 +259,24 @@ impl Engine {
 
     pub fn agent(&self, name: &str) -> Option<AgentInfo> {
         self.resolved().catalog.agent(name).cloned()
+    }
+
+    /// Keeps agent `name`, as the topology has it now, usable by [`Engine::execute`] until
+    /// the guard is dropped, should a reload remove it meanwhile (where the topology still
+    /// has it, the topology's version counts). Logins never see a retained agent. `None` if
+    /// the topology has no such agent.
+    pub fn retain_agent(self: &Arc<Self>, name: &str) -> Option<AgentRetained> {
+        let agent = self.agent(name)?;
+        let mut r = self.retained.lock().unwrap_or_else(|p| p.into_inner());
+        r.entry(agent.name.clone()).or_insert_with(|| (agent.clone(), 0)).1 += 1;
+        Some(AgentRetained { engine: self.clone(), name: agent.name })
+    }
+
+    fn acting_agent(&self, resolved: &Resolved, name: &str) -> Option<AgentInfo> {
+        resolved.catalog.agent(name).cloned().or_else(|| {
+            let r = self.retained.lock().unwrap_or_else(|p| p.into_inner());
+            r.get(name).map(|(a, _)| a.clone())
+        })
     }
 
     fn waker(&self, queue: QueueId) -> Arc<Notify> {
@@ -326,10 +368,8 @@ impl Engine {
             return Err(AqError::invalid("AQ-Schedule applies to AQXmlSend and AQXmlPublish only"));
         }
         let resolved = self.resolved();
-        let agent = resolved
-            .catalog
-            .agent(&session.agent)
-            .cloned()
+        let agent = self
+            .acting_agent(&resolved, &session.agent)
             .ok_or_else(|| AqError::client(code::NOT_PERMITTED, "agent no longer exists"))?;
         match request {
             Request::Send(r) => {

@@ -66,6 +66,7 @@ mod tests {
             concurrency: 1,
             retry_backoff_ms: 1000,
             space: None,
+            schedule: Default::default(),
         };
         (name.into(), info)
     }

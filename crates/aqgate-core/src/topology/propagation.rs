@@ -13,9 +13,12 @@
 //!   `rule` as its rule), so it moves only messages published after the job exists.
 //! - The payload types of source and destination must be the same; the exception queue
 //!   (for messages the destination refuses for good) must have the source's payload type.
+//! - An optional schedule (`schedule`, see [`super::schedule`]): the windows in which the
+//!   job propagates, and its latency.
 
 use serde::{Deserialize, Serialize};
 
+use super::schedule::{Schedule, ScheduleDef};
 use super::{AgentInfo, QueueInfo, Subscriber, canon};
 use std::collections::BTreeMap;
 
@@ -55,6 +58,10 @@ pub struct PropagationDef {
     /// payload type); without one, such a message stays in the source and the job is FAILED.
     #[serde(default)]
     pub exception_queue: Option<String>,
+    /// When the job propagates, and how promptly (DBMS_AQADM.SCHEDULE_PROPAGATION); none:
+    /// always, event-driven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleDef>,
     #[serde(default = "yes")]
     pub enabled: bool,
 }
@@ -140,6 +147,8 @@ pub struct PropagationInfo {
     /// The remote queue space whose queue this implicit job drains (`None`: a job of
     /// `[[propagations]]`).
     pub space: Option<String>,
+    /// Its windows and latency (the default: always, event-driven).
+    pub schedule: Schedule,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -238,6 +247,7 @@ pub fn resolve(
                 }
             }
         }
+        let schedule = d.schedule.as_ref().map(|s| super::schedule::resolve(s, &format!("{key}.schedule"), errors));
         let exception_queue = d.exception_queue.as_deref().map(canon);
         let mut schemas = vec![schema(&source)];
         if d.remote.is_none() && d.forward.is_none() {
@@ -294,6 +304,7 @@ pub fn resolve(
             concurrency: d.concurrency,
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
             space: None,
+            schedule: schedule.unwrap_or_default(),
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));

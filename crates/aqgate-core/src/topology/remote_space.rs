@@ -368,6 +368,7 @@ pub fn jobs(
             concurrency: d.concurrency,
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
             space: Some(canon(&d.name)),
+            schedule: Default::default(),
         };
         jobs.insert(m.local, info);
     }

@@ -16,6 +16,7 @@ use crate::*;
 use aqgate_core::metrics::{Counter, Metrics};
 
 mod coalesce;
+mod jobs;
 mod notify;
 mod sessions;
 mod spool;

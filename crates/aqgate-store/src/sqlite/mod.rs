@@ -12,6 +12,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 
 use crate::*;
 
+mod jobs;
 mod notify;
 mod sessions;
 mod spool;

@@ -1,0 +1,182 @@
+//! The figures of every job, as `admin jobs` prints them and `/metrics` shows them, from the
+//! topology and the jobs' status rows (written by whichever process holds each lease), so
+//! that any process sees the same.
+//!
+//! - **State**: `DISABLED` (the topology says so); `RUNNING`, `RETRYING`, `FAILED` or
+//!   `DELETE_PENDING` as the holder last reported, while its lease lasts; `ENABLED` when no
+//!   process holds a lease on it (none running, or outside its schedule's window, with the
+//!   next window's opening in `next_window`). A row of a job gone from the topology whose
+//!   lease still lasts is `DELETE_PENDING` (its holder finishes its batch, then deletes it).
+//! - **Counts**: totals of every process that ran the job since it first took its lease,
+//!   as of the holder's last heartbeat.
+//! - **Backlog**: the committed messages waiting for the job in its source (for a
+//!   multi-consumer source, the job subscriber's deliveries), delayed and in-flight ones
+//!   included.
+//! - **Lag**: how long the oldest message the job could take now (committed, not locked by
+//!   a batch, not expired) has been waiting for it: now minus its enqueue time. A local or
+//!   remote job takes a message still in its delay (the copy keeps the delay), a forwarder
+//!   only once the delay is over, so for a forwarder a delayed message waits from the end of
+//!   its delay. 0 when none is waiting. On a single-consumer source with a `rule`, backlog and
+//!   lag count every message of the source (the rule is evaluated by the dequeue, not here).
+
+use std::collections::BTreeMap;
+
+use aqgate_core::clock::{MICROS_PER_SEC, Micros};
+use aqgate_core::engine::Resolved;
+use aqgate_core::error::AqError;
+use aqgate_core::store::{JobStatus, Store};
+use aqgate_core::topology::schedule::Window;
+
+/// The states a job can be in, in the order `/metrics` lists them.
+pub const STATES: &[&str] = &["ENABLED", "DISABLED", "RUNNING", "RETRYING", "FAILED", "DELETE_PENDING"];
+
+/// One job's figures.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JobFigures {
+    pub name: String,
+    pub state: String,
+    /// `local`, `remote`, `forward`, or `space` (the implicit job of a remote queue space's
+    /// queue); `-` for a removed job.
+    pub kind: &'static str,
+    pub source: String,
+    /// The destination queue, `URL QUEUE` for a remote, the URL of a forwarder.
+    pub destination: String,
+    /// The process holding the lease (`host:pid:random`), while it lasts.
+    pub owner: Option<String>,
+    pub propagated: i64,
+    pub failed: i64,
+    pub exceptions: i64,
+    pub backlog: i64,
+    /// Seconds.
+    pub lag: f64,
+    /// When the next window of the job's schedule opens, if it is outside one.
+    pub next_window: Option<Micros>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Micros>,
+    pub last_success_at: Option<Micros>,
+}
+
+/// Every job of the topology (and every removed one still finishing) at `now`.
+pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Result<Vec<JobFigures>, AqError> {
+    let mut rows: BTreeMap<String, JobStatus> =
+        store.job_statuses().await?.into_iter().map(|r| (r.name.clone(), r)).collect();
+    let mut out = Vec::new();
+    for j in resolved.catalog.propagations.values() {
+        let row = rows.remove(&j.name);
+        let live = row.as_ref().filter(|r| r.owner.is_some() && r.lease_until.is_some_and(|t| t > now));
+        let owner = live.and_then(|r| r.owner.clone());
+        let state = match (j.enabled, live) {
+            (false, _) => "DISABLED".to_string(),
+            (true, Some(r)) => r.state.clone(),
+            (true, None) => "ENABLED".to_string(),
+        };
+        let next_window = match j.schedule.window(now) {
+            Window::Closed { next } if j.enabled => next,
+            _ => None,
+        };
+        let (kind, destination) = match (&j.remote, &j.forward) {
+            (_, Some(f)) => ("forward", f.url.clone()),
+            (Some(r), None) if j.space.is_some() => ("space", format!("{} {}", r.url, j.destination)),
+            (Some(r), None) => ("remote", format!("{} {}", r.url, j.destination)),
+            (None, None) => ("local", j.destination.clone()),
+        };
+        let (backlog, ready) = match resolved.ids.get(&j.source) {
+            // Local and remote jobs take messages still in their delay (they carry it on);
+            // a forwarder waits for the delay's end.
+            Some(q) => store.job_backlog(*q, j.consumer.as_deref().unwrap_or(""), now, j.forward.is_none()).await?,
+            None => (0, None),
+        };
+        let r = row.unwrap_or_else(|| empty(&j.name));
+        out.push(JobFigures {
+            name: j.name.clone(),
+            state,
+            kind,
+            source: j.source.clone(),
+            destination,
+            owner,
+            propagated: r.propagated,
+            failed: r.failed,
+            exceptions: r.exceptions,
+            backlog,
+            lag: ready.map_or(0.0, |t| lag_seconds(now, t)),
+            next_window,
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
+            last_success_at: r.last_success_at,
+        });
+    }
+    for r in rows.into_values().filter(|r| r.owner.is_some() && r.lease_until.is_some_and(|t| t > now)) {
+        out.push(JobFigures {
+            name: r.name,
+            state: "DELETE_PENDING".into(),
+            kind: "-",
+            source: "-".into(),
+            destination: "-".into(),
+            owner: r.owner,
+            propagated: r.propagated,
+            failed: r.failed,
+            exceptions: r.exceptions,
+            backlog: 0,
+            lag: 0.0,
+            next_window: None,
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
+            last_success_at: r.last_success_at,
+        });
+    }
+    Ok(out)
+}
+
+fn empty(name: &str) -> JobStatus {
+    JobStatus {
+        name: name.to_string(),
+        owner: None,
+        lease_until: None,
+        state: String::new(),
+        propagated: 0,
+        failed: 0,
+        exceptions: 0,
+        last_error: None,
+        last_error_at: None,
+        last_success_at: None,
+        updated_at: 0,
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn lag_seconds(now: Micros, ready: Micros) -> f64 {
+    (now.saturating_sub(ready).max(0) as f64) / (MICROS_PER_SEC as f64)
+}
+
+/// The jobs' gauges in Prometheus text: state (1 for the job's state, 0 for the others),
+/// backlog and lag.
+pub fn render(jobs: &[JobFigures], out: &mut String) {
+    if jobs.is_empty() {
+        return;
+    }
+    let label = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    out.push_str(
+        "# HELP aqgate_propagation_state A propagation job's state (1: the state it is in).\n\
+         # TYPE aqgate_propagation_state gauge\n",
+    );
+    for j in jobs {
+        for s in STATES {
+            let v = u8::from(j.state == *s);
+            out.push_str(&format!("aqgate_propagation_state{{job=\"{}\",state=\"{s}\"}} {v}\n", label(&j.name)));
+        }
+    }
+    out.push_str(
+        "# HELP aqgate_propagation_backlog Committed messages waiting for a propagation job in its source.\n\
+         # TYPE aqgate_propagation_backlog gauge\n",
+    );
+    for j in jobs {
+        out.push_str(&format!("aqgate_propagation_backlog{{job=\"{}\"}} {}\n", label(&j.name), j.backlog));
+    }
+    out.push_str(
+        "# HELP aqgate_propagation_lag_seconds How long the oldest message a propagation job could take has been ready.\n\
+         # TYPE aqgate_propagation_lag_seconds gauge\n",
+    );
+    for j in jobs {
+        out.push_str(&format!("aqgate_propagation_lag_seconds{{job=\"{}\"}} {:.3}\n", label(&j.name), j.lag));
+    }
+}
