@@ -116,10 +116,14 @@ pub async fn serve(
     if _sole.is_some() {
         // Alone on the SQLite file: a lease still held is a killed process's, taken over now
         // rather than when it ends.
-        let n = engine.store().job_leases_clear().await?;
+        let n = engine.store().job_leases_clear(None).await?;
         if n > 0 {
             tracing::info!(jobs = n, "ended the propagation leases of an earlier run");
         }
+    } else {
+        // Leases of an earlier run on this host that is dead (this one restarted after a
+        // kill): taken over now, not after their lease time.
+        crate::propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
     }
     let jobs = tokio::spawn(crate::propagate::run(
         engine.clone(),

@@ -72,12 +72,16 @@ fn write_topology(p: &std::path::Path, jobs: &str) {
 }
 
 fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
+    serve_with_ttl(db, port, topology, TTL)
+}
+
+fn serve_with_ttl(db: &str, port: u16, topology: &std::path::Path, ttl: u64) -> Proc {
     let listen = format!("127.0.0.1:{port}");
     let mut p = Proc::spawn(
         "aqgate serve (propagation jobs)",
         aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
             .args(["--topology", topology.to_str().expect("utf-8")])
-            .args(["--propagation-lease-ttl", &TTL.to_string(), "--notify-allow", "127.0.0.1"])
+            .args(["--propagation-lease-ttl", &ttl.to_string(), "--notify-allow", "127.0.0.1"])
             .env(PASSWORD_ENV, "tiger"),
     );
     p.wait_ready(port, Duration::from_secs(60));
@@ -174,6 +178,32 @@ async fn two_nodes_run_a_job_on_one_and_the_other_takes_it_over_after_kill_nine(
     assert_eq!(distinct.into_iter().cloned().collect::<Vec<_>>(), (0..1500).map(hex).collect::<Vec<_>>(), "none lost");
     assert!(moved_by(other_port, "ARCHIVE") > 0);
     drop(other);
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// A node killed and started again on its host takes its jobs back at once: the lease of
+/// its dead predecessor (this host, a pid that is gone) is ended at start rather than
+/// waited out (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_takes_its_jobs_back_without_waiting_out_the_lease() {
+    let db = fresh_url(Backend::Postgres).await;
+    let topo = topology_file(ARCHIVE);
+    let port = free_port();
+    let first = serve_with_ttl(&db, port, &topo, 60);
+    let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    assert_eq!(owner_pid(&j), Some(first.id()), "{j}");
+    first.kill9();
+    let again = serve_with_ttl(&db, port, &topo, 60);
+    let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| owner_pid(j) == Some(again.id()));
+    assert_eq!(j["state"], "RUNNING", "{j}");
+    send_all(port, "AQUSER.RAW_QUE", 0, 40, 20, "").await;
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 40, Duration::from_secs(20));
+    assert!(
+        again.log().contains("ended the propagation leases of a dead process of this host"),
+        "{}",
+        again.log_tail(20)
+    );
+    drop(again);
     let _ = std::fs::remove_file(&topo);
 }
 

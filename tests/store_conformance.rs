@@ -2348,7 +2348,13 @@ async fn propagation_job_leases_and_reports(b: Backend) {
     // A process sole on its store ends every lease at start.
     assert!(store.job_lease("ONE", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
     assert!(store.job_lease("TWO", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
-    assert_eq!(store.job_leases_clear().await.expect("clear"), 2);
+    assert!(store.job_lease("THREE", "c:3:z", t, t + 15 * SEC).await.expect("lease"));
+    // Only a named owner's leases end.
+    assert_eq!(store.job_leases_clear(Some("c:3:z")).await.expect("clear c's"), 1);
+    assert!(!store.job_lease("ONE", "b:2:y", t + SEC, t + 16 * SEC).await.expect("a's lease lasts"));
+    assert!(store.job_lease("THREE", "b:2:y", t + SEC, t + 16 * SEC).await.expect("c's lease ended"));
+    assert!(store.job_forget("THREE", "b:2:y", t + SEC).await.expect("forget"));
+    assert_eq!(store.job_leases_clear(None).await.expect("clear"), 2);
     assert!(store.job_lease("ONE", "b:2:y", t + SEC, t + 16 * SEC).await.expect("free after the clear"));
     let names: Vec<String> = store.job_statuses().await.expect("statuses").into_iter().map(|r| r.name).collect();
     assert_eq!(names, ["ONE", "TWO"]);

@@ -69,6 +69,45 @@ fn process_owner() -> String {
     format!("{host}:{}:{}", std::process::id(), &random[..8])
 }
 
+/// Whether the lease holder `other` was a process of this host that no longer runs, seen
+/// from process `me` (both `host:pid:random`): its pid is gone, or it is this process's
+/// own pid under another random part (a container restarted, pid 1 again). A host whose
+/// name is unknown (`localhost`) says nothing: machines may share that name.
+pub fn dead_here(other: &str, me: &str) -> bool {
+    let split = |o: &str| -> Option<(String, u32, String)> {
+        let mut parts = o.splitn(3, ':');
+        Some((parts.next()?.to_string(), parts.next()?.parse().ok()?, parts.next()?.to_string()))
+    };
+    let (Some((host, pid, random)), Some((my_host, my_pid, my_random))) = (split(other), split(me)) else {
+        return false;
+    };
+    if host != my_host || host == "localhost" || random == my_random {
+        return false;
+    }
+    pid == my_pid || !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Ends the leases held by dead processes of this host (see [`dead_here`]), so that a
+/// process restarted after a crash takes its jobs at once instead of after the lease time.
+/// A failure only means waiting for the leases to end.
+pub async fn end_dead_local_leases(store: &dyn aqgate_core::store::Store, me: &str) {
+    let rows = match store.job_statuses().await {
+        Ok(rows) => rows,
+        Err(e) => return tracing::warn!(error = %e, "reading the propagation leases failed"),
+    };
+    let mut dead: Vec<String> = rows.into_iter().filter_map(|r| r.owner).filter(|o| dead_here(o, me)).collect();
+    dead.sort();
+    dead.dedup();
+    for owner in dead {
+        match store.job_leases_clear(Some(&owner)).await {
+            Ok(n) => {
+                tracing::info!(owner = %owner, jobs = n, "ended the propagation leases of a dead process of this host")
+            }
+            Err(e) => tracing::warn!(owner = %owner, error = %e, "ending a dead process's leases failed"),
+        }
+    }
+}
+
 /// What the job's workers say they are doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Doing {
@@ -382,6 +421,22 @@ pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_process_of_this_host_is_told_from_a_live_one() {
+        let me = format!("box:{}:aaaa", std::process::id());
+        // Same pid, other random part: this process's predecessor (a restarted container).
+        assert!(dead_here(&format!("box:{}:bbbb", std::process::id()), &me));
+        // A pid that no process has (beyond the kernel's pid_max).
+        assert!(dead_here("box:999999999:bbbb", &me));
+        // Pid 1 runs: alive. Another host, an unknown host, or this very process: not dead.
+        assert!(!dead_here("box:1:bbbb", &me));
+        assert!(!dead_here("other:999999999:bbbb", &me));
+        assert!(!dead_here(&me, &me));
+        let local = format!("localhost:{}:aaaa", std::process::id());
+        assert!(!dead_here("localhost:999999999:bbbb", &local));
+        assert!(!dead_here("garbage", &me));
+    }
 
     #[test]
     fn a_report_hands_on_what_happened_once_and_takes_back_what_was_not_stored() {

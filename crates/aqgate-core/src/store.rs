@@ -663,8 +663,8 @@ pub trait JobStore: Send + Sync {
     async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool>;
 
     /// Ends every lease (a process sole on its store, at start: any lease is a dead
-    /// process's).
-    async fn job_leases_clear(&self) -> Result<u64>;
+    /// process's), or with `owner` only those it holds (a process known to be dead).
+    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64>;
 
     /// Every job's row, by name.
     async fn job_statuses(&self) -> Result<Vec<JobStatus>>;

@@ -323,8 +323,8 @@ impl JobStore for GroupCommitStore {
         self.inner.job_forget(name, owner, now).await
     }
 
-    async fn job_leases_clear(&self) -> Result<u64> {
-        self.inner.job_leases_clear().await
+    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
+        self.inner.job_leases_clear(owner).await
     }
 
     async fn job_statuses(&self) -> Result<Vec<JobStatus>> {

@@ -50,8 +50,8 @@ impl JobStore for SqliteStore {
         Ok(left == 0)
     }
 
-    async fn job_leases_clear(&self) -> Result<u64> {
-        Ok(sqlx::query(sql::JOB_LEASES_CLEAR).execute(&self.pool).await.db()?.rows_affected())
+    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
+        Ok(sqlx::query(sql::JOB_LEASES_CLEAR).bind(owner).execute(&self.pool).await.db()?.rows_affected())
     }
 
     async fn job_statuses(&self) -> Result<Vec<JobStatus>> {
