@@ -4,10 +4,10 @@
 # AQUSER.RAW_QUE for SECONDS (its msgs/s is the batch enqueue rate), while a propagation job
 # moves them to AQUSER.RAW_ARCHIVE; then the time until the job has moved all of them gives
 # its rate (messages / time from the first enqueue to the last move).
-# Usage: scripts/bench-propagation.sh ROUNDS SECONDS [BATCH_SIZE]
+# Usage: scripts/bench-propagation.sh ROUNDS SECONDS [BATCH_SIZE] [CONCURRENCY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=$1; secs=$2; job_batch=${3:-30}
+rounds=$1; secs=$2; job_batch=${3:-30}; job_concurrency=${4:-1}
 cargo build --release --bin aqgate --bin aqgate-bench --locked >/dev/null
 scripts/ensure-postgres.sh >/dev/null
 pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
@@ -26,6 +26,7 @@ name = "bench"
 source = "AQUSER.RAW_QUE"
 destination = "AQUSER.RAW_ARCHIVE"
 batch_size = $job_batch
+concurrency = $job_concurrency
 TOML
 } > "$topo"
 depth() { target/release/aqgate admin queues --database "$db" | awk -v q="$1" '$1 == q { print $NF }'; }

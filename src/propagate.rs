@@ -200,7 +200,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
 
 /// A job's workers, while this process holds its lease: until `stats.stop`.
 pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats) {
-    let mut stop = stats.stop.clone();
+    let stop = stats.stop.clone();
     match (&job.remote, &job.forward) {
         (_, Some(def)) => {
             let made = usable(&engine, &job, &stats, "forwarding target", || forward::Forwarder::new(&engine, def));
@@ -219,7 +219,18 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
                 let _ = w.await;
             }
         }
-        (None, None) => local_loop(&engine, &job, &stats, &mut stop).await,
+        (None, None) => {
+            // Several batches at once only when asked: one worker keeps the source's order.
+            let workers: Vec<_> = (0..job.concurrency)
+                .map(|_| {
+                    let (engine, job, stats, mut stop) = (engine.clone(), job.clone(), stats.clone(), stop.clone());
+                    tokio::spawn(async move { local_loop(&engine, &job, &stats, &mut stop).await })
+                })
+                .collect();
+            for w in workers {
+                let _ = w.await;
+            }
+        }
         (Some(def), None) => {
             let made = usable(&engine, &job, &stats, "remote destination", || remote::Remote::new(def));
             let Some(remote) = made.await.map(Arc::new) else { return };
@@ -380,7 +391,7 @@ async fn move_batch(
         Err(e) if permanent(&e) && job.exception_queue.is_some() => {
             let eq = job.exception_queue.clone().unwrap_or_default();
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-            match carried_send(engine, &mut session, &eq, out, times).await {
+            match carried_send(engine, &mut session, &eq, out, excepted(times)).await {
                 Ok(_) => {
                     stats.excepted(n, engine.now());
                     tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
@@ -432,7 +443,7 @@ async fn move_remote(
                 &mut session,
                 &eq,
                 vec![rejected(job, out, &why)],
-                times.into_iter().collect(),
+                excepted(times.into_iter().collect()),
             )
             .await
             {
@@ -451,6 +462,13 @@ async fn move_remote(
             Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await)
         }
     }
+}
+
+/// The times of exception copies: the original enqueue time only. A message moved to an
+/// exception queue is there to be looked at now, and stays until it is (as the engine's own
+/// moves to an exception queue clear its delay and expiry).
+fn excepted(times: Vec<aqgate_core::engine::Carried>) -> Vec<aqgate_core::engine::Carried> {
+    times.into_iter().map(|t| aqgate_core::engine::Carried { delay_until: None, expire_at: None, ..t }).collect()
 }
 
 /// Sends `messages` with commit, giving them `times` (see `Session::carry`).

@@ -145,8 +145,17 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
 
     // The destination is multi-consumer with one subscriber for priority < 5: a message of
     // priority 9 has no recipient there, and goes to the exception queue; the job goes on.
+    // Its exception copy is there to be looked at now: no delay, no expiry.
     send_all(port, "AQUSER.RAW_INBOX", 1000, 1, 1, "<priority>1</priority>").await;
-    send_all(port, "AQUSER.RAW_INBOX", 2000, 1, 1, "<priority>9</priority>").await;
+    send_all(
+        port,
+        "AQUSER.RAW_INBOX",
+        2000,
+        1,
+        1,
+        "<priority>9</priority><delay>3600</delay><expiration>5</expiration>",
+    )
+    .await;
     send_all(port, "AQUSER.RAW_INBOX", 3000, 1, 1, "<priority>2</priority>").await;
     wait_depth(&db, "AQUSER.RAW_REJECTS", 1, Duration::from_secs(30));
     wait_depth(&db, "AQUSER.RAW_FANOUT", 2, Duration::from_secs(30));
@@ -347,4 +356,40 @@ async fn copies_keep_their_times_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_keep_their_times_on_postgres() {
     copies_keep_their_times(Backend::Postgres).await;
+}
+
+const PARALLEL_JOB: &str = r#"
+[[queues]]
+name = "AQUSER.RAW_WIDE"
+queue_table = "AQUSER.RAW_TAB"
+
+[[propagations]]
+name = "wide"
+source = "AQUSER.RAW_WIDE"
+destination = "AQUSER.RAW_HELD_OUT"
+batch_size = 25
+concurrency = 4
+
+[[queues]]
+name = "AQUSER.RAW_HELD_OUT"
+queue_table = "AQUSER.RAW_TAB"
+"#;
+
+/// A local job with several workers moves batches side by side: every message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_job_with_four_workers_moves_every_message_once() {
+    let db = fresh_url(Backend::Postgres).await;
+    let port = free_port();
+    let topo = topology_file(PARALLEL_JOB);
+    let s = serve(&db, port, &topo);
+    send_all(port, "AQUSER.RAW_WIDE", 0, 1000, 100, "").await;
+    wait_depth(&db, "AQUSER.RAW_HELD_OUT", 1000, Duration::from_secs(60));
+    assert_eq!(depth(&db, "AQUSER.RAW_WIDE"), 0);
+    let got = drain(port, "AQUSER.RAW_HELD_OUT", None).await;
+    let payloads: BTreeSet<String> = got.iter().map(|(_, p, _)| p.clone()).collect();
+    assert_eq!((got.len(), payloads), (1000, (0..1000).map(hex).collect::<BTreeSet<_>>()));
+    let (_, text) = http_get(port, "/metrics").expect("metrics");
+    assert!(text.contains("aqgate_propagation_messages_total{job=\"WIDE\"} 1000"), "{text}");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
 }

@@ -38,7 +38,8 @@ pub struct PropagationDef {
     /// Instead of a queue, POST each message to an HTTP service (Tuxedo's TMQFORWARD).
     #[serde(default)]
     pub forward: Option<ForwardDef>,
-    /// Messages in flight at once to a remote destination or service (one request each).
+    /// Messages in flight at once to a remote destination or service (one request each), or
+    /// batches at once of a local job (1, the default, keeps the source's order).
     #[serde(default = "one")]
     pub concurrency: u32,
     /// The first wait after a failed attempt, in milliseconds; it doubles up to 60 s.
