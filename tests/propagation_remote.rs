@@ -238,3 +238,43 @@ async fn a_remote_down_for_long_keeps_the_message_in_the_source() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// A message whose send was performed at the remote but whose answer never came back (the
+/// source crashed, the answer was lost) is sent again with what then remains of its
+/// expiration: another body under the same key, which the remote answers 24051 (HTTP 422).
+/// That answer means the key's first send was performed (faults are not recorded), so the
+/// message has arrived and leaves the source, instead of being retried for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_with_less_expiration_left_is_the_send_performed_before() {
+    let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Sqlite).await);
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_topo = topology("AQUSER.RAW_QUE", "AQUSER.RAW_ARCHIVE", b_port);
+    let spec = std::fs::read_to_string(&a_topo).expect("topology");
+    let quick = spec.replace("concurrency = 4", "concurrency = 1\nretry_backoff_ms = 20");
+    let stopped = a_topo.with_extension("stopped.toml");
+    std::fs::write(&stopped, quick.replace("concurrency = 1", "concurrency = 1\nenabled = false")).expect("write");
+    std::fs::write(&a_topo, quick).expect("write");
+    let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
+    let b = serve(&b_db, b_port, &b_topo);
+    let a = serve(&a_db, a_port, &stopped);
+    let r = http(a_port, &raw_send("AQUSER.RAW_QUE", &[("<expiration>600</expiration>", "0E0F")], COMMIT)).await;
+    let id = sent_ids(&r).remove(0);
+    // The job's earlier attempt, performed at the remote with 601 s of expiration left.
+    let earlier = raw_send("AQUSER.RAW_ARCHIVE", &[("<expiration>601</expiration>", "0E0F")], COMMIT);
+    let r = idap_request(&reqwest::Client::new(), &aqserv(b_port), SCOTT, earlier)
+        .header("idempotency-key", format!("prop-OUT-{id}"))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 200);
+    drop(a);
+    let a = serve(&a_db, a_port, &a_topo);
+    wait_depth(&a_db, "AQUSER.RAW_QUE", 0, Duration::from_secs(30));
+    assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 0, "not refused: it arrived");
+    assert_eq!(drain(b_port, "AQUSER.RAW_ARCHIVE").await, ["0E0F"], "once");
+    assert_eq!(metric(a_port, "aqgate_propagation_exceptions_total{job=\"OUT\"}"), 0);
+    drop((a, b));
+    for f in [a_topo, b_topo, stopped] {
+        let _ = std::fs::remove_file(f);
+    }
+}

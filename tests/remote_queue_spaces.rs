@@ -441,3 +441,41 @@ async fn the_remote_down_then_up_gets_each_message_once() {
         let _ = std::fs::remove_file(f);
     }
 }
+
+/// A local propagation job into a mapped queue carries each message's delay end: what
+/// remains of it is the relative delay the message leaves with, so the space's `max_delay`
+/// refuses more (the job's exception queue takes the message), as it refuses a client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_job_into_a_mapped_queue_cannot_carry_more_than_max_delay() {
+    let a_db = fresh_url(Backend::Sqlite).await;
+    let a_port = free_port();
+    let a_topo = space_topology(free_port(), 1000);
+    let spec = std::fs::read_to_string(&a_topo).expect("topology");
+    let job = r#"
+[[queues]]
+name = "AQUSER.RAW_REJECTS"
+queue_table = "AQUSER.RAW_TAB"
+
+[[propagations]]
+name = "up"
+source = "AQUSER.RAW_QUE"
+destination = "HQ.ORDERS"
+exception_queue = "AQUSER.RAW_REJECTS"
+"#;
+    std::fs::write(&a_topo, format!("{spec}\n{job}")).expect("write");
+    let a = serve(&a_db, a_port, &a_topo);
+    // max_delay is a day: 30 days are refused; an hour is taken.
+    let msgs = [("<delay>2592000</delay><correlation>MONTH</correlation>", "01"), ("<delay>3600</delay>", "02")];
+    let r = http(a_port, &raw_send("AQUSER.RAW_QUE", &msgs[..1], COMMIT)).await;
+    assert_eq!(sent_ids(&r).len(), 1);
+    wait_depth(&a_db, "AQUSER.RAW_REJECTS", 1, Duration::from_secs(30));
+    assert_eq!(depth(&a_db, "HQ.ORDERS"), 0, "{}", a.log_tail(20));
+    assert!(a.log().contains("max_delay 86400 s"), "{}", a.log_tail(20));
+    let r = http(a_port, &raw_send("AQUSER.RAW_QUE", &msgs[1..], COMMIT)).await;
+    assert_eq!(sent_ids(&r).len(), 1);
+    wait_depth(&a_db, "HQ.ORDERS", 1, Duration::from_secs(30));
+    assert_eq!(depth(&a_db, "AQUSER.RAW_QUE"), 0);
+    assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 1);
+    drop(a);
+    let _ = std::fs::remove_file(a_topo);
+}

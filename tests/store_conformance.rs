@@ -37,6 +37,7 @@ on_both_backends!(
     browse_does_not_remove_and_navigates,
     locked_messages_are_skipped_by_others_until_commit,
     a_batch_receive_takes_what_no_one_else_holds,
+    a_job_batch_ended_by_a_restart_does_not_count_against_its_messages,
     priority_queues_sort_by_priority_then_time,
     selectors_by_correlation_message_id_and_condition,
     multi_consumer_fan_out_and_recipient_lists,
@@ -432,6 +433,29 @@ async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
         Ok("01".into()),
         "the locked message stays in the queue and is free after commit"
     );
+}
+
+/// A propagation job that starts ends what an earlier run of it left open
+/// (`end_sessions_of`): as the job's own rollback, that does not count against the
+/// messages, so however often the job restarts mid-batch, a message stays in its source
+/// (never moved to the exception queue for retries) with its delivery count as it was.
+async fn a_job_batch_ended_by_a_restart_does_not_count_against_its_messages(b: Backend) {
+    let job = "[[queues]]\nname = \"AQUSER.RAW_ARCHIVE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n\n\
+               [[propagations]]\nname = \"arch\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"AQUSER.RAW_ARCHIVE\"\n";
+    let h = Harness::with_topology(b, &format!("{}\n{job}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
+    for run in 0..7 {
+        let mut s = h.session("PROP$ARCH");
+        s.carries_senders = true;
+        let r = h.run(&mut s, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("the job takes it");
+        assert_eq!(received(&r).len(), 1, "run {run}");
+        h.clock.advance_secs(1);
+        assert_eq!(h.engine.end_sessions_of("PROP$ARCH", h.clock.now()).await.expect("end"), 1, "run {run}");
+    }
+    let mut c = h.session("scott");
+    let r = h.run(&mut c, &receive(RAWQ, "<wait_time>0</wait_time>", COMMIT)).await.expect("still in its source");
+    assert_eq!(received(&r)[0].header.delivery_count, Some(0));
 }
 
 /// A propagation job's receive takes several messages in one statement: it skips the one

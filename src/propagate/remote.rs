@@ -7,7 +7,10 @@
 //! source and is sent again with the same key; the remote, which recorded the key with the
 //! send in one transaction, answers the recorded response and enqueues nothing (within its
 //! `--idempotency-window`, 24 h by default). A request the remote is performing at that
-//! moment (409) is a transient failure, tried again.
+//! moment (409) is a transient failure, tried again. A re-sent message carries what then
+//! remains of its delay and expiration, so its body can differ from the first send's: the
+//! remote's 24051 (the key used with another request, HTTP 422) says that the first was
+//! performed, and the message counts as sent.
 //!
 //! Outcomes: an IDAP response of the send is success; a Fault whose code says the message
 //! can never be taken (no such queue, payload type, not permitted, invalid, too large: 413
@@ -82,6 +85,17 @@ impl Remote {
         };
         if status == 413 {
             return Sent::Permanent(format!("{}: 413, the message is larger than the remote takes", self.url));
+        }
+        if status == 422
+            && let Ok(Response::Fault(f)) = idap::parse_response(&text, &Limits::default()).map(|e| e.body)
+            && f.code == code::IDEMPOTENCY_MISMATCH
+        {
+            // The key was recorded with another body: an earlier send of this message, which
+            // was performed (the remote records no Fault), with more of its delay or
+            // expiration left then. The message is there.
+            tracing::info!(url = %self.url, message = %source_id,
+                "the remote performed an earlier send of this message; not sent again");
+            return Sent::Done;
         }
         if status != 200 {
             let snippet: String = String::from_utf8_lossy(&text).chars().take(200).collect();

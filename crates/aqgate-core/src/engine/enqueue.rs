@@ -85,7 +85,7 @@ impl Engine {
                     _ => e,
                 })
                 .and_then(|row| match &queue.remote {
-                    Some(r) => remote_limits(r, row),
+                    Some(r) => remote_limits(r, row, carried.is_some(), now),
                     None => Ok(row),
                 })
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
@@ -320,8 +320,15 @@ fn too_late(what: &str, delay: i64, r: &RemoteTarget) -> AqError {
 }
 
 /// The space's `max_message_size` (its payload types are the queue's, checked as any
-/// queue's payload type).
-fn remote_limits(r: &RemoteTarget, row: NewMessage) -> Result<NewMessage, AqError> {
+/// queue's payload type), and for a message a local propagation job carries in with its
+/// delay end, `max_delay` on what remains of that delay (the relative delay it leaves with).
+fn remote_limits(r: &RemoteTarget, row: NewMessage, carried: bool, now: Micros) -> Result<NewMessage, AqError> {
+    if carried && let Some(until) = row.delay_until {
+        let left = until.saturating_sub(now).max(0).saturating_add(MICROS_PER_SEC - 1) / MICROS_PER_SEC;
+        if left > r.max_delay {
+            return Err(too_late("the delay it carries", left, r));
+        }
+    }
     if let Some(max) = r.max_message_size
         && row.payload.len() as u64 > max
     {

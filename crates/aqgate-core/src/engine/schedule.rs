@@ -5,7 +5,8 @@
 //!
 //! - `HH:MM`: the next time the server's clock shows HH:MM in its time zone
 //!   ([`Clock::utc_offset`](crate::clock::Clock::utc_offset)); if that has passed today,
-//!   tomorrow (the TEDG: "scheduled at schedule_time plus 1 day").
+//!   tomorrow (the TEDG: "scheduled at schedule_time plus 1 day"). A time the clock skips
+//!   (daylight saving begins) is the next day's; one it shows twice, the next of the two.
 //! - `L:HH:MM`: the same in the client's time zone, a fixed UTC offset given in the
 //!   `AQ-Client-Timezone` header (`+01:00`, `-0530`, `Z`).
 //! - `R:HH:MM`: hours and minutes from now. Relative, like an IDAP `delay`: at most the
@@ -83,19 +84,24 @@ impl Schedule {
             Schedule::At(t) => t,
             Schedule::Wall { minutes, offset } => {
                 let now_s = now.div_euclid(MICROS_PER_SEC);
-                let off = offset.unwrap_or_else(|| server_offset(now));
-                let local = now_s + off;
-                let mut wanted = local - local.rem_euclid(DAY) + minutes * 60;
-                if wanted <= local {
-                    wanted += DAY;
-                }
-                // The server's offset at that moment (a daylight-saving change in between
-                // moves it), then once more a day on if that made it the past.
-                let off_then = offset.unwrap_or_else(|| server_offset((wanted - off) * MICROS_PER_SEC));
-                let mut at = wanted - off_then;
-                if at <= now_s {
-                    at += DAY;
-                }
+                let zone = |t: i64| offset.unwrap_or_else(|| server_offset(t.saturating_mul(MICROS_PER_SEC)));
+                let local = now_s.saturating_add(zone(now_s));
+                let today = local - local.rem_euclid(DAY) + minutes * 60;
+                // The first moment after now whose local time is that wall time. Around a
+                // daylight-saving change a wall time happens twice (the clock goes back) or
+                // not at all (it goes forward: then it is the next day's); the offsets on
+                // either side of one are those a day and a half before and after.
+                let at = (-1..=2)
+                    .map(|d| today + d * DAY)
+                    .flat_map(|wall| {
+                        [zone(wall - DAY - DAY / 2), zone(wall + DAY + DAY / 2)]
+                            .map(|o| wall - o)
+                            .into_iter()
+                            .filter(move |t| t.saturating_add(zone(*t)) == wall)
+                    })
+                    .filter(|t| *t > now_s)
+                    .min()
+                    .unwrap_or(now_s + DAY);
                 at * MICROS_PER_SEC
             }
         };
@@ -179,5 +185,17 @@ mod tests {
         // A daylight-saving change between now and then: +1 h until noon UTC, +2 h after.
         let dst = |t: Micros| if t < NOW + 5400 * MICROS_PER_SEC { 3600 } else { 7200 };
         assert_eq!(d("15:00", None, &dst), Ok(9000), "15:00 at +02:00 is 13:00 UTC");
+        // The clock goes forward at 12:00 UTC, from 13:00 to 14:00: 13:30 is not shown that
+        // day (not 12:30 UTC, when the clock shows 14:30); it is the next day's 13:30.
+        let forward = |t: Micros| if t < NOW + 5400 * MICROS_PER_SEC { 3600 } else { 7200 };
+        assert_eq!(d("13:30", None, &forward), Ok(DAY + 3600), "a wall time the clock skips");
+        assert_eq!(d("14:30", None, &forward), Ok(7200), "14:30 at +02:00 is 12:30 UTC");
+        // The clock goes back at 12:00 UTC, from 14:00 to 13:00: 13:15 is shown twice, first
+        // at 11:15 UTC, then at 12:15 UTC; after the first, the second is next.
+        let back = |t: Micros| if t < NOW + 5400 * MICROS_PER_SEC { 7200 } else { 3600 };
+        assert_eq!(d("13:15", None, &back), Ok(2700), "the first of the two");
+        let later = NOW + 3600 * MICROS_PER_SEC;
+        assert_eq!(parse("13:15", None).map(|s| s.delay(later, &back)), Ok(2700), "the second: 12:15 UTC");
+        assert_eq!(parse("12:15", None).map(|s| s.delay(later, &back)), Ok(DAY - 15 * 60), "passed: tomorrow");
     }
 }
