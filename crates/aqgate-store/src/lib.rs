@@ -2,6 +2,9 @@
 //! [`aqgate_core::store::Store`] interface, with group commit, cross-process interest and
 //! the migrations of both.
 
+// First: its macro serves both backends below.
+#[macro_use]
+mod jobs;
 pub mod group;
 mod interest;
 pub mod postgres;

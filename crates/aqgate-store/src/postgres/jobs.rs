@@ -3,62 +3,7 @@
 
 use super::*;
 
-#[async_trait]
-impl JobStore for PgStore {
-    async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool> {
-        let r =
-            sqlx::query(sql::JOB_LEASE).bind(name).bind(owner).bind(now).bind(until).execute(&self.pool).await.db()?;
-        Ok(r.rows_affected() == 1)
-    }
-
-    async fn job_report(
-        &self,
-        name: &str,
-        owner: &str,
-        now: Micros,
-        until: Option<Micros>,
-        report: &JobReport,
-    ) -> Result<Option<String>> {
-        let (error, error_at) = report.error.clone().unzip();
-        let row = sqlx::query(sql::JOB_REPORT)
-            .bind(name)
-            .bind(owner)
-            .bind(now)
-            .bind(&report.state)
-            .bind(report.propagated)
-            .bind(report.failed)
-            .bind(report.exceptions)
-            .bind(error)
-            .bind(error_at)
-            .bind(report.success_at)
-            .bind(until)
-            .fetch_optional(&self.pool)
-            .await
-            .db()?;
-        match row {
-            Some(r) => Ok(r.try_get("owner").db()?),
-            None => Ok(None),
-        }
-    }
-
-    async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool> {
-        let r = sqlx::query(sql::JOB_FORGET).bind(name).bind(owner).bind(now).execute(&self.pool).await.db()?;
-        if r.rows_affected() == 1 {
-            return Ok(true);
-        }
-        let left: i64 = sqlx::query_scalar(sql::JOB_EXISTS).bind(name).fetch_one(&self.pool).await.db()?;
-        Ok(left == 0)
-    }
-
-    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
-        Ok(sqlx::query(sql::JOB_LEASES_CLEAR).bind(owner).execute(&self.pool).await.db()?.rows_affected())
-    }
-
-    async fn job_statuses(&self) -> Result<Vec<JobStatus>> {
-        let rows = sqlx::query(sql::JOB_STATUSES).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(job_from_row).collect()
-    }
-
+job_store!(PgStore, PgRow, {
     async fn job_backlog(
         &self,
         queue: QueueId,
@@ -103,20 +48,4 @@ impl JobStore for PgStore {
         };
         Ok((r.try_get("n").db()?, r.try_get("ready").db()?))
     }
-}
-
-fn job_from_row(r: &PgRow) -> Result<JobStatus> {
-    Ok(JobStatus {
-        name: r.try_get("name").db()?,
-        owner: r.try_get("owner").db()?,
-        lease_until: r.try_get("lease_until").db()?,
-        state: r.try_get("state").db()?,
-        propagated: r.try_get("propagated").db()?,
-        failed: r.try_get("failed").db()?,
-        exceptions: r.try_get("exceptions").db()?,
-        last_error: r.try_get("last_error").db()?,
-        last_error_at: r.try_get("last_error_at").db()?,
-        last_success_at: r.try_get("last_success_at").db()?,
-        updated_at: r.try_get("updated_at").db()?,
-    })
-}
+});
