@@ -87,26 +87,6 @@ fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
     p
 }
 
-fn hex(i: usize) -> String {
-    format!("{i:08X}")
-}
-
-/// Sends `n` RAW messages (payload: their number) to `queue` as scott in committed batches
-/// of `per`, `header` in each message; the message ids.
-async fn send_all(port: u16, queue: &str, from: usize, n: usize, per: usize, header: &str) -> Vec<String> {
-    let mut ids = Vec::new();
-    let mut i = from;
-    while i < from + n {
-        let k = per.min(from + n - i);
-        let payloads: Vec<String> = (i..i + k).map(hex).collect();
-        let msgs: Vec<(&str, &str)> = payloads.iter().map(|p| (header, p.as_str())).collect();
-        let r = http(port, &raw_send(queue, &msgs, COMMIT)).await;
-        ids.extend(sent_ids(&r));
-        i += k;
-    }
-    ids
-}
-
 /// Receives (and commits) everything in `queue` as scott: (correlation, payload, sender).
 async fn drain(port: u16, queue: &str, consumer: Option<&str>) -> Vec<(Option<String>, String, Option<String>)> {
     let opts = consumer.map(|c| format!("<consumer_name>{c}</consumer_name>")).unwrap_or_default();
@@ -131,7 +111,7 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
     let port = free_port();
     let topo = topology_file("");
     let s = serve(&db, port, &topo);
-    let ids = send_all(port, "AQUSER.RAW_QUE", 0, 120, 40, "").await;
+    let ids = send_numbered(port, "AQUSER.RAW_QUE", 0, 120, 40, "").await;
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 120, Duration::from_secs(30));
     assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 0, "moved, not copied");
     let got = drain(port, "AQUSER.RAW_ARCHIVE", None).await;
@@ -146,8 +126,8 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
     // The destination is multi-consumer with one subscriber for priority < 5: a message of
     // priority 9 has no recipient there, and goes to the exception queue; the job goes on.
     // Its exception copy is there to be looked at now: no delay, no expiry.
-    send_all(port, "AQUSER.RAW_INBOX", 1000, 1, 1, "<priority>1</priority>").await;
-    send_all(
+    send_numbered(port, "AQUSER.RAW_INBOX", 1000, 1, 1, "<priority>1</priority>").await;
+    send_numbered(
         port,
         "AQUSER.RAW_INBOX",
         2000,
@@ -156,7 +136,7 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
         "<priority>9</priority><delay>3600</delay><expiration>5</expiration>",
     )
     .await;
-    send_all(port, "AQUSER.RAW_INBOX", 3000, 1, 1, "<priority>2</priority>").await;
+    send_numbered(port, "AQUSER.RAW_INBOX", 3000, 1, 1, "<priority>2</priority>").await;
     wait_depth(&db, "AQUSER.RAW_REJECTS", 1, Duration::from_secs(30));
     wait_depth(&db, "AQUSER.RAW_FANOUT", 2, Duration::from_secs(30));
     assert_eq!(depth(&db, "AQUSER.RAW_INBOX"), 0);
@@ -222,7 +202,7 @@ async fn kill_nine_during_propagation(b: Backend) {
     let mut s = serve(&db, port, &topo);
     let mut sent = 0;
     for round in 0..3 {
-        sent += send_all(port, "AQUSER.RAW_QUE", sent, total / 3, 100, "").await.len();
+        sent += send_numbered(port, "AQUSER.RAW_QUE", sent, total / 3, 100, "").await.len();
         // Kill while the job is busy with this round's messages.
         std::thread::sleep(Duration::from_millis(30 + 40 * round));
         s.kill9();
@@ -272,7 +252,7 @@ async fn admin_jobs_lists_disables_and_enables_jobs() {
     assert!(ok && said.contains("job archive disabled"), "{said}");
     s.signal("-HUP");
     std::thread::sleep(Duration::from_millis(1500));
-    send_all(port, "AQUSER.RAW_QUE", 0, 5, 5, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 5, 5, "").await;
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         (depth(&db, "AQUSER.RAW_QUE"), depth(&db, "AQUSER.RAW_ARCHIVE")),
@@ -316,8 +296,8 @@ async fn copies_keep_their_times(b: Backend) {
     let topo = topology_file(HELD_JOB);
     let s = serve(&db, port, &topo);
     let sent = std::time::Instant::now();
-    send_all(port, "AQUSER.RAW_QUE", 0, 1, 1, "<delay>10</delay><expiration>600</expiration>").await;
-    send_all(port, "AQUSER.RAW_QUE", 1, 1, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 1, 1, "<delay>10</delay><expiration>600</expiration>").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 1, 1, 1, "").await;
     // Both leave the source at once, the delayed one too...
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 2, Duration::from_secs(30));
     assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 0);
@@ -332,7 +312,7 @@ async fn copies_keep_their_times(b: Backend) {
 
     // The held job is enabled two seconds after its message was enqueued: the copy's
     // enq_time is still the original one, before the job moved it.
-    send_all(port, "AQUSER.RAW_HELD", 7, 1, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_HELD", 7, 1, 1, "").await;
     std::thread::sleep(Duration::from_millis(2100));
     let before_move = aqgate_core::engine::context::format_timestamp(aqgate_core::clock::Clock::now(
         &aqgate_core::clock::SystemClock,
@@ -382,7 +362,7 @@ async fn a_local_job_with_four_workers_moves_every_message_once() {
     let port = free_port();
     let topo = topology_file(PARALLEL_JOB);
     let s = serve(&db, port, &topo);
-    send_all(port, "AQUSER.RAW_WIDE", 0, 1000, 100, "").await;
+    send_numbered(port, "AQUSER.RAW_WIDE", 0, 1000, 100, "").await;
     wait_depth(&db, "AQUSER.RAW_HELD_OUT", 1000, Duration::from_secs(60));
     assert_eq!(depth(&db, "AQUSER.RAW_WIDE"), 0);
     let got = drain(port, "AQUSER.RAW_HELD_OUT", None).await;

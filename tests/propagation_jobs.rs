@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aqgate_proto::idap::Response;
 use common::*;
 
 const QUEUES: &str = r#"
@@ -100,37 +99,6 @@ fn apply(db: &str, topology: &std::path::Path, servers: &[&Proc]) {
     }
 }
 
-fn hex(i: usize) -> String {
-    format!("{i:08X}")
-}
-
-/// Sends RAW messages `from..from + n` (payload: their number) to `queue`, committed in
-/// batches of `per`, each with `header`.
-async fn send_all(port: u16, queue: &str, from: usize, n: usize, per: usize, header: &str) {
-    let mut i = from;
-    while i < from + n {
-        let k = per.min(from + n - i);
-        let payloads: Vec<String> = (i..i + k).map(hex).collect();
-        let msgs: Vec<(&str, &str)> = payloads.iter().map(|p| (header, p.as_str())).collect();
-        let r = http(port, &raw_send(queue, &msgs, COMMIT)).await;
-        assert!(matches!(r, Response::Send(..)), "{r:?}");
-        i += k;
-    }
-}
-
-/// Every payload in `queue` (received and committed).
-async fn drain(port: u16, queue: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    loop {
-        let r = http(port, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await;
-        match &r {
-            Response::Receive(_, Some(_)) => out.extend(received(&r).iter().map(raw_of)),
-            Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE => return out,
-            other => panic!("receive from {queue}: {other:?}"),
-        }
-    }
-}
-
 /// This many messages of a job in `port`'s `/metrics` (moved by that process).
 fn moved_by(port: u16, job: &str) -> i64 {
     metric(port, &format!("aqgate_propagation_messages_total{{job=\"{job}\"}}"))
@@ -154,7 +122,7 @@ async fn two_nodes_run_a_job_on_one_and_the_other_takes_it_over_after_kill_nine(
         if pid == a.id() { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
 
     // Exactly one of them moves messages.
-    send_all(other_port, "AQUSER.RAW_QUE", 0, 300, 50, "").await;
+    send_numbered(other_port, "AQUSER.RAW_QUE", 0, 300, 50, "").await;
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 300, Duration::from_secs(60));
     assert_eq!((moved_by(owner_port, "ARCHIVE"), moved_by(other_port, "ARCHIVE")), (300, 0));
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(10), |j| j["propagated"] == 300);
@@ -163,16 +131,16 @@ async fn two_nodes_run_a_job_on_one_and_the_other_takes_it_over_after_kill_nine(
     // kill -9 the owner in the middle of a stream: the other takes the job over once the
     // lease has ended, rolls back what the dead one left open, and every message arrives
     // exactly once.
-    send_all(other_port, "AQUSER.RAW_QUE", 300, 600, 100, "").await;
+    send_numbered(other_port, "AQUSER.RAW_QUE", 300, 600, 100, "").await;
     owner.kill9();
     let killed = Instant::now();
-    send_all(other_port, "AQUSER.RAW_QUE", 900, 600, 100, "").await;
+    send_numbered(other_port, "AQUSER.RAW_QUE", 900, 600, 100, "").await;
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| owner_pid(j) == Some(other.id()));
     let took = killed.elapsed();
     assert!(took < Duration::from_secs(TTL + 5), "taken over after {took:?}: {j}");
     wait_depth(&db, "AQUSER.RAW_QUE", 0, Duration::from_secs(60));
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 1500, Duration::from_secs(30));
-    let got = drain(other_port, "AQUSER.RAW_ARCHIVE").await;
+    let got = drain_payloads(other_port, "AQUSER.RAW_ARCHIVE").await;
     let distinct: BTreeSet<&String> = got.iter().collect();
     assert_eq!(got.len(), distinct.len(), "no message duplicated");
     assert_eq!(distinct.into_iter().cloned().collect::<Vec<_>>(), (0..1500).map(hex).collect::<Vec<_>>(), "none lost");
@@ -196,7 +164,7 @@ async fn a_restarted_node_takes_its_jobs_back_without_waiting_out_the_lease() {
     let again = serve_with_ttl(&db, port, &topo, 60);
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| owner_pid(j) == Some(again.id()));
     assert_eq!(j["state"], "RUNNING", "{j}");
-    send_all(port, "AQUSER.RAW_QUE", 0, 40, 20, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 40, 20, "").await;
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 40, Duration::from_secs(20));
     assert!(
         again.log().contains("ended the propagation leases of a dead process of this host"),
@@ -267,7 +235,7 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
     }
 
     // RUNNING, with its counts (flushed with the lease's heartbeat).
-    send_all(port, "AQUSER.RAW_QUE", 0, 25, 5, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 25, 5, "").await;
     let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| j["propagated"] == 25);
     assert_eq!(
         (j["state"].as_str(), j["kind"].as_str(), j["backlog"].as_i64()),
@@ -278,7 +246,7 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
 
     // RETRYING: the remote is down (nothing listens on its port); the message waits in the
     // source, which the backlog and the lag say.
-    send_all(port, "AQUSER.RAW_INBOX", 100, 1, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_INBOX", 100, 1, 1, "").await;
     let j = wait_job(&db, "DOWN", Duration::from_secs(30), |j| j["state"] == "RETRYING");
     assert!(j["failed"].as_i64() >= Some(1), "{j}");
     let error = j["last_error"].as_str().unwrap_or_default().to_string();
@@ -310,14 +278,14 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
 
     // FAILED: the destination has no recipient for a message of priority 9 (for good) and the
     // job has no exception queue.
-    send_all(port, "AQUSER.RAW_REFUSED", 200, 1, 1, "<priority>9</priority>").await;
+    send_numbered(port, "AQUSER.RAW_REFUSED", 200, 1, 1, "<priority>9</priority>").await;
     let j = wait_job(&db, "REFUSED", Duration::from_secs(30), |j| j["state"] == "FAILED");
     assert!(j["last_error"].as_str().is_some_and(|e| !e.is_empty()), "{j}");
     assert_eq!(depth(&db, "AQUSER.RAW_REFUSED"), 1, "the message stays in the source");
 
     // DELETE_PENDING: the forwarder's job is removed while its request is in flight; it
     // finishes that message, and then its row goes.
-    send_all(port, "AQUSER.RAW_HOOK", 300, 1, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_HOOK", 300, 1, 1, "").await;
     wait_until("the forwarded request", Duration::from_secs(30), || {
         begun.load(std::sync::atomic::Ordering::SeqCst) == 1
     });
@@ -400,7 +368,7 @@ schedule = {{ start = "{}", duration = 4, next = 10, latency = 1 }}
     );
     write_topology(&topo, &job);
     apply(&db, &topo, &[&s]);
-    send_all(port, "AQUSER.RAW_QUE", 0, 3, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 3, 1, "").await;
     let j = wait_job(&db, "WINDOWED", Duration::from_secs(5), |j| j["next_window"].is_string());
     assert_eq!(
         (j["state"].as_str(), j["next_window"].as_str()),
@@ -417,7 +385,7 @@ schedule = {{ start = "{}", duration = 4, next = 10, latency = 1 }}
     assert!(j["state"] == "RUNNING" && j["next_window"].is_null(), "{j}");
     // Sent after the window closed: they wait for the next one.
     until(start + 5);
-    send_all(port, "AQUSER.RAW_QUE", 3, 2, 1, "").await;
+    send_numbered(port, "AQUSER.RAW_QUE", 3, 2, 1, "").await;
     let j = wait_job(&db, "WINDOWED", Duration::from_secs(3), |j| j["state"] == "ENABLED");
     assert_eq!(j["next_window"].as_str(), Some(rfc3339(start + 10).as_str()), "{j}");
     assert_eq!(j["backlog"].as_i64(), Some(2));
@@ -425,7 +393,7 @@ schedule = {{ start = "{}", duration = 4, next = 10, latency = 1 }}
     assert_eq!((depth(&db, "AQUSER.RAW_QUE"), depth(&db, "AQUSER.RAW_ARCHIVE")), (2, 3), "between the windows");
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 5, Duration::from_secs(6));
     assert!(unix_now() >= start + 10);
-    let got: BTreeSet<String> = drain(port, "AQUSER.RAW_ARCHIVE").await.into_iter().collect();
+    let got: BTreeSet<String> = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await.into_iter().collect();
     assert_eq!(got, (0..5).map(hex).collect::<BTreeSet<_>>());
     drop(s);
     let _ = std::fs::remove_file(&topo);

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aqgate_proto::idap::Response;
@@ -58,41 +57,6 @@ fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
     p
 }
 
-fn hex(i: usize) -> String {
-    format!("{i:08X}")
-}
-
-async fn send_all(port: u16, queue: &str, from: usize, n: usize, per: usize) {
-    let mut i = from;
-    while i < from + n {
-        let k = per.min(from + n - i);
-        let payloads: Vec<String> = (i..i + k).map(hex).collect();
-        let msgs: Vec<(&str, &str)> = payloads.iter().map(|p| ("", p.as_str())).collect();
-        assert!(matches!(http(port, &raw_send(queue, &msgs, COMMIT)).await, Response::Send(..)));
-        i += k;
-    }
-}
-
-/// Every payload in `queue` (received and committed).
-async fn drain(port: u16, queue: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    loop {
-        let r = http(port, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await;
-        match &r {
-            Response::Receive(_, Some(_)) => out.extend(received(&r).iter().map(raw_of)),
-            Response::Fault(f) if f.code == aqgate_core::error::code::NO_MESSAGE => return out,
-            other => panic!("receive from {queue}: {other:?}"),
-        }
-    }
-}
-
-fn assert_exactly(got: &[String], range: std::ops::Range<usize>) {
-    let distinct: BTreeSet<&String> = got.iter().collect();
-    assert_eq!(got.len(), distinct.len(), "no message duplicated");
-    let want: Vec<String> = range.map(hex).collect();
-    assert_eq!(distinct.into_iter().cloned().collect::<Vec<_>>(), want, "no message lost");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
     let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Postgres).await);
@@ -103,27 +67,27 @@ async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
     let mut a = serve(&a_db, a_port, &a_topo);
     let mut b = serve(&b_db, b_port, &b_topo);
 
-    send_all(a_port, "AQUSER.RAW_QUE", 0, 200, 50).await;
-    send_all(b_port, "AQUSER.RAW_INBOX", 10_000, 200, 50).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 0, 200, 50, "").await;
+    send_numbered(b_port, "AQUSER.RAW_INBOX", 10_000, 200, 50, "").await;
     wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 200, Duration::from_secs(60));
     wait_depth(&a_db, "AQUSER.RAW_ARCHIVE", 200, Duration::from_secs(60));
     assert_eq!((depth(&a_db, "AQUSER.RAW_QUE"), depth(&b_db, "AQUSER.RAW_INBOX")), (0, 0));
-    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 0..200);
-    assert_exactly(&drain(a_port, "AQUSER.RAW_ARCHIVE").await, 10_000..10_200);
+    assert_exactly(&drain_payloads(b_port, "AQUSER.RAW_ARCHIVE").await, 0..200);
+    assert_exactly(&drain_payloads(a_port, "AQUSER.RAW_ARCHIVE").await, 10_000..10_200);
 
     // A stream from A to B; the destination is killed in the middle, then the source.
-    send_all(a_port, "AQUSER.RAW_QUE", 200, 400, 100).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 200, 400, 100, "").await;
     std::thread::sleep(Duration::from_millis(150));
     b.kill9();
     std::thread::sleep(Duration::from_millis(500));
     b = serve(&b_db, b_port, &b_topo);
-    send_all(a_port, "AQUSER.RAW_QUE", 600, 400, 100).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 600, 400, 100, "").await;
     std::thread::sleep(Duration::from_millis(150));
     a.kill9();
     a = serve(&a_db, a_port, &a_topo);
     wait_depth(&a_db, "AQUSER.RAW_QUE", 0, Duration::from_secs(120));
     wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 800, Duration::from_secs(30));
-    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 200..1000);
+    assert_exactly(&drain_payloads(b_port, "AQUSER.RAW_ARCHIVE").await, 200..1000);
     assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 0);
 
     // A queue the remote does not have: each message is refused for good there and goes to
@@ -131,9 +95,9 @@ async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
     drop(a);
     let bad = topology("AQUSER.RAW_QUE", "AQUSER.NO_SUCH_QUEUE", b_port);
     let a = serve(&a_db, a_port, &bad);
-    send_all(a_port, "AQUSER.RAW_QUE", 5000, 3, 3).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 5000, 3, 3, "").await;
     wait_depth(&a_db, "AQUSER.RAW_REJECTS", 3, Duration::from_secs(30));
-    assert_exactly(&drain(a_port, "AQUSER.RAW_REJECTS").await, 5000..5003);
+    assert_exactly(&drain_payloads(a_port, "AQUSER.RAW_REJECTS").await, 5000..5003);
     let (_, text) = http_get(a_port, "/metrics").expect("metrics");
     assert!(text.contains("aqgate_propagation_exceptions_total{job=\"OUT\"} 3"), "{text}");
 
@@ -142,9 +106,9 @@ async fn two_aqgates_propagate_both_ways_exactly_once_through_kill_nine() {
     drop(a);
     let jms = topology("AQUSER.RAW_QUE", "AQUSER.JMS_TEXTQ", b_port);
     let a = serve(&a_db, a_port, &jms);
-    send_all(a_port, "AQUSER.RAW_QUE", 6000, 2, 2).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 6000, 2, 2, "").await;
     wait_depth(&a_db, "AQUSER.RAW_REJECTS", 2, Duration::from_secs(30));
-    assert_exactly(&drain(a_port, "AQUSER.RAW_REJECTS").await, 6000..6002);
+    assert_exactly(&drain_payloads(a_port, "AQUSER.RAW_REJECTS").await, 6000..6002);
     assert_eq!(depth(&b_db, "AQUSER.JMS_TEXTQ"), 0);
     assert!(a.log().contains("payload does not match queue type"), "{}", a.log_tail(20));
     drop((a, b));
@@ -219,7 +183,7 @@ async fn a_remote_down_for_long_keeps_the_message_in_the_source() {
     std::fs::write(&a_topo, spec.replace("concurrency = 4", "concurrency = 1\nretry_backoff_ms = 20")).expect("write");
     let b_topo = topology("AQUSER.RAW_INBOX", "AQUSER.RAW_ARCHIVE", a_port);
     let a = serve(&a_db, a_port, &a_topo);
-    send_all(a_port, "AQUSER.RAW_QUE", 0, 2, 2).await;
+    send_numbered(a_port, "AQUSER.RAW_QUE", 0, 2, 2, "").await;
     // Backoff 20 ms doubling: seven failed attempts in under 3 s, more than max_retries (5).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while metric(a_port, "aqgate_propagation_failures_total{job=\"OUT\"}") < 7 {
@@ -231,7 +195,7 @@ async fn a_remote_down_for_long_keeps_the_message_in_the_source() {
     assert_eq!(d.values().sum::<i64>(), 2, "nothing moved to an exception queue: {d:?}");
     let b = serve(&b_db, b_port, &b_topo);
     wait_depth(&b_db, "AQUSER.RAW_ARCHIVE", 2, Duration::from_secs(90));
-    assert_exactly(&drain(b_port, "AQUSER.RAW_ARCHIVE").await, 0..2);
+    assert_exactly(&drain_payloads(b_port, "AQUSER.RAW_ARCHIVE").await, 0..2);
     assert_eq!(depth(&a_db, "AQUSER.RAW_QUE"), 0);
     drop((a, b));
     for f in [a_topo, b_topo] {
@@ -271,7 +235,7 @@ async fn a_resend_with_less_expiration_left_is_the_send_performed_before() {
     let a = serve(&a_db, a_port, &a_topo);
     wait_depth(&a_db, "AQUSER.RAW_QUE", 0, Duration::from_secs(30));
     assert_eq!(depth(&a_db, "AQUSER.RAW_REJECTS"), 0, "not refused: it arrived");
-    assert_eq!(drain(b_port, "AQUSER.RAW_ARCHIVE").await, ["0E0F"], "once");
+    assert_eq!(drain_payloads(b_port, "AQUSER.RAW_ARCHIVE").await, ["0E0F"], "once");
     assert_eq!(metric(a_port, "aqgate_propagation_exceptions_total{job=\"OUT\"}"), 0);
     drop((a, b));
     for f in [a_topo, b_topo, stopped] {

@@ -8,11 +8,13 @@
 // `idap` is the protocol crate's module here.
 #[path = "idap.rs"]
 mod idap_http;
+mod numbered;
 mod procs;
 mod simplesamlphp;
 mod slapd;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
+pub use numbered::{assert_exactly, drain_payloads, hex, send_numbered};
 pub use procs::{BIN, Proc, aqgate, depth, depths, http_get, jobs, metric, wait_depth, wait_job, wait_until};
 pub use simplesamlphp::SimpleSamlPhp;
 pub use slapd::Slapd;
