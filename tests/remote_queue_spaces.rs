@@ -205,6 +205,16 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
     assert_eq!(row[..6], ["HQ.ORDERS", "RUNNING", "space", "HQ.ORDERS", &remote_url, "AQUSER.RAW_QUE"], "{listing}");
     assert_eq!(row[10], "0", "the backlog: {listing}");
     assert!(listing.lines().any(|l| l.starts_with("HQ.MISSING ")), "{listing}");
+    // They follow their space: `--disable` names them, and says why it does not apply.
+    let out = std::process::Command::new(BIN)
+        .args(["admin", "jobs", "--database", &p.a_db, "--disable", "hq.orders"])
+        .output()
+        .expect("jobs --disable");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("drains a queue of remote queue space HQ: it follows the space"),
+        "{said}"
+    );
 
     // Limits and faults: the whole request is refused, with a valid message in it too.
     let ok = ("", "0A0B");

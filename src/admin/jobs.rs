@@ -25,6 +25,13 @@ pub async fn set_enabled(store: &dyn Store, name: &str, enabled: bool) -> Result
     let name = canon(name);
     let rows = store.load_topology().await?;
     let Some((_, _, spec)) = rows.iter().find(|(k, n, _)| k == "propagation" && *n == name) else {
+        let resolved = aqgate_core::engine::load_resolved(store).await?;
+        if let Some(space) = resolved.catalog.propagations.get(&name).and_then(|j| j.space.clone()) {
+            return Err(AqError::invalid(format!(
+                "job {name} drains a queue of remote queue space {space}: it follows the space, and is not \
+                 enabled or disabled alone (change the space in the topology)"
+            )));
+        }
         return Ok(false);
     };
     let mut def: PropagationDef = serde_json::from_str(spec)
