@@ -37,6 +37,7 @@ on_both_backends!(
     browse_does_not_remove_and_navigates,
     locked_messages_are_skipped_by_others_until_commit,
     a_batch_receive_takes_what_no_one_else_holds,
+    a_job_batch_leaves_no_session_row,
     a_job_batch_ended_by_a_restart_does_not_count_against_its_messages,
     priority_queues_sort_by_priority_then_time,
     selectors_by_correlation_message_id_and_condition,
@@ -489,6 +490,40 @@ async fn a_batch_receive_takes_what_no_one_else_holds(b: Backend) {
     h.run(&mut job, &envelope(COMMIT)).await.expect("commit");
     h.run(&mut second, &envelope(COMMIT)).await.expect("commit");
     assert_eq!(depth(&h, RAWQ).await, 2, "01 and 02 are back, the batches' five are gone");
+}
+
+/// A propagation job's batch (its session moves others' messages) keeps a session row only
+/// while it is open: committed or rolled back, the row goes, so a busy job never fills the
+/// store with sessions until their timeout. A client's session keeps its row.
+async fn a_job_batch_leaves_no_session_row(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let mut p = h.session("scott");
+    let msgs: Vec<(&str, &str)> = ["01", "02", "03", "04"].iter().map(|x| ("", *x)).collect();
+    h.run(&mut p, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send");
+    let before = store.session_count().await.expect("count");
+    let batch = |h: &Harness| {
+        let mut s = h.session("scott");
+        s.carries_senders = true;
+        s.max_messages = 2;
+        s
+    };
+    // Moved and committed.
+    let mut job = batch(&h);
+    h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    assert_eq!(store.session_count().await.expect("count"), before + 1, "open: a row to roll back after a crash");
+    h.run(&mut job, &raw_send("AQUSER.RAW_QUE", &[("", "05")], COMMIT)).await.expect("send and commit");
+    assert_eq!(store.session_count().await.expect("count"), before, "committed: no row left");
+    // Rolled back.
+    let mut job = batch(&h);
+    h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    h.run(&mut job, &envelope(ROLLBACK)).await.expect("rollback");
+    assert_eq!(store.session_count().await.expect("count"), before, "rolled back: no row left");
+    // A client's session that received and committed keeps its row (its positions).
+    let mut client = h.session("scott");
+    h.run(&mut client, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    h.run(&mut client, &envelope(COMMIT)).await.expect("commit");
+    assert_eq!(store.session_count().await.expect("count"), before + 1);
 }
 
 async fn priority_queues_sort_by_priority_then_time(b: Backend) {

@@ -52,7 +52,18 @@ impl Engine {
         response: Option<&Response>,
     ) -> Result<Option<i64>, AqError> {
         let mut version = None;
-        if session.stored.is_some() || next.holds_anything() {
+        // A propagation job's session is one batch: its row is what a crash would leave to
+        // roll back, and goes once the batch is over (positions are no use to the next
+        // batch, which is a session of its own). Otherwise each batch would leave a row
+        // until the session timeout, and a busy job would fill the sessions' cap.
+        if session.carries_senders
+            && !next.pending
+            && let Some(v) = session.stored
+        {
+            if !tx.session_end(&session.id_hash(), v, None, None).await? {
+                return Err(session_busy_error());
+            }
+        } else if session.stored.is_some() || next.holds_anything() {
             let v = session.stored.map_or(1, |v| v + 1);
             let row = SessionRow {
                 id_hash: session.id_hash(),
@@ -130,6 +141,11 @@ impl Engine {
 
     /// Takes on what a performed request left of the session.
     pub(super) fn settle(&self, session: &mut Session, next: SessionState, version: Option<i64>) {
+        if session.carries_senders && !next.pending && session.stored.is_some() {
+            // `seal` ended the job batch's row.
+            session.stored = None;
+            self.stored_sessions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let ended = next.txn != session.txn;
         session.set_state(next);
         if ended {
