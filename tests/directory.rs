@@ -342,6 +342,21 @@ async fn ldap_server_frozen_then_thawed() {
     let pid = std::fs::read_to_string(slapd.dir.join("slapd.pid")).unwrap().trim().to_string();
     let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
     signal("-STOP");
+    // The stop takes effect as each of slapd's threads next enters the kernel: wait until
+    // all of it is stopped, so that the search below cannot be answered first.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks.flatten().all(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T')))
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stopped() {
+        assert!(Instant::now() < deadline, "slapd did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let start = Instant::now();
     let r = d.resolve_queue("EMPLOYEES").await;
     let took = start.elapsed();
