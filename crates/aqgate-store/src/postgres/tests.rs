@@ -35,8 +35,10 @@ fn four_regulars() -> Regulars {
 }
 
 // On the test's single-threaded runtime the spawned producers run only when the writer
-// waits: without waiting for regulars the batch would be the first request alone.
-#[tokio::test]
+// waits: without waiting for regulars the batch would be the first request alone. Tokio's
+// clock is paused, so the wait's timer fires only once nothing else can run: the machine's
+// load cannot make the producers late.
+#[tokio::test(start_paused = true)]
 async fn the_writer_waits_for_the_regulars_it_has_just_answered() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut regulars = four_regulars();
