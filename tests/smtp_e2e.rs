@@ -85,23 +85,7 @@ async fn signed_mail_in_response_mailed_back_and_forgeries_refused() {
         format!("{ROOT}/certs/gateway-tls.key.pem"),
         out_dir.to_str().expect("utf-8 path").to_string(),
     );
-    let _serve = spawn(&[
-        "serve",
-        "--listen",
-        &format!("127.0.0.1:{hp}"),
-        "--smtp-listen",
-        &format!("127.0.0.1:{sp}"),
-        "--database",
-        &db,
-        "--smtp-tls-cert",
-        &cert,
-        "--smtp-tls-key",
-        &key,
-        "--mail-outbox",
-        &out,
-    ]);
-    wait_port(hp);
-    wait_port(sp);
+    let _serve = serve_mail(hp, sp, &db, &out, &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]);
 
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let good = sign(&work, "good", &send, "scott", "scott@example.com");
@@ -231,6 +215,18 @@ fn spawn(args: &[&str]) -> Proc {
     Proc::spawn(&format!("aqgate {}", args[0]), &mut aqgate(args))
 }
 
+/// `aqgate serve` with the servlet on `hp`, the mail filter on `sp`, replies into the
+/// outbox `out`, and `extra` flags; once both ports answer.
+fn serve_mail(hp: u16, sp: u16, db: &str, out: &str, extra: &[&str]) -> Proc {
+    let (listen, smtp) = (format!("127.0.0.1:{hp}"), format!("127.0.0.1:{sp}"));
+    let mut args = vec!["serve", "--listen", &listen, "--smtp-listen", &smtp, "--database", db, "--mail-outbox", out];
+    args.extend_from_slice(extra);
+    let p = spawn(&args);
+    wait_port(hp);
+    wait_port(sp);
+    p
+}
+
 /// kill -9 after the 250 and before forwarding: after restart the request is performed
 /// exactly once. `aqgate smtp` runs alone, posting to a servlet that is not up yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,20 +286,7 @@ async fn lmtp_delivery_is_verified_and_answered() {
     let (hp, sp) = (free_port(), free_port());
     let db = fresh_sqlite_url();
     let out = out_dir.to_str().expect("utf-8 path").to_string();
-    let _serve = spawn(&[
-        "serve",
-        "--lmtp",
-        "--listen",
-        &format!("127.0.0.1:{hp}"),
-        "--smtp-listen",
-        &format!("127.0.0.1:{sp}"),
-        "--database",
-        &db,
-        "--mail-outbox",
-        &out,
-    ]);
-    wait_port(hp);
-    wait_port(sp);
+    let _serve = serve_mail(hp, sp, &db, &out, &["--lmtp"]);
     let mail = sign(&work, "m", &example("04"), "scott", "scott@example.com");
     let (ok, transcript) = swaks_with(sp, "scott@example.com", &mail, &["--protocol", "LMTP"]);
     assert!(ok, "{transcript}");
@@ -377,21 +360,7 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     let db = fresh_sqlite_url();
     let out = out_dir.to_str().expect("utf-8 path").to_string();
     let reinject = format!("smtp://127.0.0.1:{rp}");
-    let _serve = spawn(&[
-        "serve",
-        "--listen",
-        &format!("127.0.0.1:{hp}"),
-        "--smtp-listen",
-        &format!("127.0.0.1:{sp}"),
-        "--database",
-        &db,
-        "--mail-outbox",
-        &out,
-        "--smtp-reinject",
-        &reinject,
-    ]);
-    wait_port(hp);
-    wait_port(sp);
+    let _serve = serve_mail(hp, sp, &db, &out, &["--smtp-reinject", &reinject]);
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let mail = sign(&work, "mixed", &send, "scott", "scott@example.com");
     let to = ["--to", "aq@localhost,bob@example.com"];
@@ -425,19 +394,7 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     let (hp, sp) = (free_port(), free_port());
     let db = fresh_sqlite_url();
     let out = out_dir.to_str().expect("utf-8 path").to_string();
-    let _serve = spawn(&[
-        "serve",
-        "--listen",
-        &format!("127.0.0.1:{hp}"),
-        "--smtp-listen",
-        &format!("127.0.0.1:{sp}"),
-        "--database",
-        &db,
-        "--mail-outbox",
-        &out,
-    ]);
-    wait_port(hp);
-    wait_port(sp);
+    let _serve = serve_mail(hp, sp, &db, &out, &[]);
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let johns = sign(&work, "johns-as-scott", &send, "john", "john@example.com");
     let (ok, transcript) = swaks(sp, "john@example.com", &johns);
