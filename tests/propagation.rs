@@ -12,19 +12,8 @@ use std::time::Duration;
 use aqgate_proto::idap::Response;
 use common::*;
 
+/// Beside `RAW_QUEUES`.
 const EXTRA: &str = r#"
-[[queues]]
-name = "AQUSER.RAW_ARCHIVE"
-queue_table = "AQUSER.RAW_TAB"
-
-[[queues]]
-name = "AQUSER.RAW_INBOX"
-queue_table = "AQUSER.RAW_TAB"
-
-[[queues]]
-name = "AQUSER.RAW_REJECTS"
-queue_table = "AQUSER.RAW_TAB"
-
 [[queue_tables]]
 name = "AQUSER.RAW_TOPIC_TAB"
 payload_type = "RAW"
@@ -70,10 +59,7 @@ rule = "priority < 5"
 "#;
 
 fn topology_file(extra: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir()
-        .join(format!("aqgate-test-propagation-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
-    std::fs::write(&p, format!("{}\n{EXTRA}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
-    p
+    demo_topology_with("propagation", &format!("{EXTRA}\n{extra}"))
 }
 
 fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {

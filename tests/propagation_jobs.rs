@@ -14,15 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 
+/// Beside `RAW_QUEUES`.
 const QUEUES: &str = r#"
-[[queues]]
-name = "AQUSER.RAW_ARCHIVE"
-queue_table = "AQUSER.RAW_TAB"
-
-[[queues]]
-name = "AQUSER.RAW_INBOX"
-queue_table = "AQUSER.RAW_TAB"
-
 [[queues]]
 name = "AQUSER.RAW_REFUSED"
 queue_table = "AQUSER.RAW_TAB"
@@ -60,14 +53,11 @@ const PASSWORD_ENV: &str = "AQGATE_TEST_JOBS_PASSWORD";
 const TTL: u64 = 3;
 
 fn topology_file(jobs: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir()
-        .join(format!("aqgate-test-propagation-jobs-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
-    write_topology(&p, jobs);
-    p
+    demo_topology_with("propagation-jobs", &format!("{QUEUES}\n{jobs}"))
 }
 
 fn write_topology(p: &std::path::Path, jobs: &str) {
-    std::fs::write(p, format!("{}\n{QUEUES}\n{jobs}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    write_demo_topology(p, &format!("{QUEUES}\n{jobs}"));
 }
 
 fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {

@@ -10,23 +10,9 @@ use std::time::Duration;
 use aqgate_proto::idap::Response;
 use common::*;
 
-const QUEUES: &str = r#"
-[[queues]]
-name = "AQUSER.RAW_ARCHIVE"
-queue_table = "AQUSER.RAW_TAB"
-
-[[queues]]
-name = "AQUSER.RAW_INBOX"
-queue_table = "AQUSER.RAW_TAB"
-
-[[queues]]
-name = "AQUSER.RAW_REJECTS"
-queue_table = "AQUSER.RAW_TAB"
-"#;
-
 const PASSWORD_ENV: &str = "AQGATE_TEST_REMOTE_PASSWORD";
 
-/// The demo topology, the queues above, and a job from `source` to the aqgate on `port`.
+/// The demo topology, `RAW_QUEUES`, and a job from `source` to the aqgate on `port`.
 fn topology(source: &str, destination: &str, port: u16) -> std::path::PathBuf {
     let job = format!(
         r#"
@@ -39,10 +25,7 @@ concurrency = 4
 remote = {{ url = "http://127.0.0.1:{port}/aqserv", agent = "scott", password_env = "{PASSWORD_ENV}" }}
 "#
     );
-    let p = std::env::temp_dir()
-        .join(format!("aqgate-test-propagation-remote-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
-    std::fs::write(&p, format!("{}\n{QUEUES}\n{job}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
-    p
+    demo_topology_with("propagation-remote", &job)
 }
 
 fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {

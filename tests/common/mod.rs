@@ -14,7 +14,9 @@ mod simplesamlphp;
 mod slapd;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
-pub use numbered::{assert_exactly, drain_payloads, hex, send_numbered};
+pub use numbered::{
+    RAW_QUEUES, assert_exactly, demo_topology_with, drain_payloads, hex, send_numbered, write_demo_topology,
+};
 pub use procs::{BIN, Proc, aqgate, depth, depths, http_get, jobs, metric, wait_depth, wait_job, wait_until};
 pub use simplesamlphp::SimpleSamlPhp;
 pub use slapd::Slapd;

@@ -49,3 +49,32 @@ pub fn assert_exactly(got: &[String], range: std::ops::Range<usize>) {
     let want: Vec<String> = range.map(hex).collect();
     assert_eq!(distinct.into_iter().cloned().collect::<Vec<_>>(), want, "no message lost");
 }
+
+/// The RAW queues the propagation tests move messages into, beside the demo's
+/// `AQUSER.RAW_QUE` (all of its queue table `AQUSER.RAW_TAB`).
+pub const RAW_QUEUES: &str = r#"
+[[queues]]
+name = "AQUSER.RAW_ARCHIVE"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_INBOX"
+queue_table = "AQUSER.RAW_TAB"
+
+[[queues]]
+name = "AQUSER.RAW_REJECTS"
+queue_table = "AQUSER.RAW_TAB"
+"#;
+
+/// Writes to `p` the demo topology, [`RAW_QUEUES`] and `extra`.
+pub fn write_demo_topology(p: &std::path::Path, extra: &str) {
+    std::fs::write(p, format!("{}\n{RAW_QUEUES}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+}
+
+/// A new topology file (named after `tag`) of the demo topology, [`RAW_QUEUES`] and `extra`.
+pub fn demo_topology_with(tag: &str, extra: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir()
+        .join(format!("aqgate-test-{tag}-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
+    write_demo_topology(&p, extra);
+    p
+}
