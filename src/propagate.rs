@@ -362,7 +362,7 @@ async fn move_batch(
     stats: &Stats,
 ) -> Result<Moved, AqError> {
     let mut session = Session::new(&job.agent, engine.now());
-    session.carries_senders = true;
+    session.propagates = true;
     // One receive takes the whole batch (in one database transaction); it waits for the
     // first message.
     session.max_messages = batch;
@@ -414,7 +414,7 @@ async fn move_remote(
     stats: &Stats,
 ) -> Result<Moved, AqError> {
     let mut session = Session::new(&job.agent, engine.now());
-    session.carries_senders = true;
+    session.propagates = true;
     let m = match waiting_receive(engine, &mut session, job, stats).await {
         Ok(Response::Receive(_, Some(r))) => r.messages.into_iter().next(),
         Ok(_) => None,

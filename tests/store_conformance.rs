@@ -448,7 +448,7 @@ async fn a_job_batch_ended_by_a_restart_does_not_count_against_its_messages(b: B
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
     for run in 0..7 {
         let mut s = h.session("PROP$ARCH");
-        s.carries_senders = true;
+        s.propagates = true;
         let r = h.run(&mut s, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("the job takes it");
         assert_eq!(received(&r).len(), 1, "run {run}");
         h.clock.advance_secs(1);
@@ -504,7 +504,7 @@ async fn a_job_batch_leaves_no_session_row(b: Backend) {
     let before = store.session_count().await.expect("count");
     let batch = |h: &Harness| {
         let mut s = h.session("scott");
-        s.carries_senders = true;
+        s.propagates = true;
         s.max_messages = 2;
         s
     };

@@ -60,11 +60,7 @@ impl Default for LeaseConfig {
 
 /// `host:pid:random`: unique per process, and telling the operator which one it is.
 fn process_owner() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty() && !h.contains(':'))
-        .unwrap_or_else(|| "localhost".to_string());
+    let host = aqgate_mail::outbound::hostname();
     let random = aqgate_core::engine::session::random_id();
     format!("{host}:{}:{}", std::process::id(), &random[..8])
 }

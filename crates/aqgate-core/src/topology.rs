@@ -408,7 +408,7 @@ impl Topology {
         }
 
         for a in agents.keys() {
-            if a.starts_with("PROP$") {
+            if propagation::is_job_agent(a) {
                 errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
             }
         }

@@ -159,8 +159,9 @@ impl RelayPool {
     }
 }
 
-/// The name said in EHLO to the relay.
-fn hostname() -> String {
+/// This machine's host name (`/etc/hostname`, if it is a DNS name), else `localhost`: said
+/// in EHLO to the relay, and naming this process in propagation leases.
+pub fn hostname() -> String {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
         std::fs::read_to_string("/etc/hostname")

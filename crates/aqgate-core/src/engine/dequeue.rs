@@ -202,7 +202,7 @@ impl Engine {
                 corrid: filter.corrid.clone(),
                 msgid: filter.msgid,
                 include_locked: browse,
-                include_waiting: session.carries_senders && !browse,
+                include_waiting: session.propagates && !browse,
                 // Without a condition the first candidate is normally the answer: fetch one
                 // payload, not a page of them.
                 limit: if filter.condition.is_some() {
@@ -296,7 +296,7 @@ impl Engine {
                 return Err(e);
             }
         };
-        if session.carries_senders {
+        if session.propagates {
             session.received = found
                 .iter()
                 .map(|m| Carried { enq_time: m.enq_time, delay_until: m.delay_until, expire_at: m.expire_at })

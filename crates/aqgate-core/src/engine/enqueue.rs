@@ -26,7 +26,7 @@ impl Engine {
         for (i, m) in req.messages.iter_mut().enumerate() {
             self.resolve_aliases(&mut m.header).await?;
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-            if !session.carries_senders {
+            if !session.propagates {
                 claim_sender(&mut m.header, agent)
                     .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             }
@@ -70,7 +70,7 @@ impl Engine {
         let mut ids = Vec::with_capacity(req.messages.len());
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-            let carried = if session.carries_senders { carry.get(i) } else { None };
+            let carried = if session.propagates { carry.get(i) } else { None };
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
                 .new_message(resolved, queue, qid, m, now, carried, txn)

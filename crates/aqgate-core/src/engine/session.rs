@@ -148,13 +148,16 @@ pub struct Session {
     pub abandon: Option<Arc<Abandon>>,
     /// The idempotency key of the request being performed.
     pub idempotency: Option<IdempotencyClaim>,
-    /// The session moves other agents' messages (a propagation job). Never set for a client.
+    /// The session is one batch of a propagation job, moving other agents' messages. Never
+    /// set for a client.
     /// - Its receives take messages still in their delay too, and record each message's
     ///   times in `received`;
     /// - its sends keep a `sender_id` as given (instead of the session's agent) and give
     ///   the messages the times in `carry` (the original enqueue time, the same delay end
-    ///   and expiry) instead of counting them from now.
-    pub carries_senders: bool,
+    ///   and expiry) instead of counting them from now;
+    /// - its rollbacks do not count against the messages (the destination failed);
+    /// - its row goes when its transaction ends (`seal`).
+    pub propagates: bool,
     /// The times of the messages the last receive returned, in their order (a propagation
     /// job's session only).
     pub received: Vec<Carried>,
@@ -187,7 +190,7 @@ impl Session {
             origin: 0,
             abandon: None,
             idempotency: None,
-            carries_senders: false,
+            propagates: false,
             received: Vec::new(),
             carry: Vec::new(),
             max_messages: 1,

@@ -82,7 +82,7 @@ impl Engine {
         // A propagation job's batch is not the message's failure (see `Engine::rollback`):
         // a job that restarts, or a batch that outlived the session timeout, leaves its
         // messages' retry counts as they were.
-        let counts = !resolved.catalog.propagations.values().any(|j| j.agent == row.agent);
+        let counts = !crate::topology::propagation::is_job_agent(&row.agent);
         let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn, counts).await? } else { Vec::new() };
         tx.commit().await?;
         if row.pending {

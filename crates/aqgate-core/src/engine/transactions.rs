@@ -56,7 +56,7 @@ impl Engine {
         // roll back, and goes once the batch is over (positions are no use to the next
         // batch, which is a session of its own). Otherwise each batch would leave a row
         // until the session timeout, and a busy job would fill the sessions' cap.
-        if session.carries_senders
+        if session.propagates
             && !next.pending
             && let Some(v) = session.stored
         {
@@ -141,7 +141,7 @@ impl Engine {
 
     /// Takes on what a performed request left of the session.
     pub(super) fn settle(&self, session: &mut Session, next: SessionState, version: Option<i64>) {
-        if session.carries_senders && !next.pending && session.stored.is_some() {
+        if session.propagates && !next.pending && session.stored.is_some() {
             // `seal` ended the job batch's row.
             session.stored = None;
             self.stored_sessions.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -204,7 +204,7 @@ impl Engine {
         let mut tx = self.store.begin().await?;
         // A propagation job rolls back when its destination failed, not the message: that
         // does not count against the message (it stays in the source until it moves).
-        let counts = !session.carries_senders;
+        let counts = !session.propagates;
         let woken =
             if session.pending { rollback_work(&mut *tx, resolved, &session.txn, counts).await? } else { Vec::new() };
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;

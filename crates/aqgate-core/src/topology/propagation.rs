@@ -157,6 +157,12 @@ pub fn job_agent(name: &str) -> String {
     format!("PROP${}", canon(name))
 }
 
+/// Whether `agent` is a job's (a name only jobs may have: the topology refuses it to others),
+/// whether or not the job is still in the topology.
+pub fn is_job_agent(agent: &str) -> bool {
+    agent.starts_with("PROP$")
+}
+
 /// Checks the jobs against the queues, adds their subscribers and agents; every problem is
 /// pushed to `errors` with its key path.
 pub fn resolve(
