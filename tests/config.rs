@@ -33,7 +33,10 @@ struct ConfigFile(PathBuf);
 
 impl ConfigFile {
     fn new(text: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("aqgate-config-{}-{}.toml", std::process::id(), free_port()));
+        // A random name: a port number, free now, may be handed to a parallel test's file too,
+        // whose drop would then delete this one.
+        let id = &aqgate_core::engine::session::random_id()[..12];
+        let p = std::env::temp_dir().join(format!("aqgate-config-{}-{id}.toml", std::process::id()));
         std::fs::write(&p, text).expect("write the configuration file");
         Self(p)
     }
