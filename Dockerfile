@@ -11,7 +11,9 @@
 # ---- build -----------------------------------------------------------------------------------
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-# aqgate-saml's samael links xmlsec1 and libxml2 and generates its bindings with libclang.
+# The image has SAML login (the `saml` feature): samael links xmlsec1 and libxml2 and generates
+# its bindings with libclang; it goes with the system OpenSSL (libssl-dev is in the rust image),
+# not the vendored one of the default build.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libxmlsec1-dev libclang-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -27,7 +29,7 @@ RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
     && for c in crates/*; do mkdir "$c/src" && touch "$c/src/lib.rs"; done \
-    && cargo build --release --locked --bin aqgate \
+    && cargo build --release --locked --no-default-features --features saml --bin aqgate \
     && rm -rf src crates/*/src
 COPY src ./src
 COPY crates ./crates
@@ -38,7 +40,7 @@ COPY certs ./certs
 # strip --strip-debug: the release profile's line tables (debug = 1) would make the binary six
 # times larger (135 MB); the symbols stay, so backtraces still name the functions.
 RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs \
-    && cargo build --release --locked --bin aqgate \
+    && cargo build --release --locked --no-default-features --features saml --bin aqgate \
     && install -D -m 0755 target/release/aqgate /out/aqgate \
     && strip --strip-debug /out/aqgate
 

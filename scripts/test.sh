@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole aqgate test suite on a fresh Debian machine: installs and starts what the
-# tests need (PostgreSQL), then runs fmt, clippy and every test on both store backends.
+# tests need (PostgreSQL), then runs fmt, clippy and every test on both store backends, then
+# the README's quick start on a fresh machine (scripts/fresh-machine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +19,14 @@ psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname 
   while read -r db; do psql "$AQGATE_TEST_PG_URL" -qc "DROP DATABASE IF EXISTS \"$db\"" >/dev/null; done
 rm -f "${TMPDIR:-/tmp}"/aqgate-test-*.db*
 
+# Everything is built with SAML login (the `saml` feature, on the system OpenSSL); the
+# default build (vendored OpenSSL, no SAML) is built and run by fresh-machine.sh below.
+features=(--no-default-features --features saml)
 cargo fmt --all -- --check
 scripts/validate-compose.sh
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked --all-targets -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
+cargo test --workspace --locked --all-targets "${features[@]}" -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_
 # The kill -9 checker (tests/crash.rs) on its own, one variant at a time, with its figures.
-cargo test --locked --test crash -- --nocapture --test-threads=1 kill9_checker_
+cargo test --locked --test crash "${features[@]}" -- --nocapture --test-threads=1 kill9_checker_
+# The quick start on a machine with only a Rust and a C toolchain (a debootstrap chroot).
+scripts/fresh-machine.sh

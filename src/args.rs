@@ -377,7 +377,8 @@ pub struct SamlArgs {
 
 impl SamlArgs {
     /// The verifier, or `None` without `--saml-idp-metadata`.
-    pub fn verifier(&self) -> anyhow::Result<Option<std::sync::Arc<aqgate_saml::Verifier>>> {
+    #[cfg(feature = "saml")]
+    pub fn verifier(&self) -> anyhow::Result<Option<std::sync::Arc<aqgate::servlet::SamlVerifier>>> {
         let (Some(file), Some(entity_id)) = (&self.saml_idp_metadata, &self.saml_entity_id) else { return Ok(None) };
         let xml = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         let idp = aqgate_saml::Idp::from_metadata(&xml).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
@@ -388,5 +389,14 @@ impl SamlArgs {
             skew,
             self.saml_agent_attribute.clone(),
         ))))
+    }
+
+    /// `None` without `--saml-idp-metadata`; with it, the refusal: this build has no SAML.
+    #[cfg(not(feature = "saml"))]
+    pub fn verifier(&self) -> anyhow::Result<Option<std::sync::Arc<aqgate::servlet::SamlVerifier>>> {
+        match &self.saml_idp_metadata {
+            None => Ok(None),
+            Some(_) => anyhow::bail!("--saml-idp-metadata: {}", aqgate::SAML_FEATURE_MISSING),
+        }
     }
 }

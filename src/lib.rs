@@ -12,6 +12,16 @@ pub mod propagate;
 pub mod server;
 pub mod servlet;
 
+#[cfg(all(feature = "saml", feature = "vendored-openssl"))]
+compile_error!(
+    "the `saml` feature links xmlsec1, which uses the system OpenSSL; build it without the vendored one: \
+     cargo build --release --no-default-features --features saml"
+);
+
+/// Why a SAML setting or assertion is refused by a build without the `saml` feature.
+pub const SAML_FEATURE_MISSING: &str = "SAML login needs an aqgate built with the `saml` feature \
+     (cargo build --release --no-default-features --features saml; README, \"SAML\")";
+
 /// The topology the repository ships: the types, queues, subscribers and agents the
 /// examples in `examples/` use (demo passwords, marked as such in the file).
 pub const DEFAULT_TOPOLOGY: &str = include_str!("../config/topology.toml");

@@ -50,7 +50,7 @@ pub struct ServeConfig {
     /// A plain-HTTP listener beside the HTTPS one.
     pub plain_listen: Option<SocketAddr>,
     /// SAML login (`None`: off).
-    pub saml: Option<std::sync::Arc<aqgate_saml::Verifier>>,
+    pub saml: Option<std::sync::Arc<crate::servlet::SamlVerifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
     pub notify: Option<crate::notify::NotifyConfig>,
 }

@@ -27,10 +27,14 @@ use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
 
 mod client_cert;
+#[cfg_attr(not(feature = "saml"), path = "servlet/no_saml.rs")]
 mod saml;
+
+pub use saml::SamlVerifier;
 
 pub use client_cert::TlsConnection;
 
+use aqgate_proto::names::WSSE_NS;
 pub use aqgate_proto::names::{
     CLIENT_TIMEZONE_HEADER, IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SCHEDULE_HEADER, SESSION_COOKIE,
 };
@@ -52,7 +56,7 @@ pub struct AppState {
     /// (agent, idempotency key) of requests being performed in this process now.
     pub idempotent_in_flight: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
     /// SAML login (see [`saml`]); `None`: off.
-    pub saml: Option<Arc<aqgate_saml::Verifier>>,
+    pub saml: Option<Arc<SamlVerifier>>,
 }
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
@@ -234,10 +238,20 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
 }
 
 enum Who {
-    /// Authenticated by credentials as this effective agent; `cookie`: the session it names.
-    Agent { agent: String, cookie: Option<String> },
+    /// Authenticated by credentials as this effective agent; `cookie`: the session it names;
+    /// `soap_token`: by the SAML token in the request's own `wsse:Security` header entry.
+    Agent { agent: String, cookie: Option<String>, soap_token: bool },
     /// The session cookie alone.
     Cookie(String),
+}
+
+/// A 401 whose IDAP Fault says why a SAML login was refused.
+fn saml_refused(msg: impl Into<String>) -> Response {
+    let msg = msg.into();
+    tracing::info!(reason = %msg, "SAML login refused");
+    let mut r = fault(&AqError::client(code::NOT_PERMITTED, msg), None);
+    *r.status_mut() = StatusCode::UNAUTHORIZED;
+    r
 }
 
 /// Works out who is calling. Basic credentials (+ on-behalf-of), when present, are always
@@ -301,7 +315,7 @@ async fn authenticate(
         }
         Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
     };
-    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers) })
+    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers), soap_token: false })
 }
 
 /// The agent whose Basic credentials these are (401 otherwise).
@@ -449,6 +463,21 @@ async fn idap_post(
         Ok(e) => e,
         Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), None),
     };
+    // A security token in the request is the identity it claims: one that did not log the
+    // request in (SAML off, or a parser that saw no token where this one does) is refused,
+    // never ignored in favour of other credentials.
+    if !matches!(who, Who::Agent { soap_token: true, .. })
+        && envelope.headers.iter().any(|h| h.local_name() == "Security" && h.namespace() == Some(WSSE_NS))
+    {
+        return saml_refused(match &s.saml {
+            None if cfg!(feature = "saml") => {
+                "the request's Header carries a wsse:Security token, but SAML login is not configured on this server \
+                 (--saml-idp-metadata)"
+            }
+            None => crate::SAML_FEATURE_MISSING,
+            Some(_) => "the request's Header carries a wsse:Security token that did not log it in",
+        });
+    }
     if let Some(m) = headers.get("idapmethodname") {
         let checked = m.to_str().map_err(|_| AqError::invalid("IDAPMethodName header is not text")).and_then(|v| {
             idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
@@ -491,7 +520,7 @@ async fn idap_post(
         let s = state;
         let engine = s.engine.clone();
         let (cookie, expected) = match who {
-            Who::Agent { agent, cookie } => (cookie, Some(agent)),
+            Who::Agent { agent, cookie, .. } => (cookie, Some(agent)),
             Who::Cookie(id) => (Some(id), None),
         };
         let hash = cookie.as_deref().map(aqgate_core::engine::session::id_hash);

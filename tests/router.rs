@@ -125,3 +125,41 @@ async fn a_receive_without_a_message_is_a_fault_not_an_error_status() {
         a.body
     );
 }
+
+/// What a server without SAML login says to a request that claims an identity with a SAML
+/// token: in a build without the `saml` feature, that it is missing; with it, that SAML is
+/// not configured.
+fn saml_off_reason() -> &'static str {
+    if cfg!(feature = "saml") { "SAML login is not configured on this server" } else { aqgate::SAML_FEATURE_MISSING }
+}
+
+#[tokio::test]
+async fn a_saml_token_on_a_server_without_saml_is_refused_not_ignored() {
+    let (router, h) = router().await;
+    // The header form, alone and beside valid Basic credentials: 401, the reason in a Fault.
+    for credentials in [None, Some(SCOTT)] {
+        let mut req = post(&example("01"), credentials);
+        req.headers_mut().insert("aq-saml-assertion", "PHNhbWw6QXNzZXJ0aW9uLz4=".parse().expect("value"));
+        let a = call(&router, req).await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{credentials:?}: {}", a.body);
+        match parse_idap(a.body.as_bytes()) {
+            Response::Fault(f) => assert!(f.message.contains(saml_off_reason()), "{f:?}"),
+            other => panic!("expected a fault, got {other:?}"),
+        }
+    }
+    // The IDAP-header form (wsse:Security), however its namespace is declared.
+    let token = "<saml:Assertion xmlns:saml=\"urn:oasis:names:tc:SAML:2.0:assertion\" ID=\"_x\"/>";
+    let ns = aqgate_proto::names::WSSE_NS;
+    for security in [
+        format!("<wsse:Security xmlns:wsse=\"{ns}\">{token}</wsse:Security>"),
+        format!("<Security xmlns=\"{ns}\">{token}</Security>"),
+    ] {
+        let body = example("01").replacen("<Body>", &format!("<Header>{security}</Header><Body>"), 1);
+        assert!(body.contains("<Header>"), "example 01 has a <Body>");
+        let a = call(&router, post(&body, Some(SCOTT))).await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{security}: {}", a.body);
+        assert!(a.body.contains(saml_off_reason()), "{}", a.body);
+    }
+    assert_eq!(depth_total(&h).await, 0, "nothing was performed");
+    assert_eq!(h.engine.stored_sessions(), 0, "no session was opened");
+}

@@ -79,6 +79,39 @@ async fn kill_dash_nine_keeps_committed_work_and_open_sessions() {
     drop(s);
 }
 
+/// SAML settings in a build without the `saml` feature stop `serve` at start and
+/// `config check`, naming the feature; in a build with it, they are taken (a metadata file
+/// that does not exist is reported as such).
+#[test]
+fn saml_settings_are_refused_at_start_by_a_build_without_saml() {
+    let missing = std::env::temp_dir().join(format!("aqgate-test-no-such-{}.xml", free_port()));
+    let missing = missing.to_string_lossy().to_string();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["serve", "--database", &fresh_sqlite_url(), "--listen", &listen, "--no-smtp"];
+    let out = Command::new(BIN)
+        .args(args)
+        .args(["--saml-idp-metadata", &missing, "--saml-entity-id", "https://aq.example.com/sp"])
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success(), "serve must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "saml") {
+        assert!(err.contains(&missing) && !err.contains("feature"), "{err}");
+    } else {
+        assert!(err.contains(aqgate::SAML_FEATURE_MISSING), "{err}");
+    }
+    let file = std::env::temp_dir().join(format!("aqgate-test-saml-{}.toml", free_port()));
+    std::fs::write(&file, format!("[saml]\nidp_metadata = {missing:?}\nentity_id = \"https://aq.example.com/sp\"\n"))
+        .expect("write config");
+    let out = Command::new(BIN).arg("--config").arg(&file).args(["config", "check"]).output().expect("config check");
+    let _ = std::fs::remove_file(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.success(), cfg!(feature = "saml"), "{err}");
+    if !cfg!(feature = "saml") {
+        assert!(err.contains("saml.idp_metadata") && err.contains(aqgate::SAML_FEATURE_MISSING), "{err}");
+    }
+}
+
 /// SQLite serves one process: a second `aqgate serve` on the same file is refused with a
 /// clear message (and the first one goes on).
 #[test]

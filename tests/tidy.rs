@@ -158,6 +158,29 @@ fn the_crates_depend_on_each_other_only_downwards() {
     assert!(wrong.is_empty(), "forbidden dependency edges: {wrong:?}");
 }
 
+/// What the binary's default build compiles and links (normal and build dependencies): the
+/// newcomer's `cargo run --release -- serve` needs only a Rust and a C toolchain, so it
+/// builds OpenSSL from source and has nothing that needs libclang, libxml2 or xmlsec1.
+#[test]
+fn the_default_build_needs_no_system_library_but_libc() {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "--offline", "-p", "aqgate", "-e", "normal,build", "--prefix", "none"])
+        .args(["--format", "{p}"])
+        .current_dir(root())
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    let tree: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect();
+    assert!(tree.contains("openssl-src"), "the default build must vendor OpenSSL: {tree:?}");
+    let system = ["samael", "libxml", "bindgen", "clang-sys", "aqgate-saml", "xmlsec"];
+    let found: Vec<&str> = system.into_iter().filter(|c| tree.contains(*c)).collect();
+    assert!(found.is_empty(), "the default build needs system libraries through {found:?}");
+}
+
 #[test]
 fn the_engine_reaches_time_and_tasks_only_through_the_clock() {
     // tokio's sync primitives are fine (no I/O); its timers and tasks are the clock's and the

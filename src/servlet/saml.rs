@@ -9,23 +9,19 @@
 //! of a database refuses a replay. Nothing is recorded for an assertion that is refused.
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
 
-use aqgate_core::error::{AqError, code};
+use aqgate_core::error::AqError;
 use aqgate_proto::names::{ON_BEHALF_HEADER, SAML_ASSERTION_HEADER};
 use aqgate_saml::Form;
 
 use super::{AppState, TlsConnection, Who, fault, session_cookie};
 
-/// A 401 whose IDAP Fault says why the assertion was refused.
-fn refused(msg: impl Into<String>) -> Response {
-    let msg = msg.into();
-    tracing::info!(reason = %msg, "SAML login refused");
-    let mut r = fault(&AqError::client(code::NOT_PERMITTED, msg), None);
-    *r.status_mut() = StatusCode::UNAUTHORIZED;
-    r
-}
+/// What verifies the assertions.
+pub type SamlVerifier = aqgate_saml::Verifier;
+
+use super::saml_refused as refused;
 
 /// `None` when the request does not log in with SAML (no `AQ-SAML-Assertion` header, no
 /// `wsse:Security` header entry); else who it is, or the refusal. A client certificate on
@@ -127,5 +123,5 @@ async fn login_with(
         Err(e) => return Err(fault(&AqError::from(e), None)),
     }
     tracing::info!(agent = %agent.name, assertion = %verified.assertion_id, "SAML login");
-    Ok(Who::Agent { agent: agent.name, cookie: session_cookie(headers) })
+    Ok(Who::Agent { agent: agent.name, cookie: session_cookie(headers), soap_token: form == Form::SoapHeader })
 }

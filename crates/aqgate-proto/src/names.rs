@@ -17,3 +17,5 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 pub const SCHEDULE_HEADER: &str = "aq-schedule";
 /// The client's time zone for an `L:HH:MM` schedule: a UTC offset (`+01:00`).
 pub const CLIENT_TIMEZONE_HEADER: &str = "aq-client-timezone";
+/// WS-Security's namespace: an IDAP `Header` entry `wsse:Security` carries a SAML token.
+pub const WSSE_NS: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd";

@@ -43,6 +43,16 @@ impl XmlNode {
         self.name.rsplit(':').next().unwrap_or(&self.name)
     }
 
+    /// The namespace of the element's name, as its own declarations give it (a header entry
+    /// or payload root carries those of its prefix); `None` in no namespace.
+    pub fn namespace(&self) -> Option<&str> {
+        let decl = match self.name.split_once(':') {
+            Some((prefix, _)) => format!("xmlns:{prefix}"),
+            None => "xmlns".to_string(),
+        };
+        self.attrs.iter().find(|(k, _)| *k == decl).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
+    }
+
     /// Child elements, in order.
     pub fn elements(&self) -> impl Iterator<Item = &XmlNode> {
         self.children.iter().filter_map(|c| match c {

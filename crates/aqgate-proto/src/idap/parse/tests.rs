@@ -279,6 +279,42 @@ fn prefixed_and_unqualified_namespaces() {
 }
 
 #[test]
+fn header_entries_name_their_namespace_however_it_was_declared() {
+    let xml = r#"<Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope" xmlns:w="urn:wsse">
+          <Header>
+            <w:Security/>
+            <Security xmlns="urn:other"/>
+            <wsse:Security xmlns:wsse="urn:wsse"/>
+            <x:Security xmlns:x="urn:x"/>
+          </Header>
+          <Body><AQXmlCommit xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body>
+        </Envelope>"#;
+    let env = match parse_request(xml.as_bytes(), &Limits::default()) {
+        Ok(env) => env,
+        Err(e) => panic!("{e}"),
+    };
+    let ns: Vec<_> = env.headers.iter().map(|h| (h.local_name(), h.namespace())).collect();
+    assert_eq!(
+        ns,
+        [
+            ("Security", Some("urn:wsse")),
+            ("Security", Some("urn:other")),
+            ("Security", Some("urn:wsse")),
+            ("Security", Some("urn:x"))
+        ]
+    );
+    // An unprefixed entry inherits the envelope's default namespace, and says so.
+    let inherited = r#"<Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope">
+          <Header><Security/></Header>
+          <Body><AQXmlCommit xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body></Envelope>"#;
+    let env = match parse_request(inherited.as_bytes(), &Limits::default()) {
+        Ok(env) => env,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(env.headers[0].namespace(), Some("http://ns.oracle.com/AQ/schemas/envelope"));
+}
+
+#[test]
 fn payload_keeps_names_attrs_text_and_outer_prefixes() {
     let xml = r#"<Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"
                 xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
