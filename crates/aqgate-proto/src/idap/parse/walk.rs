@@ -201,7 +201,7 @@ pub(super) fn parse_envelope<T>(
         match &*c.local {
             "Header" if headers.is_none() => {
                 check_attrs(c, &[], &p)?;
-                headers = Some(struct_children(c, &p)?.into_iter().map(header_entry).collect());
+                headers = Some(struct_children(c, &p)?.into_iter().map(to_xml_node).collect());
             }
             "Body" => {
                 check_attrs(c, &[], &p)?;
@@ -219,19 +219,6 @@ pub(super) fn parse_envelope<T>(
     }
     let body = required(body, "Body", &path)?;
     Ok(Envelope { headers: headers.unwrap_or_default(), body })
-}
-
-/// A header entry as [`to_xml_node`] has it, with its default namespace declared too, so
-/// that [`XmlNode::namespace`] names the namespace it was in.
-fn header_entry(e: &Elem) -> XmlNode {
-    let mut node = to_xml_node(e);
-    if let Some(ns) = &e.ns
-        && !e.qname.contains(':')
-        && !node.attrs.iter().any(|(k, _)| k == "xmlns")
-    {
-        node.attrs.push(("xmlns".to_string(), ns.to_string()));
-    }
-    node
 }
 
 /// Converts a payload root or header entry, re-declaring outer prefixes it uses.
