@@ -1,7 +1,7 @@
 //! SAML login in a build without the `saml` feature: there is none, and a request that
 //! claims an identity with an `AQ-SAML-Assertion` header is refused with a 401 that says
 //! so, never served as if the header were not there. (An IDAP `wsse:Security` header entry
-//! is refused by the servlet after parsing, in every build: see `security_header_unused`.)
+//! is refused by the servlet after parsing, in every build: see `idap_post`.)
 
 use axum::body::Bytes;
 use axum::http::HeaderMap;
