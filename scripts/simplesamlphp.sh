@@ -20,7 +20,10 @@
 # php.log.
 #
 # Users (exampleauth:UserPass, attribute uid = the user name, mail = USER@example.com):
-#   scott/tiger, john/welcome, nobody/nobody, mailonly/mailonly, scott@evil.example/evil
+#   scott/tiger, john/welcome, nobody/nobody, mailonly/mailonly, scott@evil.example/evil,
+#   and look-alikes of scott (password tiger) whose uid is not exactly scott: scott-nbsp
+#   (U+00A0 after it), scott-ideographic (U+3000 after it), scott-padded (" scott "),
+#   scott-cyrillic (a Cyrillic o)
 # SPs the IdP knows (NameID = uid, format unspecified; assertion and Response signed):
 #   urn:aqgate:test             what the tests configure as aqgate's entityID
 #   urn:aqgate:assertion-signed only the assertion signed (audience urn:aqgate:test)
@@ -119,6 +122,11 @@ $config = [
         'nobody:nobody' => ['uid' => ['nobody'], 'mail' => ['nobody@example.com']],
         'mailonly:mailonly' => ['uid' => ['mailonly'], 'mail' => ['mailonly@example.com']],
         'scott@evil.example:evil' => ['uid' => ['scott@evil.example'], 'mail' => ['scott@evil.example']],
+        // Look-alikes of scott: a name that is not exactly an agent's must not become it.
+        'scott-nbsp:tiger' => ['uid' => ["scott\u{00a0}"], 'mail' => ['scott-nbsp@example.com']],
+        'scott-ideographic:tiger' => ['uid' => ["scott\u{3000}"], 'mail' => ['scott-ideographic@example.com']],
+        'scott-padded:tiger' => ['uid' => [' scott '], 'mail' => ['scott-padded@example.com']],
+        'scott-cyrillic:tiger' => ['uid' => ["sc\u{043e}tt"], 'mail' => ['scott-cyrillic@example.com']],
     ],
 ];
 EOF

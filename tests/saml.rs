@@ -575,3 +575,181 @@ async fn concurrent_logins_each_succeed_once() {
     ids.dedup();
     assert_eq!(ids.len(), responses.len(), "one message per assertion: {got:?}");
 }
+
+/// IdP accounts whose uid only looks like scott's (a trailing no-break or ideographic space,
+/// padding, a Cyrillic letter) are refused with the reason, never taken for scott; scott
+/// himself logs in. The attribute form is held to the same rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn look_alike_names_are_refused_not_taken_for_an_agent() {
+    let cases = [
+        ("scott-nbsp", "surrounding whitespace"),
+        ("scott-ideographic", "surrounding whitespace"),
+        ("scott-padded", "surrounding whitespace"),
+        ("scott-cyrillic", "U+043E"),
+    ];
+    for attribute in [None, Some("uid")] {
+        let extra: Vec<&str> = attribute.map_or(vec![], |a| vec!["--saml-agent-attribute", a]);
+        let s = setup(&extra);
+        for (user, why) in cases {
+            let r = with_header(s.port, &unb64(&s.idp.login(SP, user, "tiger")), send("1101")).await;
+            assert_refused(&r, why);
+        }
+        assert_eq!(drain(s.port).await, Vec::<String>::new(), "no look-alike performed anything");
+        assert_ok(&with_header(s.port, &unb64(&s.idp.login(SP, "scott", "tiger")), send("1102")).await);
+        assert_eq!(drain(s.port).await, ["1102"]);
+    }
+}
+
+/// A Response in `AQ-SAML-Assertion` and another agent's assertion in the IDAP Header:
+/// refused as two identities (neither wins), and neither assertion is used up by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_assertions_in_both_forms_is_refused() {
+    let s = setup(&[]);
+    let scott = unb64(&s.idp.login(SP, "scott", "tiger"));
+    let john = assertion_of(&unb64(&s.idp.login(SP, "john", "welcome")));
+    let both = with_header(s.port, &scott, in_soap_header(&john, &send("1201"))).await;
+    assert_refused(&both, "both in AQ-SAML-Assertion and in its IDAP Header");
+    assert_eq!(drain(s.port).await, Vec::<String>::new());
+    assert_ok(&with_header(s.port, &scott, send("1202")).await);
+    assert_ok(&post(s.port, &[], in_soap_header(&john, &send("1203"))).await);
+    let mut got = drain(s.port).await;
+    got.sort();
+    assert_eq!(got, ["1202", "1203"]);
+}
+
+/// Sets every `name="…"` attribute of the element that starts with `element` (first one).
+fn set_on(xml: &str, element: &str, name: &str, value: &str) -> String {
+    let (a, b) = span(xml, element, ">");
+    let old = attr(&xml[a..b], name);
+    let tag = xml[a..b].replacen(&format!(" {name}=\"{old}\""), &format!(" {name}=\"{value}\""), 1);
+    format!("{}{tag}{}", &xml[..a], &xml[b..])
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// An assertion with two bearer confirmations, one ending in a few seconds and one in ten
+/// minutes, is remembered until the later one ends: after the earlier end (and the skew)
+/// and a restart, whose first time-manager round purges what is past its time, the replay
+/// is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assertion_is_remembered_until_its_last_confirmation_ends() {
+    let idp = SimpleSamlPhp::start();
+    let dir = tempdir::Dir::new();
+    let db = format!("sqlite://{}", dir.0.join("aq.db").display());
+    let skew = ["--saml-clock-skew", "1"];
+    let now = chrono::Utc::now();
+    let (soon, later) = (rfc3339(now + chrono::Duration::seconds(3)), rfc3339(now + chrono::Duration::minutes(10)));
+    let fresh = assertion_of(&unb64(&idp.login("urn:aqgate:assertion-signed", "scott", "tiger")));
+    let confirmation = cut(&fresh, "<saml:SubjectConfirmation ", "</saml:SubjectConfirmation>").to_string();
+    let short = set_on(&confirmation, "<saml:SubjectConfirmationData ", "NotOnOrAfter", &soon);
+    let long = set_on(&confirmation, "<saml:SubjectConfirmationData ", "NotOnOrAfter", &later);
+    let two = fresh.replace(&confirmation, &format!("{short}{long}"));
+    let two = set_on(&two, "<saml:Conditions ", "NotOnOrAfter", &later);
+    let signed = sign(&two, &idp.key(), None);
+
+    let (serve, port) = node(&idp, &dir, &db, &skew);
+    assert_ok(&with_header(port, &signed, send("1301")).await);
+    drop(serve);
+    // Past the short confirmation's end and the skew.
+    let wait = (now + chrono::Duration::seconds(5) - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    let (_serve, port) = node(&idp, &dir, &db, &skew);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_refused(&with_header(port, &signed, send("1302")).await, "was used before");
+    assert_eq!(drain(port).await, ["1301"]);
+}
+
+/// A forged assertion (its digest and signature garbage) whose signature asks for an
+/// XSLT transform that includes a URL, an XPath filter, or a key fetched by
+/// `RetrievalMethod`: refused before any of it runs, naming what was refused; the URL is
+/// never fetched. Signatures the IdP's key made with SHA-1, or an HMAC method, are refused
+/// naming the algorithm. Nothing libxml2 or xmlsec say reaches standard error raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_may_ask_only_for_safe_work() {
+    let s = setup(&[]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let trap = format!("http://127.0.0.1:{}/internal", listener.local_addr().expect("addr").port());
+    let fresh = || assertion_of(&unb64(&s.idp.login("urn:aqgate:assertion-signed", "scott", "tiger")));
+    let enveloped = r#"<ds:Transform Algorithm="http://www.w3.org/2000/09/xmldsig#enveloped-signature"/>"#;
+    let garbage = |xml: String| {
+        let (a, b) = span(&xml, "<ds:DigestValue>", "</ds:DigestValue>");
+        let xml = format!("{}<ds:DigestValue>AAAA</ds:DigestValue>{}", &xml[..a], &xml[b..]);
+        let (a, b) = span(&xml, "<ds:SignatureValue>", "</ds:SignatureValue>");
+        format!("{}<ds:SignatureValue>AAAA</ds:SignatureValue>{}", &xml[..a], &xml[b..])
+    };
+    let xslt = format!(
+        r#"<ds:Transform Algorithm="http://www.w3.org/TR/1999/REC-xslt-19991116"><xsl:stylesheet xmlns:xsl="http://www.w3.org/1999/XSL/Transform" version="1.0"><xsl:include href="{trap}"/></xsl:stylesheet></ds:Transform>"#
+    );
+    let xpath = r#"<ds:Transform Algorithm="http://www.w3.org/TR/1999/REC-xpath-19991116"><ds:XPath>count(//.|//@*|//namespace::*)</ds:XPath></ds:Transform>"#;
+    let retrieval =
+        format!(r#"<ds:KeyInfo><ds:RetrievalMethod URI="{trap}" Type="http://www.w3.org/2000/09/xmldsig#X509Data"/>"#);
+    let sha1 = fresh()
+        .replace("http://www.w3.org/2001/04/xmldsig-more#rsa-sha256", "http://www.w3.org/2000/09/xmldsig#rsa-sha1")
+        .replace("http://www.w3.org/2001/04/xmlenc#sha256", "http://www.w3.org/2000/09/xmldsig#sha1");
+    let sha1 = sign(&sha1, &s.idp.key(), None);
+    assert!(sha1.contains("xmldsig#rsa-sha1"), "xmlsec1 signed with SHA-1");
+    let cases = [
+        ("XSLT", garbage(fresh().replace(enveloped, &xslt)), "REC-xslt-19991116\" is refused"),
+        ("XPath", garbage(fresh().replace(enveloped, xpath)), "REC-xpath-19991116\" is refused"),
+        ("RetrievalMethod", garbage(fresh().replace("<ds:KeyInfo>", &retrieval)), "RetrievalMethod"),
+        ("SHA-1 signed by the IdP", sha1, "SHA-1 is broken"),
+        (
+            "HMAC",
+            garbage(fresh().replace(
+                "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256",
+                "http://www.w3.org/2001/04/xmldsig-more#hmac-sha256",
+            )),
+            "HMAC",
+        ),
+    ];
+    for (name, xml, why) in &cases {
+        let started = std::time::Instant::now();
+        let r = with_header(s.port, xml, send("1401")).await;
+        assert_eq!(r.0, 401, "{name}: {}", r.1);
+        assert_refused(&r, why);
+        assert!(started.elapsed() < Duration::from_secs(5), "{name}: refused at once");
+    }
+    // Also in the IDAP Header.
+    let r = post(s.port, &[], in_soap_header(&garbage(fresh().replace(enveloped, &xslt)), &send("1402"))).await;
+    assert_refused(&r, "REC-xslt-19991116\" is refused");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(listener.accept().is_err(), "the server fetched the URL a forged signature named");
+    assert_eq!(drain(s.port).await, Vec::<String>::new());
+
+    // What libxml2 and xmlsec report goes through the log, not printed by them: a
+    // malformed assertion, and a digest that does not match.
+    let malformed = format!("<saml:Assertion xmlns:saml=\"{SAML_NS}\">scott</saml:Nope>");
+    assert_refused(&with_header(s.port, &malformed, send("1403")).await, "not well-formed XML: ");
+    let wrong = fresh().replacen(">scott</saml:NameID>", ">john</saml:NameID>", 1);
+    // Twice: xmlsec's initialisation in the first verification sets its own callback.
+    for _ in 0..2 {
+        assert_refused(&with_header(s.port, &wrong, send("1404")).await, "signature is not valid");
+    }
+    let log = s._serve.log();
+    for raw in ["parser error :", "func=xmlSec", ":error="] {
+        assert!(!log.contains(raw), "a library printed {raw:?} itself: {log}");
+    }
+    for source in ["source=\"libxml2\"", "source=\"xmlsec\""] {
+        assert!(log.contains(source), "the libraries' messages are logged ({source}): {log}");
+    }
+}
+
+/// A token in the IDAP Header of a request the strict parser refuses (a DOCTYPE, nesting
+/// 10,000 deep) is answered with the SAML Fault and its reason, not a bare 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_token_the_strict_parser_refuses_gets_the_reason() {
+    let s = setup(&[]);
+    let assertion = assertion_of(&unb64(&s.idp.login(SP, "scott", "tiger")));
+    let doctype = format!("<!DOCTYPE Envelope [<!ENTITY x \"y\">]>{}", in_soap_header(&assertion, &send("1501")));
+    assert_refused(&post(s.port, &[], doctype).await, "DOCTYPE");
+    let deep = format!("{}{}", "<x>".repeat(10_000), "</x>".repeat(10_000));
+    let deep =
+        in_soap_header(&assertion, &send("1502")).replace("</wsse:Security>", &format!("{deep}</wsse:Security>"));
+    assert_refused(&post(s.port, &[], deep).await, "nested deeper than");
+    // The assertion was not used by either.
+    assert_ok(&post(s.port, &[], in_soap_header(&assertion, &send("1503"))).await);
+    assert_eq!(drain(s.port).await, ["1503"]);
+}

@@ -32,19 +32,30 @@ pub(super) async fn login(
     tls: Option<&TlsConnection>,
     body: &Bytes,
 ) -> Option<Result<Who, Response>> {
-    let in_header = headers.get(SAML_ASSERTION_HEADER);
-    let form = match (in_header, &s.saml) {
-        (Some(_), _) => Form::Standalone,
-        // Parsing the request for its header is the blocking pool's work; only a request
-        // that names WS-Security's namespace at all is parsed.
-        (None, Some(_)) if mentions(body, aqgate_saml::WSSE_NS) => {
-            let b = body.clone();
-            match tokio::task::spawn_blocking(move || aqgate_saml::has_security_header(&b)).await {
-                Ok(true) => Form::SoapHeader,
-                _ => return None,
-            }
+    let in_header = headers.contains_key(SAML_ASSERTION_HEADER);
+    // Parsing the request for its header is the blocking pool's work; only a request that
+    // names WS-Security's namespace at all is parsed. One the strict parser refuses is
+    // refused with its reason: whatever token it carries is not ignored.
+    let in_soap = if s.saml.is_some() && mentions(body, aqgate_saml::WSSE_NS) {
+        let b = body.clone();
+        match tokio::task::spawn_blocking(move || aqgate_saml::has_security_header(&b)).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => return Some(Err(refused(e.to_string()))),
+            Err(_) => return Some(Err(refused("the request could not be read for a SAML token"))),
         }
-        (None, _) => return None,
+    } else {
+        false
+    };
+    let form = match (in_header, in_soap) {
+        (true, true) => {
+            return Some(Err(refused(
+                "the request carries SAML assertions both in AQ-SAML-Assertion and in its IDAP Header \
+                 (wsse:Security); a request logs in with one",
+            )));
+        }
+        (true, false) => Form::Standalone,
+        (false, true) => Form::SoapHeader,
+        (false, false) => return None,
     };
     Some(login_with(s, headers, tls, body, form).await)
 }

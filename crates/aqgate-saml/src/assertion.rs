@@ -27,13 +27,35 @@ fn time(node: &Node, attr: &str) -> Result<Option<DateTime<Utc>>, SamlError> {
         .map_err(|_| SamlError(format!("{attr} {v:?} is not an xs:dateTime")))
 }
 
-/// The text of a leaf element, whole (all its text, however it was split).
+/// The text of a leaf element, whole (all its text, however it was split), trimmed: for
+/// values compared with configuration (issuer, audience).
 fn leaf_text(node: &Node, what: &str) -> Result<String, SamlError> {
+    Ok(exact_text(node, what)?.trim().to_string())
+}
+
+/// The text of a leaf element exactly as signed, for a name that becomes an agent: it
+/// must be printable ASCII with no surrounding whitespace, so that no look-alike (`scott`
+/// followed by a no-break or ideographic space, or padded) passes for another's name.
+fn subject_text(node: &Node, what: &str) -> Result<String, SamlError> {
+    let t = exact_text(node, what)?;
+    if t.trim() != t {
+        return refuse(format!("{what} {t:?} has surrounding whitespace; a name is matched exactly"));
+    }
+    if let Some(c) = t.chars().find(|c| !c.is_ascii_graphic() && *c != ' ') {
+        return refuse(format!(
+            "{what} {t:?} holds the character U+{:04X}; an agent's name is printable ASCII",
+            u32::from(c)
+        ));
+    }
+    Ok(t)
+}
+
+fn exact_text(node: &Node, what: &str) -> Result<String, SamlError> {
     if !node.get_child_elements().is_empty() {
         return refuse(format!("{what} has child elements"));
     }
-    let t = node.get_content().trim().to_string();
-    if t.is_empty() {
+    let t = node.get_content();
+    if t.trim().is_empty() {
         return refuse(format!("{what} is empty"));
     }
     Ok(t)
@@ -75,7 +97,11 @@ pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verifi
 
     let subject = one(a, "Subject")?;
     let mut last = SamlError("the assertion has no bearer SubjectConfirmation".into());
-    let mut confirmed_until = None;
+    let mut confirmed = false;
+    // The id is remembered for as long as any bearer confirmation could accept the
+    // assertion: the latest of their ends, also of those not valid now (one valid later
+    // would otherwise let the assertion in again once the id is forgotten).
+    let mut latest_end: Option<DateTime<Utc>> = None;
     for sc in children(&subject, "SubjectConfirmation") {
         if sc.get_attribute("Method").as_deref() != Some(BEARER) {
             continue;
@@ -88,6 +114,7 @@ pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verifi
             last = SamlError("the bearer SubjectConfirmationData has no NotOnOrAfter".into());
             continue;
         };
+        latest_end = latest_end.max(Some(until));
         if time(&data, "NotBefore")?.is_some_and(early) {
             last = SamlError("the assertion is not yet valid (SubjectConfirmationData NotBefore)".into());
             continue;
@@ -96,17 +123,16 @@ pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verifi
             last = SamlError("the assertion has expired (SubjectConfirmationData NotOnOrAfter)".into());
             continue;
         }
-        confirmed_until = Some(until);
-        break;
+        confirmed = true;
     }
-    let Some(confirmed_until) = confirmed_until else { return Err(last) };
-    let valid_until = not_on_or_after.map_or(confirmed_until, |c| c.min(confirmed_until));
+    let Some(latest_end) = latest_end.filter(|_| confirmed) else { return Err(last) };
+    let valid_until = not_on_or_after.map_or(latest_end, |c| c.min(latest_end));
 
     let name = match &v.agent_attribute {
         None => {
             let name_id = children(&subject, "NameID");
             match name_id.as_slice() {
-                [n] => leaf_text(n, "NameID")?,
+                [n] => subject_text(n, "the NameID")?,
                 [] => return refuse("the assertion's Subject has no NameID"),
                 _ => return refuse("the assertion's Subject has more than one NameID"),
             }
@@ -130,7 +156,7 @@ fn attribute(a: &Node, attr: &str) -> Result<String, SamlError> {
                 || at.get_attribute("FriendlyName").as_deref() == Some(attr);
             if named {
                 for val in children(&at, "AttributeValue") {
-                    values.push(leaf_text(&val, "the AttributeValue")?);
+                    values.push(subject_text(&val, &format!("the attribute {attr:?}"))?);
                 }
             }
         }

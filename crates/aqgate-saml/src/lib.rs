@@ -15,7 +15,10 @@
 //!    limit) and their shape is checked before any cryptography: exactly one assertion in
 //!    the whole document, signatures only as a child of the assertion or of the response
 //!    root, each with one reference that names its own parent's `ID`, no comment or
-//!    processing instruction inside the SAML elements (`structure`).
+//!    processing instruction inside the SAML elements (`structure`). A signature may ask
+//!    only for what an IdP needs (enveloped-signature, canonicalisation, SHA-2, RSA or
+//!    ECDSA): nothing that fetches, recurses or grows faster than the document
+//!    (`algorithms`).
 //! 2. Every signature is verified by xmlsec (samael's `reduce_xml_to_signed`, pre-digest
 //!    mode) with the IdP's certificates from its metadata only: a `KeyInfo` inside the
 //!    document is never used. Verification runs over the original bytes in their context,
@@ -24,9 +27,11 @@
 //!    from the pre-digest output, the canonical bytes the signature's digest covers: there is
 //!    no other copy of the element to be confused with (`assertion`).
 
+mod algorithms;
 mod assertion;
 mod metadata;
 mod structure;
+mod xml_errors;
 
 use chrono::{DateTime, Utc};
 use samael::crypto::CertificateDer;
@@ -76,9 +81,12 @@ pub struct Verified {
     pub issuer: String,
     /// The assertion's `ID`, to be used once.
     pub assertion_id: String,
-    /// The NameID's whole text, or the configured attribute's value.
+    /// The NameID's whole text, or the configured attribute's value, exactly as signed:
+    /// printable ASCII with no surrounding space.
     pub subject: String,
-    /// Until when the id must be remembered: the earliest `NotOnOrAfter` plus the skew.
+    /// Until when the id must be remembered: as long as the assertion could be accepted, so
+    /// the latest `NotOnOrAfter` of its bearer confirmations (not beyond the Conditions'
+    /// `NotOnOrAfter`), plus the skew.
     pub remember_until: DateTime<Utc>,
 }
 
@@ -124,8 +132,10 @@ impl Verifier {
                 self.idp.certs(),
                 samael::crypto::ReduceMode::PreDigest,
                 Some(ALLOWED_ALGORITHMS),
-            )
-            .map_err(|_| SamlError("the signature is not valid for the IdP's certificate".into()))?;
+            );
+        xml_errors::route_xmlsec();
+        let predigest =
+            predigest.map_err(|_| SamlError("the signature is not valid for the IdP's certificate".into()))?;
         drop(doc);
         let signed = structure::parse_strict(&predigest)?;
         let node = structure::signed_assertion(&signed, &located, &self.idp.entity_id)?;

@@ -15,15 +15,28 @@ use crate::{ASSERTION_NS, DSIG_NS, ENVELOPE_NS, Form, PROTOCOL_NS, SamlError, WS
 /// Deeper documents are refused.
 const MAX_DEPTH: usize = 64;
 
-/// Parses `text` strictly: no DOCTYPE, no recovery, no network.
+/// Parses `text` strictly: no DOCTYPE, no recovery, no network. libxml2's reason for a
+/// refusal is the client's to read (cleaned, see `xml_errors`), never the log's alone.
 pub(crate) fn parse_strict(text: &str) -> Result<Document, SamlError> {
     if text.contains("<!DOCTYPE") || text.contains("<!ENTITY") {
         return refuse("the document has a DOCTYPE (DTDs and entities are not accepted)");
     }
-    let options = ParserOptions { recover: false, no_net: true, no_def_dtd: true, ..ParserOptions::default() };
-    let doc = Parser::default()
-        .parse_string_with_options(text, options)
-        .map_err(|_| SamlError("the document is not well-formed XML".into()))?;
+    crate::xml_errors::install();
+    crate::xml_errors::clear();
+    let options =
+        ParserOptions { recover: false, no_net: true, no_def_dtd: true, no_error: false, ..ParserOptions::default() };
+    let parsed = Parser::default().parse_string_with_options(text, options);
+    let why = crate::xml_errors::take_first();
+    let Ok(doc) = parsed else {
+        return match why {
+            // libxml2's own limit (256), met before ours is checked.
+            Some(w) if w.contains("Excessive depth") => {
+                refuse(format!("the document is nested deeper than {MAX_DEPTH} elements"))
+            }
+            Some(w) => refuse(format!("the document is not well-formed XML: {w}")),
+            None => refuse("the document is not well-formed XML"),
+        };
+    };
     if doc.get_root_element().is_none() {
         return refuse("the document has no root element");
     }
@@ -48,7 +61,7 @@ fn in_no_ns_or(node: &Node, ns: &str, local: &str) -> bool {
     node.get_name() == local && node.get_namespace().is_none_or(|n| n.get_href() == ns)
 }
 
-fn child_elements<'a>(node: &'a Node, ns: &'a str, local: &'a str) -> impl Iterator<Item = Node> + 'a {
+pub(crate) fn child_elements<'a>(node: &'a Node, ns: &'a str, local: &'a str) -> impl Iterator<Item = Node> + 'a {
     node.get_child_elements().into_iter().filter(move |c| is(c, ns, local))
 }
 
@@ -99,6 +112,7 @@ pub(crate) fn locate(doc: &Document, form: Form) -> Result<Located, SamlError> {
         if refs[0].get_attribute("URI").as_deref() != Some(&format!("#{id}")) {
             return refuse(format!("the Signature's Reference does not cover its own <{}>", parent.get_name()));
         }
+        crate::algorithms::check_signature(sig, &refs[0])?;
         Ok(Some(id))
     };
     let assertion_id = assertion.get_attribute("ID").filter(|i| !i.is_empty());
@@ -132,18 +146,21 @@ fn soap_assertion(root: &Node) -> Result<Node, SamlError> {
 }
 
 /// Whether an IDAP request carries a `wsse:Security` header entry (so it logs in with
-/// SAML). A request that does not parse answers `false`: the IDAP parser reports it.
-pub fn has_security_header(body: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(body) else { return false };
-    if !text.contains(WSSE_NS) {
-        return false;
+/// SAML). Only a request that names WS-Security's namespace is parsed; one that does and
+/// that the strict parser refuses (a DOCTYPE, too deep, not well-formed) is refused with the
+/// parser's reason: it may well carry a token, and a token is never ignored.
+pub fn has_security_header(body: &[u8]) -> Result<bool, SamlError> {
+    if memchr::memmem::find(body, WSSE_NS.as_bytes()).is_none() {
+        return Ok(false);
     }
-    let Ok(doc) = parse_strict(text) else { return false };
-    let Some(root) = doc.get_root_element() else { return false };
-    root.get_child_elements()
+    let text = std::str::from_utf8(body).map_err(|_| SamlError("the request is not UTF-8".into()))?;
+    let doc = parse_strict(text)?;
+    let Some(root) = doc.get_root_element() else { return Ok(false) };
+    Ok(root
+        .get_child_elements()
         .iter()
         .filter(|c| in_no_ns_or(c, ENVELOPE_NS, "Header"))
-        .any(|h| child_elements(h, WSSE_NS, "Security").next().is_some())
+        .any(|h| child_elements(h, WSSE_NS, "Security").next().is_some()))
 }
 
 #[derive(Default)]

@@ -28,15 +28,82 @@ fn unsigned_doctype_comments_and_two_assertions_are_refused() {
     assert!(shape("<x/>", Form::Standalone).expect_err("refused").0.contains("0 assertions"));
 }
 
+/// A signature as an IdP writes it (values are not checked here), over `#_a`.
+const SIG: &str = r##"<ds:Signature xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:SignedInfo><ds:CanonicalizationMethod Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/><ds:SignatureMethod Algorithm="http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"/><ds:Reference URI="#_a"><ds:Transforms><ds:Transform Algorithm="http://www.w3.org/2000/09/xmldsig#enveloped-signature"/><ds:Transform Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/></ds:Transforms><ds:DigestMethod Algorithm="http://www.w3.org/2001/04/xmlenc#sha256"/><ds:DigestValue>AAAA</ds:DigestValue></ds:Reference></ds:SignedInfo><ds:SignatureValue>AAAA</ds:SignatureValue><ds:KeyInfo><ds:X509Data><ds:X509Certificate>AAAA</ds:X509Certificate></ds:X509Data></ds:KeyInfo></ds:Signature>"##;
+
+fn signed_with(sig: &str) -> String {
+    UNSIGNED.replace("</saml:Issuer>", &format!("</saml:Issuer>{sig}"))
+}
+
 #[test]
 fn a_signature_must_reference_its_parent() {
-    let sig = r##"<ds:Signature xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:SignedInfo><ds:Reference URI="#_other"/></ds:SignedInfo></ds:Signature>"##;
-    let xml = UNSIGNED.replace("</saml:Issuer>", &format!("</saml:Issuer>{sig}"));
+    let xml = signed_with(&SIG.replace("#_a", "#_other"));
     assert!(shape(&xml, Form::Standalone).expect_err("refused").0.contains("does not cover"));
-    let ok = xml.replace("#_other", "#_a");
-    assert_eq!(shape(&ok, Form::Standalone).expect("shape").assertion_id, "_a");
-    let nested = UNSIGNED.replace("<saml:NameID>", &format!("<saml:NameID>{sig}"));
+    assert_eq!(shape(&signed_with(SIG), Form::Standalone).expect("shape").assertion_id, "_a");
+    let nested = UNSIGNED.replace("<saml:NameID>", &format!("<saml:NameID>{SIG}"));
     assert!(shape(&nested, Form::Standalone).expect_err("refused").0.contains("somewhere other"));
+}
+
+#[test]
+fn a_signature_may_ask_only_for_what_an_idp_needs() {
+    let enveloped = r#"<ds:Transform Algorithm="http://www.w3.org/2000/09/xmldsig#enveloped-signature"/>"#;
+    let xslt = r#"<ds:Transform Algorithm="http://www.w3.org/TR/1999/REC-xslt-19991116"><xsl:stylesheet xmlns:xsl="http://www.w3.org/1999/XSL/Transform" version="1.0"><xsl:include href="http://127.0.0.1:9/x"/></xsl:stylesheet></ds:Transform>"#;
+    let xpath = r#"<ds:Transform Algorithm="http://www.w3.org/TR/1999/REC-xpath-19991116"><ds:XPath>count(//.|//@*|//namespace::*)</ds:XPath></ds:Transform>"#;
+    let exc_with_prefixes = r#"<ds:Transform Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"><ec:InclusiveNamespaces xmlns:ec="http://www.w3.org/2001/10/xml-exc-c14n#" PrefixList="xs"/></ds:Transform>"#;
+    let cases: &[(String, &str)] = &[
+        (SIG.replace(enveloped, xslt), "REC-xslt-19991116\" is refused"),
+        (SIG.replace(enveloped, xpath), "REC-xpath-19991116\" is refused"),
+        (SIG.replace(enveloped, &enveloped.repeat(3)), "more than 3 transforms"),
+        (
+            SIG.replace(enveloped, r#"<ds:Transform Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#WithComments"/>"#),
+            "WithComments\" is refused",
+        ),
+        (SIG.replace("<ds:Transform Algorithm=\"http://www.w3.org/2001/10/xml-exc-c14n#\"/>", exc_with_prefixes), ""),
+        (
+            SIG.replace("http://www.w3.org/2001/04/xmlenc#sha256", "http://www.w3.org/2000/09/xmldsig#sha1"),
+            "SHA-1 is broken",
+        ),
+        (SIG.replace("http://www.w3.org/2001/04/xmlenc#sha256", "http://www.w3.org/2001/04/xmldsig-more#md5"), "MD5 is broken"),
+        (
+            SIG.replace("http://www.w3.org/2001/04/xmldsig-more#rsa-sha256", "http://www.w3.org/2000/09/xmldsig#rsa-sha1"),
+            "SignatureMethod \"http://www.w3.org/2000/09/xmldsig#rsa-sha1\" is refused: SHA-1",
+        ),
+        (
+            SIG.replace("http://www.w3.org/2001/04/xmldsig-more#rsa-sha256", "http://www.w3.org/2001/04/xmldsig-more#hmac-sha256"),
+            "HMAC",
+        ),
+        (
+            SIG.replace(
+                "<ds:X509Data>",
+                r#"<ds:RetrievalMethod URI="http://127.0.0.1:9/key" Type="http://www.w3.org/2000/09/xmldsig#X509Data"/><ds:X509Data>"#,
+            ),
+            "RetrievalMethod",
+        ),
+        (SIG.replace("</ds:KeyInfo>", "</ds:KeyInfo><ds:Object>x</ds:Object>"), "<Object>, which is not accepted"),
+        (
+            SIG.replace("xml-exc-c14n#\"/><ds:SignatureMethod", "xml-exc-c14n#WithComments\"/><ds:SignatureMethod"),
+            "CanonicalizationMethod",
+        ),
+        (SIG.replace("<ds:SignatureValue>AAAA</ds:SignatureValue>", ""), "no SignatureValue"),
+    ];
+    for (sig, why) in cases {
+        let got = shape(&signed_with(sig), Form::Standalone);
+        if why.is_empty() {
+            got.expect("accepted");
+        } else {
+            let e = got.expect_err(why).0;
+            assert!(e.contains(why), "expected {why:?} in {e:?}");
+        }
+    }
+}
+
+#[test]
+fn the_parser_says_why_it_refuses() {
+    let deep = format!("{}{}", "<a>".repeat(10_000), "</a>".repeat(10_000));
+    let refusal = |xml: &str| structure::parse_strict(xml).err().expect("refused").0;
+    assert!(refusal(&deep).contains("nested deeper than"));
+    let bad = refusal("<a><b></a>");
+    assert!(bad.starts_with("the document is not well-formed XML: "), "{bad}");
 }
 
 #[test]
@@ -47,8 +114,14 @@ fn the_soap_form_needs_the_security_header() {
         )
     };
     let wsse = |a: &str| format!(r#"<wsse:Security xmlns:wsse="{WSSE_NS}">{a}</wsse:Security>"#);
-    assert!(has_security_header(env(&wsse(UNSIGNED)).as_bytes()));
-    assert!(!has_security_header(env("").as_bytes()));
+    assert_eq!(has_security_header(env(&wsse(UNSIGNED)).as_bytes()), Ok(true));
+    assert_eq!(has_security_header(env("").as_bytes()), Ok(false));
+    assert_eq!(has_security_header(b"<Envelope/>"), Ok(false));
+    // A request that names WS-Security but that the strict parser refuses says why.
+    let dtd = format!("<!DOCTYPE Envelope>{}", env(&wsse(UNSIGNED)));
+    assert!(has_security_header(dtd.as_bytes()).expect_err("refused").0.contains("DOCTYPE"));
+    let deep = env(&wsse(&format!("{}{}", "<x>".repeat(10_000), "</x>".repeat(10_000))));
+    assert!(has_security_header(deep.as_bytes()).expect_err("refused").0.contains("nested deeper"));
     assert_eq!(shape(&env(&wsse(UNSIGNED)), Form::SoapHeader).expect_err("refused").0, "the assertion is not signed");
     assert!(shape(&env(&wsse("")), Form::SoapHeader).expect_err("refused").0.contains("0 assertions"));
     // An assertion elsewhere in the request counts too.
