@@ -386,8 +386,9 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// Over mail the sender is the verified signer: john signs a request that names scott as
-/// its sender, and the answer mailed back is the fault; nothing is enqueued.
+/// Over mail the request runs as the verified signer: john signs a request that names scott
+/// as its sender on the secure order queue, as which john's OE may not enqueue, and the
+/// answer mailed back is the fault; nothing is enqueued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_request_naming_another_sender_is_refused() {
     let (work, out_dir) = scratch("smtp-sender");
@@ -402,7 +403,7 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     assert!(transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
     let reply = reply_in(&out_dir, "reply mail", |_| true).await;
     assert!(reply.contains("To: john@example.com"), "{reply}");
-    assert!(reply.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{reply}");
+    assert!(reply.contains("agent SCOTT is not enabled for database user OE, as which JOHN enqueues"), "{reply}");
     let r = http(hp, &receive("QS.NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
 }
