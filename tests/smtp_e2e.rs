@@ -406,4 +406,20 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     assert!(reply.contains("agent SCOTT is not enabled for database user OE, as which JOHN enqueues"), "{reply}");
     let r = http(hp, &receive("QS.NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
+    // The signer is recorded as the enqueuing agent apart from sender_id: john signs a JMS
+    // message naming APP_X (an ordinary queue keeps it), and its receiver sees userid JOHN.
+    let note = example("03")
+        .replace("<agent_name>john</agent_name>", "<agent_name>APP_X</agent_name>")
+        .replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let signed = sign(&work, "johns-note", &note, "john", "john@example.com");
+    let (ok, transcript) = swaks(sp, "john@example.com", &signed);
+    assert!(ok && transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
+    reply_in(&out_dir, "the send's reply", |r| r.contains("AQXmlSendResponse")).await;
+    assert_eq!(stored_senders(&db).await, [(Some("APP_X".into()), Some("JOHN".into()))]);
+    let r = http(hp, &receive("AQUSER.JMS_TEXTQ", "<wait_time>0</wait_time>", COMMIT)).await;
+    let got = received(&r);
+    assert_eq!(got[0].header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("APP_X"), "{r:?}");
+    let userid = got[0].payload.child("oracle_jms_properties").and_then(|p| p.child("userid")).map(|u| u.text());
+    assert_eq!(userid.as_deref(), Some("JOHN"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&work);
 }
