@@ -149,9 +149,8 @@ pub struct NewMessage {
     pub expire_at: Option<Micros>,
     /// JSON of the sender agent: the message's `sender_id`, as the application gave it.
     pub sender: Option<String>,
-    /// The agent the message was enqueued by (Oracle's ENQ_USER_ID): the request's
-    /// authenticated agent, whatever `sender` says. `None` only for rows stored before it
-    /// was recorded.
+    /// Oracle's ENQ_USER_ID: the request's authenticated agent, whatever `sender` says
+    /// (`None` only on rows stored before it was recorded).
     pub enq_user_id: Option<String>,
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
@@ -176,7 +175,6 @@ pub struct StoredMessage {
     pub delay_until: Option<Micros>,
     pub expire_at: Option<Micros>,
     pub sender: Option<String>,
-    /// See [`NewMessage::enq_user_id`].
     pub enq_user_id: Option<String>,
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
