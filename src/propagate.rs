@@ -424,11 +424,12 @@ async fn move_remote(
     let Some(m) = m else { return Ok(Moved::Done(0)) };
     let id = m.header.message_id.clone().unwrap_or_default();
     let out = forward(job, &m, 0);
-    let times = session.received.first().copied();
-    // The remote records the agent the job logs in as there as the sender (and refuses a
-    // sender_id naming any other agent): the local sender stays here. It takes the
-    // remaining delay and expiration in seconds, counted from its own clock.
-    let (delay, expiration) = times.map_or((None, None), |t| t.remaining_secs(engine.now()));
+    let times = session.received.first().cloned();
+    // The remote records the agent the job logs in as there as the sender and the
+    // enqueuing agent (what it can verify): the local sender stays here, since it may name
+    // no agent there, or one a secure queue there refuses. It takes the remaining delay
+    // and expiration in seconds, counted from its own clock.
+    let (delay, expiration) = times.as_ref().map_or((None, None), |t| t.remaining_secs(engine.now()));
     let there =
         Message { header: MessageHeader { sender_id: None, delay, expiration, ..out.header.clone() }, ..out.clone() };
     match remote.send(&job.name, &id, &job.destination, there).await {

@@ -103,7 +103,9 @@ fn curl(port: u16, client: Option<&str>, basic: Option<&str>, body_file: &str, e
     let headers = dir.join("headers");
     let mut c = Command::new("curl");
     c.args(["-sS", "--cacert", &format!("{ROOT}/certs/ca.pem"), "-H", "Content-Type: text/xml"]);
-    c.args(["--data-binary", &format!("@{ROOT}/examples/{body_file}"), "-D", headers.to_str().expect("utf-8")]);
+    // An example's file name, or an absolute path.
+    let body = if body_file.starts_with('/') { body_file.to_string() } else { format!("{ROOT}/examples/{body_file}") };
+    c.args(["--data-binary", &format!("@{body}"), "-D", headers.to_str().expect("utf-8")]);
     c.args(["-w", "\n%{http_code} %{http_version}"]);
     if let Some(n) = client {
         c.args(["--cert", &cert(n), "--key", &key(n)]);
@@ -161,10 +163,19 @@ fn client_certificates_log_in_as_their_agent_and_basic_still_works() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("AQXmlSendResponse"), "{}", r.body);
     // A certificate with no e-mail address that is svc's directory certificate logs in as
-    // svc, who may not send in scott's name (the example's sender_id)…
+    // svc, who enqueues as QS: on that secure queue it may name scott (the example's
+    // sender_id), who is enabled for QS, but not john, who is not…
     let r = curl(s.https, Some("svc"), None, &send, &[]);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("sender_id names agent SCOTT, but the request is authenticated as SVC"), "{}", r.body);
+    assert!(r.body.contains("AQXmlSendResponse"), "{}", r.body);
+    let johns = s.dir.join("send-as-john.xml");
+    let body = std::fs::read_to_string(format!("{ROOT}/examples/{send}"))
+        .expect("the example")
+        .replace("<agent_name>scott<", "<agent_name>john<");
+    std::fs::write(&johns, body).expect("write");
+    let r = curl(s.https, Some("svc"), None, johns.to_str().expect("utf-8"), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("agent JOHN is not enabled for database user QS, as which SVC enqueues"), "{}", r.body);
     // …and receives as svc (QS's privileges): the first of the open sends is invisible,
     // uncommitted, so the receive finds nothing — as svc, not as an unknown client.
     let r = curl(s.https, Some("svc"), None, &example_file("05"), &[]);

@@ -19,6 +19,8 @@ struct Server {
     addr: SocketAddr,
     engine: Arc<Engine>,
     http: reqwest::Client,
+    /// The database's URL.
+    url: String,
 }
 
 impl Server {
@@ -38,7 +40,7 @@ impl Server {
         let addr = listener.local_addr().expect("addr");
         let router = app(AppState::new(engine.clone(), limits));
         tokio::spawn(async move { axum::serve(listener, router).await });
-        Self { addr, engine, http: reqwest::Client::new() }
+        Self { addr, engine, http: reqwest::Client::new(), url }
     }
 
     fn url(&self) -> String {
@@ -380,41 +382,118 @@ async fn gateway_acts_on_behalf_of_agents() {
     assert_eq!(gw3.post(&example("05")).await.fault_code(), code::NOT_PERMITTED);
 }
 
+/// Oracle's sender_id rule, through HTTP on both backends: on an ordinary queue sender_id is
+/// the application's, kept as given (another agent, a name that is no agent, an alias);
+/// on a secure queue (the demo's order queues) it must name an agent enabled for the
+/// database user the request enqueues as. The authenticated agent is recorded apart
+/// (`enq_user_id`) and shown to JMS receivers as `userid`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sender_is_the_authenticated_agent() {
-    let s = Server::start(Backend::Sqlite).await;
-    let sender_of_received = |r: &Reply| match r.idap() {
+async fn sender_id_is_the_applications_and_the_enqueuing_agent_is_recorded() {
+    for b in [Backend::Sqlite, Backend::Postgres] {
+        sender_id_rule(b).await;
+    }
+}
+
+async fn sender_id_rule(b: Backend) {
+    let dir = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
+    let s = Server::start_configured(b, Limits::default(), EngineConfig { directory: Some(dir), ..Default::default() })
+        .await;
+    let commit = |xml: &str| xml.replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let sender_of = |r: &Reply| match r.idap() {
         Response::Receive(_, Some(res)) => {
             res.messages.first().and_then(|m| m.header.sender_id.as_ref()).and_then(|a| a.name.clone())
         }
         other => panic!("expected a receive result, got {other:?}"),
     };
-    // john may send to QS's queue, but not in scott's name: the whole request is refused.
+    let mut scott = Client::new(&s, "scott", "tiger");
     let mut john = Client::new(&s, "john", "welcome");
-    let claims_scott = example("01");
-    let r = john.post(&claims_scott).await;
-    assert_eq!(r.fault_code(), code::NOT_PERMITTED, "{}", r.body);
-    assert!(r.body.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{}", r.body);
-    assert_eq!(s.depth_total().await, 0, "nothing of the refused request was enqueued");
-    // Without a sender_id, the server fills in the authenticated agent.
+
+    // Ordinary queue: scott sends john's JMS message (example 03, sender_id john) as it is.
+    let r = scott.post(&commit(&example("03"))).await;
+    assert!(matches!(r.idap(), Response::Send(..)), "{b:?}: {}", r.body);
+    assert_eq!(stored_senders(&s.url).await, [(Some("john".into()), Some("SCOTT".into()))], "{b:?}");
+    let r = john.post(&receive("AQUSER.JMS_TEXTQ", "<wait_time>0</wait_time>", COMMIT)).await;
+    assert_eq!(sender_of(&r).as_deref(), Some("john"), "{b:?}");
+    let got = received(&r.idap());
+    let props = got[0].payload.child("oracle_jms_properties").expect("JMS properties");
+    assert_eq!(props.child("userid").map(|u| u.text()).as_deref(), Some("SCOTT"), "JMSXUserID: {}", r.body);
+    assert_eq!(props.child("appid").map(|u| u.text()).as_deref(), Some("aqgate-demo"), "{}", r.body);
+
+    // A sender that is no agent at all, and an alias (resolved through the directory).
+    let app = raw_send("AQUSER.RAW_QUE", &[("<sender_id><agent_name>APP_X</agent_name></sender_id>", "0A")], COMMIT);
+    assert!(matches!(scott.post(&app).await.idap(), Response::Send(..)));
+    let alias =
+        raw_send("AQUSER.RAW_QUE", &[("<sender_id><agent_alias>JOHN_ALIAS</agent_alias></sender_id>", "0B")], COMMIT);
+    assert!(matches!(scott.post(&alias).await.idap(), Response::Send(..)));
+    // None: the authenticated agent.
+    assert!(matches!(john.post(&raw_send("AQUSER.RAW_QUE", &[("", "0C")], COMMIT)).await.idap(), Response::Send(..)));
+    assert_eq!(
+        stored_senders(&s.url).await,
+        [
+            (Some("APP_X".into()), Some("SCOTT".into())),
+            (Some("john".into()), Some("SCOTT".into())),
+            (Some("JOHN".into()), Some("JOHN".into())),
+        ],
+        "{b:?}"
+    );
+    for want in ["APP_X", "john", "JOHN"] {
+        let r = scott.post(&receive("AQUSER.RAW_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
+        assert_eq!(sender_of(&r).as_deref(), Some(want), "{b:?}");
+    }
+
+    // Secure queue: john enqueues to QS's order queue as OE (its grant). scott is not
+    // enabled for OE, APP_X is no agent; the whole request is refused.
+    let claims_scott = commit(&example("01"));
+    for (claim, why) in [
+        ("<agent_name>scott</agent_name>", "agent SCOTT is not enabled for database user OE"),
+        ("<agent_name>APP_X</agent_name>", "APP_X is no agent, so it is not enabled for database user OE"),
+        ("<agent_alias>SCOTT_ALIAS</agent_alias>", "agent SCOTT is not enabled for database user OE"),
+    ] {
+        let r = john.post(&claims_scott.replace("<agent_name>scott</agent_name>", claim)).await;
+        assert_eq!(r.fault_code(), code::AGENT_NOT_ENABLED, "{b:?} {claim}: {}", r.body);
+        assert!(
+            r.body.contains(&format!(
+                "message 1: sender_id names {}, but queue QS.NEW_ORDERS_QUE is in secure queue table \
+                 QS.ORDERS_SQTAB: {why}, as which JOHN enqueues to it",
+                if claim.contains("APP_X") { "APP_X" } else { "SCOTT" }
+            )),
+            "{}",
+            r.body
+        );
+    }
+    assert_eq!(s.depth_total().await, 0, "nothing of the refused requests was enqueued");
+    // john names himself (or his alias), or nobody; scott, as QS, names scott.
+    let as_john = claims_scott.replace("<agent_name>scott</agent_name>", "<agent_name>john</agent_name>");
+    assert!(matches!(john.post(&as_john).await.idap(), Response::Send(..)));
+    let as_alias = claims_scott.replace("<agent_name>scott</agent_name>", "<agent_alias>JOHN_ALIAS</agent_alias>");
+    assert!(matches!(john.post(&as_alias).await.idap(), Response::Send(..)));
     let anonymous =
         claims_scott.replace("<sender_id>\n              <agent_name>scott</agent_name>\n            </sender_id>", "");
     assert!(!anonymous.contains("sender_id"), "the example's sender_id is taken out");
-    let r = john.post(&anonymous).await;
-    assert!(matches!(r.idap(), Response::Send(..)), "{}", r.body);
-    assert!(matches!(john.post(&example("10")).await.idap(), Response::Commit(_)));
-    let mut scott = Client::new(&s, "scott", "tiger");
-    assert_eq!(sender_of_received(&scott.post(&example("05")).await).as_deref(), Some("JOHN"));
-    assert!(matches!(scott.post(&example("10")).await.idap(), Response::Commit(_)));
-    // A gateway acting on behalf of scott sends as scott.
+    assert!(matches!(john.post(&anonymous).await.idap(), Response::Send(..)));
+    assert!(matches!(scott.post(&claims_scott).await.idap(), Response::Send(..)));
+    assert_eq!(
+        stored_senders(&s.url).await,
+        [
+            (Some("john".into()), Some("JOHN".into())),
+            (Some("john".into()), Some("JOHN".into())),
+            (Some("JOHN".into()), Some("JOHN".into())),
+            (Some("scott".into()), Some("SCOTT".into())),
+        ],
+        "{b:?}"
+    );
+    for want in ["john", "john", "JOHN", "scott"] {
+        assert_eq!(sender_of(&scott.post(&example("07")).await).as_deref(), Some(want), "{b:?}");
+    }
+
+    // A gateway acting on behalf of scott enqueues as scott: the same rule, and scott recorded.
     let mut gw = Client::new(&s, "aqgateway", "gateway-demo");
-    assert!(matches!(gw.post_with(&claims_scott, &[("AQ-On-Behalf-Of", "scott")]).await.idap(), Response::Send(..)));
-    assert!(matches!(gw.post_with(&example("10"), &[("AQ-On-Behalf-Of", "scott")]).await.idap(), Response::Commit(_)));
-    assert_eq!(sender_of_received(&scott.post(&example("05")).await).as_deref(), Some("scott"));
-    // …but not as john, while acting for scott.
-    let claims_john = claims_scott.replace("<agent_name>scott</agent_name>", "<agent_name>john</agent_name>");
-    let r = gw.post_with(&claims_john, &[("AQ-On-Behalf-Of", "scott")]).await;
-    assert_eq!(r.fault_code(), code::NOT_PERMITTED, "{}", r.body);
+    let r = gw.post_with(&as_john, &[("AQ-On-Behalf-Of", "scott")]).await;
+    assert_eq!(r.fault_code(), code::AGENT_NOT_ENABLED, "{}", r.body);
+    assert!(r.body.contains("agent JOHN is not enabled for database user QS, as which SCOTT enqueues"), "{}", r.body);
+    let r = gw.post_with(&commit(&example("03")), &[("AQ-On-Behalf-Of", "scott")]).await;
+    assert!(matches!(r.idap(), Response::Send(..)), "{}", r.body);
+    assert_eq!(stored_senders(&s.url).await, [(Some("john".into()), Some("SCOTT".into()))], "{b:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,7 +521,7 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
     state.max_sessions = 2;
     state.secure_cookie = true;
     tokio::spawn(async move { axum::serve(listener, app(state)).await });
-    let capped = Server { addr, engine, http: reqwest::Client::new() };
+    let capped = Server { addr, engine, http: reqwest::Client::new(), url };
     let mut open = Vec::new();
     for i in 0..2 {
         let mut c = Client::new(&capped, "scott", "tiger");

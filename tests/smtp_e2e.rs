@@ -386,8 +386,9 @@ async fn a_mail_refused_for_its_other_recipients_is_performed_once_when_it_comes
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// Over mail the sender is the verified signer: john signs a request that names scott as
-/// its sender, and the answer mailed back is the fault; nothing is enqueued.
+/// Over mail the request runs as the verified signer: john signs a request that names scott
+/// as its sender on the secure order queue, as which john's OE may not enqueue, and the
+/// answer mailed back is the fault; nothing is enqueued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_request_naming_another_sender_is_refused() {
     let (work, out_dir) = scratch("smtp-sender");
@@ -402,7 +403,23 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     assert!(transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
     let reply = reply_in(&out_dir, "reply mail", |_| true).await;
     assert!(reply.contains("To: john@example.com"), "{reply}");
-    assert!(reply.contains("sender_id names agent SCOTT, but the request is authenticated as JOHN"), "{reply}");
+    assert!(reply.contains("agent SCOTT is not enabled for database user OE, as which JOHN enqueues"), "{reply}");
     let r = http(hp, &receive("QS.NEW_ORDERS_QUE", "<wait_time>0</wait_time>", COMMIT)).await;
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
+    // The signer is recorded as the enqueuing agent apart from sender_id: john signs a JMS
+    // message naming APP_X (an ordinary queue keeps it), and its receiver sees userid JOHN.
+    let note = example("03")
+        .replace("<agent_name>john</agent_name>", "<agent_name>APP_X</agent_name>")
+        .replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let signed = sign(&work, "johns-note", &note, "john", "john@example.com");
+    let (ok, transcript) = swaks(sp, "john@example.com", &signed);
+    assert!(ok && transcript.contains("250 2.0.0 verified for agent JOHN"), "{transcript}");
+    reply_in(&out_dir, "the send's reply", |r| r.contains("AQXmlSendResponse")).await;
+    assert_eq!(stored_senders(&db).await, [(Some("APP_X".into()), Some("JOHN".into()))]);
+    let r = http(hp, &receive("AQUSER.JMS_TEXTQ", "<wait_time>0</wait_time>", COMMIT)).await;
+    let got = received(&r);
+    assert_eq!(got[0].header.sender_id.as_ref().and_then(|s| s.name.as_deref()), Some("APP_X"), "{r:?}");
+    let userid = got[0].payload.child("oracle_jms_properties").and_then(|p| p.child("userid")).map(|u| u.text());
+    assert_eq!(userid.as_deref(), Some("JOHN"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&work);
 }

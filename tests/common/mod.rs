@@ -70,6 +70,31 @@ pub fn fresh_sqlite_url() -> String {
     format!("sqlite://{}", p.display())
 }
 
+/// (sender agent name, enq_user_id) of every message stored in the database `url`, in
+/// enqueue order: what the store's columns hold, read with SQL.
+pub async fn stored_senders(url: &str) -> Vec<(Option<String>, Option<String>)> {
+    use sqlx::{Connection, Row};
+    let sql = "SELECT sender, enq_user_id FROM messages ORDER BY seq";
+    let rows: Vec<(Option<String>, Option<String>)> = if url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.expect("open sqlite");
+        let rows = sqlx::query(sql).fetch_all(&mut c).await.expect("select messages");
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.expect("connect postgres");
+        let rows = sqlx::query(sql).fetch_all(&mut c).await.expect("select messages");
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    rows.into_iter()
+        .map(|(sender, enq)| {
+            let name = sender.map(|j| {
+                let v: serde_json::Value = serde_json::from_str(&j).expect("sender is JSON");
+                v.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string()
+            });
+            (name, enq)
+        })
+        .collect()
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Sqlite,

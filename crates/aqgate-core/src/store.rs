@@ -147,8 +147,11 @@ pub struct NewMessage {
     pub enq_time: Micros,
     pub delay_until: Option<Micros>,
     pub expire_at: Option<Micros>,
-    /// JSON of the sender agent.
+    /// JSON of the sender agent: the message's `sender_id`, as the application gave it.
     pub sender: Option<String>,
+    /// Oracle's ENQ_USER_ID: the request's authenticated agent, whatever `sender` says
+    /// (`None` only on rows stored before it was recorded).
+    pub enq_user_id: Option<String>,
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
     /// Session transaction id while uncommitted; `None` when committed in this request.
@@ -172,6 +175,7 @@ pub struct StoredMessage {
     pub delay_until: Option<Micros>,
     pub expire_at: Option<Micros>,
     pub sender: Option<String>,
+    pub enq_user_id: Option<String>,
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
     pub retry_count: i64,

@@ -51,6 +51,12 @@ pub struct QueueTableDef {
     /// `enq_time` (default) or `priority,enq_time`.
     #[serde(default)]
     pub sort_list: Option<String>,
+    /// A secure queue table (CREATE_QUEUE_TABLE's `secure`): a message's `sender_id` must
+    /// name an agent enabled for the database user the request enqueues as (see
+    /// [`Catalog::enqueue_users`]). On other queue tables `sender_id` is the application's
+    /// and kept as given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secure: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -159,6 +165,9 @@ pub struct QueueInfo {
     pub dequeue_enabled: bool,
     pub max_retries: i64,
     pub is_exception_queue: bool,
+    /// Its queue table is secure: `sender_id` is checked against the database users (see
+    /// [`QueueTableDef::secure`]).
+    pub secure: bool,
     /// Name of the queue table's default exception queue.
     pub exception_queue: String,
     pub subscribers: Vec<Subscriber>,
@@ -217,20 +226,30 @@ impl Catalog {
     /// Whether `agent` may perform `what` on `queue`: one of its database users owns the
     /// queue's schema or holds a grant for it.
     pub fn permits(&self, agent: &AgentInfo, queue: &QueueInfo, what: Privilege) -> bool {
+        agent.db_users.iter().any(|u| self.user_holds(u, queue, what))
+    }
+
+    /// The database users of `agent` through which it may enqueue to `queue` (the owner
+    /// schema, or a user with a grant): the users a request of that agent enqueues as, in
+    /// the agent's order. Empty when [`Catalog::permits`] says no.
+    pub fn enqueue_users<'a>(&self, agent: &'a AgentInfo, queue: &QueueInfo) -> Vec<&'a str> {
+        agent.db_users.iter().filter(|u| self.user_holds(u, queue, Privilege::Enqueue)).map(String::as_str).collect()
+    }
+
+    /// Whether database user `user` owns `queue`'s schema or holds a grant of `what` on it.
+    fn user_holds(&self, user: &str, queue: &QueueInfo, what: Privilege) -> bool {
         let schema = queue.name.split_once('.').map(|(s, _)| s).unwrap_or("");
-        agent.db_users.iter().any(|u| {
-            let u = canon(u);
-            if u == schema {
-                return true;
-            }
-            match self.grants.get(&(u, queue.name.clone())) {
-                Some((enq, deq)) => match what {
-                    Privilege::Enqueue => *enq,
-                    Privilege::Dequeue => *deq,
-                },
-                None => false,
-            }
-        })
+        let u = canon(user);
+        if u == schema {
+            return true;
+        }
+        match self.grants.get(&(u, queue.name.clone())) {
+            Some((enq, deq)) => match what {
+                Privilege::Enqueue => *enq,
+                Privilege::Dequeue => *deq,
+            },
+            None => false,
+        }
     }
 }
 
@@ -284,7 +303,7 @@ impl Topology {
         }
 
         let mut queues = BTreeMap::new();
-        for (table_name, (_, payload, sort)) in &tables {
+        for (table_name, (t, payload, sort)) in &tables {
             let eq = exception_queue_name(table_name);
             queues.insert(
                 eq.clone(),
@@ -298,6 +317,7 @@ impl Topology {
                     dequeue_enabled: true,
                     max_retries: 0,
                     is_exception_queue: true,
+                    secure: t.secure,
                     exception_queue: eq.clone(),
                     subscribers: Vec::new(),
                     remote: None,
@@ -328,6 +348,7 @@ impl Topology {
                 dequeue_enabled: q.dequeue,
                 max_retries: if q.exception { 0 } else { q.max_retries },
                 is_exception_queue: q.exception,
+                secure: t.secure,
                 exception_queue: exception_queue_name(&t.name),
                 subscribers: Vec::new(),
                 remote: None,

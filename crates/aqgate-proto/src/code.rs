@@ -6,6 +6,9 @@ pub const NOT_PERMITTED: i32 = 1031;
 pub const NO_SUCH_QUEUE: i32 = 24010;
 /// ORA-24031 invalid value (a request parameter).
 pub const INVALID_VALUE: i32 = 24031;
+/// ORA-24093 AQ agent not granted privileges of database user: a `sender_id` on a secure
+/// queue names no agent enabled for the database user the request enqueues as.
+pub const AGENT_NOT_ENABLED: i32 = 24093;
 /// ORA-24033 no recipients for message.
 pub const NO_RECIPIENTS: i32 = 24033;
 /// ORA-24039 queue not created for multiple consumers (consumer_name on a single-consumer queue).

@@ -35,6 +35,7 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
                         delay_until: None,
                         expire_at: None,
                         sender: None,
+                        enq_user_id: None,
                         exception_queue: None,
                         payload: payload.clone(),
                         enq_txn: None,

@@ -172,6 +172,7 @@ mod tests {
             delay_until: None,
             expire_at: None,
             sender: None,
+            enq_user_id: None,
             exception_queue: None,
             payload: Vec::new(),
             enq_txn: None,

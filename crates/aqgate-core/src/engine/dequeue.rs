@@ -174,7 +174,7 @@ impl Engine {
                 limit: 1,
             };
             let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
-            let out = match self.message_out(resolved, queue, &m, now) {
+            let out = match self.message_out(resolved, queue, &m, now, !session.propagates) {
                 Ok(out) => out,
                 Err(e) => {
                     // Removed already, but not returnable: put it back (at the end of its
@@ -286,7 +286,10 @@ impl Engine {
         }
         // Decoded before anything commits: a message that cannot be returned is neither
         // removed nor locked nor passed by the browse position (a Fault changes nothing).
-        let outs = match found.iter().map(|m| self.message_out(resolved, queue, m, now)).collect::<Result<Vec<_>, _>>()
+        let outs = match found
+            .iter()
+            .map(|m| self.message_out(resolved, queue, m, now, !session.propagates))
+            .collect::<Result<Vec<_>, _>>()
         {
             Ok(outs) => outs,
             Err(e) => {
@@ -299,7 +302,12 @@ impl Engine {
         if session.propagates {
             session.received = found
                 .iter()
-                .map(|m| Carried { enq_time: m.enq_time, delay_until: m.delay_until, expire_at: m.expire_at })
+                .map(|m| Carried {
+                    enq_time: m.enq_time,
+                    delay_until: m.delay_until,
+                    expire_at: m.expire_at,
+                    enq_user_id: m.enq_user_id.clone(),
+                })
                 .collect();
         }
         let takes_lock = !browse && !remove_now;
@@ -344,6 +352,7 @@ impl Engine {
             delay_until: m.delay_until,
             expire_at: m.expire_at,
             sender: m.sender.clone(),
+            enq_user_id: m.enq_user_id.clone(),
             exception_queue: m.exception_queue.clone(),
             payload: m.payload.clone(),
             enq_txn: None,
@@ -355,15 +364,26 @@ impl Engine {
         Ok(())
     }
 
+    /// A stored message as a receiver gets it. `jms_userid`: a JMS message shows the agent
+    /// that enqueued it as `oracle_jms_properties/userid` (JMSXUserID). A propagation job
+    /// asks without: it sends the payload on, where `userid` is the server's to set, and
+    /// carries the enqueuing agent itself (`Session::received`).
     pub(super) fn message_out(
         &self,
         resolved: &Resolved,
         queue: &QueueInfo,
         m: &StoredMessage,
         now: Micros,
+        jms_userid: bool,
     ) -> Result<Message, AqError> {
-        let payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
+        let mut payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
+        if jms_userid
+            && queue.payload.is_jms()
+            && let Some(u) = &m.enq_user_id
+        {
+            payload::set_jms_userid(&mut payload, u);
+        }
         Ok(Message { number: Some(1), header: header_of(m, queue, now), payload })
     }
 }

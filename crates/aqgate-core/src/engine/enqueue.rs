@@ -7,7 +7,7 @@ use crate::idap::model::*;
 use crate::payload;
 use crate::store::*;
 use crate::topology::remote_space::RemoteTarget;
-use crate::topology::{AgentInfo, Privilege, QueueInfo, SortOrder, canon};
+use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, canon};
 
 impl Engine {
     pub(super) async fn enqueue(
@@ -23,16 +23,18 @@ impl Engine {
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         let mut req = req;
-        for (i, m) in req.messages.iter_mut().enumerate() {
+        for m in req.messages.iter_mut() {
             self.resolve_aliases(&mut m.header).await?;
-            let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-            if !session.propagates {
-                claim_sender(&mut m.header, agent)
-                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
-            }
         }
         if !resolved.catalog.permits(agent, queue, Privilege::Enqueue) {
             return Err(not_permitted(agent, "enqueue to", &queue.name));
+        }
+        if !session.propagates {
+            for (i, m) in req.messages.iter_mut().enumerate() {
+                let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+                check_sender(&resolved.catalog, &mut m.header, agent, queue)
+                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            }
         }
         if !queue.enqueue_enabled {
             return Err(AqError::client(
@@ -73,7 +75,7 @@ impl Engine {
             let carried = if session.propagates { carry.get(i) } else { None };
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
-                .new_message(resolved, queue, qid, m, now, carried, txn)
+                .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name)
                 .map_err(|e| match &queue.remote {
                     Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
                         message: format!(
@@ -139,6 +141,7 @@ impl Engine {
         now: Micros,
         carried: Option<&Carried>,
         enq_txn: Option<String>,
+        enq_user: &str,
     ) -> Result<NewMessage, AqError> {
         let h = &m.header;
         if h.message_id.is_some() {
@@ -213,6 +216,12 @@ impl Engine {
             delay_until,
             expire_at,
             sender,
+            // The authenticated agent, apart from what sender_id says; a propagation job's
+            // copy keeps the agent that enqueued the source message.
+            enq_user_id: match carried {
+                Some(c) => c.enq_user_id.clone(),
+                None => Some(enq_user.to_string()),
+            },
             exception_queue: h.exception_queue.as_deref().map(canon),
             payload,
             enq_txn,
@@ -341,29 +350,49 @@ fn remote_limits(r: &RemoteTarget, row: NewMessage, carried: bool, now: Micros) 
     Ok(row)
 }
 
-/// The sender of a message is the agent the request is authenticated as: over HTTP the
-/// Basic, certificate or SAML login, over mail the verified signer (which the mail gateway
-/// names with `AQ-On-Behalf-Of`). A `sender_id` naming another agent is refused; one
-/// without a name, or none at all, gets the authenticated agent's. The client's spelling of
-/// a matching name, and the address and protocol it gives, are kept.
-fn claim_sender(h: &mut MessageHeader, agent: &AgentInfo) -> Result<(), AqError> {
+/// A message's `sender_id` is the application's, as in Oracle: kept as given (an
+/// `agent_alias` resolved through the directory), and it need not name an agent of the
+/// topology (`APP_X`). The agent the request is authenticated as — the Basic, certificate
+/// or SAML login over HTTP, the verified signer over mail (which the mail gateway names
+/// with `AQ-On-Behalf-Of`) — is recorded apart from it, as the message's ENQ_USER_ID.
+///
+/// A `sender_id` without a name, or none, gets the authenticated agent's name (Oracle
+/// leaves it NULL): an IDAP receiver of a non-JMS message sees no ENQ_USER_ID, so this is
+/// how it learns who sent a message that names nobody, the signer of a mail in particular;
+/// and the name filled in is true, so it passes the check of a secure queue too. The
+/// address and protocol a client gives are kept.
+///
+/// On a secure queue (`secure = true` on its queue table) the name must be an agent
+/// enabled for a database user the request enqueues as: a user of the authenticated
+/// agent's `db_users` through which it holds the enqueue privilege on the queue (owner
+/// schema or grant; Oracle's session user), among the sender's own `db_users` (Oracle's
+/// ENABLE_DB_ACCESS). Anything else is refused with 24093, naming agent, users and queue.
+fn check_sender(catalog: &Catalog, h: &mut MessageHeader, agent: &AgentInfo, queue: &QueueInfo) -> Result<(), AqError> {
     let sender = h.sender_id.get_or_insert_with(AgentRef::default);
-    match sender.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
-        Some(n) if canon(n) != agent.name => Err(AqError::client(
-            code::NOT_PERMITTED,
-            format!(
-                "sender_id names agent {}, but the request is authenticated as {}; the sender is always \
-                 the authenticated agent",
-                canon(n),
-                agent.name
-            ),
-        )),
-        Some(_) => Ok(()),
-        None => {
-            sender.name = Some(agent.name.clone());
-            Ok(())
-        }
+    let Some(name) = sender.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) else {
+        sender.name = Some(agent.name.clone());
+        return Ok(());
+    };
+    if !queue.secure {
+        return Ok(());
     }
+    let users = catalog.enqueue_users(agent, queue);
+    let named = canon(name);
+    let problem = match catalog.agent(&named) {
+        Some(a) if a.db_users.iter().any(|u| users.contains(&u.as_str())) => return Ok(()),
+        Some(_) => format!("agent {named} is not enabled for"),
+        None => format!("{named} is no agent, so it is not enabled for"),
+    };
+    let users = users.join(" or ");
+    Err(AqError::client(
+        code::AGENT_NOT_ENABLED,
+        format!(
+            "sender_id names {named}, but queue {} is in secure queue table {}: {problem} database user {users}, \
+             as which {} enqueues to it; name an agent whose db_users include {users} (such as {}), or leave \
+             sender_id out",
+            queue.name, queue.queue_table, agent.name, agent.name
+        ),
+    ))
 }
 
 pub(super) fn agent_json(a: &AgentRef) -> String {
@@ -378,4 +407,109 @@ pub fn agent_from_json(s: &str) -> Option<AgentRef> {
         protocol: v.get("protocol").and_then(|x| x.as_i64()).and_then(|p| i32::try_from(p).ok()),
         alias: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    /// The demo's shape: scott (QS, AQUSER) and john (OE, AQUSER); OE may enqueue to QS's
+    /// queue; QS's queue table is secure, AQUSER's is not.
+    fn catalog() -> Catalog {
+        let t = Topology::from_toml(
+            r#"
+            [[queue_tables]]
+            name = "QS.T"
+            payload_type = "RAW"
+            secure = true
+            [[queues]]
+            name = "QS.Q"
+            queue_table = "QS.T"
+            [[queue_tables]]
+            name = "AQUSER.T"
+            payload_type = "RAW"
+            [[queues]]
+            name = "AQUSER.Q"
+            queue_table = "AQUSER.T"
+            [[agents]]
+            name = "scott"
+            db_users = ["QS", "AQUSER"]
+            [[agents]]
+            name = "john"
+            db_users = ["OE", "AQUSER"]
+            [[agents]]
+            name = "clerk"
+            db_users = ["OE"]
+            [[grants]]
+            user = "OE"
+            queue = "QS.Q"
+            privilege = "enqueue"
+            "#,
+        )
+        .expect("toml");
+        t.resolve(&|p| Ok(p.to_string())).expect("resolves")
+    }
+
+    fn header(sender: Option<&str>) -> MessageHeader {
+        MessageHeader {
+            sender_id: sender.map(|n| AgentRef { name: Some(n.into()), ..AgentRef::default() }),
+            ..MessageHeader::default()
+        }
+    }
+
+    fn sender_after(c: &Catalog, agent: &str, queue: &str, sender: Option<&str>) -> Result<Option<String>, AqError> {
+        let (agent, queue) = (c.agent(agent).expect("agent"), c.queue(queue).expect("queue"));
+        let mut h = header(sender);
+        check_sender(c, &mut h, agent, queue).map(|()| h.sender_id.and_then(|s| s.name))
+    }
+
+    #[test]
+    fn an_ordinary_queue_keeps_sender_id_as_given() {
+        let c = catalog();
+        for given in ["john", "APP_X", "scott"] {
+            assert_eq!(sender_after(&c, "scott", "AQUSER.Q", Some(given)), Ok(Some(given.to_string())));
+        }
+        // Absent (or empty): the authenticated agent.
+        assert_eq!(sender_after(&c, "scott", "AQUSER.Q", None), Ok(Some("SCOTT".into())));
+        assert_eq!(sender_after(&c, "john", "AQUSER.Q", Some("  ")), Ok(Some("JOHN".into())));
+    }
+
+    #[test]
+    fn a_secure_queue_takes_agents_enabled_for_the_user_the_request_enqueues_as() {
+        let c = catalog();
+        // scott enqueues to QS.Q as QS (owner): scott is enabled for QS, john is not.
+        assert_eq!(sender_after(&c, "scott", "QS.Q", Some("scott")), Ok(Some("scott".into())));
+        assert_eq!(sender_after(&c, "scott", "QS.Q", None), Ok(Some("SCOTT".into())));
+        let e = sender_after(&c, "scott", "QS.Q", Some("john")).expect_err("john is not enabled for QS");
+        assert_eq!(e.code, code::AGENT_NOT_ENABLED);
+        assert!(
+            e.message.contains(
+                "sender_id names JOHN, but queue QS.Q is in secure queue table QS.T: agent JOHN is not \
+                 enabled for database user QS, as which SCOTT enqueues to it"
+            ),
+            "{}",
+            e.message
+        );
+        let e = sender_after(&c, "scott", "QS.Q", Some("APP_X")).expect_err("no agent");
+        assert_eq!(e.code, code::AGENT_NOT_ENABLED);
+        assert!(e.message.contains("APP_X is no agent"), "{}", e.message);
+        // john enqueues to QS.Q as OE (the grant), not as AQUSER: clerk (OE) may be named,
+        // scott (QS, AQUSER) may not, although scott and john share AQUSER.
+        assert_eq!(sender_after(&c, "john", "QS.Q", Some("Clerk")), Ok(Some("Clerk".into())));
+        let e = sender_after(&c, "john", "QS.Q", Some("scott")).expect_err("scott is not enabled for OE");
+        assert!(e.message.contains("database user OE, as which JOHN enqueues"), "{}", e.message);
+        assert!(e.message.contains("(such as JOHN)"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_users_a_request_enqueues_as_are_those_holding_the_privilege() {
+        let c = catalog();
+        let q = c.queue("QS.Q").expect("queue");
+        assert_eq!(c.enqueue_users(c.agent("scott").expect("scott"), q), ["QS"]);
+        assert_eq!(c.enqueue_users(c.agent("john").expect("john"), q), ["OE"]);
+        assert!(c.queue("QS.Q").is_some_and(|q| q.secure));
+        assert!(c.queue("QS.AQ$T_E").is_some_and(|q| q.secure), "the default exception queue is of the same table");
+        assert!(c.queue("AQUSER.Q").is_some_and(|q| !q.secure));
+    }
 }

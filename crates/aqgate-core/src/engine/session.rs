@@ -96,8 +96,9 @@ pub struct IdempotencyClaim {
     pub request_hash: Vec<u8>,
 }
 
-/// A message's times, as a propagation job carries them from source to destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A message's times and enqueuing agent, as a propagation job carries them from source to
+/// destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Carried {
     /// When the message was first enqueued.
     pub enq_time: Micros,
@@ -105,6 +106,9 @@ pub struct Carried {
     pub delay_until: Option<Micros>,
     /// When it expires, if ever.
     pub expire_at: Option<Micros>,
+    /// The agent that enqueued it to the source (its ENQ_USER_ID): a local copy keeps it,
+    /// since the job only moves what that agent sent.
+    pub enq_user_id: Option<String>,
 }
 
 impl Carried {
@@ -153,8 +157,9 @@ pub struct Session {
     /// - Its receives take messages still in their delay too, and record each message's
     ///   times in `received`;
     /// - its sends keep a `sender_id` as given (instead of the session's agent) and give
-    ///   the messages the times in `carry` (the original enqueue time, the same delay end
-    ///   and expiry) instead of counting them from now;
+    ///   the messages the times and enqueuing agent in `carry` (the original enqueue time,
+    ///   the same delay end and expiry, the source's ENQ_USER_ID) instead of counting them
+    ///   from now and recording the job's agent;
     /// - its rollbacks do not count against the messages (the destination failed);
     /// - its row goes when its transaction ends (`seal`).
     pub propagates: bool,
@@ -451,7 +456,7 @@ mod tests {
     #[test]
     fn remaining_times_are_whole_seconds_rounded_up() {
         let s = MICROS_PER_SEC;
-        let t = |delay_until, expire_at| Carried { enq_time: 0, delay_until, expire_at };
+        let t = |delay_until, expire_at| Carried { enq_time: 0, delay_until, expire_at, enq_user_id: None };
         // Nothing to carry.
         assert_eq!(t(None, None).remaining_secs(100 * s), (None, None));
         // In its delay: 2.5 s left become 3; the expiry 10 s after the delay end stays

@@ -305,6 +305,8 @@ fn queue_info(name: &str, payload: &PayloadKind, exception_queue: &str, remote: 
         dequeue_enabled: true,
         max_retries: i64::MAX,
         is_exception_queue: false,
+        // The remote aqgate checks the senders of its own secure queues.
+        secure: false,
         exception_queue: exception_queue.to_string(),
         subscribers: Vec::new(),
         remote,

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::idap::model::XmlNode;
+use crate::idap::model::{XmlChild, XmlNode};
 use crate::value::Value;
 
 pub(super) const TYPED_VALUES: [&str; 8] = [
@@ -116,6 +116,25 @@ pub(super) fn canon_jms_header(node: &XmlNode, path: &str) -> Result<XmlNode, Pa
         out.push(f);
     }
     Ok(out)
+}
+
+/// Sets `userid` (JMSXUserID) in the `oracle_jms_properties` of a JMS payload as stored:
+/// the agent that enqueued the message, which only the server knows (a client cannot
+/// supply it, see `canon_jms_header`). It goes where Oracle's `aq$_jms_header` has it,
+/// after `type` and `reply_to`; a payload without properties gets them.
+pub fn set_jms_userid(payload: &mut XmlNode, userid: &str) {
+    let is = |c: &XmlChild, names: &[&str]| matches!(c, XmlChild::Element(e) if names.iter().any(|n| e.local_name().eq_ignore_ascii_case(n)));
+    let i = match payload.children.iter().position(|c| is(c, &["oracle_jms_properties"])) {
+        Some(i) => i,
+        None => {
+            payload.children.insert(0, XmlChild::Element(XmlNode::new("oracle_jms_properties")));
+            0
+        }
+    };
+    let Some(XmlChild::Element(props)) = payload.children.get_mut(i) else { return };
+    props.children.retain(|c| !is(c, &["userid"]));
+    let at = props.children.iter().position(|c| !is(c, &["type", "reply_to"])).unwrap_or(props.children.len());
+    props.children.insert(at, XmlChild::Element(leaf("userid", userid)));
 }
 
 pub(super) fn canon_reply_to(node: &XmlNode, path: &str) -> Result<XmlNode, PayloadError> {

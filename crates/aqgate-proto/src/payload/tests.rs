@@ -429,6 +429,35 @@ fn mismatch_table() {
     }
 }
 
+/// The server sets `userid` on the way out; what was stored keeps its order around it, and
+/// the same payload cannot bring its own (`userid: is set by the server` above).
+#[test]
+fn jms_userid_is_set_in_the_stored_payload_in_header_order() {
+    let names = |n: &XmlNode| -> Vec<String> { n.elements().map(|e| e.name.clone()).collect() };
+    let mut n = XmlNode::new("jms_text_message");
+    n.push(obj("oracle_jms_properties", &[("type", "t"), ("appid", "AQProduct"), ("groupid", "AQ")]));
+    n.push(XmlNode::with_text("text_data", "hi"));
+    let stored = encode(&PayloadKind::JmsText, &reg(), &n).unwrap();
+    let mut out = decode(&PayloadKind::JmsText, &reg(), &stored).unwrap();
+    set_jms_userid(&mut out, "SCOTT");
+    let props = out.child("oracle_jms_properties").unwrap();
+    assert_eq!(names(props), s(&["type", "userid", "appid", "groupid"]));
+    assert_eq!(props.child("userid").unwrap().text(), "SCOTT");
+    // Set again: replaced, not added.
+    set_jms_userid(&mut out, "JOHN");
+    let props = out.child("oracle_jms_properties").unwrap();
+    assert_eq!(names(props), s(&["type", "userid", "appid", "groupid"]));
+    assert_eq!(props.child("userid").unwrap().text(), "JOHN");
+    // A payload stored without properties gets them, before the body.
+    let mut bare = XmlNode::new("jms_text_message");
+    bare.push(XmlNode::with_text("text_data", "hi"));
+    let stored = encode(&PayloadKind::JmsText, &reg(), &bare).unwrap();
+    let mut out = decode(&PayloadKind::JmsText, &reg(), &stored).unwrap();
+    set_jms_userid(&mut out, "SCOTT");
+    assert_eq!(names(&out), s(&["oracle_jms_properties", "text_data"]));
+    assert_eq!(names(out.child("oracle_jms_properties").unwrap()), s(&["userid"]));
+}
+
 #[test]
 fn jms_structure_errors_and_other_kinds() {
     let mut n = XmlNode::new("jms_text_message");

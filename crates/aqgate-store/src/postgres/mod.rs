@@ -126,6 +126,7 @@ fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
         delay_until: r.try_get("delay_until").db()?,
         expire_at: r.try_get("expire_at").db()?,
         sender: r.try_get("sender").db()?,
+        enq_user_id: r.try_get("enq_user_id").db()?,
         exception_queue: r.try_get("exception_queue").db()?,
         payload: r.try_get("payload").db()?,
         retry_count: r.try_get("retry_count").db()?,

@@ -118,7 +118,7 @@ pub(super) fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static
         " FOR UPDATE OF m SKIP LOCKED)
          DELETE FROM messages m USING c WHERE m.seq = c.seq
          RETURNING m.seq, m.msgid, m.queue_id, ''::text AS consumer, m.corrid, m.priority, m.prio_key, m.enq_time,
-                   m.delay_until, m.expire_at, m.sender, m.exception_queue, m.payload, m.retry_count, m.state",
+                   m.delay_until, m.expire_at, m.sender, m.enq_user_id, m.exception_queue, m.payload, m.retry_count, m.state",
     );
     b
 }
@@ -132,8 +132,8 @@ pub(super) fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static
 macro_rules! insert_ctes {
     () => {
         "WITH m AS (
-            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key)
-            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[])
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key, enq_user_id)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[], $20::text[])
             RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
          ), d AS (
             INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
@@ -153,7 +153,7 @@ macro_rules! insert_ctes {
     };
 }
 
-/// The insert with a session row written in the same statement (parameters from `$20`):
+/// The insert with a session row written in the same statement (parameters from `$21`):
 /// one row, `sealed` 1 when the row was written.
 pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
     [false, true].map(|new| {
@@ -163,7 +163,7 @@ pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::syn
          SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
             insert_ctes!(),
             crate::interest::uninterested!(),
-            session_ctes(20, new)
+            session_ctes(21, new)
         )
     })
 });
@@ -191,6 +191,7 @@ pub(super) fn insert_query<'a>(
     let mut delays = Vec::with_capacity(n);
     let mut expires = Vec::with_capacity(n);
     let mut senders = Vec::with_capacity(n);
+    let mut enq_users = Vec::with_capacity(n);
     let mut excq = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut txns = Vec::with_capacity(n);
@@ -206,6 +207,7 @@ pub(super) fn insert_query<'a>(
         delays.push(m.delay_until);
         expires.push(m.expire_at);
         senders.push(m.sender.as_deref());
+        enq_users.push(m.enq_user_id.as_deref());
         excq.push(m.exception_queue.as_deref());
         payloads.push(&m.payload[..]);
         txns.push(m.enq_txn.as_deref());
@@ -250,7 +252,8 @@ pub(super) fn insert_query<'a>(
         .bind(CHANNEL)
         .bind(visible)
         .bind(singles)
-        .bind(prio_keys);
+        .bind(prio_keys)
+        .bind(enq_users);
     match session {
         None => q,
         Some(row) => bind_session(q, row),

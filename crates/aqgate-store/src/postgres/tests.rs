@@ -12,6 +12,7 @@ fn job(source: u64) -> (InsertJob, tokio::sync::oneshot::Receiver<Result<()>>) {
         delay_until: None,
         expire_at: None,
         sender: None,
+        enq_user_id: None,
         exception_queue: None,
         payload: Vec::new(),
         enq_txn: None,

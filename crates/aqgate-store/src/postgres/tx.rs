@@ -118,7 +118,7 @@ impl StoreTx for PgTx {
         let (d, d_seq) = if single { ("m", "m.seq") } else { ("d", "d.msg_seq") };
         let mut b: QueryBuilder<Postgres> = QueryBuilder::new(format!(
             "SELECT m.seq, m.msgid, m.queue_id, {consumer}, m.corrid, m.priority, {d}.prio_key, m.enq_time, m.delay_until,
-                    m.expire_at, m.sender, m.exception_queue, m.payload, {d}.retry_count, m.state ",
+                    m.expire_at, m.sender, m.enq_user_id, m.exception_queue, m.payload, {d}.retry_count, m.state ",
             consumer = if single { "''::text AS consumer" } else { "d.consumer" },
         ));
         if single {

@@ -95,7 +95,7 @@ impl StoreTx for SqliteTx {
         // Multi-row inserts, in chunks that stay under SQLite's bound-parameter limit.
         for chunk in msgs.chunks(500) {
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn) ",
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id) ",
             );
             b.push_values(chunk, |mut row, m| {
                 row.push_bind(m.msgid.to_vec())
@@ -108,7 +108,8 @@ impl StoreTx for SqliteTx {
                     .push_bind(m.sender.clone())
                     .push_bind(m.exception_queue.clone())
                     .push_bind(m.payload.clone())
-                    .push_bind(m.enq_txn.clone());
+                    .push_bind(m.enq_txn.clone())
+                    .push_bind(m.enq_user_id.clone());
             });
             b.push(" RETURNING seq, msgid");
             let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
@@ -138,7 +139,7 @@ impl StoreTx for SqliteTx {
     async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
             "SELECT m.seq, m.msgid, m.queue_id, d.consumer, m.corrid, m.priority, d.prio_key, m.enq_time, m.delay_until,
-                    m.expire_at, m.sender, m.exception_queue, m.payload, d.retry_count, m.state
+                    m.expire_at, m.sender, m.enq_user_id, m.exception_queue, m.payload, d.retry_count, m.state
              FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
         );
         b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
