@@ -367,8 +367,9 @@ pub struct SamlArgs {
     /// aqgate's own entityID: an assertion's Audience must be this.
     #[arg(long, env = "AQGATE_SAML_ENTITY_ID", requires = "saml_idp_metadata")]
     pub saml_entity_id: Option<String>,
-    /// Clock skew allowed against the IdP, in seconds (NotBefore, NotOnOrAfter).
-    #[arg(long, env = "AQGATE_SAML_CLOCK_SKEW", default_value_t = 120)]
+    /// Clock skew allowed against the IdP, in seconds (NotBefore, NotOnOrAfter); at most a day.
+    #[arg(long, env = "AQGATE_SAML_CLOCK_SKEW", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub saml_clock_skew: u64,
     /// The assertion attribute (Name or FriendlyName) naming the agent, instead of the NameID.
     #[arg(long, env = "AQGATE_SAML_AGENT_ATTRIBUTE")]

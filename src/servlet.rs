@@ -239,10 +239,41 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
 
 enum Who {
     /// Authenticated by credentials as this effective agent; `cookie`: the session it names;
-    /// `soap_token`: by the SAML token in the request's own `wsse:Security` header entry.
-    Agent { agent: String, cookie: Option<String>, soap_token: bool },
+    /// `soap_token`: by the SAML token in the request's own `wsse:Security` header entry;
+    /// `saml`: the assertion that logged it in, to be used when the request runs.
+    Agent { agent: String, cookie: Option<String>, soap_token: bool, saml: Option<SamlUse> },
     /// The session cookie alone.
     Cookie(String),
+}
+
+/// A verified SAML assertion that logged a request in. It is used (recorded in the store's
+/// replay cache, shared by every node) only when the request is about to run, so that a
+/// request refused before that — a cookie of another agent's session, a malformed body, the
+/// session cap — leaves it unused. (A build without SAML never makes one.)
+#[cfg_attr(not(feature = "saml"), allow(dead_code))]
+struct SamlUse {
+    issuer: String,
+    assertion_id: String,
+    agent: String,
+    /// Until when the store remembers it.
+    until: aqgate_core::clock::Micros,
+}
+
+impl SamlUse {
+    async fn once(&self, s: &AppState) -> Result<(), Response> {
+        match s.engine.store().saml_assertion_once(&self.issuer, &self.assertion_id, self.until).await {
+            Ok(true) => {
+                tracing::info!(agent = %self.agent, assertion = %self.assertion_id, "SAML login");
+                Ok(())
+            }
+            Ok(false) => Err(saml_refused(format!(
+                "SAML assertion refused: assertion {} was used before (an assertion logs in once; keep the \
+                 session cookie instead)",
+                self.assertion_id
+            ))),
+            Err(e) => Err(fault(&AqError::from(e), None)),
+        }
+    }
 }
 
 /// A 401 whose IDAP Fault says why a SAML login was refused.
@@ -315,7 +346,7 @@ async fn authenticate(
         }
         Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
     };
-    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers), soap_token: false })
+    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers), soap_token: false, saml: None })
 }
 
 /// The agent whose Basic credentials these are (401 otherwise).
@@ -519,9 +550,9 @@ async fn idap_post(
     let task = tokio::spawn(async move {
         let s = state;
         let engine = s.engine.clone();
-        let (cookie, expected) = match who {
-            Who::Agent { agent, cookie, .. } => (cookie, Some(agent)),
-            Who::Cookie(id) => (Some(id), None),
+        let (cookie, expected, saml) = match who {
+            Who::Agent { agent, cookie, saml, .. } => (cookie, Some(agent), saml),
+            Who::Cookie(id) => (Some(id), None, None),
         };
         let hash = cookie.as_deref().map(aqgate_core::engine::session::id_hash);
         // Requests of one session take turns in this process.
@@ -573,6 +604,11 @@ async fn idap_post(
             }
             in_flight = Some(InFlightKey(s.idempotent_in_flight.clone(), entry));
             session.idempotency = Some(IdempotencyClaim { key, request_hash });
+        }
+        if let Some(u) = &saml
+            && let Err(r) = u.once(&s).await
+        {
+            return Outcome::Answer(r);
         }
         session.origin = origin;
         session.abandon = Some(abandoned.clone());

@@ -691,7 +691,18 @@ async fn signatures_may_ask_only_for_safe_work() {
         .replace("http://www.w3.org/2001/04/xmlenc#sha256", "http://www.w3.org/2000/09/xmldsig#sha1");
     let sha1 = sign(&sha1, &s.idp.key(), None);
     assert!(sha1.contains("xmldsig#rsa-sha1"), "xmlsec1 signed with SHA-1");
+    // Canonicalisation that would cost minutes: many namespaces in scope times many
+    // elements, under inclusive canonicalisation (which is allowed).
+    let costly = {
+        let ns: String = (0..500).map(|i| format!(" xmlns:n{i}=\"u:{i}\"")).collect();
+        let a = fresh()
+            .replace("http://www.w3.org/2001/10/xml-exc-c14n#\"/></ds:Transforms>", "http://www.w3.org/TR/2001/REC-xml-c14n-20010315\"/></ds:Transforms>")
+            .replacen("<saml:Assertion ", &format!("<saml:Assertion{ns} "), 1);
+        garbage(a.replace("</saml:Subject>", &format!("</saml:Subject><x>{}</x>", "<y/>".repeat(2_000))))
+    };
+    assert!(costly.contains("REC-xml-c14n-20010315"), "the transform was replaced");
     let cases = [
+        ("costly canonicalisation", costly, "namespace declarations in scope"),
         ("XSLT", garbage(fresh().replace(enveloped, &xslt)), "REC-xslt-19991116\" is refused"),
         ("XPath", garbage(fresh().replace(enveloped, xpath)), "REC-xpath-19991116\" is refused"),
         ("RetrievalMethod", garbage(fresh().replace("<ds:KeyInfo>", &retrieval)), "RetrievalMethod"),
@@ -752,4 +763,28 @@ async fn a_header_token_the_strict_parser_refuses_gets_the_reason() {
     // The assertion was not used by either.
     assert_ok(&post(s.port, &[], in_soap_header(&assertion, &send("1503"))).await);
     assert_eq!(drain(s.port).await, ["1503"]);
+}
+
+/// An assertion that comes with a session cookie of another agent is refused with the
+/// session's fault and stays unused: it logs in afterwards, once. So does one whose request
+/// is refused before it runs (a body that is not IDAP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_it_runs_leaves_its_assertion_unused() {
+    let s = setup(&[]);
+    let john = with_header(s.port, &unb64(&s.idp.login(SP, "john", "welcome")), raw_send(RAWQ, &[("", "1601")], "")).await;
+    assert_ok(&john);
+    let johns_cookie = john.2.clone().expect("john's session cookie");
+    let scott = unb64(&s.idp.login(SP, "scott", "tiger"));
+    let with_cookie =
+        post(s.port, &[("aq-saml-assertion", b64(&scott)), ("cookie", johns_cookie)], send("1602")).await;
+    assert!(
+        matches!(parse_idap(with_cookie.1.as_bytes()), Response::Fault(ref f) if f.message.contains("names no session of agent SCOTT")),
+        "{}",
+        with_cookie.1
+    );
+    let malformed = with_header(s.port, &scott, "<Envelope".to_string()).await;
+    assert!(matches!(parse_idap(malformed.1.as_bytes()), Response::Fault(_)), "{}", malformed.1);
+    assert_ok(&with_header(s.port, &scott, send("1603")).await);
+    assert_refused(&with_header(s.port, &scott, send("1604")).await, "was used before");
+    assert_eq!(drain(s.port).await, ["1603"], "john's open send is not committed; scott's runs once");
 }

@@ -5,18 +5,18 @@
 //! of that agent (sessions, cookies).
 //!
 //! The checks are `aqgate_saml`'s; here: which form applies, the agent the subject names
-//! (enabled for HTTP), and using each assertion id once through the store, so every node
-//! of a database refuses a replay. Nothing is recorded for an assertion that is refused.
+//! (enabled for HTTP), and the assertion id to use once through the store (`SamlUse`,
+//! when the request runs), so every node of a database refuses a replay. Nothing is
+//! recorded for an assertion that is refused, nor for a request refused before it runs.
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 
-use aqgate_core::error::AqError;
 use aqgate_proto::names::{ON_BEHALF_HEADER, SAML_ASSERTION_HEADER};
 use aqgate_saml::Form;
 
-use super::{AppState, TlsConnection, Who, fault, session_cookie};
+use super::{AppState, SamlUse, TlsConnection, Who, session_cookie};
 
 /// What verifies the assertions.
 pub type SamlVerifier = aqgate_saml::Verifier;
@@ -120,19 +120,18 @@ async fn login_with(
             agent.name
         )));
     }
-    // Recorded last: an assertion refused for any reason above stays unused.
-    let until = verified.remember_until.timestamp_micros();
-    match s.engine.store().saml_assertion_once(&verified.issuer, &verified.assertion_id, until).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(refused(format!(
-                "SAML assertion refused: assertion {} was used before (an assertion logs in once; \
-                 keep the session cookie instead)",
-                verified.assertion_id
-            )));
-        }
-        Err(e) => return Err(fault(&AqError::from(e), None)),
-    }
-    tracing::info!(agent = %agent.name, assertion = %verified.assertion_id, "SAML login");
-    Ok(Who::Agent { agent: agent.name, cookie: session_cookie(headers), soap_token: form == Form::SoapHeader })
+    // Used only when the request runs (`SamlUse::once`): an assertion refused for any
+    // reason above, or a request refused before it runs, leaves it unused.
+    let saml = SamlUse {
+        issuer: verified.issuer,
+        assertion_id: verified.assertion_id,
+        agent: agent.name.clone(),
+        until: verified.remember_until.timestamp_micros(),
+    };
+    Ok(Who::Agent {
+        agent: agent.name,
+        cookie: session_cookie(headers),
+        soap_token: form == Form::SoapHeader,
+        saml: Some(saml),
+    })
 }

@@ -71,8 +71,9 @@ pub(crate) fn check(a: &Node, v: &Verifier, now: DateTime<Utc>) -> Result<Verifi
     if issuer != v.idp.entity_id {
         return refuse(format!("the assertion was issued by {issuer:?}, not by the IdP {:?}", v.idp.entity_id));
     }
-    let early = |t: DateTime<Utc>| t > now + v.skew;
-    let late = |t: DateTime<Utc>| now - v.skew >= t;
+    // Checked: a skew beyond the calendar's range makes nothing early or late.
+    let early = |t: DateTime<Utc>| now.checked_add_signed(v.skew).is_some_and(|x| t > x);
+    let late = |t: DateTime<Utc>| now.checked_sub_signed(v.skew).is_some_and(|x| x >= t);
 
     let conditions = one(a, "Conditions")?;
     let not_before = time(&conditions, "NotBefore")?;

@@ -15,6 +15,14 @@ use crate::{ASSERTION_NS, DSIG_NS, ENVELOPE_NS, Form, PROTOCOL_NS, SamlError, WS
 /// Deeper documents are refused.
 const MAX_DEPTH: usize = 64;
 
+/// What a signed element may hold: canonicalisation's cost grows with its elements times
+/// the namespaces in scope (more than linearly in xmlsec), and the digest is computed
+/// before the signature value is checked, so an unsigned forgery could make the server
+/// spend minutes on a few dozen kilobytes. An IdP's assertion has a few dozen elements and
+/// a handful of namespaces.
+const MAX_SIGNED_ELEMENTS: usize = 1_000;
+const MAX_NAMESPACE_DECLARATIONS: usize = 32;
+
 /// Parses `text` strictly: no DOCTYPE, no recovery, no network. libxml2's reason for a
 /// refusal is the client's to read (cleaned, see `xml_errors`), never the log's alone.
 pub(crate) fn parse_strict(text: &str) -> Result<Document, SamlError> {
@@ -125,7 +133,41 @@ pub(crate) fn locate(doc: &Document, form: Form) -> Result<Located, SamlError> {
     if !assertion_signed && response_id.is_none() {
         return refuse("the assertion is not signed");
     }
+    let signed = if response_id.is_some() { response.as_ref().unwrap_or(&assertion) } else { &assertion };
+    bounded(signed)?;
     Ok(Located { assertion_id, response_id })
+}
+
+/// Refuses a signed element whose canonical form would be costly to compute: more than
+/// [`MAX_SIGNED_ELEMENTS`] elements in it, or more than [`MAX_NAMESPACE_DECLARATIONS`]
+/// namespace declarations in it and on its ancestors (all of them are in scope).
+fn bounded(signed: &Node) -> Result<(), SamlError> {
+    fn count(n: &Node, elements: &mut usize, namespaces: &mut usize) {
+        *elements += 1;
+        *namespaces += n.get_namespace_declarations().len();
+        if *elements <= MAX_SIGNED_ELEMENTS && *namespaces <= MAX_NAMESPACE_DECLARATIONS {
+            for c in n.get_child_elements() {
+                count(&c, elements, namespaces);
+            }
+        }
+    }
+    let (mut elements, mut namespaces) = (0, 0);
+    let mut up = signed.get_parent();
+    while let Some(a) = up.filter(Node::is_element_node) {
+        namespaces += a.get_namespace_declarations().len();
+        up = a.get_parent();
+    }
+    count(signed, &mut elements, &mut namespaces);
+    if elements > MAX_SIGNED_ELEMENTS {
+        return refuse(format!("the signed <{}> has more than {MAX_SIGNED_ELEMENTS} elements", signed.get_name()));
+    }
+    if namespaces > MAX_NAMESPACE_DECLARATIONS {
+        return refuse(format!(
+            "the signed <{}> has more than {MAX_NAMESPACE_DECLARATIONS} namespace declarations in scope",
+            signed.get_name()
+        ));
+    }
+    Ok(())
 }
 
 /// `Envelope/Header/wsse:Security/saml:Assertion`.
@@ -156,11 +198,23 @@ pub fn has_security_header(body: &[u8]) -> Result<bool, SamlError> {
     let text = std::str::from_utf8(body).map_err(|_| SamlError("the request is not UTF-8".into()))?;
     let doc = parse_strict(text)?;
     let Some(root) = doc.get_root_element() else { return Ok(false) };
-    Ok(root
-        .get_child_elements()
-        .iter()
-        .filter(|c| in_no_ns_or(c, ENVELOPE_NS, "Header"))
-        .any(|h| child_elements(h, WSSE_NS, "Security").next().is_some()))
+    let mut found = false;
+    for h in root.get_child_elements().iter().filter(|c| in_no_ns_or(c, ENVELOPE_NS, "Header")) {
+        for entry in h.get_child_elements() {
+            if is(&entry, WSSE_NS, "Security") {
+                found = true;
+            } else if nested_security(&entry) {
+                // Below an entry it is no header entry, and no token: but it would be
+                // one a reader could take for the request's identity.
+                return refuse("a wsse:Security element must be an entry of the Header, not inside one");
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn nested_security(node: &Node) -> bool {
+    node.get_child_elements().iter().any(|c| is(c, WSSE_NS, "Security") || nested_security(c))
 }
 
 #[derive(Default)]

@@ -117,6 +117,8 @@ fn the_soap_form_needs_the_security_header() {
     assert_eq!(has_security_header(env(&wsse(UNSIGNED)).as_bytes()), Ok(true));
     assert_eq!(has_security_header(env("").as_bytes()), Ok(false));
     assert_eq!(has_security_header(b"<Envelope/>"), Ok(false));
+    let nested = env(&format!("<x>{}</x>", wsse(UNSIGNED)));
+    assert!(has_security_header(nested.as_bytes()).expect_err("refused").0.contains("entry of the Header"));
     // A request that names WS-Security but that the strict parser refuses says why.
     let dtd = format!("<!DOCTYPE Envelope>{}", env(&wsse(UNSIGNED)));
     assert!(has_security_header(dtd.as_bytes()).expect_err("refused").0.contains("DOCTYPE"));
@@ -135,4 +137,18 @@ fn metadata_needs_an_entity_id_and_a_signing_certificate() {
     assert!(Idp::from_metadata(md).expect_err("refused").contains("no signing certificate"));
     assert!(Idp::from_metadata("<x").is_err());
     assert!(Idp::from_metadata(&format!("<!DOCTYPE x>{md}")).expect_err("refused").contains("DOCTYPE"));
+}
+
+#[test]
+fn a_signed_element_that_would_be_costly_to_canonicalise_is_refused() {
+    let signed = signed_with(SIG);
+    let many_ns: String = (0..40).map(|i| format!(" xmlns:n{i}=\"u:{i}\"")).collect();
+    let xml = signed.replacen("<saml:Assertion ", &format!("<saml:Assertion{many_ns} "), 1);
+    assert!(shape(&xml, Form::Standalone).expect_err("refused").0.contains("namespace declarations"));
+    let many_elements = format!("<x>{}</x>", "<y/>".repeat(1_000));
+    let xml = signed.replace("</saml:Subject>", &format!("</saml:Subject>{many_elements}"));
+    assert!(shape(&xml, Form::Standalone).expect_err("refused").0.contains("more than 1000 elements"));
+    // A handful of either is what an IdP writes.
+    let few = signed.replacen("<saml:Assertion ", "<saml:Assertion xmlns:a=\"u:a\" xmlns:b=\"u:b\" ", 1);
+    shape(&few, Form::Standalone).expect("accepted");
 }
