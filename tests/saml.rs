@@ -696,7 +696,10 @@ async fn signatures_may_ask_only_for_safe_work() {
     let costly = {
         let ns: String = (0..500).map(|i| format!(" xmlns:n{i}=\"u:{i}\"")).collect();
         let a = fresh()
-            .replace("http://www.w3.org/2001/10/xml-exc-c14n#\"/></ds:Transforms>", "http://www.w3.org/TR/2001/REC-xml-c14n-20010315\"/></ds:Transforms>")
+            .replace(
+                "http://www.w3.org/2001/10/xml-exc-c14n#\"/></ds:Transforms>",
+                "http://www.w3.org/TR/2001/REC-xml-c14n-20010315\"/></ds:Transforms>",
+            )
             .replacen("<saml:Assertion ", &format!("<saml:Assertion{ns} "), 1);
         garbage(a.replace("</saml:Subject>", &format!("</saml:Subject><x>{}</x>", "<y/>".repeat(2_000))))
     };
@@ -771,12 +774,12 @@ async fn a_header_token_the_strict_parser_refuses_gets_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_before_it_runs_leaves_its_assertion_unused() {
     let s = setup(&[]);
-    let john = with_header(s.port, &unb64(&s.idp.login(SP, "john", "welcome")), raw_send(RAWQ, &[("", "1601")], "")).await;
+    let john =
+        with_header(s.port, &unb64(&s.idp.login(SP, "john", "welcome")), raw_send(RAWQ, &[("", "1601")], "")).await;
     assert_ok(&john);
     let johns_cookie = john.2.clone().expect("john's session cookie");
     let scott = unb64(&s.idp.login(SP, "scott", "tiger"));
-    let with_cookie =
-        post(s.port, &[("aq-saml-assertion", b64(&scott)), ("cookie", johns_cookie)], send("1602")).await;
+    let with_cookie = post(s.port, &[("aq-saml-assertion", b64(&scott)), ("cookie", johns_cookie)], send("1602")).await;
     assert!(
         matches!(parse_idap(with_cookie.1.as_bytes()), Response::Fault(ref f) if f.message.contains("names no session of agent SCOTT")),
         "{}",

@@ -12,7 +12,7 @@
 
 use libxml::tree::Node;
 
-use crate::structure::{child_elements, is};
+use crate::nodes::{child_elements, is};
 use crate::{DSIG_NS, SamlError, refuse};
 
 const ENVELOPED: &str = "http://www.w3.org/2000/09/xmldsig#enveloped-signature";

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use libxml::tree::Node;
 
-use crate::structure::is;
+use crate::nodes::is;
 use crate::{ASSERTION_NS, BEARER, SamlError, Verified, Verifier, refuse};
 
 fn children(node: &Node, local: &str) -> Vec<Node> {

@@ -30,6 +30,7 @@
 mod algorithms;
 mod assertion;
 mod metadata;
+mod nodes;
 mod structure;
 mod xml_errors;
 

@@ -10,6 +10,7 @@
 use libxml::parser::{Parser, ParserOptions};
 use libxml::tree::{Document, Node, NodeType};
 
+use crate::nodes::{child_elements, is};
 use crate::{ASSERTION_NS, DSIG_NS, ENVELOPE_NS, Form, PROTOCOL_NS, SamlError, WSSE_NS, refuse};
 
 /// Deeper documents are refused.
@@ -61,16 +62,8 @@ pub(crate) struct Located {
     pub response_id: Option<String>,
 }
 
-pub(crate) fn is(node: &Node, ns: &str, local: &str) -> bool {
-    node.get_name() == local && node.get_namespace().is_some_and(|n| n.get_href() == ns)
-}
-
 fn in_no_ns_or(node: &Node, ns: &str, local: &str) -> bool {
     node.get_name() == local && node.get_namespace().is_none_or(|n| n.get_href() == ns)
-}
-
-pub(crate) fn child_elements<'a>(node: &'a Node, ns: &'a str, local: &'a str) -> impl Iterator<Item = Node> + 'a {
-    node.get_child_elements().into_iter().filter(move |c| is(c, ns, local))
 }
 
 /// Checks the shape of `doc` (see the module's rules) and says which element is signed.
