@@ -36,7 +36,7 @@ fn admin_queues_prints_payload_types_as_the_topology_spells_them() {
         ("AQUSER.JMS_TEXTQ", "SYS.AQ$_JMS_TEXT_MESSAGE"),
         ("AQUSER.JMS_MAPQ", "SYS.AQ$_JMS_MAP_MESSAGE"),
         ("AQUSER.XML_QUE", "SYS.XMLTYPE"),
-        ("QS.AQ$ORDERS_SQTAB_E", "ORDER_TYP"),
+        ("QS.AQ$_ORDERS_SQTAB_E", "ORDER_TYP"),
     ] {
         assert_eq!(payload_of(queue), payload, "{queue} in:\n{listing}");
     }

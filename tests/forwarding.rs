@@ -150,7 +150,7 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
     // queue table's exception queue, and the service saw 6 attempts, in JSON.
     let send = raw_send("AQUSER.RAW_DEAD", &[("", "0C")], COMMIT);
     assert!(matches!(http(port, &send).await, aqgate_proto::idap::Response::Send(..)));
-    wait_until("the exception queue", Duration::from_secs(30), || depth(&db, "AQUSER.AQ$RAW_TAB_E") == 1);
+    wait_until("the exception queue", Duration::from_secs(30), || depth(&db, "AQUSER.AQ$_RAW_TAB_E") == 1);
     let down: Vec<Vec<u8>> = seen.all().iter().filter(|(p, _, _)| p == "down").map(|(_, _, b)| b.clone()).collect();
     assert_eq!(down.len(), 6, "the first attempt and five retries");
     let v: serde_json::Value = serde_json::from_slice(&down[0]).expect("JSON body");

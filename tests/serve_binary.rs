@@ -151,7 +151,7 @@ fn admin_apply_is_idempotent_and_lists_queues() {
     assert!(scott.contains("http,smtp") && scott.contains("uid=scott,ou=people,dc=aqgate,dc=example"), "{scott}");
     let listing = admin(&["queues", "--database", &db]);
     for q in
-        ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$ORDERS_SQTAB_E"]
+        ["QS.NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.JMS_TEXTQ", "OE.OE_NEW_ORDERS_QUE", "QS.AQ$_ORDERS_SQTAB_E"]
     {
         assert_eq!(depth_of(&listing, q), 0);
     }

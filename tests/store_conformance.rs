@@ -224,7 +224,7 @@ async fn exception_queues_are_of_the_messages_own_queue_table(b: Backend) {
     );
     let h = Harness::with_topology(b, &topo).await;
     let mut p = h.session("scott");
-    for other in ["OE.OE_NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.RAW_QUE", "AQUSER.AQ$XML_TAB_E"] {
+    for other in ["OE.OE_NEW_ORDERS_QUE", "AQUSER.EMP_TOPIC", "AQUSER.RAW_QUE", "AQUSER.AQ$_XML_TAB_E"] {
         let hdr = format!("<expiration>1</expiration><exception_queue>{other}</exception_queue>");
         let (c, msg) = h.run(&mut p, &raw_send(RAWQ, &[(&hdr, "01")], COMMIT)).await.expect_err(other);
         assert_eq!(c, code::INVALID_VALUE, "{other}: {msg}");
@@ -241,12 +241,18 @@ async fn exception_queues_are_of_the_messages_own_queue_table(b: Backend) {
     h.run(&mut p, &raw_send(RAWQ, &[(named, "0A"), (unknown, "0B")], COMMIT)).await.expect("send");
     h.clock.advance_secs(2);
     assert_eq!(h.engine.expire_messages().await.expect("tm"), 2);
-    assert_eq!(depth(&h, "AQUSER.AQ$RAW_TAB_E").await, 1, "a name that does not exist: the default");
+    assert_eq!(depth(&h, "AQUSER.AQ$_RAW_TAB_E").await, 1, "a name that does not exist: the default");
     let mut c = h.session("scott");
     let r = h.run(&mut c, &receive("AQUSER.RAW_ERRORS", "<wait_time>0</wait_time>", COMMIT)).await.expect("named");
     let m = &received(&r)[0];
     assert_eq!(raw_of(m), "0A");
     assert_eq!(m.header.message_state, Some(3));
+    assert_eq!(m.header.exception_queue.as_deref(), Some("AQUSER.RAW_ERRORS"), "it names the queue it is in");
+    // The one whose exception queue does not exist is in the default, and names none (as
+    // Oracle answers it: NULL).
+    let r = h.run(&mut c, &receive("AQUSER.AQ$_RAW_TAB_E", "<wait_time>0</wait_time>", COMMIT)).await.expect("default");
+    let m = &received(&r)[0];
+    assert_eq!((raw_of(m).as_str(), m.header.exception_queue.as_deref()), ("0B", None));
 
     // Too many failed dequeues move it to its own exception queue too.
     let named = "<exception_queue>AQUSER.RAW_ERRORS</exception_queue>";
@@ -727,7 +733,7 @@ async fn expired_messages_move_to_the_exception_queue(b: Backend) {
     assert_eq!(h.engine.expire_messages().await.expect("tm"), 0);
     h.clock.advance_secs(2);
     assert_eq!(h.engine.expire_messages().await.expect("tm"), 1);
-    let eq = "AQUSER.AQ$RAW_TAB_E";
+    let eq = "AQUSER.AQ$_RAW_TAB_E";
     assert_eq!(depth(&h, eq).await, 1);
     let mut c = h.session("scott");
     let r = h.run(&mut c, &receive(eq, "<wait_time>0</wait_time>", COMMIT)).await.expect("from exception queue");
@@ -754,13 +760,13 @@ async fn a_message_locked_while_expiring_stays_with_its_consumer(b: Backend) {
     tx.commit().await.expect("commit the lock");
     let ids: std::collections::HashMap<String, i64> = store.queue_ids().await.expect("ids").into_iter().collect();
     let mut tx = store.begin().await.expect("begin");
-    tx.move_to_exception(due[0].seq, ids["AQUSER.AQ$RAW_TAB_E"]).await.expect("move");
+    tx.move_to_exception(due[0].seq, ids["AQUSER.AQ$_RAW_TAB_E"], false).await.expect("move");
     tx.commit().await.expect("commit the move");
-    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (1, 0), "not moved");
+    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$_RAW_TAB_E").await), (1, 0), "not moved");
     let mut tx = store.begin().await.expect("begin");
     tx.commit_session("consumer-txn", true).await.expect("the consumer commits");
     tx.commit().await.expect("commit");
-    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$RAW_TAB_E").await), (0, 0), "removed by its consumer");
+    assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$_RAW_TAB_E").await), (0, 0), "removed by its consumer");
 }
 
 async fn a_request_is_all_or_nothing(b: Backend) {
@@ -1291,7 +1297,7 @@ async fn too_many_failed_dequeues_move_to_exception_queue(b: Backend) {
         h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
     }
     assert_eq!(recv_raw(&h, &mut c, "", "").await, Err(code::NO_MESSAGE));
-    assert_eq!(depth(&h, "AQUSER.AQ$RAW_TAB_E").await, 1);
+    assert_eq!(depth(&h, "AQUSER.AQ$_RAW_TAB_E").await, 1);
 }
 
 /// Too many failed dequeues on a multi-consumer queue (as Oracle does it): the consumer
@@ -1303,7 +1309,7 @@ async fn a_multi_consumer_message_moves_once_no_consumer_can_take_it(b: Backend)
     let both = "<recipient_list><recipient><agent_name>APP1</agent_name></recipient>\
                 <recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
     h.run(&mut p, &publish_emp(30, both, COMMIT)).await.expect("publish");
-    let eq = "AQUSER.AQ$EMP_TOPIC_TAB_E";
+    let eq = "AQUSER.AQ$_EMP_TOPIC_TAB_E";
     let fail = |consumer: &'static str| {
         let h = &h;
         async move {
@@ -1377,7 +1383,7 @@ async fn disabled_queues_refuse(b: Backend) {
     assert_eq!(fault_code(h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await), code::ENQUEUE_DISABLED);
     assert_eq!(recv_raw(&h, &mut s, "", "").await, Err(code::DEQUEUE_DISABLED));
     assert_eq!(
-        fault_code(h.run(&mut s, &raw_send("AQUSER.AQ$RAW_TAB_E", &[("", "01")], COMMIT)).await),
+        fault_code(h.run(&mut s, &raw_send("AQUSER.AQ$_RAW_TAB_E", &[("", "01")], COMMIT)).await),
         code::ENQUEUE_DISABLED,
         "exception queues take no enqueues"
     );

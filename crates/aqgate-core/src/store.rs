@@ -771,8 +771,13 @@ pub trait StoreTx: Send {
     /// one message serialise here, so exactly one of them sees 0.
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64>;
 
-    /// Moves a message to `to` (an exception queue) in state 3 with one delivery.
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()>;
+    /// Makes message `seq` wait until `until` (state WAIT; a later end it has is kept): a
+    /// queue's `retry_delay` after a rolled-back dequeue.
+    async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()>;
+
+    /// Moves a message to `to` (an exception queue) in state 3 with one delivery;
+    /// `forget_named`: the exception queue it named does not exist, and it names none now.
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()>;
 
     /// Creates or replaces the registration of (queue, consumer, agent).
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;

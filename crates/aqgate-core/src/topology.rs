@@ -74,6 +74,10 @@ pub struct QueueDef {
     /// Failed (rolled back) dequeues before a message moves to the exception queue.
     #[serde(default = "default_max_retries")]
     pub max_retries: i64,
+    /// Seconds a message waits (state WAIT) after a rolled-back dequeue before it is ready
+    /// again (CREATE_QUEUE's `retry_delay`; default 0: at once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_delay: i64,
     /// An exception queue (`DBMS_AQADM.EXCEPTION_QUEUE`): messages of its queue table that
     /// name it as their `exception_queue` move here; nobody enqueues to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -126,6 +130,9 @@ pub struct GrantDef {
 fn yes() -> bool {
     true
 }
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
 fn default_max_retries() -> i64 {
     5
 }
@@ -142,15 +149,23 @@ pub fn canon(name: &str) -> String {
 pub fn exception_queue_name(queue_table: &str) -> String {
     let t = canon(queue_table);
     match t.split_once('.') {
-        Some((schema, table)) => format!("{schema}.AQ${table}_E"),
-        None => format!("AQ${t}_E"),
+        Some((schema, table)) => format!("{schema}.AQ$_{table}_E"),
+        None => format!("AQ$_{t}_E"),
     }
 }
 
+/// A queue table's `sort_list`: the dequeue order of its messages (CREATE_QUEUE_TABLE's
+/// `sort_list`), kept per message as its `prio_key` (then its sequence number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SortOrder {
+    /// `enq_time` (the default): first in, first out.
     EnqTime,
+    /// `priority,enq_time` (and `priority` alone): by priority, the lowest number first;
+    /// first in, first out within a priority.
     PriorityEnqTime,
+    /// `enq_time,priority`: first in, first out; messages enqueued at the same time (one
+    /// request's) by priority.
+    EnqTimePriority,
 }
 
 /// A queue as the engine sees it.
@@ -164,6 +179,8 @@ pub struct QueueInfo {
     pub enqueue_enabled: bool,
     pub dequeue_enabled: bool,
     pub max_retries: i64,
+    /// Seconds a rolled-back message waits before it is ready again.
+    pub retry_delay: i64,
     pub is_exception_queue: bool,
     /// Its queue table is secure: `sender_id` is checked against the database users (see
     /// [`QueueTableDef::secure`]).
@@ -292,8 +309,11 @@ impl Topology {
                 None => SortOrder::EnqTime,
                 Some(s) if s == "enq_time" => SortOrder::EnqTime,
                 Some(s) if s == "priority,enq_time" || s == "priority" => SortOrder::PriorityEnqTime,
+                Some(s) if s == "enq_time,priority" => SortOrder::EnqTimePriority,
                 Some(s) => {
-                    errors.push(format!("{key}.sort_list: unsupported '{s}' (enq_time or priority,enq_time)"));
+                    errors.push(format!(
+                        "{key}.sort_list: unsupported '{s}' (enq_time, priority, priority,enq_time or enq_time,priority)"
+                    ));
                     SortOrder::EnqTime
                 }
             };
@@ -316,6 +336,7 @@ impl Topology {
                     enqueue_enabled: false,
                     dequeue_enabled: true,
                     max_retries: 0,
+                    retry_delay: 0,
                     is_exception_queue: true,
                     secure: t.secure,
                     exception_queue: eq.clone(),
@@ -336,6 +357,9 @@ impl Topology {
             if q.max_retries < 0 {
                 errors.push(format!("{key}.max_retries: must be >= 0"));
             }
+            if q.retry_delay < 0 {
+                errors.push(format!("{key}.retry_delay: must be >= 0 (seconds)"));
+            }
             let name = canon(&q.name);
             // Exception queues are single-consumer and closed for enqueue, like the default one.
             let info = QueueInfo {
@@ -347,6 +371,7 @@ impl Topology {
                 enqueue_enabled: q.enqueue && !q.exception,
                 dequeue_enabled: q.dequeue,
                 max_retries: if q.exception { 0 } else { q.max_retries },
+                retry_delay: q.retry_delay,
                 is_exception_queue: q.exception,
                 secure: t.secure,
                 exception_queue: exception_queue_name(&t.name),

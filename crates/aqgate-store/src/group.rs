@@ -447,8 +447,11 @@ impl StoreTx for GroupTx {
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         self.tx()?.drop_delivery(seq, consumer).await
     }
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
-        self.tx()?.move_to_exception(seq, to).await
+    async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
+        self.tx()?.delay_message(seq, until).await
+    }
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
+        self.tx()?.move_to_exception(seq, to, forget_named).await
     }
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
         self.tx()?.upsert_registration(r).await

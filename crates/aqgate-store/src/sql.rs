@@ -42,6 +42,8 @@ pub(crate) const DELIVERY_LOCK: &str = "UPDATE deliveries SET lock_txn = $1, loc
 pub(crate) const DELIVERIES_UNLOCK_TXN: &str =
     "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1";
 pub(crate) const NOTIFY_DROP_TXN: &str = "DELETE FROM notify_outbox WHERE txn = $1";
+pub(crate) const MESSAGE_DELAY: &str =
+    "UPDATE messages SET delay_until = CASE WHEN delay_until > $2 THEN delay_until ELSE $2 END WHERE seq = $1";
 pub(crate) const DELIVERIES_DROP_MESSAGE: &str = "DELETE FROM deliveries WHERE msg_seq = $1";
 pub(crate) const REGISTRATION_UPSERT: &str =
     "INSERT INTO registrations (queue_id, consumer, notify_url, agent) VALUES ($1, $2, $3, $4)

@@ -364,25 +364,26 @@ impl Engine {
         Ok(())
     }
 
-    /// A stored message as a receiver gets it. `jms_userid`: a JMS message shows the agent
-    /// that enqueued it as `oracle_jms_properties/userid` (JMSXUserID). A propagation job
-    /// asks without: it sends the payload on, where `userid` is the server's to set, and
-    /// carries the enqueuing agent itself (`Session::received`).
+    /// A stored message as a receiver gets it. `jms_server_fields`: a JMS message shows the
+    /// agent that enqueued it as `oracle_jms_properties/userid` (JMSXUserID) and its enqueue
+    /// time in milliseconds as `timestamp` (JMSTimestamp). A propagation job asks without:
+    /// it sends the payload on, where both are the server's to set, and carries the
+    /// enqueuing agent and the times itself (`Session::received`).
     pub(super) fn message_out(
         &self,
         resolved: &Resolved,
         queue: &QueueInfo,
         m: &StoredMessage,
         now: Micros,
-        jms_userid: bool,
+        jms_server_fields: bool,
     ) -> Result<Message, AqError> {
         let mut payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
             .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
-        if jms_userid
-            && queue.payload.is_jms()
-            && let Some(u) = &m.enq_user_id
-        {
-            payload::set_jms_userid(&mut payload, u);
+        if jms_server_fields && queue.payload.is_jms() {
+            if let Some(u) = &m.enq_user_id {
+                payload::set_jms_userid(&mut payload, u);
+            }
+            payload::set_jms_timestamp(&mut payload, m.enq_time.div_euclid(1000));
         }
         Ok(Message { number: Some(1), header: header_of(m, queue, now), payload })
     }

@@ -94,6 +94,11 @@ impl Engine {
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
         }
+        if queue.sort == SortOrder::EnqTimePriority {
+            // Messages of one enqueue time are stored (so numbered, and dequeued) by
+            // priority; the response keeps the request's order.
+            rows.sort_by_key(|r| (r.enq_time, r.priority));
+        }
         let mut woken = vec![qid];
         let commit_session = req.commit && session.pending;
         let mut next = session.state();
@@ -226,7 +231,12 @@ impl Engine {
             payload,
             enq_txn,
             consumers: Vec::new(),
-            prio_key: if queue.sort == SortOrder::PriorityEnqTime { priority } else { 0 },
+            prio_key: match queue.sort {
+                SortOrder::EnqTime => 0,
+                SortOrder::PriorityEnqTime => priority,
+                // The enqueue time first; within one time, the insert order (see `enqueue`).
+                SortOrder::EnqTimePriority => enq_time,
+            },
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {
@@ -509,7 +519,7 @@ mod tests {
         assert_eq!(c.enqueue_users(c.agent("scott").expect("scott"), q), ["QS"]);
         assert_eq!(c.enqueue_users(c.agent("john").expect("john"), q), ["OE"]);
         assert!(c.queue("QS.Q").is_some_and(|q| q.secure));
-        assert!(c.queue("QS.AQ$T_E").is_some_and(|q| q.secure), "the default exception queue is of the same table");
+        assert!(c.queue("QS.AQ$_T_E").is_some_and(|q| q.secure), "the default exception queue is of the same table");
         assert!(c.queue("AQUSER.Q").is_some_and(|q| !q.secure));
     }
 }

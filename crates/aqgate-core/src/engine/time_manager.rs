@@ -83,7 +83,7 @@ impl Engine {
         // a job that restarts, or a batch that outlived the session timeout, leaves its
         // messages' retry counts as they were.
         let counts = !crate::topology::propagation::is_job_agent(&row.agent);
-        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn, counts).await? } else { Vec::new() };
+        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn, counts, self.now()).await? } else { Vec::new() };
         tx.commit().await?;
         if row.pending {
             tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");
@@ -123,7 +123,7 @@ impl Engine {
             let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
             let target = own.and_then(|q| exception_target(&resolved, q, m.exception_queue.as_deref(), m.seq));
             match target {
-                Some(t) => tx.move_to_exception(m.seq, t).await?,
+                Some((t, forget)) => tx.move_to_exception(m.seq, t, forget).await?,
                 None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
             }
         }
@@ -148,22 +148,25 @@ impl Engine {
 /// Where a failed (expired, or too often rolled back) message `seq` of `queue` goes: the
 /// exception queue it names, else its queue table's default. A named one that does not
 /// exist (or, after a topology change, is no exception queue of the table) falls back to
-/// the default, as Oracle AQ specifies.
+/// the default, as Oracle AQ specifies, with a warning; the message then no longer names it
+/// (its `exception_queue` reads NULL at dequeue, as in Oracle), which the second value says.
 pub(super) fn exception_target(
     resolved: &Resolved,
     queue: &QueueInfo,
     named: Option<&str>,
     seq: i64,
-) -> Option<QueueId> {
+) -> Option<(QueueId, bool)> {
+    let mut forget = false;
     let named = named.and_then(|n| {
         let found = resolved.catalog.queue(n).filter(|t| exception_queue_of(t, queue));
         if found.is_none() {
             tracing::warn!(seq, exception_queue = n, "no such exception queue; using the default");
+            forget = true;
         }
         found
     });
     let name = named.map_or(&queue.exception_queue, |t| &t.name);
-    resolved.ids.get(name).copied()
+    resolved.ids.get(name).map(|id| (*id, forget))
 }
 
 /// Whether `target` may receive `queue`'s failed messages: an exception queue of the same

@@ -206,7 +206,7 @@ impl Engine {
         // does not count against the message (it stays in the source until it moves).
         let counts = !session.propagates;
         let woken =
-            if session.pending { rollback_work(&mut *tx, resolved, &session.txn, counts).await? } else { Vec::new() };
+            if session.pending { rollback_work(&mut *tx, resolved, &session.txn, counts, self.now()).await? } else { Vec::new() };
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
@@ -218,13 +218,15 @@ impl Engine {
 }
 
 /// Discards the transaction `txn`'s work inside `tx`: its enqueues go, its dequeues are
-/// released (with `counts`, their retry count goes up); messages rolled back too often
-/// move to their exception queue. Returns the queues whose messages came back.
+/// released (with `counts`, their retry count goes up, and a queue's `retry_delay` makes
+/// the message wait that long, from `now`); messages rolled back too often move to their
+/// exception queue. Returns the queues whose messages came back.
 pub(super) async fn rollback_work(
     tx: &mut dyn StoreTx,
     resolved: &Resolved,
     txn: &str,
     counts: bool,
+    now: Micros,
 ) -> Result<Vec<QueueId>, AqError> {
     let released = tx.rollback_session(txn, counts).await?;
     let mut woken = Vec::new();
@@ -233,14 +235,23 @@ pub(super) async fn rollback_work(
         let Some(q) = resolved.names.get(&r.queue).and_then(|n| resolved.catalog.queues.get(n)) else {
             continue;
         };
-        if q.is_exception_queue || r.retry_count <= q.max_retries {
+        if q.is_exception_queue {
             continue;
         }
-        let Some(eq) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else { continue };
+        if r.retry_count <= q.max_retries {
+            if counts && q.retry_delay > 0 {
+                let until = now.saturating_add(q.retry_delay.saturating_mul(crate::clock::MICROS_PER_SEC));
+                tx.delay_message(r.seq, until).await?;
+            }
+            continue;
+        }
+        let Some((eq, forget)) = exception_target(resolved, q, r.exception_queue.as_deref(), r.seq) else {
+            continue;
+        };
         // A multi-consumer message moves once none of its consumers can take it any more
         // (as Oracle does); a consumer that gave up no longer sees it.
         if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
-            tx.move_to_exception(r.seq, eq).await?;
+            tx.move_to_exception(r.seq, eq, forget).await?;
         }
     }
     Ok(woken)

@@ -137,6 +137,24 @@ pub fn set_jms_userid(payload: &mut XmlNode, userid: &str) {
     props.children.insert(at, XmlChild::Element(leaf("userid", userid)));
 }
 
+/// Sets `timestamp` (JMSTimestamp: the enqueue time, in milliseconds since the epoch) in the
+/// `oracle_jms_properties` of a JMS payload as stored, as Oracle fills it at enqueue. It is
+/// the last of the properties a stored payload has (after `group_sequence`, where Oracle's
+/// header order has it); a payload without properties gets them.
+pub fn set_jms_timestamp(payload: &mut XmlNode, millis: i64) {
+    let is = |c: &XmlChild, name: &str| matches!(c, XmlChild::Element(e) if e.local_name().eq_ignore_ascii_case(name));
+    let i = match payload.children.iter().position(|c| is(c, "oracle_jms_properties")) {
+        Some(i) => i,
+        None => {
+            payload.children.insert(0, XmlChild::Element(XmlNode::new("oracle_jms_properties")));
+            0
+        }
+    };
+    let Some(XmlChild::Element(props)) = payload.children.get_mut(i) else { return };
+    props.children.retain(|c| !is(c, "timestamp"));
+    props.children.push(XmlChild::Element(leaf("timestamp", millis.to_string())));
+}
+
 pub(super) fn canon_reply_to(node: &XmlNode, path: &str) -> Result<XmlNode, PayloadError> {
     const ORDER: [&str; 3] = ["agent_name", "address", "protocol"];
     let mut fields: [Option<String>; 3] = Default::default();

@@ -84,7 +84,7 @@ mod stored;
 mod types;
 mod view;
 
-pub use self::jms::set_jms_userid;
+pub use self::jms::{set_jms_timestamp, set_jms_userid};
 use self::jms::*;
 use self::object::*;
 use self::stored::*;

@@ -371,7 +371,12 @@ impl StoreTx for PgTx {
         .db()?)
     }
 
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+    async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
+        sqlx::query(sql::MESSAGE_DELAY).bind(seq).bind(until).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
         // A message a consumer has locked meanwhile (between `due_expirations` and here)
         // stays where it is; the lock holder decides. The message row is locked first, so
         // a single-consumer lock cannot slip in between.
@@ -391,11 +396,13 @@ impl StoreTx for PgTx {
         // An exception queue has one consumer: the message now carries its delivery.
         sqlx::query(
             "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
-                    single = true, prio_key = 0, retry_count = 0
+                    single = true, prio_key = 0, retry_count = 0,
+                    exception_queue = CASE WHEN $3 THEN NULL ELSE exception_queue END
              WHERE seq = $1",
         )
         .bind(seq)
         .bind(to)
+        .bind(forget_named)
         .execute(&mut *self.tx)
         .await
         .db()?;

@@ -290,7 +290,12 @@ impl StoreTx for SqliteTx {
             .db()?)
     }
 
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId) -> Result<()> {
+    async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
+        sqlx::query(sql::MESSAGE_DELAY).bind(seq).bind(until).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
         // A message a consumer has locked meanwhile stays where it is (SQLite has one
         // writer, so nothing can lock it between this check and the move).
         let locked: Option<i64> =
@@ -304,10 +309,13 @@ impl StoreTx for SqliteTx {
         }
         sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
         sqlx::query(
-            "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL WHERE seq = ?1",
+            "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL,
+                    exception_queue = CASE WHEN ?3 THEN NULL ELSE exception_queue END
+             WHERE seq = ?1",
         )
         .bind(seq)
         .bind(to)
+        .bind(forget_named)
         .execute(&mut *self.tx)
         .await
         .db()?;

@@ -1,0 +1,212 @@
+//! Oracle AQ's queue semantics over real HTTP, on SQLite and on PostgreSQL: the default
+//! exception queue `AQ$_<TABLE>_E` (listed, granted, NULL `exception_queue` after a
+//! fallback), the JMS properties the server fills at dequeue (`timestamp`, `userid`), the
+//! four `sort_list` orders, and `retry_delay` after a rollback.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aqgate::servlet::{AppState, app};
+use aqgate_core::clock::SystemClock;
+use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_core::error::code;
+use aqgate_proto::idap::{Limits, Response};
+use common::*;
+
+/// Queues of each sort order, a queue with a retry delay, and a grant on a default
+/// exception queue, beside the default topology.
+const EXTRA: &str = r#"
+[[queue_tables]]
+name = "AQUSER.BY_PRIO_TAB"
+payload_type = "RAW"
+sort_list = "priority"
+
+[[queues]]
+name = "AQUSER.BY_PRIO"
+queue_table = "AQUSER.BY_PRIO_TAB"
+
+[[queue_tables]]
+name = "AQUSER.FIFO_TAB"
+payload_type = "RAW"
+
+[[queues]]
+name = "AQUSER.FIFO"
+queue_table = "AQUSER.FIFO_TAB"
+
+[[queue_tables]]
+name = "AQUSER.TIME_PRIO_TAB"
+payload_type = "RAW"
+sort_list = "enq_time,priority"
+
+[[queues]]
+name = "AQUSER.TIME_PRIO"
+queue_table = "AQUSER.TIME_PRIO_TAB"
+
+[[queue_tables]]
+name = "AQUSER.RETRY_TAB"
+payload_type = "RAW"
+
+[[queues]]
+name = "AQUSER.RETRY"
+queue_table = "AQUSER.RETRY_TAB"
+retry_delay = 2
+max_retries = 1
+
+[[grants]]
+user = "OE"
+queue = "AQUSER.AQ$_RETRY_TAB_E"
+privilege = "dequeue"
+"#;
+
+struct Server {
+    port: u16,
+    engine: Arc<Engine>,
+}
+
+async fn start(b: Backend) -> Server {
+    let url = fresh_url(b).await;
+    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let router = app(AppState::new(engine.clone(), Limits::default()));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Server { port, engine }
+}
+
+async fn take(port: u16, agent: (&str, &str), queue: &str) -> Result<Vec<aqgate_proto::idap::Message>, i32> {
+    match idap_in(port, agent, &mut None, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await {
+        Response::Fault(f) => Err(f.code),
+        r => Ok(received(&r)),
+    }
+}
+
+async fn drain(port: u16, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(ms) = take(port, SCOTT, queue).await {
+        out.extend(ms.iter().map(raw_of));
+    }
+    out
+}
+
+fn prio(p: i32) -> String {
+    format!("<priority>{p}</priority>")
+}
+
+async fn sort_orders(b: Backend) {
+    let s = start(b).await;
+    // Two requests: the first sends priorities 3, 1, 2; the second 0 and 5.
+    for q in ["AQUSER.BY_PRIO", "AQUSER.FIFO", "AQUSER.TIME_PRIO", "AQUSER.RAW_QUE"] {
+        let first = raw_send(q, &[(&prio(3), "A3"), (&prio(1), "A1"), (&prio(2), "A2")], COMMIT);
+        let r = http(s.port, &first).await;
+        assert_eq!(sent_ids(&r).len(), 3, "{q}: {r:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        http(s.port, &raw_send(q, &[(&prio(0), "B0"), (&prio(5), "B5")], COMMIT)).await;
+    }
+    // priority (and priority,enq_time): by priority, FIFO within one.
+    assert_eq!(drain(s.port, "AQUSER.BY_PRIO").await, ["B0", "A1", "A2", "A3", "B5"]);
+    assert_eq!(drain(s.port, "AQUSER.RAW_QUE").await, ["B0", "A1", "A2", "A3", "B5"], "priority,enq_time");
+    // enq_time: FIFO.
+    assert_eq!(drain(s.port, "AQUSER.FIFO").await, ["A3", "A1", "A2", "B0", "B5"]);
+    // enq_time,priority: FIFO, one request's messages by priority.
+    assert_eq!(drain(s.port, "AQUSER.TIME_PRIO").await, ["A1", "A2", "A3", "B0", "B5"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_four_sort_orders_on_sqlite() {
+    sort_orders(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_four_sort_orders_on_postgres() {
+    sort_orders(Backend::Postgres).await;
+}
+
+/// A rolled-back dequeue makes the message wait `retry_delay` (state 1) before it is ready
+/// again; past `max_retries` it moves to the default exception queue `AQ$_RETRY_TAB_E`,
+/// which `admin queues` lists and john reads through a grant.
+async fn retry_delay_and_exception_queues(b: Backend) {
+    let s = start(b).await;
+    let q = "AQUSER.RETRY";
+    http(s.port, &raw_send(q, &[("", "0A")], COMMIT)).await;
+    let mut c = None;
+    let r = idap_in(s.port, SCOTT, &mut c, &receive(q, "<wait_time>0</wait_time>", "")).await;
+    assert_eq!(raw_of(&received(&r)[0]), "0A");
+    idap_in(s.port, SCOTT, &mut c, &envelope(ROLLBACK)).await;
+    let rolled_back = std::time::Instant::now();
+    // Waiting: not ready.
+    assert_eq!(take(s.port, SCOTT, q).await.err(), Some(code::NO_MESSAGE), "it waits out its retry delay");
+    // A receive that waits gets it when the delay ends, not before.
+    let r = http(s.port, &receive(q, "<wait_time>10</wait_time>", "")).await;
+    let got = received(&r);
+    assert_eq!(raw_of(&got[0]), "0A");
+    assert!(rolled_back.elapsed() >= Duration::from_millis(1_900), "ready after the retry delay");
+    assert_eq!(got[0].header.delivery_count, Some(1));
+
+    // Rolled back a second time: past max_retries (1), it moves to the exception queue.
+    let mut c = None;
+    idap_in(s.port, SCOTT, &mut c, &receive(q, "<wait_time>10</wait_time>", "")).await;
+    idap_in(s.port, SCOTT, &mut c, &envelope(ROLLBACK)).await;
+    let queues = aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues");
+    let eq = queues.iter().find(|r| r.name == "AQUSER.AQ$_RETRY_TAB_E").expect("admin queues lists it");
+    assert_eq!(eq.depth, 1);
+    // john (user OE) reads it through the grant; the message names no exception queue of
+    // its own, so the one it is in (the default) reads as NULL.
+    let ms = take(s.port, ("john", "welcome"), "AQUSER.AQ$_RETRY_TAB_E").await.expect("granted");
+    assert_eq!((raw_of(&ms[0]).as_str(), ms[0].header.message_state, ms[0].header.exception_queue.as_deref()), ("0A", Some(3), None));
+    assert_eq!(take(s.port, ("john", "welcome"), "AQUSER.AQ$_RAW_TAB_E").await.err(), Some(code::NOT_PERMITTED));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_delay_and_the_default_exception_queue_on_sqlite() {
+    retry_delay_and_exception_queues(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_delay_and_the_default_exception_queue_on_postgres() {
+    retry_delay_and_exception_queues(Backend::Postgres).await;
+}
+
+/// A JMS text message round-trips every header field a client may set, and gets the two
+/// the server sets: `userid` (the enqueuing agent) and `timestamp` (its enqueue time in
+/// milliseconds).
+async fn jms_properties(b: Backend) {
+    let s = start(b).await;
+    let before = chrono::Utc::now().timestamp_millis();
+    let send = envelope(
+        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.JMS_TEXTQ</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>C-1</correlation><priority>4</priority></message_header><message_payload><jms_text_message><oracle_jms_properties><type>orders</type><reply_to><agent_name>john</agent_name><address>AQUSER.JMS_TEXTQ</address><protocol>0</protocol></reply_to><appid>APP_X</appid><groupid>G1</groupid><group_sequence>7</group_sequence></oracle_jms_properties><user_properties><property><name>Country</name><string_value>USA</string_value></property></user_properties><text_data>hello</text_data></jms_text_message></message_payload></message></message_set></AQXmlSend>"#,
+    );
+    http(s.port, &send).await;
+    let after = chrono::Utc::now().timestamp_millis();
+    let ms = take(s.port, ("john", "welcome"), "AQUSER.JMS_TEXTQ").await.expect("the message");
+    let p = &ms[0].payload;
+    let props = p.child("oracle_jms_properties").expect("properties");
+    let field = |n: &str| props.child(n).map(|c| c.text());
+    assert_eq!(field("type").as_deref(), Some("orders"));
+    assert_eq!(field("appid").as_deref(), Some("APP_X"));
+    assert_eq!(field("groupid").as_deref(), Some("G1"));
+    assert_eq!(field("group_sequence").as_deref(), Some("7"));
+    let reply = props.child("reply_to").expect("reply_to");
+    assert_eq!(reply.child("agent_name").map(|c| c.text()).as_deref(), Some("john"));
+    assert_eq!(reply.child("address").map(|c| c.text()).as_deref(), Some("AQUSER.JMS_TEXTQ"));
+    assert_eq!(field("userid").as_deref(), Some("SCOTT"));
+    let ts: i64 = field("timestamp").expect("timestamp").parse().expect("milliseconds");
+    assert!((before..=after).contains(&ts), "{before} <= {ts} <= {after}");
+    let names: Vec<String> = props.elements().map(|c| c.local_name().to_string()).collect();
+    assert_eq!(names, ["type", "reply_to", "userid", "appid", "groupid", "group_sequence", "timestamp"], "Oracle's order");
+    assert_eq!(p.child("text_data").map(|c| c.text()).as_deref(), Some("hello"));
+    assert_eq!(ms[0].header.correlation.as_deref(), Some("C-1"));
+    assert_eq!(ms[0].header.priority, Some(4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jms_properties_the_server_fills_on_sqlite() {
+    jms_properties(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jms_properties_the_server_fills_on_postgres() {
+    jms_properties(Backend::Postgres).await;
+}
