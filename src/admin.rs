@@ -21,6 +21,7 @@ macro_rules! out {
 }
 
 pub mod jobs;
+pub mod messages;
 pub mod notifications;
 pub mod spool;
 pub mod topology;
@@ -163,9 +164,16 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
             tx.delete_topology_object(kind, name).await?;
         }
     }
-    for name in catalog.queues.keys() {
-        tx.ensure_queue(name).await?;
+    // Oracle's AQ$<QUEUE_TABLE> views, over the queues of each table (a remote queue
+    // space's queues are no queue table's).
+    let mut tables: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (name, q) in &catalog.queues {
+        let id = tx.ensure_queue(name).await?;
+        if q.remote.is_none() {
+            tables.entry(q.queue_table.clone()).or_default().push(id);
+        }
     }
+    tx.define_views(&tables.into_iter().collect::<Vec<_>>()).await?;
     tx.commit().await?;
     Ok(changes)
 }
@@ -186,13 +194,14 @@ async fn refuse_reshaping_queues_with_messages(
     let mut refused = Vec::new();
     for (name, old) in &before.queues {
         let Some(new) = wanted.queues.get(name) else { continue };
-        if old.payload == new.payload && old.multi_consumer == new.multi_consumer {
+        if old.payload == new.payload && old.multi_consumer == new.multi_consumer && old.sort == new.sort {
             continue;
         }
         let depth = ids.get(name).and_then(|id| depths.get(id)).copied().unwrap_or(0);
         if depth > 0 {
             refused.push(format!(
-                "queue {name} holds {depth} message(s): its payload type and consumer model cannot change until it is empty"
+                "queue {name} holds {depth} message(s): its payload type, consumer model and sort_list cannot \
+                 change until it is empty"
             ));
         }
     }

@@ -115,6 +115,20 @@ enum AdminCommand {
         #[command(flatten)]
         db: Db,
     },
+    /// A queue's messages as Oracle's AQ$<QUEUE_TABLE> view shows them: id, state, priority,
+    /// enqueue time and agent, sender, retries, consumer, correlation.
+    Messages {
+        /// The queue (`SCHEMA.NAME`).
+        queue: String,
+        #[command(flatten)]
+        db: Db,
+        /// Only messages in this state: READY, WAIT, PROCESSED or EXPIRED.
+        #[arg(long)]
+        state: Option<String>,
+        /// Print every column of every row as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// List agents: protocols, database users, gateway flag, certificate location.
     Agents {
         #[command(flatten)]
@@ -291,6 +305,9 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             admin::print_apply(open(db).await?.as_ref(), &topo, dry_run, out).await
         }
         AdminCommand::Queues { db } => admin::topology::print_queues(open(db).await?.as_ref(), out).await,
+        AdminCommand::Messages { queue, db, state, json } => {
+            admin::messages::print_messages(open(db).await?.as_ref(), &queue, state.as_deref(), json, out).await
+        }
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
         AdminCommand::Jobs { db, json, enable, disable } => {

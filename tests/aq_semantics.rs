@@ -210,3 +210,95 @@ async fn jms_properties_the_server_fills_on_sqlite() {
 async fn jms_properties_the_server_fills_on_postgres() {
     jms_properties(Backend::Postgres).await;
 }
+
+/// Runs SQL against the database `url` with its own command-line client (sqlite3, psql),
+/// as a user would: the rows, `|`-separated.
+fn sql_client(url: &str, sql: &str) -> Vec<String> {
+    let out = match url.strip_prefix("sqlite://") {
+        Some(path) => std::process::Command::new("sqlite3").arg(path).arg(sql).output(),
+        None => std::process::Command::new("psql").args([url, "-X", "-q", "-A", "-t", "-c", sql]).output(),
+    }
+    .expect("sqlite3 / psql (scripts/ensure-tools.sh installs them)");
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// Oracle's `AQ$<QUEUE_TABLE>` views, read by the database's own client, and `aqgate
+/// admin messages`, which shows the same rows: READY and WAIT messages with their
+/// enqueuing agent and sender, one row per consumer of a multi-consumer message, EXPIRED
+/// ones in the exception queue; uncommitted ones are not shown.
+async fn views(b: Backend) {
+    let url = fresh_url(b).await;
+    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let router = app(AppState::new(engine.clone(), Limits::default()));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let sender = "<sender_id><agent_name>APP_X</agent_name></sender_id>";
+    let msgs = [
+        (format!("<correlation>R1</correlation><priority>2</priority>{sender}"), "01"),
+        ("<correlation>W1</correlation><delay>3600</delay><expiration>60</expiration>".to_string(), "02"),
+        ("<correlation>E1</correlation><expiration>1</expiration>".to_string(), "03"),
+    ];
+    let msgs: Vec<(&str, &str)> = msgs.iter().map(|(h, p)| (h.as_str(), *p)).collect();
+    let r = idap(port, "john", "welcome", &raw_send("AQUSER.RAW_QUE", &msgs, COMMIT)).await;
+    let ids = sent_ids(&r);
+    // Not committed: not in the view.
+    let mut open = None;
+    idap_in(port, SCOTT, &mut open, &raw_send("AQUSER.RAW_QUE", &[("<correlation>U1</correlation>", "04")], "")).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(engine.expire_messages().await.expect("time manager"), 1);
+
+    let rows = sql_client(
+        &url,
+        r#"SELECT queue, msg_id, corr_id, msg_priority, msg_state, enq_user_id, sender_name, retry_count, expiration, consumer_name
+             FROM "AQUSER.AQ$RAW_TAB" ORDER BY corr_id"#,
+    );
+    assert_eq!(
+        rows,
+        [
+            format!("AQUSER.AQ$_RAW_TAB_E|{}|E1|1|EXPIRED|JOHN|john|0||", ids[2]),
+            format!("AQUSER.RAW_QUE|{}|R1|2|READY|JOHN|APP_X|0||", ids[0]),
+            format!("AQUSER.RAW_QUE|{}|W1|1|WAIT|JOHN|john|0|60|", ids[1]),
+        ]
+    );
+    let enq: Vec<String> = sql_client(&url, r#"SELECT enq_time FROM "AQUSER.AQ$RAW_TAB" WHERE corr_id = 'R1'"#);
+    assert!(enq[0].starts_with(&chrono::Utc::now().format("%Y-%m-%d").to_string()), "a timestamp: {enq:?}");
+
+    // A multi-consumer message: one row per consumer still to take it.
+    let publish = envelope(
+        r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.EMP_TOPIC</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>P1</correlation><recipient_list><recipient><agent_name>APP1</agent_name></recipient><recipient><agent_name>APP2</agent_name></recipient></recipient_list></message_header><message_payload><EMP_TYP><EMPNO>1</EMPNO><ENAME>X</ENAME><JOB>Y</JOB><MGR>2</MGR><HIREDATE>2024-01-01 0:0:0</HIREDATE><SAL>1</SAL><COMM>0</COMM><DEPTNO>10</DEPTNO></EMP_TYP></message_payload></message></message_set><AQXmlCommit/></AQXmlPublish>"#,
+    );
+    let r = http(port, &publish).await;
+    assert!(!matches!(r, Response::Fault(_)), "{r:?}");
+    let rows = sql_client(&url, r#"SELECT corr_id, consumer_name, msg_state FROM "AQUSER.AQ$EMP_TOPIC_TAB" ORDER BY consumer_name"#);
+    assert_eq!(rows, ["P1|APP1|READY", "P1|APP2|READY"]);
+
+    // admin messages: the same rows.
+    let out = aqgate(&["admin", "messages", "aquser.raw_que", "--database", &url, "--json"]).output().expect("admin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v.as_array().expect("rows");
+    let states: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r["CORR_ID"].as_str().unwrap_or(""), r["MSG_STATE"].as_str().unwrap_or(""))).collect();
+    assert_eq!(states, [("R1", "READY"), ("W1", "WAIT")], "the queue's own rows, in enqueue order");
+    assert_eq!(rows[0]["ENQ_USER_ID"], "JOHN");
+    let out = aqgate(&["admin", "messages", "AQUSER.RAW_QUE", "--database", &url, "--state", "wait"]).output().expect("admin");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.lines().count() == 2 && text.contains("W1"), "{text}");
+    let out = aqgate(&["admin", "messages", "AQUSER.NOPE", "--database", &url]).output().expect("admin");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no queue AQUSER.NOPE"));
+    drop(open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aq_views_on_sqlite() {
+    views(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aq_views_on_postgres() {
+    views(Backend::Postgres).await;
+}

@@ -426,6 +426,10 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// Committed messages per queue id.
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
 
+    /// The rows of queue table `queue_table`'s `AQ$` view for `queue` (at most `limit`),
+    /// every column as text (`None`: NULL), in the order of the view's columns.
+    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>>;
+
     /// Messages whose expiration has passed and are not locked: candidates for the time
     /// manager.
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
@@ -790,6 +794,9 @@ pub trait StoreTx: Send {
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
     async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
+    /// Redefines Oracle's `AQ$<QUEUE_TABLE>` views: one per queue table of `tables` (its
+    /// name and its queues), and no other.
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()>;
 
     /// Savepoints, for group commit: one request's work inside a shared transaction.
     async fn savepoint(&mut self) -> Result<()>;

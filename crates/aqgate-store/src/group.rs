@@ -144,6 +144,10 @@ impl Store for GroupCommitStore {
         self.inner.queue_depths().await
     }
 
+    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>> {
+        self.inner.view_rows(queue_table, queue, limit).await
+    }
+
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
         self.inner.due_expirations(now, limit).await
     }
@@ -446,6 +450,9 @@ impl StoreTx for GroupTx {
     }
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         self.tx()?.drop_delivery(seq, consumer).await
+    }
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
+        self.tx()?.define_views(tables).await
     }
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
         self.tx()?.delay_message(seq, until).await

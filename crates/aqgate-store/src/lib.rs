@@ -10,6 +10,7 @@ mod interest;
 pub mod postgres;
 pub mod regulars;
 mod sql;
+pub mod views;
 pub mod sqlite;
 
 use aqgate_core::clock::Micros;

@@ -27,7 +27,8 @@ mod tx;
 
 use {coalesce::*, spool::*, statements::*, tx::*};
 
-/// The advisory lock class of cluster-wide duties (`(class, 1)`: the time manager), apart
+/// The advisory lock class of cluster-wide duties (`(class, 1)`: the time manager; `(class,
+/// 2)`: defining the AQ$ views), apart
 /// from the interest locks' `(0x61716761, queue)`.
 const TIME_MANAGER_LOCK: i32 = 0x6171_6762;
 
@@ -179,6 +180,14 @@ impl Store for PgStore {
     async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
         let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
+    }
+
+    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>> {
+        let sql = crate::views::select_sql(queue_table);
+        let rows = sqlx::query(&sql).bind(queue).bind(limit).fetch_all(&self.pool).await.db()?;
+        rows.iter()
+            .map(|r| (0..crate::views::COLUMNS.len()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect())
+            .collect()
     }
 
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {

@@ -454,6 +454,21 @@ impl StoreTx for PgTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
+        use crate::views::{Dialect, create_sql, list_sql, quoted};
+        // Nodes that start at once define the same views: one after the other (the lock
+        // is held until this transaction ends).
+        sqlx::query("SELECT pg_advisory_xact_lock($1, 2)").bind(TIME_MANAGER_LOCK).execute(&mut *self.tx).await.db()?;
+        let old: Vec<String> = sqlx::query_scalar(list_sql(Dialect::Postgres)).fetch_all(&mut *self.tx).await.db()?;
+        for v in old {
+            sqlx::query(&format!("DROP VIEW IF EXISTS {}", quoted(&v))).execute(&mut *self.tx).await.db()?;
+        }
+        for (table, queues) in tables {
+            sqlx::query(&create_sql(Dialect::Postgres, table, queues)).execute(&mut *self.tx).await.db()?;
+        }
+        Ok(())
+    }
+
     async fn savepoint(&mut self) -> Result<()> {
         sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
         Ok(())

@@ -104,6 +104,14 @@ impl Store for SqliteStore {
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
     }
 
+    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>> {
+        let sql = crate::views::select_sql(queue_table);
+        let rows = sqlx::query(&sql).bind(queue).bind(limit).fetch_all(&self.pool).await.db()?;
+        rows.iter()
+            .map(|r| (0..crate::views::COLUMNS.len()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect())
+            .collect()
+    }
+
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
         let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
         rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()

@@ -373,6 +373,18 @@ impl StoreTx for SqliteTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
+        use crate::views::{Dialect, create_sql, list_sql, quoted};
+        let old: Vec<String> = sqlx::query_scalar(list_sql(Dialect::Sqlite)).fetch_all(&mut *self.tx).await.db()?;
+        for v in old {
+            sqlx::query(&format!("DROP VIEW IF EXISTS {}", quoted(&v))).execute(&mut *self.tx).await.db()?;
+        }
+        for (table, queues) in tables {
+            sqlx::query(&create_sql(Dialect::Sqlite, table, queues)).execute(&mut *self.tx).await.db()?;
+        }
+        Ok(())
+    }
+
     async fn savepoint(&mut self) -> Result<()> {
         sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
         Ok(())
