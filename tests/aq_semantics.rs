@@ -56,7 +56,7 @@ max_retries = 1
 
 [[grants]]
 user = "OE"
-queue = "AQUSER.AQ$_RETRY_TAB_E"
+queue = "QS.AQ$_ORDERS_SQTAB_E"
 privilege = "dequeue"
 "#;
 
@@ -126,7 +126,7 @@ async fn the_four_sort_orders_on_postgres() {
 
 /// A rolled-back dequeue makes the message wait `retry_delay` (state 1) before it is ready
 /// again; past `max_retries` it moves to the default exception queue `AQ$_RETRY_TAB_E`,
-/// which `admin queues` lists and john reads through a grant.
+/// which `admin queues` lists; a grant may name a default exception queue.
 async fn retry_delay_and_exception_queues(b: Backend) {
     let s = start(b).await;
     let q = "AQUSER.RETRY";
@@ -139,15 +139,13 @@ async fn retry_delay_and_exception_queues(b: Backend) {
     // Waiting: not ready.
     assert_eq!(take(s.port, SCOTT, q).await.err(), Some(code::NO_MESSAGE), "it waits out its retry delay");
     // A receive that waits gets it when the delay ends, not before.
-    let r = http(s.port, &receive(q, "<wait_time>10</wait_time>", "")).await;
+    let mut c = None;
+    let r = idap_in(s.port, SCOTT, &mut c, &receive(q, "<wait_time>10</wait_time>", "")).await;
     let got = received(&r);
     assert_eq!(raw_of(&got[0]), "0A");
     assert!(rolled_back.elapsed() >= Duration::from_millis(1_900), "ready after the retry delay");
     assert_eq!(got[0].header.delivery_count, Some(1));
-
     // Rolled back a second time: past max_retries (1), it moves to the exception queue.
-    let mut c = None;
-    idap_in(s.port, SCOTT, &mut c, &receive(q, "<wait_time>10</wait_time>", "")).await;
     idap_in(s.port, SCOTT, &mut c, &envelope(ROLLBACK)).await;
     let queues = aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues");
     let eq = queues.iter().find(|r| r.name == "AQUSER.AQ$_RETRY_TAB_E").expect("admin queues lists it");
@@ -155,8 +153,14 @@ async fn retry_delay_and_exception_queues(b: Backend) {
     // john (user OE) reads it through the grant; the message names no exception queue of
     // its own, so the one it is in (the default) reads as NULL.
     let ms = take(s.port, ("john", "welcome"), "AQUSER.AQ$_RETRY_TAB_E").await.expect("granted");
-    assert_eq!((raw_of(&ms[0]).as_str(), ms[0].header.message_state, ms[0].header.exception_queue.as_deref()), ("0A", Some(3), None));
-    assert_eq!(take(s.port, ("john", "welcome"), "AQUSER.AQ$_RAW_TAB_E").await.err(), Some(code::NOT_PERMITTED));
+    assert_eq!(
+        (raw_of(&ms[0]).as_str(), ms[0].header.message_state, ms[0].header.exception_queue.as_deref()),
+        ("0A", Some(3), None)
+    );
+    // A grant may name a default exception queue: john (OE) reads QS's through one; scott
+    // (QS, AQUSER) has none on OE's.
+    assert_eq!(take(s.port, ("john", "welcome"), "QS.AQ$_ORDERS_SQTAB_E").await.err(), Some(code::NO_MESSAGE));
+    assert_eq!(take(s.port, SCOTT, "OE.AQ$_OE_ORDERS_SQTAB_E").await.err(), Some(code::NOT_PERMITTED));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,9 +180,10 @@ async fn jms_properties(b: Backend) {
     let s = start(b).await;
     let before = chrono::Utc::now().timestamp_millis();
     let send = envelope(
-        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.JMS_TEXTQ</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>C-1</correlation><priority>4</priority></message_header><message_payload><jms_text_message><oracle_jms_properties><type>orders</type><reply_to><agent_name>john</agent_name><address>AQUSER.JMS_TEXTQ</address><protocol>0</protocol></reply_to><appid>APP_X</appid><groupid>G1</groupid><group_sequence>7</group_sequence></oracle_jms_properties><user_properties><property><name>Country</name><string_value>USA</string_value></property></user_properties><text_data>hello</text_data></jms_text_message></message_payload></message></message_set></AQXmlSend>"#,
+        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.JMS_TEXTQ</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>C-1</correlation><priority>4</priority></message_header><message_payload><jms_text_message><oracle_jms_properties><type>orders</type><reply_to><agent_name>john</agent_name><address>AQUSER.JMS_TEXTQ</address><protocol>0</protocol></reply_to><appid>APP_X</appid><groupid>G1</groupid><group_sequence>7</group_sequence></oracle_jms_properties><user_properties><property><name>Country</name><string_value>USA</string_value></property></user_properties><text_data>hello</text_data></jms_text_message></message_payload></message></message_set><AQXmlCommit/></AQXmlSend>"#,
     );
-    http(s.port, &send).await;
+    let r = http(s.port, &send).await;
+    assert_eq!(sent_ids(&r).len(), 1, "{r:?}");
     let after = chrono::Utc::now().timestamp_millis();
     let ms = take(s.port, ("john", "welcome"), "AQUSER.JMS_TEXTQ").await.expect("the message");
     let p = &ms[0].payload;
@@ -195,7 +200,11 @@ async fn jms_properties(b: Backend) {
     let ts: i64 = field("timestamp").expect("timestamp").parse().expect("milliseconds");
     assert!((before..=after).contains(&ts), "{before} <= {ts} <= {after}");
     let names: Vec<String> = props.elements().map(|c| c.local_name().to_string()).collect();
-    assert_eq!(names, ["type", "reply_to", "userid", "appid", "groupid", "group_sequence", "timestamp"], "Oracle's order");
+    assert_eq!(
+        names,
+        ["type", "reply_to", "userid", "appid", "groupid", "group_sequence", "timestamp"],
+        "Oracle's order"
+    );
     assert_eq!(p.child("text_data").map(|c| c.text()).as_deref(), Some("hello"));
     assert_eq!(ms[0].header.correlation.as_deref(), Some("C-1"));
     assert_eq!(ms[0].header.priority, Some(4));
@@ -259,9 +268,9 @@ async fn views(b: Backend) {
     assert_eq!(
         rows,
         [
-            format!("AQUSER.AQ$_RAW_TAB_E|{}|E1|1|EXPIRED|JOHN|john|0||", ids[2]),
+            format!("AQUSER.AQ$_RAW_TAB_E|{}|E1|1|EXPIRED|JOHN|JOHN|0||", ids[2]),
             format!("AQUSER.RAW_QUE|{}|R1|2|READY|JOHN|APP_X|0||", ids[0]),
-            format!("AQUSER.RAW_QUE|{}|W1|1|WAIT|JOHN|john|0|60|", ids[1]),
+            format!("AQUSER.RAW_QUE|{}|W1|1|WAIT|JOHN|JOHN|0|60|", ids[1]),
         ]
     );
     let enq: Vec<String> = sql_client(&url, r#"SELECT enq_time FROM "AQUSER.AQ$RAW_TAB" WHERE corr_id = 'R1'"#);
@@ -273,7 +282,10 @@ async fn views(b: Backend) {
     );
     let r = http(port, &publish).await;
     assert!(!matches!(r, Response::Fault(_)), "{r:?}");
-    let rows = sql_client(&url, r#"SELECT corr_id, consumer_name, msg_state FROM "AQUSER.AQ$EMP_TOPIC_TAB" ORDER BY consumer_name"#);
+    let rows = sql_client(
+        &url,
+        r#"SELECT corr_id, consumer_name, msg_state FROM "AQUSER.AQ$EMP_TOPIC_TAB" ORDER BY consumer_name"#,
+    );
     assert_eq!(rows, ["P1|APP1|READY", "P1|APP2|READY"]);
 
     // admin messages: the same rows.
@@ -285,7 +297,9 @@ async fn views(b: Backend) {
         rows.iter().map(|r| (r["CORR_ID"].as_str().unwrap_or(""), r["MSG_STATE"].as_str().unwrap_or(""))).collect();
     assert_eq!(states, [("R1", "READY"), ("W1", "WAIT")], "the queue's own rows, in enqueue order");
     assert_eq!(rows[0]["ENQ_USER_ID"], "JOHN");
-    let out = aqgate(&["admin", "messages", "AQUSER.RAW_QUE", "--database", &url, "--state", "wait"]).output().expect("admin");
+    let out = aqgate(&["admin", "messages", "AQUSER.RAW_QUE", "--database", &url, "--state", "wait"])
+        .output()
+        .expect("admin");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.lines().count() == 2 && text.contains("W1"), "{text}");
     let out = aqgate(&["admin", "messages", "AQUSER.NOPE", "--database", &url]).output().expect("admin");

@@ -54,7 +54,9 @@ pub async fn print_messages(
             .iter()
             .map(|r| {
                 r.iter()
-                    .map(|(c, v)| (c.to_uppercase(), v.clone().map_or(serde_json::Value::Null, serde_json::Value::String)))
+                    .map(|(c, v)| {
+                        (c.to_uppercase(), v.clone().map_or(serde_json::Value::Null, serde_json::Value::String))
+                    })
                     .collect()
             })
             .collect();

@@ -10,8 +10,8 @@ mod interest;
 pub mod postgres;
 pub mod regulars;
 mod sql;
-pub mod views;
 pub mod sqlite;
+pub mod views;
 
 use aqgate_core::clock::Micros;
 pub(crate) use aqgate_core::store::*;

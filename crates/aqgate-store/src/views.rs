@@ -83,7 +83,9 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
         queues.iter().map(|q| q.to_string()).collect::<Vec<_>>().join(", ")
     };
     let (hex, now, null_ts, null_text) = match d {
-        Dialect::Sqlite => ("hex(m.msgid)", "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)", "NULL", "NULL"),
+        Dialect::Sqlite => {
+            ("hex(m.msgid)", "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)", "NULL", "NULL")
+        }
         Dialect::Postgres => (
             "upper(encode(m.msgid, 'hex'))",
             "(extract(epoch FROM clock_timestamp()) * 1000000)::int8",

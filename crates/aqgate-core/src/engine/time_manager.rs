@@ -83,7 +83,11 @@ impl Engine {
         // a job that restarts, or a batch that outlived the session timeout, leaves its
         // messages' retry counts as they were.
         let counts = !crate::topology::propagation::is_job_agent(&row.agent);
-        let woken = if row.pending { rollback_work(&mut *tx, resolved, &row.txn, counts, self.now()).await? } else { Vec::new() };
+        let woken = if row.pending {
+            rollback_work(&mut *tx, resolved, &row.txn, counts, self.now()).await?
+        } else {
+            Vec::new()
+        };
         tx.commit().await?;
         if row.pending {
             tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");

@@ -205,8 +205,11 @@ impl Engine {
         // A propagation job rolls back when its destination failed, not the message: that
         // does not count against the message (it stays in the source until it moves).
         let counts = !session.propagates;
-        let woken =
-            if session.pending { rollback_work(&mut *tx, resolved, &session.txn, counts, self.now()).await? } else { Vec::new() };
+        let woken = if session.pending {
+            rollback_work(&mut *tx, resolved, &session.txn, counts, self.now()).await?
+        } else {
+            Vec::new()
+        };
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Rollback(StatusResponse::ok()))).await?;
         self.commit_tx(tx).await?;
         self.settle(session, next, version);

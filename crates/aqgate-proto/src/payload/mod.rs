@@ -84,8 +84,8 @@ mod stored;
 mod types;
 mod view;
 
-pub use self::jms::{set_jms_timestamp, set_jms_userid};
 use self::jms::*;
+pub use self::jms::{set_jms_timestamp, set_jms_userid};
 use self::object::*;
 use self::stored::*;
 pub use self::types::*;
