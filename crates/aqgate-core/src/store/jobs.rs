@@ -1,0 +1,92 @@
+//! Propagation jobs' rows in the store: their leases and what they did.
+
+use async_trait::async_trait;
+
+use super::{QueueId, Result};
+use crate::clock::Micros;
+
+/// A propagation job's row: who runs it (its lease) and what it did, for every process
+/// sharing the store (`admin jobs`, `/metrics`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStatus {
+    pub name: String,
+    /// The process holding the lease (`host:pid:random`), if any.
+    pub owner: Option<String>,
+    /// When the lease ends unless renewed (the holder's engine clock).
+    pub lease_until: Option<Micros>,
+    /// What the holder last said it is doing: `RUNNING`, `RETRYING`, `FAILED`,
+    /// `DELETE_PENDING` (meaningful while the lease lasts).
+    pub state: String,
+    /// Totals over every process that ran the job since the row was made.
+    pub propagated: i64,
+    pub failed: i64,
+    pub exceptions: i64,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Micros>,
+    pub last_success_at: Option<Micros>,
+    /// When the row was last written.
+    pub updated_at: Micros,
+}
+
+/// What a job's holder reports with a heartbeat: its state, and what it did since the last
+/// report (added to the row's totals).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobReport {
+    pub state: String,
+    pub propagated: i64,
+    pub failed: i64,
+    pub exceptions: i64,
+    /// The latest error since the last report, and when.
+    pub error: Option<(String, Micros)>,
+    /// The latest successful batch since the last report.
+    pub success_at: Option<Micros>,
+}
+
+/// Propagation jobs' leases and status: one row per job, shared by the processes of a store.
+/// A process runs a job only while it holds the job's lease; times are the callers' (every
+/// process's engine clock).
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Takes or renews the lease of job `name` for `owner` until `until`: true if `owner`
+    /// holds it now (it held it already, nobody did, or the holder's lease ended by `now`).
+    /// Creates the row (state `RUNNING`, counts 0) when there is none.
+    async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool>;
+
+    /// Adds `report`'s counts and error to the row, and, if `owner` holds the lease, sets its
+    /// state and moves the lease to `until` (`None`: gives the lease up). The row's owner
+    /// afterwards (`None` also when there is no row): anything but `owner` means the lease
+    /// is lost (or given up).
+    async fn job_report(
+        &self,
+        name: &str,
+        owner: &str,
+        now: Micros,
+        until: Option<Micros>,
+        report: &JobReport,
+    ) -> Result<Option<String>>;
+
+    /// Deletes the row of job `name` if `owner` holds its lease or no lease lasts at `now`
+    /// (a job gone from the topology). True if it went (or was not there).
+    async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool>;
+
+    /// Ends every lease (a process sole on its store, at start: any lease is a dead
+    /// process's), or with `owner` only those it holds (a process known to be dead).
+    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64>;
+
+    /// Every job's row, by name.
+    async fn job_statuses(&self) -> Result<Vec<JobStatus>>;
+
+    /// What waits for `consumer` (`""` on a single-consumer queue) in `queue` at `now`: the
+    /// committed messages (delayed and in-flight ones too), and the earliest time at which
+    /// one of those that can be taken now (not locked, not expired, and ready unless
+    /// `waiting`) became ready: its enqueue, or without `waiting` the end of its delay.
+    /// `waiting`: the consumer takes messages still in their delay (a propagation job that
+    /// carries the delay on).
+    async fn job_backlog(
+        &self,
+        queue: QueueId,
+        consumer: &str,
+        now: Micros,
+        waiting: bool,
+    ) -> Result<(i64, Option<Micros>)>;
+}
