@@ -268,3 +268,150 @@ fn check_target(expr: &Expression, ty: &Ty, from: &PayloadKind, reg: &TypeRegist
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOPOLOGY: &str = include_str!("../../../../config/topology.toml");
+
+    #[derive(serde::Deserialize)]
+    struct Topo {
+        types: Vec<TypeDef>,
+    }
+
+    fn reg() -> TypeRegistry {
+        TypeRegistry::new(toml::from_str::<Topo>(TOPOLOGY).expect("demo topology").types).expect("types")
+    }
+
+    fn compile(from: &str, to: &str, attrs: &[(&str, &str)], required: &[&str]) -> Result<Transformation, Vec<String>> {
+        let attributes = attrs.iter().map(|(a, e)| (a.to_string(), e.to_string())).collect();
+        let required: Vec<String> = required.iter().map(|r| r.to_string()).collect();
+        let (from, to) = (PayloadKind::parse(from).expect("from"), PayloadKind::parse(to).expect("to"));
+        Transformation::compile("S.T", from, to, &attributes, &required, &reg())
+    }
+
+    fn stored(kind: &PayloadKind, xml: &str) -> Vec<u8> {
+        let node = parse_xml(xml).expect("xml");
+        encode(kind, &reg(), &node).expect("payload")
+    }
+
+    fn children(n: &XmlNode) -> Vec<(String, String)> {
+        n.elements().map(|e| (e.name.clone(), e.text())).collect()
+    }
+
+    #[test]
+    fn an_order_becomes_an_employee_and_objects_are_copied_whole() {
+        let t = compile(
+            "ORDER_TYP",
+            "CUSTOMER_TYP",
+            &[("CUSTNO", "source.ORDERNO"), ("NAME", "UPPER(source.CUSTOMER.NAME)"), ("CITY", "'Oslo'")],
+            &["CUSTNO"],
+        )
+        .expect("compiles");
+        let order = stored(
+            &t.from,
+            "<ORDER_TYP><ORDERNO>5</ORDERNO><CUSTOMER><NAME>ann</NAME><CITY>Rome</CITY></CUSTOMER></ORDER_TYP>",
+        );
+        let out = t.apply(&reg(), &order).expect("applies");
+        assert_eq!(out.name, "CUSTOMER_TYP");
+        let want: Vec<(String, String)> = [("CUSTNO", "5"), ("NAME", "ANN"), ("CITY", "Oslo")]
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(children(&out), want, "declared order, not the order given");
+
+        // An object attribute copied whole into one of the same type.
+        let t = compile(
+            "ORDER_TYP",
+            "ORDER_TYP",
+            &[("ORDERNO", "source.ORDERNO * 10"), ("CUSTOMER", "source.CUSTOMER")],
+            &[],
+        )
+        .expect("compiles");
+        let out = t.apply(&reg(), &order).expect("applies");
+        assert_eq!(out.child("ORDERNO").map(|e| e.text()), Some("50".into()));
+        assert_eq!(out.child("CUSTOMER").and_then(|c| c.child("CITY")).map(|e| e.text()), Some("Rome".into()));
+    }
+
+    #[test]
+    fn sources_of_every_payload_kind() {
+        let jms = compile(
+            "SYS.AQ$_JMS_TEXT_MESSAGE",
+            "BOOK_TYP",
+            &[("TITLE", "source.text_data"), ("PRICE", "source.text_len")],
+            &[],
+        )
+        .expect("jms source");
+        let msg = stored(&jms.from, "<jms_text_message><text_data>Dune</text_data></jms_text_message>");
+        let out = jms.apply(&reg(), &msg).expect("applies");
+        assert_eq!(out.child("PRICE").map(|e| e.text()), Some("4".into()));
+        let raw = compile("RAW", "BOOK_TYP", &[("ISBN", "source")], &[]).expect("raw source");
+        let out = raw.apply(&reg(), &[0xAB, 0x01]).expect("applies");
+        assert_eq!(out.child("ISBN").map(|e| e.text()), Some("AB01".into()));
+        let xml = compile("SYS.XMLTYPE", "BOOK_TYP", &[("TITLE", "source.book.title")], &[]).expect("xml source");
+        let doc = stored(&xml.from, "<doc><book><title>Emma</title></book></doc>");
+        assert_eq!(xml.apply(&reg(), &doc).expect("applies").child("TITLE").map(|e| e.text()), Some("Emma".into()));
+    }
+
+    #[test]
+    fn failures_name_transformation_and_attribute() {
+        let t = compile(
+            "EMP_TYP",
+            "EMP_TYP",
+            &[("EMPNO", "source.EMPNO * 10"), ("ENAME", "source.ENAME || '-x'"), ("SAL", "source.SAL / source.COMM")],
+            &["EMPNO"],
+        )
+        .expect("compiles");
+        let fails = |xml: &str| t.apply(&reg(), &stored(&t.from, xml)).expect_err(xml);
+        let e = fails("<EMP_TYP><EMPNO>1000</EMPNO></EMP_TYP>");
+        assert_eq!((e.transformation.as_str(), e.attribute.as_str()), ("S.T", "EMPNO"));
+        assert!(e.message.contains("too large for NUMBER(4)"), "{e}");
+        let e = fails("<EMP_TYP><EMPNO>1</EMPNO><ENAME>ABCDEFGHI</ENAME></EMP_TYP>");
+        assert_eq!(
+            (e.attribute.as_str(), e.message.as_str()),
+            ("ENAME", "value of 11 characters is too long for VARCHAR2(10)")
+        );
+        let e = fails("<EMP_TYP><EMPNO>1</EMPNO><SAL>5</SAL><COMM>0</COMM></EMP_TYP>");
+        assert_eq!((e.attribute.as_str(), e.message.as_str()), ("SAL", "division by zero"));
+        let e = fails("<EMP_TYP><ENAME>A</ENAME></EMP_TYP>");
+        assert_eq!(
+            e.to_string(),
+            "error on transformation of message: transformation S.T, attribute EMPNO: the expression gives NULL, and the attribute is required"
+        );
+    }
+
+    #[test]
+    fn checked_at_compile_time() {
+        let errors = |from: &str, to: &str, attrs: &[(&str, &str)], required: &[&str]| {
+            compile(from, to, attrs, required).expect_err("refused").join("\n")
+        };
+        assert!(errors("ORDER_TYP", "RAW", &[("X", "1")], &[]).contains("to_type: RAW has no attributes to compute"));
+        let e = errors(
+            "ORDER_TYP",
+            "EMP_TYP",
+            &[
+                ("NOPE", "1"),
+                ("ENAME", "'much too long for ten'"),
+                ("EMPNO", "source.CUSTOMER"),
+                ("HIREDATE", "1"),
+                ("JOB", "source.x"),
+            ],
+            &["MGR"],
+        );
+        for want in [
+            "attributes.NOPE: EMP_TYP has no attribute NOPE",
+            "attributes.ENAME: value of 21 characters is too long for VARCHAR2(10)",
+            "attributes.EMPNO: source.customer is of object type CUSTOMER_TYP: name one of its attributes",
+            "attributes.HIREDATE: a NUMBER cannot be a DATE",
+            "attributes.JOB: source.x names nothing in the source type",
+            "required: MGR has no expression in attributes",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in:\n{e}");
+        }
+        assert!(
+            errors("ORDER_TYP", "ORDER_TYP", &[("CUSTOMER", "source.ITEMS")], &[])
+                .contains("source.items is of type LINEITEMS_VARTYP")
+        );
+    }
+}

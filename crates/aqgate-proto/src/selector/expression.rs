@@ -203,3 +203,126 @@ fn infer(node: &Node, source: &dyn Fn(&[String]) -> Option<ValueType>) -> Result
 fn first_known(types: Vec<ValueType>) -> ValueType {
     types.into_iter().find(|t| *t != ValueType::Unknown).unwrap_or(ValueType::Unknown)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// `source.<path>` values by dotted path.
+    struct Src(HashMap<&'static str, Value>);
+
+    impl ConditionContext for Src {
+        fn property(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn user_data(&self, path: &[String]) -> Value {
+            self.0.get(path.join(".").as_str()).cloned().unwrap_or(Value::Null)
+        }
+        fn user_property(&self, _: &str) -> Value {
+            Value::Null
+        }
+    }
+
+    fn src() -> Src {
+        Src(HashMap::from([
+            ("orderno", Value::Number(7.0)),
+            ("customer.name", Value::Text("  Jane Smith ".into())),
+            ("zip", Value::Text("94065".into())),
+            ("code", Value::Text("X1".into())),
+            ("zero", Value::Number(0.0)),
+            ("huge", Value::Number(1e308)),
+        ]))
+    }
+
+    fn eval(text: &str) -> Result<Value, String> {
+        Expression::parse(text).unwrap_or_else(|e| panic!("{text}: {e}")).eval(&src())
+    }
+
+    fn text(s: &str) -> Result<Value, String> {
+        Ok(Value::Text(s.into()))
+    }
+
+    #[test]
+    fn paths_literals_operators_and_functions() {
+        assert_eq!(eval("source.ORDERNO + 1000"), Ok(Value::Number(1007.0)));
+        assert_eq!(eval("source.orderno * 2 - 4 / 2"), Ok(Value::Number(12.0)));
+        assert_eq!(eval("-source.orderno"), Ok(Value::Number(-7.0)));
+        assert_eq!(eval("UPPER(SUBSTR(TRIM(source.customer.name), 1, 6))"), text("JANE S"));
+        assert_eq!(eval("LOWER('AbC') || '-' || LENGTH('four')"), text("abc-4"));
+        assert_eq!(eval("CONCAT(TO_CHAR(source.orderno), 'x')"), text("7x"));
+        assert_eq!(eval("TO_NUMBER(source.zip) / 100"), Ok(Value::Number(940.65)));
+        assert_eq!(eval("source.zip + 1"), Ok(Value::Number(94066.0)), "implicit conversion");
+        assert_eq!(eval("NVL(source.missing, 'none')"), text("none"));
+        assert_eq!(eval("COALESCE(source.missing, NULL, 3, 4)"), Ok(Value::Number(3.0)));
+        assert_eq!(eval("NULL"), Ok(Value::Null));
+        assert_eq!(eval("source.missing + 1"), Ok(Value::Null), "NULL in arithmetic is NULL");
+        assert_eq!(eval("source.missing || 'a'"), text("a"), "|| treats NULL as ''");
+    }
+
+    #[test]
+    fn case_in_both_forms() {
+        assert_eq!(
+            eval("CASE WHEN source.orderno > 5 AND NOT source.code IS NULL THEN 'big' ELSE 'small' END"),
+            text("big")
+        );
+        assert_eq!(eval("CASE source.code WHEN 'X0' THEN 0 WHEN 'X1' THEN 1 END"), Ok(Value::Number(1.0)));
+        assert_eq!(eval("CASE source.code WHEN 'none' THEN 0 END"), Ok(Value::Null));
+        assert_eq!(eval("CASE WHEN source.code LIKE 'X%' THEN 'x' END"), text("x"));
+    }
+
+    #[test]
+    fn failures_are_errors_not_nulls() {
+        assert_eq!(eval("source.orderno / source.zero"), Err("division by zero".into()));
+        assert_eq!(eval("TO_NUMBER(source.code)"), Err("invalid number 'X1'".into()));
+        assert_eq!(eval("source.code * 2"), Err("invalid number 'X1'".into()));
+        assert_eq!(eval("source.huge * 10"), Err("numeric overflow".into()));
+        // The same in a condition is UNKNOWN, as before.
+        let c = Condition::parse("tab.user_data.orderno / 0 = 1").expect("condition");
+        assert!(!c.eval(&src()));
+    }
+
+    #[test]
+    fn refused_at_parse() {
+        for (text, why) in [
+            ("source.a = 1", "not a condition"),
+            ("orderno + 1", "source.<attribute>"),
+            ("tab.user_data.orderno", "source.<attribute>"),
+            ("DBMS_LOCK.SLEEP(10)", "function call"),
+            ("SELECT 1", "subquery"),
+            ("source.a; DROP TABLE x", "`;`"),
+        ] {
+            let e = Expression::parse(text).expect_err(text).to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        // Conditions keep their language: no CASE, no transformation-only functions, no source.
+        for text in ["CASE WHEN priority = 1 THEN 1 END = 1", "TO_CHAR(priority) = '1'", "source.a = 1"] {
+            assert!(Condition::parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn static_types() {
+        let types = |p: &[String]| match p.join(".").as_str() {
+            "orderno" => Some(ValueType::Number),
+            "name" => Some(ValueType::Text),
+            "customer" => {
+                Some(ValueType::Composite { path: "source.customer".into(), type_name: "CUSTOMER_TYP".into() })
+            }
+            _ => None,
+        };
+        let ty = |text: &str| Expression::parse(text).expect(text).value_type(&types);
+        assert_eq!(ty("source.orderno + 1"), Ok(ValueType::Number));
+        assert_eq!(ty("source.name || 'x'"), Ok(ValueType::Text));
+        assert_eq!(ty("NVL(NULL, source.orderno)"), Ok(ValueType::Number));
+        assert_eq!(ty("CASE WHEN source.orderno > 1 THEN 'a' END"), Ok(ValueType::Text));
+        assert!(matches!(ty("source.customer"), Ok(ValueType::Composite { .. })), "copied whole");
+        assert_eq!(ty("source.nope"), Err("source.nope names nothing in the source type".into()));
+        assert_eq!(
+            ty("UPPER(source.customer)"),
+            Err("source.customer is of object type CUSTOMER_TYP: name one of its attributes".into())
+        );
+        assert_eq!(ty("source.orderno + 'x'"), Err("'x' is not a number".into()));
+    }
+}
