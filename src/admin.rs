@@ -103,6 +103,9 @@ fn rows_of(t: &Topology) -> Result<BTreeMap<(String, String), String>, ApplyErro
     for x in &t.remote_queue_spaces {
         put("remote_queue_space", canon(&x.name), serde_json::to_string(x))?;
     }
+    for x in &t.transformations {
+        put("transformation", canon(&x.name), serde_json::to_string(x))?;
+    }
     for x in &t.grants {
         let key = format!("{}:{}:{}", canon(&x.user), canon(&x.queue), x.privilege.to_ascii_lowercase());
         put("grant", key, serde_json::to_string(x))?;

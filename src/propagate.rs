@@ -15,7 +15,8 @@
 //! looks instead, and waits the latency after a look that found less than a full batch (see
 //! `aqgate_core::topology::schedule`). A refused batch is rolled back and
 //! its messages are moved one by one: one the destination refuses for good (no recipient on a
-//! multi-consumer destination, not permitted, a payload the destination does not take) goes
+//! multi-consumer destination, not permitted, a payload the destination does not take, a
+//! message the job's transformation fails on) goes
 //! to the job's exception queue with the reason logged, and the job goes on; without an
 //! exception queue, or on a transient failure, the message stays in the source and the job
 //! retries with backoff (1 s doubling to 60 s).
@@ -351,7 +352,8 @@ pub(crate) enum Moved {
 
 /// Whether the destination refuses a message for good (another try gets the same answer).
 fn permanent(e: &AqError) -> bool {
-    [code::NO_RECIPIENTS, code::PAYLOAD_MISMATCH, code::NOT_PERMITTED, code::INVALID_VALUE].contains(&e.code)
+    [code::NO_RECIPIENTS, code::PAYLOAD_MISMATCH, code::NOT_PERMITTED, code::INVALID_VALUE, code::TRANSFORMATION]
+        .contains(&e.code)
 }
 
 async fn move_batch(
@@ -379,7 +381,9 @@ async fn move_batch(
     let out: Vec<Message> = messages.iter().enumerate().map(|(i, m)| forward(job, m, i)).collect();
     // The copies keep their times: original enqueue time, delay end, expiry.
     let times = std::mem::take(&mut session.received);
-    match carried_send(engine, &mut session, &job.destination, out.clone(), times.clone()).await {
+    let sent =
+        carried_send(engine, &mut session, &job.destination, job.transformation.clone(), out.clone(), times.clone());
+    match sent.await {
         Ok(_) => {
             stats.moved(n, engine.now());
             Ok(Moved::Done(n))
@@ -391,7 +395,8 @@ async fn move_batch(
         Err(e) if permanent(&e) && job.exception_queue.is_some() => {
             let eq = job.exception_queue.clone().unwrap_or_default();
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-            match carried_send(engine, &mut session, &eq, out, excepted(times)).await {
+            // The exception queue has the source's type: the message as it was, untransformed.
+            match carried_send(engine, &mut session, &eq, None, out, excepted(times)).await {
                 Ok(_) => {
                     stats.excepted(n, engine.now());
                     tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
@@ -443,6 +448,7 @@ async fn move_remote(
                 engine,
                 &mut session,
                 &eq,
+                None,
                 vec![rejected(job, out, &why)],
                 excepted(times.into_iter().collect()),
             )
@@ -472,16 +478,22 @@ fn excepted(times: Vec<aqgate_core::engine::Carried>) -> Vec<aqgate_core::engine
     times.into_iter().map(|t| aqgate_core::engine::Carried { delay_until: None, expire_at: None, ..t }).collect()
 }
 
-/// Sends `messages` with commit, giving them `times` (see `Session::carry`).
+/// Sends `messages` with commit, giving them `times` (see `Session::carry`), through
+/// `transformation` if there is one.
 async fn carried_send(
     engine: &Engine,
     session: &mut Session,
     queue: &str,
+    transformation: Option<String>,
     messages: Vec<Message>,
     times: Vec<aqgate_core::engine::Carried>,
 ) -> Result<Response, AqError> {
     session.carry = times;
-    engine.execute(session, send(queue, messages)).await
+    let mut request = send(queue, messages);
+    if let Request::Send(r) = &mut request {
+        r.producer.transformation = transformation;
+    }
+    engine.execute(session, request).await
 }
 
 /// The exception queue's copy of a message the remote refused: for a remote queue space's

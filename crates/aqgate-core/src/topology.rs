@@ -17,6 +17,7 @@ mod loops;
 pub mod propagation;
 pub mod remote_space;
 pub mod schedule;
+pub mod transformation;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +38,8 @@ pub struct Topology {
     pub propagations: Vec<propagation::PropagationDef>,
     #[serde(default)]
     pub remote_queue_spaces: Vec<remote_space::RemoteSpaceDef>,
+    #[serde(default)]
+    pub transformations: Vec<transformation::TransformationDef>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -92,6 +95,10 @@ pub struct SubscriberDef {
     /// Optional rule condition (same language as dequeue conditions).
     #[serde(default)]
     pub rule: Option<String>,
+    /// A transformation applied when this subscriber dequeues without naming one (its
+    /// `from_type` is the queue's payload type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transformation: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -197,6 +204,8 @@ pub struct QueueInfo {
 pub struct Subscriber {
     pub name: String,
     pub rule: Option<Condition>,
+    /// The transformation its dequeues apply when they name none (upper-case name).
+    pub transformation: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +237,8 @@ pub struct Catalog {
     pub propagations: BTreeMap<String, propagation::PropagationInfo>,
     /// Remote queue spaces by name.
     pub remote_spaces: BTreeMap<String, remote_space::RemoteSpaceInfo>,
+    /// Transformations by name.
+    pub transformations: transformation::Transformations,
 }
 
 impl Catalog {
@@ -238,6 +249,11 @@ impl Catalog {
     /// Agent names are case-insensitive, as Oracle's unquoted identifiers.
     pub fn agent(&self, name: &str) -> Option<&AgentInfo> {
         self.agents.get(&canon(name))
+    }
+
+    /// Transformation names are case-insensitive, as queue names.
+    pub fn transformation(&self, name: &str) -> Option<&std::sync::Arc<crate::payload::Transformation>> {
+        self.transformations.get(&canon(name))
     }
 
     /// Whether `agent` may perform `what` on `queue`: one of its database users owns the
@@ -383,6 +399,8 @@ impl Topology {
             }
         }
 
+        let transformations = transformation::resolve(&self.transformations, &types, &mut errors);
+
         // Remote queue spaces add their queues before anything refers to queues.
         let schemas: std::collections::BTreeSet<String> =
             tables.keys().chain(queues.keys()).filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string())).collect();
@@ -407,7 +425,13 @@ impl Topology {
                     if q.subscribers.iter().any(|x| x.name == name) {
                         errors.push(format!("{key}: defined twice"));
                     }
-                    q.subscribers.push(Subscriber { name, rule });
+                    let transformation = s.transformation.as_deref().and_then(|t| {
+                        let key = format!("{key}.transformation");
+                        transformation::check_use(&transformations, t, &q.payload, None, &key)
+                            .map_err(|e| errors.push(e))
+                            .ok()
+                    });
+                    q.subscribers.push(Subscriber { name, rule, transformation });
                 }
             }
         }
@@ -458,7 +482,8 @@ impl Topology {
                 errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
             }
         }
-        let mut propagations = propagation::resolve(&self.propagations, &mut queues, &mut agents, &mut errors);
+        let mut propagations =
+            propagation::resolve(&self.propagations, &transformations, &mut queues, &mut agents, &mut errors);
         remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
         errors.extend(loops::errors(&propagations));
 
@@ -484,7 +509,7 @@ impl Topology {
         }
 
         if errors.is_empty() {
-            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces })
+            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces, transformations })
         } else {
             Err(errors)
         }

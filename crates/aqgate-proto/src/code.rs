@@ -17,6 +17,9 @@ pub const NOT_MULTI_CONSUMER: i32 = 24039;
 pub const ENQUEUE_DISABLED: i32 = 25207;
 /// ORA-25215 user_data type and queue type do not match.
 pub const PAYLOAD_MISMATCH: i32 = 25215;
+/// ORA-25229 error on transformation of message: a transformation failed on a message (the
+/// text names the transformation and the target attribute).
+pub const TRANSFORMATION: i32 = 25229;
 /// ORA-25226 dequeue failed, queue is not enabled for dequeue.
 pub const DEQUEUE_DISABLED: i32 = 25226;
 /// ORA-25228 timeout or end-of-fetch during message dequeue.

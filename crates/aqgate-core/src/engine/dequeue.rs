@@ -34,16 +34,14 @@ impl Engine {
             ));
         }
         let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
-        if o.transformation.is_some() {
-            return Err(AqError::invalid("transformations are not supported"));
-        }
+        let transformation = transform::for_dequeue(&resolved.catalog, o.transformation.as_deref(), queue, &consumer)?;
         if o.navigation == NavigationMode::NextTransaction {
             return Err(AqError::invalid("NEXT_TRANSACTION needs message grouping, which this queue does not have"));
         }
         if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
             return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
         }
-        let mut filter = Filter { corrid: None, msgid: None, condition: None };
+        let mut filter = Filter { corrid: None, msgid: None, condition: None, transformation };
         match &o.selector {
             None => {}
             Some(Selector::Correlation(c)) => filter.corrid = Some(c.clone()),
@@ -159,6 +157,7 @@ impl Engine {
             && filter.condition.is_none()
             && !queue.multi_consumer
             && want == 1
+            && filter.transformation.is_none()
         {
             // The common consumer loop — take the head, commit — in one atomic step.
             let q = CandidateQuery {
@@ -174,7 +173,7 @@ impl Engine {
                 limit: 1,
             };
             let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
-            let out = match self.message_out(resolved, queue, &m, now, !session.propagates) {
+            let out = match self.message_out(resolved, queue, &m, now, !session.propagates, None) {
                 Ok(out) => out,
                 Err(e) => {
                     // Removed already, but not returnable: put it back (at the end of its
@@ -288,7 +287,7 @@ impl Engine {
         // removed nor locked nor passed by the browse position (a Fault changes nothing).
         let outs = match found
             .iter()
-            .map(|m| self.message_out(resolved, queue, m, now, !session.propagates))
+            .map(|m| self.message_out(resolved, queue, m, now, !session.propagates, filter.transformation.as_deref()))
             .collect::<Result<Vec<_>, _>>()
         {
             Ok(outs) => outs,
@@ -368,7 +367,8 @@ impl Engine {
     /// agent that enqueued it as `oracle_jms_properties/userid` (JMSXUserID) and its enqueue
     /// time in milliseconds as `timestamp` (JMSTimestamp). A propagation job asks without:
     /// it sends the payload on, where both are the server's to set, and carries the
-    /// enqueuing agent and the times itself (`Session::received`).
+    /// enqueuing agent and the times itself (`Session::received`). With `transformation` the
+    /// receiver gets the payload it makes (an object type, without JMS properties).
     pub(super) fn message_out(
         &self,
         resolved: &Resolved,
@@ -376,10 +376,14 @@ impl Engine {
         m: &StoredMessage,
         now: Micros,
         jms_server_fields: bool,
+        transformation: Option<&payload::Transformation>,
     ) -> Result<Message, AqError> {
-        let mut payload = payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
-            .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?;
-        if jms_server_fields && queue.payload.is_jms() {
+        let mut payload = match transformation {
+            Some(t) => transform::outgoing(&resolved.catalog, t, &m.payload)?,
+            None => payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
+                .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?,
+        };
+        if jms_server_fields && transformation.is_none() && queue.payload.is_jms() {
             if let Some(u) = &m.enq_user_id {
                 payload::set_jms_userid(&mut payload, u);
             }
@@ -393,6 +397,9 @@ pub(super) struct Filter {
     corrid: Option<String>,
     msgid: Option<[u8; 16]>,
     condition: Option<Condition>,
+    /// Applied to each message returned; a failure returns none of them (nothing is
+    /// removed, locked or passed).
+    transformation: Option<std::sync::Arc<payload::Transformation>>,
 }
 
 pub(super) fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {

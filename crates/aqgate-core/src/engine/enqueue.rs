@@ -42,9 +42,10 @@ impl Engine {
                 format!("enqueue failed, queue {} is disabled for enqueueing", queue.name),
             ));
         }
-        if req.producer.transformation.is_some() {
-            return Err(AqError::invalid("transformations are not supported"));
-        }
+        let transformation = match req.producer.transformation.as_deref() {
+            Some(name) => Some(transform::for_enqueue(&resolved.catalog, name, queue)?),
+            None => None,
+        };
         let now = self.now();
         match &queue.remote {
             Some(r) => {
@@ -65,6 +66,14 @@ impl Engine {
                 )));
             }
             None => {}
+        }
+        if let Some(t) = transformation {
+            // Every message is transformed before any is stored: one that fails fails the request.
+            for (i, m) in req.messages.iter_mut().enumerate() {
+                let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+                m.payload = transform::incoming(&resolved.catalog, t, &m.payload)
+                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+            }
         }
         let immediate = req.producer.visibility == Visibility::Immediate;
         let commit_now = immediate || req.commit;

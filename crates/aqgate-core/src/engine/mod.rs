@@ -13,6 +13,7 @@ pub mod schedule;
 pub mod session;
 mod time_manager;
 mod transactions;
+mod transform;
 
 pub use dequeue::header_of;
 pub use enqueue::agent_from_json;
@@ -478,6 +479,7 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
             "grant" => t.grants.push(serde_json::from_str(spec).map_err(bad)?),
             "propagation" => t.propagations.push(serde_json::from_str(spec).map_err(bad)?),
             "remote_queue_space" => t.remote_queue_spaces.push(serde_json::from_str(spec).map_err(bad)?),
+            "transformation" => t.transformations.push(serde_json::from_str(spec).map_err(bad)?),
             _ => {}
         }
     }

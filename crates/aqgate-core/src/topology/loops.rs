@@ -67,6 +67,7 @@ mod tests {
             retry_backoff_ms: 1000,
             space: None,
             schedule: Default::default(),
+            transformation: None,
         };
         (name.into(), info)
     }

@@ -11,8 +11,10 @@
 //!   then its dequeue condition).
 //! - A multi-consumer source: the job is the subscriber `PROP$<NAME>` of the source (with
 //!   `rule` as its rule), so it moves only messages published after the job exists.
-//! - The payload types of source and destination must be the same; the exception queue
-//!   (for messages the destination refuses for good) must have the source's payload type.
+//! - The payload types of source and destination must be the same, or a local job's
+//!   `transformation` makes the destination's type from the source's (applied to each message
+//!   moved; a message it fails on is refused for good); the exception queue (for messages the
+//!   destination refuses for good) must have the source's payload type.
 //! - An optional schedule (`schedule`, see [`super::schedule`]): the windows in which the
 //!   job propagates, and its latency.
 
@@ -65,6 +67,10 @@ pub struct PropagationDef {
     pub schedule: Option<ScheduleDef>,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A transformation applied to each message moved (a local destination only): from the
+    /// source's payload type to the destination's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transformation: Option<String>,
 }
 
 /// Another aqgate's servlet, and the agent a job logs in as there. The password is never in
@@ -150,6 +156,8 @@ pub struct PropagationInfo {
     pub space: Option<String>,
     /// Its windows and latency (the default: always, event-driven).
     pub schedule: Schedule,
+    /// The transformation each message moved goes through (upper-case name).
+    pub transformation: Option<String>,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -167,6 +175,7 @@ pub fn is_job_agent(agent: &str) -> bool {
 /// pushed to `errors` with its key path.
 pub fn resolve(
     defs: &[PropagationDef],
+    transformations: &super::transformation::Transformations,
     queues: &mut BTreeMap<String, QueueInfo>,
     agents: &mut BTreeMap<String, AgentInfo>,
     errors: &mut Vec<String>,
@@ -217,6 +226,12 @@ pub fn resolve(
                 }
             }
         }
+        let mut transformation = None;
+        if let Some(t) = &d.transformation
+            && (d.remote.is_some() || d.forward.is_some())
+        {
+            errors.push(format!("{key}.transformation: {t} applies to a local destination only"));
+        }
         match &d.remote {
             _ if d.forward.is_some() => {}
             // The remote checks its queue and payload type; a refusal sends the message
@@ -243,7 +258,13 @@ pub fn resolve(
                 if source == destination {
                     errors.push(format!("{key}.destination: the source itself"));
                 }
-                if src.payload != dst.payload {
+                if let Some(t) = &d.transformation {
+                    let key = format!("{key}.transformation");
+                    match super::transformation::check_use(transformations, t, &src.payload, Some(&dst.payload), &key) {
+                        Ok(n) => transformation = Some(n),
+                        Err(e) => errors.push(e),
+                    }
+                } else if src.payload != dst.payload {
                     errors.push(format!(
                         "{key}.destination: payload type {} differs from the source's {}",
                         dst.payload, src.payload
@@ -279,7 +300,7 @@ pub fn resolve(
         let agent = job_agent(&name);
         let multi = src.multi_consumer;
         if multi && let Some(q) = queues.get_mut(&source) {
-            q.subscribers.push(Subscriber { name: agent.clone(), rule });
+            q.subscribers.push(Subscriber { name: agent.clone(), rule, transformation: None });
         }
         schemas.sort();
         schemas.dedup();
@@ -312,6 +333,7 @@ pub fn resolve(
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
             space: None,
             schedule: schedule.unwrap_or_default(),
+            transformation,
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));

@@ -372,6 +372,7 @@ pub fn jobs(
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
             space: Some(canon(&d.name)),
             schedule: Default::default(),
+            transformation: None,
         };
         jobs.insert(m.local, info);
     }

@@ -81,6 +81,7 @@ use crate::idap::model::{XmlChild, XmlNode};
 mod jms;
 mod object;
 mod stored;
+mod transform;
 mod types;
 mod view;
 
@@ -88,6 +89,7 @@ use self::jms::*;
 pub use self::jms::{set_jms_timestamp, set_jms_userid};
 use self::object::*;
 use self::stored::*;
+pub use self::transform::*;
 pub use self::types::*;
 pub use self::view::*;
 

@@ -18,6 +18,8 @@ pub(super) enum Node {
     UserProp(String),
     /// `tab.user_data.<path>`.
     UserData(Vec<String>),
+    /// `source.<path>` of a transformation expression (evaluated as a payload attribute).
+    Source(Vec<String>),
     Not(Box<Node>),
     And(Vec<Node>),
     Or(Vec<Node>),
@@ -46,6 +48,12 @@ pub(super) enum Node {
     Neg(Box<Node>),
     Concat(Box<Node>, Box<Node>),
     Call(Func, Vec<Node>),
+    /// `CASE [operand] WHEN .. THEN .. [ELSE ..] END` (transformation expressions only).
+    Case {
+        operand: Option<Box<Node>>,
+        whens: Vec<(Node, Node)>,
+        otherwise: Option<Box<Node>>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,6 +92,11 @@ pub(super) enum Func {
     Nvl,
     Abs,
     Round,
+    // Transformation expressions only:
+    ToChar,
+    ToNumber,
+    Coalesce,
+    Concat,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +119,12 @@ impl Node {
     pub(super) fn visit<'a>(&'a self, f: &mut dyn FnMut(&'a Node)) {
         f(self);
         match self {
-            Node::Lit(_) | Node::Name { .. } | Node::Prop(_) | Node::UserProp(_) | Node::UserData(_) => {}
+            Node::Lit(_)
+            | Node::Name { .. }
+            | Node::Prop(_)
+            | Node::UserProp(_)
+            | Node::UserData(_)
+            | Node::Source(_) => {}
             Node::Not(e) | Node::Neg(e) | Node::IsNull { expr: e, .. } | Node::In { expr: e, .. } => e.visit(f),
             Node::And(v) | Node::Or(v) | Node::Call(_, v) => v.iter().for_each(|n| n.visit(f)),
             Node::Cmp(_, a, b) | Node::Arith(_, a, b) | Node::Concat(a, b) => {
@@ -117,6 +135,18 @@ impl Node {
                 expr.visit(f);
                 low.visit(f);
                 high.visit(f);
+            }
+            Node::Case { operand, whens, otherwise } => {
+                if let Some(o) = operand {
+                    o.visit(f);
+                }
+                for (w, t) in whens {
+                    w.visit(f);
+                    t.visit(f);
+                }
+                if let Some(o) = otherwise {
+                    o.visit(f);
+                }
             }
             Node::Like { expr, pattern, .. } => {
                 expr.visit(f);
@@ -129,7 +159,7 @@ impl Node {
 
     pub(super) fn references_user_data(&self) -> bool {
         let mut found = false;
-        self.visit(&mut |n| found |= matches!(n, Node::UserData(_)));
+        self.visit(&mut |n| found |= matches!(n, Node::UserData(_) | Node::Source(_)));
         found
     }
 }

@@ -21,11 +21,24 @@ pub(super) enum Kind {
 
 pub(super) type Conv = Result<(Node, Kind), ConditionError>;
 
+/// How deep the conversion is (gate 4's nesting limit), and in which language.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Depth {
+    pub(super) level: usize,
+    pub(super) lang: Lang,
+}
+
+impl Depth {
+    fn deeper(self) -> Depth {
+        Depth { level: self.level + 1, ..self }
+    }
+}
+
 pub(super) fn unsupported<T>(what: &str, e: &SqlExpr) -> Result<T, ConditionError> {
     Err(ConditionError::Unsupported(format!("{what} (`{}`)", truncate(&e.to_string(), 60))))
 }
 
-pub(super) fn boolean(e: &SqlExpr, depth: usize) -> Result<Node, ConditionError> {
+pub(super) fn boolean(e: &SqlExpr, depth: Depth) -> Result<Node, ConditionError> {
     let (n, k) = convert(e, depth)?;
     if k == Kind::Scalar {
         return Err(ConditionError::Parse(format!(
@@ -36,7 +49,7 @@ pub(super) fn boolean(e: &SqlExpr, depth: usize) -> Result<Node, ConditionError>
     Ok(n)
 }
 
-pub(super) fn scalar(e: &SqlExpr, depth: usize) -> Result<Box<Node>, ConditionError> {
+pub(super) fn scalar(e: &SqlExpr, depth: Depth) -> Result<Box<Node>, ConditionError> {
     let (n, k) = convert(e, depth)?;
     if k == Kind::Bool {
         return Err(ConditionError::Unsupported(format!(
@@ -47,11 +60,11 @@ pub(super) fn scalar(e: &SqlExpr, depth: usize) -> Result<Box<Node>, ConditionEr
     Ok(Box::new(n))
 }
 
-pub(super) fn convert(e: &SqlExpr, depth: usize) -> Conv {
-    if depth > MAX_DEPTH {
+pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
+    if depth.level > MAX_DEPTH {
         return Err(ConditionError::TooDeep);
     }
-    let d = depth + 1;
+    let d = depth.deeper();
     Ok(match e {
         SqlExpr::Nested(inner) => convert(inner, d)?,
         SqlExpr::Value(v) => {
@@ -59,8 +72,29 @@ pub(super) fn convert(e: &SqlExpr, depth: usize) -> Conv {
             let kind = if matches!(lit, Value::Number(_) | Value::Text(_)) { Kind::Scalar } else { Kind::Any };
             (Node::Lit(lit), kind)
         }
+        SqlExpr::Identifier(id) if depth.lang == Lang::Expression => {
+            (source_node(std::slice::from_ref(id), e)?, Kind::Any)
+        }
+        SqlExpr::CompoundIdentifier(parts) if depth.lang == Lang::Expression => (source_node(parts, e)?, Kind::Any),
         SqlExpr::Identifier(id) => (name_node(id), Kind::Any),
         SqlExpr::CompoundIdentifier(parts) => (compound_node(parts, e)?, Kind::Any),
+        SqlExpr::Case { operand, conditions, else_result } if depth.lang == Lang::Expression => {
+            let operand = match operand {
+                Some(o) => Some(scalar(o, d)?),
+                None => None,
+            };
+            let mut whens = Vec::with_capacity(conditions.len());
+            for w in conditions {
+                // `CASE x WHEN v`: v is a value compared with x; `CASE WHEN c`: c is a condition.
+                let when = if operand.is_some() { *scalar(&w.condition, d)? } else { boolean(&w.condition, d)? };
+                whens.push((when, *scalar(&w.result, d)?));
+            }
+            let otherwise = match else_result {
+                Some(x) => Some(scalar(x, d)?),
+                None => None,
+            };
+            (Node::Case { operand, whens, otherwise }, Kind::Scalar)
+        }
         SqlExpr::UnaryOp { op, expr } => match op {
             UnaryOperator::Not => (Node::Not(Box::new(boolean(expr, d)?)), Kind::Bool),
             UnaryOperator::Minus => match *scalar(expr, d)? {
@@ -281,7 +315,18 @@ pub(super) fn compound_node(parts: &[Ident], e: &SqlExpr) -> Result<Node, Condit
     }
 }
 
-pub(super) fn convert_function(f: &Function, e: &SqlExpr, d: usize) -> Conv {
+/// A name in a transformation expression: `source` (the whole payload) or
+/// `source.<path>` (a payload attribute; unquoted segments lower-cased).
+pub(super) fn source_node(parts: &[Ident], e: &SqlExpr) -> Result<Node, ConditionError> {
+    match parts {
+        [src, path @ ..] if src.quote_style.is_none() && src.value.eq_ignore_ascii_case("source") => {
+            Ok(Node::Source(path.iter().map(path_segment).collect()))
+        }
+        _ => unsupported("name (attributes of the message are source.<attribute>)", e),
+    }
+}
+
+pub(super) fn convert_function(f: &Function, e: &SqlExpr, d: Depth) -> Conv {
     let name = match f.name.0.as_slice() {
         [part] => match part.as_ident() {
             Some(id) if id.quote_style.is_none() => id.value.to_ascii_uppercase(),
@@ -320,6 +365,10 @@ pub(super) fn convert_function(f: &Function, e: &SqlExpr, d: usize) -> Conv {
         "NVL" => (Func::Nvl, 2, 2, Kind::Any),
         "ABS" => (Func::Abs, 1, 1, Kind::Scalar),
         "ROUND" => (Func::Round, 1, 2, Kind::Scalar),
+        "TO_CHAR" if d.lang == Lang::Expression => (Func::ToChar, 1, 1, Kind::Scalar),
+        "TO_NUMBER" if d.lang == Lang::Expression => (Func::ToNumber, 1, 1, Kind::Scalar),
+        "COALESCE" if d.lang == Lang::Expression => (Func::Coalesce, 1, 64, Kind::Any),
+        "CONCAT" if d.lang == Lang::Expression => (Func::Concat, 2, 2, Kind::Scalar),
         _ => return unsupported("function", e),
     };
     if args.len() < min || args.len() > max {

@@ -151,8 +151,13 @@ pub(super) fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
     }
 }
 
-pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext) -> Value {
-    match node {
+/// Evaluates `node`. Lenient (`strict` false, conditions): a failure — a text that is no
+/// number in arithmetic, division by zero, a truth value used as a number — is NULL where
+/// it happens, so the condition is UNKNOWN. Strict (transformation expressions): it is an
+/// error that says what failed, since a value computed from it would be wrong, not absent.
+pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Result<Value, String> {
+    let fail = |why: String| if strict { Err(why) } else { Ok(Value::Null) };
+    Ok(match node {
         Node::Lit(v) => v.clone(),
         Node::Name { prop, original } => match ctx.property(prop) {
             Some(v) => norm(v),
@@ -160,13 +165,13 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext) -> Value {
         },
         Node::Prop(p) => norm(ctx.property(p).unwrap_or(Value::Null)),
         Node::UserProp(p) => norm(ctx.user_property(p)),
-        Node::UserData(path) => norm(ctx.user_data(path)),
-        Node::Not(e) => tri(truth(&eval(e, ctx)).map(|b| !b)),
+        Node::UserData(path) | Node::Source(path) => norm(ctx.user_data(path)),
+        Node::Not(e) => tri(truth(&eval(e, ctx, strict)?).map(|b| !b)),
         Node::And(items) => {
             let mut unknown = false;
             for i in items {
-                match truth(&eval(i, ctx)) {
-                    Some(false) => return Value::Bool(false),
+                match truth(&eval(i, ctx, strict)?) {
+                    Some(false) => return Ok(Value::Bool(false)),
                     Some(true) => {}
                     None => unknown = true,
                 }
@@ -176,26 +181,29 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext) -> Value {
         Node::Or(items) => {
             let mut unknown = false;
             for i in items {
-                match truth(&eval(i, ctx)) {
-                    Some(true) => return Value::Bool(true),
+                match truth(&eval(i, ctx, strict)?) {
+                    Some(true) => return Ok(Value::Bool(true)),
                     Some(false) => {}
                     None => unknown = true,
                 }
             }
             if unknown { Value::Null } else { Value::Bool(false) }
         }
-        Node::Cmp(op, a, b) => tri(compare(*op, &eval(a, ctx), &eval(b, ctx))),
+        Node::Cmp(op, a, b) => tri(compare(*op, &eval(a, ctx, strict)?, &eval(b, ctx, strict)?)),
         Node::IsNull { expr, negated } => {
-            let is_null = matches!(eval(expr, ctx), Value::Null);
+            let is_null = matches!(eval(expr, ctx, strict)?, Value::Null);
             Value::Bool(is_null != *negated)
         }
         Node::Between { expr, low, high, negated } => {
-            let x = eval(expr, ctx);
-            let r = and3(compare(CmpOp::Ge, &x, &eval(low, ctx)), compare(CmpOp::Le, &x, &eval(high, ctx)));
+            let x = eval(expr, ctx, strict)?;
+            let r = and3(
+                compare(CmpOp::Ge, &x, &eval(low, ctx, strict)?),
+                compare(CmpOp::Le, &x, &eval(high, ctx, strict)?),
+            );
             tri(if *negated { r.map(|b| !b) } else { r })
         }
         Node::In { expr, list, negated } => {
-            let x = eval(expr, ctx);
+            let x = eval(expr, ctx, strict)?;
             let mut r = Some(false);
             for v in list {
                 match compare(CmpOp::Eq, &x, v) {
@@ -210,48 +218,106 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext) -> Value {
             tri(if *negated { r.map(|b| !b) } else { r })
         }
         Node::Like { expr, pattern, negated } => {
-            let Some(text) = to_text(&eval(expr, ctx)) else { return Value::Null };
+            let Some(text) = to_text(&eval(expr, ctx, strict)?) else { return Ok(Value::Null) };
             let chars: Vec<char> = text.chars().collect();
             let matched = match pattern {
                 LikePattern::Static(toks) => like_match(&chars, toks),
                 LikePattern::Dynamic { pattern, escape } => {
-                    let Some(p) = to_text(&eval(pattern, ctx)) else { return Value::Null };
+                    let Some(p) = to_text(&eval(pattern, ctx, strict)?) else { return Ok(Value::Null) };
                     match compile_like(&p, *escape) {
                         Ok(toks) => like_match(&chars, &toks),
-                        Err(_) => return Value::Null,
+                        Err(_) => return Ok(Value::Null),
                     }
                 }
             };
             Value::Bool(matched != *negated)
         }
         Node::Arith(op, a, b) => {
-            let (Some(x), Some(y)) = (to_num(&eval(a, ctx)), to_num(&eval(b, ctx))) else {
-                return Value::Null;
-            };
-            match op {
-                ArithOp::Add => num_value(x + y),
-                ArithOp::Sub => num_value(x - y),
-                ArithOp::Mul => num_value(x * y),
-                ArithOp::Div if y == 0.0 => Value::Null,
-                ArithOp::Div => num_value(x / y),
+            let (x, y) = (eval(a, ctx, strict)?, eval(b, ctx, strict)?);
+            if matches!(x, Value::Null) || matches!(y, Value::Null) {
+                return Ok(Value::Null);
             }
+            let (Some(x), Some(y)) = (number(&x, strict)?, number(&y, strict)?) else { return Ok(Value::Null) };
+            let n = match op {
+                ArithOp::Add => x + y,
+                ArithOp::Sub => x - y,
+                ArithOp::Mul => x * y,
+                ArithOp::Div if y == 0.0 => return fail("division by zero".into()),
+                ArithOp::Div => x / y,
+            };
+            if !n.is_finite() {
+                return fail("numeric overflow".into());
+            }
+            Value::Number(n)
         }
-        Node::Neg(e) => to_num(&eval(e, ctx)).map_or(Value::Null, |n| num_value(-n)),
+        Node::Neg(e) => match eval(e, ctx, strict)? {
+            Value::Null => Value::Null,
+            v => number(&v, strict)?.map_or(Value::Null, |n| num_value(-n)),
+        },
         Node::Concat(a, b) => {
-            let piece = |v: Value| match v {
-                Value::Null => Some(String::new()),
-                v => to_text(&v),
-            };
-            match (piece(eval(a, ctx)), piece(eval(b, ctx))) {
-                (Some(x), Some(y)) => text_value(x + &y),
-                _ => Value::Null,
-            }
+            let (a, b) = (eval(a, ctx, strict)?, eval(b, ctx, strict)?);
+            concat(&a, &b, strict)?
         }
         Node::Call(func, args) => {
-            let vals: Vec<Value> = args.iter().map(|a| eval(a, ctx)).collect();
-            call(*func, &vals)
+            let mut vals = Vec::with_capacity(args.len());
+            for a in args {
+                vals.push(eval(a, ctx, strict)?);
+            }
+            call(*func, &vals, strict)?
         }
+        Node::Case { operand, whens, otherwise } => {
+            let subject = match operand {
+                Some(o) => Some(eval(o, ctx, strict)?),
+                None => None,
+            };
+            for (when, then) in whens {
+                let w = eval(when, ctx, strict)?;
+                let hit = match &subject {
+                    Some(s) => compare(CmpOp::Eq, s, &w) == Some(true),
+                    None => truth(&w) == Some(true),
+                };
+                if hit {
+                    return eval(then, ctx, strict);
+                }
+            }
+            match otherwise {
+                Some(o) => eval(o, ctx, strict)?,
+                None => Value::Null,
+            }
+        }
+    })
+}
+
+/// A non-NULL operand of arithmetic as a number: `None` (lenient) or an error (strict)
+/// when it is none.
+fn number(v: &Value, strict: bool) -> Result<Option<f64>, String> {
+    match to_num(v) {
+        Some(n) => Ok(Some(n)),
+        None if !strict => Ok(None),
+        None => Err(match v {
+            Value::Text(s) => format!("invalid number {}", quoted(s)),
+            Value::Bool(_) => "a condition (true/false) is not a number".into(),
+            _ => "not a number".into(),
+        }),
     }
+}
+
+/// `a || b`: NULL is the empty string (Oracle).
+fn concat(a: &Value, b: &Value, strict: bool) -> Result<Value, String> {
+    let piece = |v: &Value| match v {
+        Value::Null => Ok(Some(String::new())),
+        Value::Bool(_) if strict => Err("a condition (true/false) is not a text".to_string()),
+        v => Ok(to_text(v)),
+    };
+    Ok(match (piece(a)?, piece(b)?) {
+        (Some(x), Some(y)) => text_value(x + &y),
+        _ => Value::Null,
+    })
+}
+
+/// A value quoted for an error message, shortened if long.
+fn quoted(s: &str) -> String {
+    format!("'{}'", truncate(s, 40))
 }
 
 /// Oracle-style integer argument (truncated toward zero).
@@ -261,19 +327,19 @@ pub(super) fn int_arg(v: Option<&Value>) -> Option<i64> {
     Some((n as i64).clamp(-(1 << 40), 1 << 40))
 }
 
-pub(super) fn call(func: Func, args: &[Value]) -> Value {
+pub(super) fn call(func: Func, args: &[Value], strict: bool) -> Result<Value, String> {
     let text0 = || args.first().and_then(to_text);
-    match func {
+    Ok(match func {
         Func::Upper => text0().map_or(Value::Null, |s| text_value(s.to_uppercase())),
         Func::Lower => text0().map_or(Value::Null, |s| text_value(s.to_lowercase())),
         Func::Length => text0().map_or(Value::Null, |s| Value::Number(s.chars().count() as f64)),
         Func::Substr => {
-            let (Some(s), Some(pos)) = (text0(), int_arg(args.get(1))) else { return Value::Null };
+            let (Some(s), Some(pos)) = (text0(), int_arg(args.get(1))) else { return Ok(Value::Null) };
             let len = match args.get(2) {
                 None => None,
                 Some(v) => match int_arg(Some(v)) {
                     Some(l) if l >= 1 => Some(l),
-                    _ => return Value::Null,
+                    _ => return Ok(Value::Null),
                 },
             };
             let chars: Vec<char> = s.chars().collect();
@@ -284,24 +350,24 @@ pub(super) fn call(func: Func, args: &[Value]) -> Value {
                 p => n + p,
             };
             if start < 0 || start >= n {
-                return Value::Null;
+                return Ok(Value::Null);
             }
             let end = len.map_or(n, |l| (start + l).min(n));
             let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) else {
-                return Value::Null;
+                return Ok(Value::Null);
             };
             chars.get(start..end).map_or(Value::Null, |c| text_value(c.iter().collect()))
         }
         Func::Trim(side) => {
-            let Some(s) = text0() else { return Value::Null };
+            let Some(s) = text0() else { return Ok(Value::Null) };
             let ch = match args.get(1) {
                 None => ' ',
                 Some(v) => {
-                    let Some(t) = to_text(v) else { return Value::Null };
+                    let Some(t) = to_text(v) else { return Ok(Value::Null) };
                     let mut it = t.chars();
                     match (it.next(), it.next()) {
                         (Some(c), None) => c,
-                        _ => return Value::Null,
+                        _ => return Ok(Value::Null),
                     }
                 }
             };
@@ -316,19 +382,37 @@ pub(super) fn call(func: Func, args: &[Value]) -> Value {
             Some(Value::Null) | None => args.get(1).cloned().unwrap_or(Value::Null),
             Some(v) => v.clone(),
         },
+        Func::Coalesce => args.iter().find(|v| !matches!(v, Value::Null)).cloned().unwrap_or(Value::Null),
         Func::Abs => args.first().and_then(to_num).map_or(Value::Null, |n| num_value(n.abs())),
         Func::Round => {
-            let Some(n) = args.first().and_then(to_num) else { return Value::Null };
+            let Some(n) = args.first().and_then(to_num) else { return Ok(Value::Null) };
             let places = match args.get(1) {
                 None => 0,
                 Some(v) => match int_arg(Some(v)) {
                     Some(p) => p.clamp(-400, 400),
-                    None => return Value::Null,
+                    None => return Ok(Value::Null),
                 },
             };
             num_value(round_half_away(n, places))
         }
-    }
+        Func::ToChar => match args.first() {
+            None | Some(Value::Null) => Value::Null,
+            Some(v @ (Value::Number(_) | Value::Text(_))) => to_text(v).map_or(Value::Null, text_value),
+            Some(Value::Bool(_)) if strict => return Err("TO_CHAR of a condition (true/false)".into()),
+            Some(Value::Bool(_)) => Value::Null,
+        },
+        Func::ToNumber => match args.first() {
+            None | Some(Value::Null) => Value::Null,
+            Some(v) => match number(v, strict)? {
+                Some(n) => Value::Number(n),
+                None => Value::Null,
+            },
+        },
+        Func::Concat => match (args.first(), args.get(1)) {
+            (Some(a), Some(b)) => concat(a, b, strict)?,
+            _ => Value::Null,
+        },
+    })
 }
 
 /// Oracle ROUND(n, d): half away from zero at `d` decimal places (d may be < 0).

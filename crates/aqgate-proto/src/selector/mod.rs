@@ -152,36 +152,16 @@ pub struct Condition {
 impl Condition {
     /// Parses and validates `text` (at most [`MAX_CONDITION_CHARS`] characters).
     pub fn parse(text: &str) -> Result<Condition, ConditionError> {
-        if text.chars().count() > MAX_CONDITION_CHARS {
-            return Err(ConditionError::TooLong);
+        let (root, kind) = parse_text(text, Lang::Condition)?;
+        if kind == Kind::Scalar {
+            return Err(ConditionError::Parse("a condition must be a boolean expression, not a value".into()));
         }
-        let dialect = ConditionDialect::default();
-        let tokens = Tokenizer::new(&dialect, text)
-            .tokenize_with_location()
-            .map_err(|e| ConditionError::Parse(e.to_string()))?;
-        prescan(&tokens)?;
-        let significant = tokens.iter().filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF)).count();
-        if significant == 0 {
-            return Err(ConditionError::Parse("empty condition".into()));
-        }
-        if significant <= INLINE_MAX_TOKENS {
-            return parse_tokens(tokens);
-        }
-        // Longer input may recurse deeper than a small thread stack allows (debug
-        // builds): parse on a big stack.
-        std::thread::scope(|scope| {
-            let handle = std::thread::Builder::new()
-                .name("condition-parser".into())
-                .stack_size(PARSER_STACK_BYTES)
-                .spawn_scoped(scope, move || parse_tokens(tokens))
-                .map_err(|e| ConditionError::Parse(format!("cannot start parser: {e}")))?;
-            handle.join().unwrap_or_else(|_| Err(ConditionError::Parse("internal parser failure".into())))
-        })
+        Ok(Condition { root })
     }
 
     /// Evaluates the condition for one message. UNKNOWN (SQL NULL) is `false`.
     pub fn eval(&self, ctx: &dyn ConditionContext) -> bool {
-        matches!(eval(&self.root, ctx), Value::Bool(true))
+        matches!(eval(&self.root, ctx, false), Ok(Value::Bool(true)))
     }
 
     /// Every name the condition refers to, in order of appearance (so that a caller who
@@ -205,6 +185,34 @@ impl Condition {
     }
 }
 
+/// Gates 1 to 4 for `text` in language `lang`.
+fn parse_text(text: &str, lang: Lang) -> Result<(Node, Kind), ConditionError> {
+    if text.chars().count() > MAX_CONDITION_CHARS {
+        return Err(ConditionError::TooLong);
+    }
+    let dialect = ConditionDialect { lang, ..ConditionDialect::default() };
+    let tokens =
+        Tokenizer::new(&dialect, text).tokenize_with_location().map_err(|e| ConditionError::Parse(e.to_string()))?;
+    prescan(&tokens)?;
+    let significant = tokens.iter().filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::EOF)).count();
+    if significant == 0 {
+        return Err(ConditionError::Parse("empty condition".into()));
+    }
+    if significant <= INLINE_MAX_TOKENS {
+        return parse_tokens(tokens, lang);
+    }
+    // Longer input may recurse deeper than a small thread stack allows (debug
+    // builds): parse on a big stack.
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("condition-parser".into())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(scope, move || parse_tokens(tokens, lang))
+            .map_err(|e| ConditionError::Parse(format!("cannot start parser: {e}")))?;
+        handle.join().unwrap_or_else(|_| Err(ConditionError::Parse("internal parser failure".into())))
+    })
+}
+
 impl std::str::FromStr for Condition {
     type Err = ConditionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -212,5 +220,8 @@ impl std::str::FromStr for Condition {
     }
 }
 
+pub use self::expression::*;
+
+mod expression;
 #[cfg(test)]
 mod tests;

@@ -79,12 +79,24 @@ pub(super) const REJECTED_WORDS: &[&str] = &[
 ];
 
 pub(super) const FUNCTIONS: &[&str] = &["UPPER", "LOWER", "LENGTH", "SUBSTR", "TRIM", "NVL", "ABS", "ROUND"];
+/// What transformation expressions call besides [`FUNCTIONS`].
+pub(super) const EXPRESSION_FUNCTIONS: &[&str] = &["TO_CHAR", "TO_NUMBER", "COALESCE", "CONCAT"];
+
+/// Which language a text is parsed as: a condition (a truth value over a message) or a
+/// transformation expression (a value over `source`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lang {
+    #[default]
+    Condition,
+    Expression,
+}
 
 /// Oracle-like identifier rules (`"` quotes only, no backslash escapes), plus a
 /// prefix hook; records the reason when it rejects a construct.
 #[derive(Debug, Default)]
 pub(super) struct ConditionDialect {
     pub(super) unsupported: RefCell<Option<String>>,
+    pub(super) lang: Lang,
 }
 
 impl ConditionDialect {
@@ -117,6 +129,10 @@ impl ConditionDialect {
                     return Ok(SqlExpr::Value(v.with_empty_span()));
                 }
                 "TRIM" if followed_by_paren => return self.parse_trim(parser),
+                "CASE" if self.lang == Lang::Expression => {
+                    parser.next_token();
+                    return parser.parse_case_expr();
+                }
                 _ if REJECTED_WORDS.contains(&upper.as_str()) => {
                     return Err(self.reject(format!("`{}`", w.value)));
                 }
@@ -134,7 +150,8 @@ impl ConditionDialect {
         if parser.peek_token().token == Token::LParen {
             let is_allowed = parts.len() == 1
                 && parts.iter().all(|p| p.quote_style.is_none())
-                && FUNCTIONS.contains(&upper.as_str());
+                && (FUNCTIONS.contains(&upper.as_str())
+                    || (self.lang == Lang::Expression && EXPRESSION_FUNCTIONS.contains(&upper.as_str())));
             if !is_allowed {
                 let name: Vec<&str> = parts.iter().map(|p| p.value.as_str()).collect();
                 return Err(self.reject(format!("function call `{}(...)`", name.join("."))));
@@ -241,8 +258,8 @@ impl Dialect for ConditionDialect {
 }
 
 /// Runs on the parser thread: sqlparser parse + conversion (both recursive).
-pub(super) fn parse_tokens(tokens: Vec<TokenWithSpan>) -> Result<Condition, ConditionError> {
-    let dialect = ConditionDialect::default();
+pub(super) fn parse_tokens(tokens: Vec<TokenWithSpan>, lang: Lang) -> Result<(Node, Kind), ConditionError> {
+    let dialect = ConditionDialect { lang, ..ConditionDialect::default() };
     let mut parser =
         Parser::new(&dialect).with_recursion_limit(PARSER_RECURSION_LIMIT).with_tokens_with_locations(tokens);
     let parsed = parser.parse_expr();
@@ -262,11 +279,7 @@ pub(super) fn parse_tokens(tokens: Vec<TokenWithSpan>) -> Result<Condition, Cond
             next.span.start
         )));
     }
-    let (root, kind) = convert(&expr, 0)?;
-    if kind == Kind::Scalar {
-        return Err(ConditionError::Parse("a condition must be a boolean expression, not a value".into()));
-    }
-    Ok(Condition { root })
+    convert(&expr, Depth { level: 0, lang })
 }
 
 pub(super) fn strip_prefix(msg: String) -> String {
