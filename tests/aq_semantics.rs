@@ -63,6 +63,8 @@ privilege = "dequeue"
 struct Server {
     port: u16,
     engine: Arc<Engine>,
+    /// The database's URL.
+    url: String,
 }
 
 async fn start(b: Backend) -> Server {
@@ -73,7 +75,7 @@ async fn start(b: Backend) -> Server {
     let port = listener.local_addr().expect("addr").port();
     let router = app(AppState::new(engine.clone(), Limits::default()));
     tokio::spawn(async move { axum::serve(listener, router).await });
-    Server { port, engine }
+    Server { port, engine, url }
 }
 
 async fn take(port: u16, agent: (&str, &str), queue: &str) -> Result<Vec<aqgate_proto::idap::Message>, i32> {
@@ -237,14 +239,7 @@ fn sql_client(url: &str, sql: &str) -> Vec<String> {
 /// enqueuing agent and sender, one row per consumer of a multi-consumer message, EXPIRED
 /// ones in the exception queue; uncommitted ones are not shown.
 async fn views(b: Backend) {
-    let url = fresh_url(b).await;
-    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await;
-    let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let router = app(AppState::new(engine.clone(), Limits::default()));
-    tokio::spawn(async move { axum::serve(listener, router).await });
-
+    let Server { port, engine, url } = start(b).await;
     let sender = "<sender_id><agent_name>APP_X</agent_name></sender_id>";
     let msgs = [
         (format!("<correlation>R1</correlation><priority>2</priority>{sender}"), "01"),
