@@ -159,6 +159,25 @@ pub struct NewMessage {
     pub consumers: Vec<String>,
     /// Sort key for deliveries: the priority on priority-ordered queues, else 0.
     pub prio_key: i64,
+    /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
+    /// so that only buffered dequeues take it.
+    pub spilled: bool,
+}
+
+/// `messages.state` of a spilled buffered message (Oracle's SPILLED).
+pub const SPILLED: i32 = 7;
+
+/// Which stored messages a dequeue looks at (Oracle's dequeue DELIVERY_MODE, as far as
+/// the store holds buffered messages: the spilled ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stored {
+    /// Persistent messages only: every state but [`SPILLED`].
+    #[default]
+    Persistent,
+    /// Spilled buffered messages only.
+    Spilled,
+    /// Both.
+    Either,
 }
 
 /// A message as seen by one consumer.
@@ -179,7 +198,7 @@ pub struct StoredMessage {
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
     pub retry_count: i64,
-    /// 0 normal, 3 expired (moved to an exception queue).
+    /// 0 normal, 3 expired (moved to an exception queue), [`SPILLED`].
     pub state: i32,
 }
 
@@ -207,6 +226,8 @@ pub struct CandidateQuery {
     /// remaining delay). `take_head` never takes them.
     pub include_waiting: bool,
     pub limit: i64,
+    /// Persistent messages, spilled buffered ones, or both.
+    pub stored: Stored,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -66,6 +66,10 @@ impl Engine {
             }
             None => {}
         }
+        if req.producer.delivery_mode != DeliveryMode::Persistent {
+            let result = self.enqueue_buffered(resolved, session, queue, qid, &req, now).await?;
+            return Ok(wrap(result));
+        }
         let immediate = req.producer.visibility == Visibility::Immediate;
         let commit_now = immediate || req.commit;
         let mut rows = Vec::with_capacity(req.messages.len());
@@ -227,6 +231,7 @@ impl Engine {
             enq_txn,
             consumers: Vec::new(),
             prio_key: if queue.sort == SortOrder::PriorityEnqTime { priority } else { 0 },
+            spilled: false,
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {
