@@ -98,41 +98,9 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Interest in a queue's enqueue signals (see [`Store::interest`]), given up when dropped.
-#[must_use = "the interest ends when this is dropped"]
-pub struct Interest(Option<Box<dyn FnOnce() + Send + Sync>>);
-
-impl Interest {
-    /// No interest needed (the backend signals every process there is).
-    pub fn none() -> Self {
-        Self(None)
-    }
-
-    /// Interest a backend holds until this is dropped, then gives up by `release`.
-    pub fn held(release: impl FnOnce() + Send + Sync + 'static) -> Self {
-        Self(Some(Box::new(release)))
-    }
-
-    /// Whether the backend needed it: then what was committed before it took effect must
-    /// be looked for once more.
-    pub fn is_held(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
-impl Drop for Interest {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
-            release();
-        }
-    }
-}
-
-impl std::fmt::Debug for Interest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Interest").field(&self.is_held()).finish()
-    }
-}
+mod delivery;
+mod interest;
+pub use {delivery::*, interest::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -162,22 +130,6 @@ pub struct NewMessage {
     /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
     /// so that only buffered dequeues take it.
     pub spilled: bool,
-}
-
-/// `messages.state` of a spilled buffered message (Oracle's SPILLED).
-pub const SPILLED: i32 = 7;
-
-/// Which stored messages a dequeue looks at (Oracle's dequeue DELIVERY_MODE, as far as
-/// the store holds buffered messages: the spilled ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Stored {
-    /// Persistent messages only: every state but [`SPILLED`].
-    #[default]
-    Persistent,
-    /// Spilled buffered messages only.
-    Spilled,
-    /// Both.
-    Either,
 }
 
 /// A message as seen by one consumer.
