@@ -46,6 +46,17 @@ pub struct ServeArgs {
     #[arg(long, env = "AQGATE_PROPAGATION_LEASE_TTL", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub propagation_lease_ttl: u64,
+    /// Flow control: buffered messages a queue holds in memory at most (unspilled); a
+    /// buffered enqueue beyond is refused with 25307 until consumers catch up.
+    #[arg(long, env = "AQGATE_BUFFERED_MAX_MESSAGES", default_value_t = 5000)]
+    pub buffered_max_messages: usize,
+    /// Payload bytes of buffered messages a queue keeps in memory; past them the oldest
+    /// are spilled to the store.
+    #[arg(long, env = "AQGATE_BUFFERED_SPILL_BYTES", default_value_t = 64 << 20)]
+    pub buffered_spill_bytes: usize,
+    /// Buffered messages in memory longer than this many seconds are spilled to the store.
+    #[arg(long, env = "AQGATE_BUFFERED_SPILL_AFTER", default_value_t = 600)]
+    pub buffered_spill_after: u64,
     /// Mark the session cookie Secure (when clients reach the servlet over HTTPS, e.g.
     /// through a TLS-terminating proxy).
     #[arg(long, env = "AQGATE_SECURE_COOKIE")]

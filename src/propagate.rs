@@ -44,8 +44,8 @@ use aqgate_core::error::{AqError, code};
 use aqgate_core::metrics::Counter;
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_proto::idap::{
-    AgentRef, ConsumerOptions, DequeueMode, Destination, EnqueueRequest, Message, MessageHeader, NavigationMode,
-    ProducerOptions, ReceiveRequest, Request, Response, Selector, Visibility,
+    AgentRef, ConsumerOptions, DeliveryMode, DequeueMode, Destination, EnqueueRequest, Message, MessageHeader,
+    NavigationMode, ProducerOptions, ReceiveRequest, Request, Response, Selector, Visibility,
 };
 use tokio::sync::watch;
 
@@ -558,6 +558,8 @@ pub(crate) fn receive(job: &PropagationInfo, wait: u64) -> Request {
             dequeue_mode: DequeueMode::Remove,
             navigation: NavigationMode::NextMessage,
             transformation: None,
+            // Buffered messages stay where they are: a job moves persistent ones only.
+            delivery_mode: DeliveryMode::Persistent,
         },
         commit: false,
     })
@@ -569,6 +571,7 @@ pub(crate) fn send(queue: &str, messages: Vec<Message>) -> Request {
             destination: Destination::database(queue.to_string()),
             visibility: Visibility::OnCommit,
             transformation: None,
+            delivery_mode: DeliveryMode::Persistent,
         },
         messages,
         commit: true,

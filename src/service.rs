@@ -23,6 +23,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_body,
         max_sessions,
         propagation_lease_ttl,
+        buffered_max_messages,
+        buffered_spill_bytes,
+        buffered_spill_after,
         secure_cookie,
         tls,
         directory: directory_args,
@@ -49,6 +52,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             session_timeout: Duration::from_secs(session_timeout),
             tombstone_ttl: Duration::from_secs(session_tombstone_ttl),
             idempotency_window: Duration::from_secs(idempotency_window),
+            buffered: aqgate_core::engine::BufferConfig {
+                max_messages: buffered_max_messages,
+                spill_bytes: buffered_spill_bytes,
+                spill_after: Duration::from_secs(buffered_spill_after),
+            },
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,

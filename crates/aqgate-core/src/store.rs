@@ -101,41 +101,9 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Interest in a queue's enqueue signals (see [`Store::interest`]), given up when dropped.
-#[must_use = "the interest ends when this is dropped"]
-pub struct Interest(Option<Box<dyn FnOnce() + Send + Sync>>);
-
-impl Interest {
-    /// No interest needed (the backend signals every process there is).
-    pub fn none() -> Self {
-        Self(None)
-    }
-
-    /// Interest a backend holds until this is dropped, then gives up by `release`.
-    pub fn held(release: impl FnOnce() + Send + Sync + 'static) -> Self {
-        Self(Some(Box::new(release)))
-    }
-
-    /// Whether the backend needed it: then what was committed before it took effect must
-    /// be looked for once more.
-    pub fn is_held(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
-impl Drop for Interest {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
-            release();
-        }
-    }
-}
-
-impl std::fmt::Debug for Interest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Interest").field(&self.is_held()).finish()
-    }
-}
+mod delivery;
+mod interest;
+pub use {delivery::*, interest::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -162,6 +130,9 @@ pub struct NewMessage {
     pub consumers: Vec<String>,
     /// Sort key for deliveries: the priority on priority-ordered queues, else 0.
     pub prio_key: i64,
+    /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
+    /// so that only buffered dequeues take it.
+    pub spilled: bool,
 }
 
 /// A message as seen by one consumer.
@@ -182,7 +153,7 @@ pub struct StoredMessage {
     pub exception_queue: Option<String>,
     pub payload: Vec<u8>,
     pub retry_count: i64,
-    /// 0 normal, 3 expired (moved to an exception queue).
+    /// 0 normal, 3 expired (moved to an exception queue), [`SPILLED`].
     pub state: i32,
 }
 
@@ -210,6 +181,8 @@ pub struct CandidateQuery {
     /// remaining delay). `take_head` never takes them.
     pub include_waiting: bool,
     pub limit: i64,
+    /// Persistent messages, spilled buffered ones, or both.
+    pub stored: Stored,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,6 +26,15 @@ pub const DEQUEUE_DISABLED: i32 = 25226;
 pub const NO_MESSAGE: i32 = 25228;
 /// ORA-25231 cannot dequeue because CONSUMER_NAME not specified.
 pub const CONSUMER_REQUIRED: i32 = 25231;
+/// ORA-25297 enqueue of buffered message failed, attempted to enqueue buffered message
+/// with a delay.
+pub const BUFFERED_ENQUEUE: i32 = 25297;
+/// ORA-25298 only immediate visibility mode supported for buffered message enqueue or
+/// dequeue.
+pub const BUFFERED_VISIBILITY: i32 = 25298;
+/// ORA-25307 enqueue rate too high, flow control enabled: a queue holds as many unspilled
+/// buffered messages as it may; sent again once its consumers catch up, it is taken.
+pub const FLOW_CONTROL: i32 = 25307;
 /// ORA-25263 no message in queue with message ID.
 pub const NO_SUCH_MESSAGE_ID: i32 = 25263;
 /// ORA-24034 application is already a subscriber / unknown subscriber.

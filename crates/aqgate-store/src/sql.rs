@@ -1,6 +1,8 @@
 //! The SQL statements both stores run as they are (SQLite and PostgreSQL read `$N` parameters
 //! alike). Statements written for one dialect stay in its backend.
 
+use aqgate_core::store::{SPILLED, Stored};
+
 pub(crate) const RECOVER_UNLOCK_ORPHANED: &str = "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL
               WHERE lock_txn IS NOT NULL AND lock_txn NOT IN (SELECT txn FROM sessions)";
 pub(crate) const RECOVER_DROP_ORPHANED_NOTIFICATIONS: &str =
@@ -97,3 +99,13 @@ pub(crate) const JOB_FORGET: &str = "DELETE FROM propagation_jobs
 pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM propagation_jobs WHERE name = $1";
 pub(crate) const JOB_LEASES_CLEAR: &str = "UPDATE propagation_jobs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL AND ($1 IS NULL OR owner = $1)";
 pub(crate) const JOB_STATUSES: &str = "SELECT * FROM propagation_jobs ORDER BY name";
+
+/// The condition on `m.state` that keeps a dequeue to the stored messages it may take:
+/// persistent ones, spilled buffered ones ([`SPILLED`]), or both.
+pub(crate) fn push_stored<DB: sqlx::Database>(b: &mut sqlx::QueryBuilder<'_, DB>, stored: Stored) {
+    match stored {
+        Stored::Persistent => b.push(format!(" AND m.state <> {SPILLED}")),
+        Stored::Spilled => b.push(format!(" AND m.state = {SPILLED}")),
+        Stored::Either => b,
+    };
+}

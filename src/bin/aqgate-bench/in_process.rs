@@ -41,6 +41,7 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
                         enq_txn: None,
                         consumers: vec![String::new()],
                         prio_key: 0,
+                        spilled: false,
                     })
                     .collect();
                 let t = Instant::now();

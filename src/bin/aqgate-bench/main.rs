@@ -81,6 +81,10 @@ struct Args {
     /// Payload size in bytes.
     #[arg(long, default_value_t = 1024)]
     payload: usize,
+    /// Send and receive buffered messages (delivery_mode BUFFERED, IMMEDIATE) instead of
+    /// persistent ones (send, batch, receive).
+    #[arg(long)]
+    buffered: bool,
     #[arg(long, default_value = "AQUSER.RAW_QUE")]
     queue: String,
     #[arg(long, default_value = "scott")]
@@ -125,6 +129,17 @@ struct Args {
     /// migrations and the queue `--queue`.
     #[arg(long)]
     database: Option<String>,
+}
+
+/// The options of a buffered send or receive (`--buffered`): IMMEDIATE, as they must be.
+const BUFFERED_OPTIONS: &str = r#"<visibility>IMMEDIATE</visibility><aqgate:delivery_mode xmlns:aqgate="urn:aqgate:idap">BUFFERED</aqgate:delivery_mode>"#;
+
+/// `xml` with buffered options before the end of its producer or consumer options.
+fn buffered(xml: String, on: bool) -> String {
+    if !on {
+        return xml;
+    }
+    xml.replacen("</destination>", &format!("</destination>{BUFFERED_OPTIONS}"), 1)
 }
 
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
@@ -384,7 +399,7 @@ async fn main() -> anyhow::Result<()> {
 
     if args.scenario == Scenario::Receive {
         let mut c = mk();
-        let body = send_xml(&args.queue, 500, &hex);
+        let body = buffered(send_xml(&args.queue, 500, &hex), args.buffered);
         let mut n = 0;
         while n < args.prefill {
             c.post(body.clone()).await?;
@@ -399,14 +414,13 @@ async fn main() -> anyhow::Result<()> {
     };
     // The requests of one cycle, posted in turn.
     let bodies = Arc::new(match args.scenario {
-        Scenario::Send => vec![send_xml(&args.queue, 1, &hex)],
-        Scenario::Batch => vec![send_xml(&args.queue, args.batch, &hex)],
+        Scenario::Send => vec![buffered(send_xml(&args.queue, 1, &hex), args.buffered)],
+        Scenario::Batch => vec![buffered(send_xml(&args.queue, args.batch, &hex), args.buffered)],
         Scenario::Transact => {
             vec![send_xml(&args.queue, 1, &hex).replace("<AQXmlCommit/>", ""), COMMIT_XML.to_string()]
         }
-        Scenario::Receive | Scenario::Smtp | Scenario::Notify | Scenario::Store | Scenario::Parse => {
-            vec![receive_xml(&args.queue)]
-        }
+        Scenario::Receive => vec![buffered(receive_xml(&args.queue), args.buffered)],
+        Scenario::Smtp | Scenario::Notify | Scenario::Store | Scenario::Parse => vec![receive_xml(&args.queue)],
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));
@@ -467,8 +481,9 @@ fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<Run>) {
     #[allow(clippy::cast_precision_loss)]
     let msgs_per_sec = (requests * per_request) as f64 / elapsed.as_secs_f64();
     println!(
-        "scenario={:?} clients={} payload={}B batch={} requests={} faults={} msgs/s={:.0} p50={:.2}ms p99={:.2}ms",
+        "scenario={:?} delivery={} clients={} payload={}B batch={} requests={} faults={} msgs/s={:.0} p50={:.2}ms p99={:.2}ms",
         args.scenario,
+        if args.buffered { "buffered" } else { "persistent" },
         args.clients,
         args.payload,
         per_request,

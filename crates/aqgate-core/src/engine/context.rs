@@ -178,6 +178,7 @@ mod tests {
             enq_txn: None,
             consumers: Vec::new(),
             prio_key: 0,
+            spilled: false,
         };
         let reg = TypeRegistry::default();
         let ctx = MessageContext::for_new(&m, "Q", &PayloadKind::Raw, &reg);

@@ -34,6 +34,7 @@ impl Engine {
             ));
         }
         let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
+        self.check_buffered_receive(session, o)?;
         let transformation = transform::for_dequeue(&resolved.catalog, o.transformation.as_deref(), queue, &consumer)?;
         if o.navigation == NavigationMode::NextTransaction {
             return Err(AqError::invalid("NEXT_TRANSACTION needs message grouping, which this queue does not have"));
@@ -67,7 +68,7 @@ impl Engine {
                 // Nobody is there to receive: take nothing.
                 return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
             }
-            let messages = self.try_receive(resolved, session, queue, qid, &consumer, &req, &filter).await?;
+            let messages = self.try_receive_any(resolved, session, queue, qid, &consumer, &req, &filter).await?;
             if !messages.is_empty() {
                 return Ok(ReceiveResult { destination: queue.name.clone(), messages });
             }
@@ -132,6 +133,7 @@ impl Engine {
         consumer: &str,
         req: &ReceiveRequest,
         filter: &Filter,
+        stored: Stored,
     ) -> Result<Vec<Message>, AqError> {
         let o = &req.consumer;
         let now = self.now();
@@ -171,6 +173,7 @@ impl Engine {
                 include_locked: false,
                 include_waiting: false,
                 limit: 1,
+                stored,
             };
             let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
             let out = match self.message_out(resolved, queue, &m, now, !session.propagates, None) {
@@ -178,7 +181,7 @@ impl Engine {
                 Err(e) => {
                     // Removed already, but not returnable: put it back (at the end of its
                     // priority), so that the Fault loses nothing.
-                    self.put_back(&m).await?;
+                    self.put_back(&m, stored == Stored::Spilled).await?;
                     return Err(e);
                 }
             };
@@ -209,6 +212,7 @@ impl Engine {
                 } else {
                     i64::try_from(want).unwrap_or(1)
                 },
+                stored,
             };
             loop {
                 let batch = tx.candidates(&q).await?;
@@ -340,7 +344,7 @@ impl Engine {
     }
 
     /// Enqueues a single-consumer message taken by `take_head` again, as it was.
-    pub(super) async fn put_back(&self, m: &StoredMessage) -> Result<(), AqError> {
+    pub(super) async fn put_back(&self, m: &StoredMessage, spilled: bool) -> Result<(), AqError> {
         tracing::error!(queue = m.queue, msgid = %payload::hex_upper(&m.msgid), "a stored message could not be returned; it is put back");
         let row = NewMessage {
             msgid: m.msgid,
@@ -358,6 +362,7 @@ impl Engine {
             // The single consumer's delivery (take_head serves single-consumer queues).
             consumers: vec![String::new()],
             prio_key: m.prio_key,
+            spilled: spilled || m.state == SPILLED,
         };
         self.store.insert_committed(std::slice::from_ref(&row), 0).await?;
         Ok(())
@@ -399,7 +404,23 @@ pub(super) struct Filter {
     condition: Option<Condition>,
     /// Applied to each message returned; a failure returns none of them (nothing is
     /// removed, locked or passed).
-    transformation: Option<std::sync::Arc<payload::Transformation>>,
+    pub(super) transformation: Option<std::sync::Arc<payload::Transformation>>,
+}
+
+impl Filter {
+    /// Whether `m` passes the selector (what the store's query checks of correlation and
+    /// message id, and the condition), for messages the store does not hold.
+    pub(super) fn matches(&self, m: &StoredMessage, queue: &QueueInfo, resolved: &Resolved) -> bool {
+        if self.corrid.as_ref().is_some_and(|c| m.corrid.as_ref() != Some(c)) {
+            return false;
+        }
+        if self.msgid.is_some_and(|id| id != m.msgid) {
+            return false;
+        }
+        self.condition.as_ref().is_none_or(|c| {
+            c.eval(&context::MessageContext::for_stored(m, &queue.name, &queue.payload, &resolved.catalog.types))
+        })
+    }
 }
 
 pub(super) fn consumer_for(queue: &QueueInfo, name: Option<&str>) -> Result<String, AqError> {

@@ -75,6 +75,10 @@ impl Engine {
                     .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             }
         }
+        if req.producer.delivery_mode != DeliveryMode::Persistent {
+            let result = self.enqueue_buffered(resolved, session, queue, qid, &req, now).await?;
+            return Ok(wrap(result));
+        }
         let immediate = req.producer.visibility == Visibility::Immediate;
         let commit_now = immediate || req.commit;
         let mut rows = Vec::with_capacity(req.messages.len());
@@ -246,6 +250,7 @@ impl Engine {
                 // The enqueue time first; within one time, the insert order (see `enqueue`).
                 SortOrder::EnqTimePriority => enq_time,
             },
+            spilled: false,
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {

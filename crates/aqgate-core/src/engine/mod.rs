@@ -5,6 +5,7 @@
 //! expiration. The engine decides; the store persists. One request runs in one store
 //! transaction, so it is all-or-nothing.
 
+mod buffered;
 pub mod context;
 mod dequeue;
 mod enqueue;
@@ -15,6 +16,7 @@ mod time_manager;
 mod transactions;
 mod transform;
 
+pub use buffered::BufferConfig;
 pub use dequeue::header_of;
 pub use enqueue::agent_from_json;
 pub use transactions::session_expired_error;
@@ -54,6 +56,8 @@ pub struct EngineConfig {
     pub tombstone_ttl: Duration,
     /// How long a request performed under an idempotency key is remembered.
     pub idempotency_window: Duration,
+    /// Buffered messages: flow control and spilling.
+    pub buffered: BufferConfig,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -65,6 +69,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("notify_policy", &self.notify_policy)
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("idempotency_window", &self.idempotency_window)
+            .field("buffered", &self.buffered)
             .finish()
     }
 }
@@ -79,6 +84,7 @@ impl Default for EngineConfig {
             metrics: crate::metrics::Metrics::new(),
             tombstone_ttl: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
+            buffered: BufferConfig::default(),
         }
     }
 }
@@ -137,6 +143,8 @@ pub struct Engine {
     /// [`AgentRetained`] lasts (with how many): a removed propagation job's, so that its batch
     /// in flight can commit (a non-forced removal).
     retained: StdMutex<HashMap<String, (AgentInfo, usize)>>,
+    /// This process's buffered messages (lost with it, unless spilled).
+    buffers: buffered::Buffers,
 }
 
 /// Keeps an agent usable by [`Engine::execute`] after a reload removed it, until dropped
@@ -195,7 +203,9 @@ impl Engine {
         clock: Arc<dyn Clock>,
         config: EngineConfig,
     ) -> Result<Arc<Self>, AqError> {
+        let buffers = buffered::Buffers::new(config.buffered.clone(), &config.metrics);
         let engine = Arc::new(Self {
+            buffers,
             store,
             clock,
             config,

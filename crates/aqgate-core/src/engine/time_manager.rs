@@ -135,13 +135,15 @@ impl Engine {
         Ok(due.len())
     }
 
-    /// One round of the time manager: expired messages to their exception queues, idle
+    /// One round of the time manager: expired messages to their exception queues, buffered
+    /// messages in memory past their time spilled to the store, idle
     /// sessions rolled back, and (when `purge`) ended sessions' tombstones and old
     /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
     pub async fn time_manager_round(&self, purge: bool) {
         if let Err(e) = self.expire_messages().await {
             tracing::warn!(error = %e, "time manager");
         }
+        self.spill(true, None).await;
         self.expire_sessions().await;
         if purge {
             self.purge_sessions().await;

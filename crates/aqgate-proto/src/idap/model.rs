@@ -7,6 +7,10 @@
 pub const ENVELOPE_NS: &str = "http://ns.oracle.com/AQ/schemas/envelope";
 /// Namespace of the AQ XML access schema (`AQXmlSend`, ...).
 pub const ACCESS_NS: &str = "http://ns.oracle.com/AQ/schemas/access";
+/// Namespace of aqgate's own extension elements inside IDAP documents (IDAP has no element
+/// for them): `delivery_mode` in `producer_options` and `consumer_options`. An element of
+/// this namespace anywhere else is refused, as any unknown element is.
+pub const AQGATE_NS: &str = "urn:aqgate:idap";
 
 /// A generic XML element, used for payloads and header entries.
 ///
@@ -138,6 +142,21 @@ pub enum NavigationMode {
     NextTransaction,
 }
 
+/// Oracle's DELIVERY_MODE (10.2): whether a message is kept in the queue table or in
+/// memory (buffered), and which of the two a dequeue takes. Written as the extension
+/// element `delivery_mode` in [`AQGATE_NS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliveryMode {
+    /// Stored, transactional (the default, and IDAP's only kind).
+    #[default]
+    Persistent,
+    /// Kept in the memory of the process that took it; not transactional, lost on restart
+    /// unless it was spilled to the store.
+    Buffered,
+    /// Dequeue only: either kind.
+    PersistentOrBuffered,
+}
+
 /// An AQ agent as written in `sender_id`, `recipient_list` or `reply_to`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentRef {
@@ -180,6 +199,9 @@ pub struct ProducerOptions {
     pub destination: Destination,
     pub visibility: Visibility,
     pub transformation: Option<String>,
+    /// `aqgate:delivery_mode`: never [`DeliveryMode::PersistentOrBuffered`] (the parser
+    /// refuses it for an enqueue).
+    pub delivery_mode: DeliveryMode,
 }
 
 /// AQXmlSend / AQXmlPublish.
@@ -210,6 +232,8 @@ pub struct ConsumerOptions {
     pub dequeue_mode: DequeueMode,
     pub navigation: NavigationMode,
     pub transformation: Option<String>,
+    /// `aqgate:delivery_mode`: which messages the dequeue takes.
+    pub delivery_mode: DeliveryMode,
 }
 
 /// AQXmlReceive.

@@ -187,7 +187,8 @@ impl Coalescer {
                 // filtered ones go alone. Groups run concurrently.
                 let mut groups: Vec<Vec<TakeJob>> = Vec::new();
                 for job in jobs {
-                    let shareable = job.q.corrid.is_none() && job.q.msgid.is_none();
+                    let shareable =
+                        job.q.corrid.is_none() && job.q.msgid.is_none() && job.q.stored == Stored::Persistent;
                     match groups.iter_mut().find(|g| {
                         shareable
                             && g[0].q.corrid.is_none()

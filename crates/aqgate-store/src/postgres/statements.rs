@@ -113,6 +113,7 @@ pub(super) fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static
     if let Some(id) = &q.msgid {
         b.push(" AND m.msgid = ").push_bind(id.to_vec());
     }
+    crate::sql::push_stored(&mut b, q.stored);
     b.push(" ORDER BY m.prio_key, m.seq LIMIT ").push_bind(limit);
     b.push(
         " FOR UPDATE OF m SKIP LOCKED)
@@ -132,8 +133,8 @@ pub(super) fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static
 macro_rules! insert_ctes {
     () => {
         "WITH m AS (
-            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key, enq_user_id)
-            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[], $20::text[])
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key, enq_user_id, state)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[], $20::text[], $21::int8[])
             RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
          ), d AS (
             INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
@@ -153,7 +154,7 @@ macro_rules! insert_ctes {
     };
 }
 
-/// The insert with a session row written in the same statement (parameters from `$21`):
+/// The insert with a session row written in the same statement (parameters from `$22`):
 /// one row, `sealed` 1 when the row was written.
 pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
     [false, true].map(|new| {
@@ -163,7 +164,7 @@ pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::syn
          SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
             insert_ctes!(),
             crate::interest::uninterested!(),
-            session_ctes(21, new)
+            session_ctes(22, new)
         )
     })
 });
@@ -197,6 +198,7 @@ pub(super) fn insert_query<'a>(
     let mut txns = Vec::with_capacity(n);
     let mut singles = Vec::with_capacity(n);
     let mut prio_keys = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
     let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for m in msgs {
         ids.push(&m.msgid[..]);
@@ -215,6 +217,7 @@ pub(super) fn insert_query<'a>(
         let single = m.consumers.len() == 1 && m.consumers[0].is_empty();
         singles.push(single);
         prio_keys.push(m.prio_key);
+        states.push(if m.spilled { i64::from(SPILLED) } else { 0 });
         if single {
             continue;
         }
@@ -253,7 +256,8 @@ pub(super) fn insert_query<'a>(
         .bind(visible)
         .bind(singles)
         .bind(prio_keys)
-        .bind(enq_users);
+        .bind(enq_users)
+        .bind(states);
     match session {
         None => q,
         Some(row) => bind_session(q, row),

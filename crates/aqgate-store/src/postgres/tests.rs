@@ -18,6 +18,7 @@ fn job(source: u64) -> (InsertJob, tokio::sync::oneshot::Receiver<Result<()>>) {
         enq_txn: None,
         consumers: vec![String::new()],
         prio_key: 0,
+        spilled: false,
     };
     let (done, answer) = tokio::sync::oneshot::channel();
     (InsertJob { msgs: vec![msg], sent: Sent::now(source), done }, answer)

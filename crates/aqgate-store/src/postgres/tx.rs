@@ -145,6 +145,7 @@ impl StoreTx for PgTx {
         if let Some(id) = &q.msgid {
             b.push(" AND m.msgid = ").push_bind(id.to_vec());
         }
+        crate::sql::push_stored(&mut b, q.stored);
         if q.include_locked {
             // Everything but what this transaction has already removed (NULL-safe).
             b.push(format!(" AND ({d}.lock_txn IS NULL OR {d}.lock_kind <> 1 OR {d}.lock_txn <> "))

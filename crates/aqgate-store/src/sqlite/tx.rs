@@ -95,7 +95,7 @@ impl StoreTx for SqliteTx {
         // Multi-row inserts, in chunks that stay under SQLite's bound-parameter limit.
         for chunk in msgs.chunks(500) {
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id) ",
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id, state) ",
             );
             b.push_values(chunk, |mut row, m| {
                 row.push_bind(m.msgid.to_vec())
@@ -109,7 +109,8 @@ impl StoreTx for SqliteTx {
                     .push_bind(m.exception_queue.clone())
                     .push_bind(m.payload.clone())
                     .push_bind(m.enq_txn.clone())
-                    .push_bind(m.enq_user_id.clone());
+                    .push_bind(m.enq_user_id.clone())
+                    .push_bind(if m.spilled { SPILLED } else { 0 });
             });
             b.push(" RETURNING seq, msgid");
             let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
@@ -157,6 +158,7 @@ impl StoreTx for SqliteTx {
         if let Some(id) = &q.msgid {
             b.push(" AND m.msgid = ").push_bind(id.to_vec());
         }
+        crate::sql::push_stored(&mut b, q.stored);
         if q.include_locked {
             // Everything but what this transaction has already removed (NULL-safe).
             b.push(" AND (d.lock_txn IS NULL OR d.lock_kind <> 1 OR d.lock_txn <> ").push_bind(q.txn.clone()).push(")");

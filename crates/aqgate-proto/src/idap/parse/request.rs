@@ -86,23 +86,58 @@ pub(super) fn parse_visibility(e: &Elem, path: &Path<'_>) -> Result<Visibility> 
     keyword(&s, &[("ON_COMMIT", Visibility::OnCommit), ("IMMEDIATE", Visibility::Immediate)], path)
 }
 
+/// An extension element of [`AQGATE_NS`] among options: `delivery_mode` only, once;
+/// `PERSISTENT_OR_BUFFERED` only where `either` (a dequeue). `Ok(false)`: not one.
+fn extension(c: &Elem, p: &Path<'_>, path: &Path<'_>, either: bool, mode: &mut Option<DeliveryMode>) -> Result<bool> {
+    if c.ns.as_deref() != Some(AQGATE_NS) {
+        return Ok(false);
+    }
+    if c.local != "delivery_mode" {
+        return Err(unknown(c, path));
+    }
+    let s = leaf(c, p)?;
+    let mut table = vec![("PERSISTENT", DeliveryMode::Persistent), ("BUFFERED", DeliveryMode::Buffered)];
+    if either {
+        table.push(("PERSISTENT_OR_BUFFERED", DeliveryMode::PersistentOrBuffered));
+    }
+    set_once(mode, keyword(&s, &table, p)?, p)?;
+    Ok(true)
+}
+
+/// `delivery_mode` written without aqgate's namespace: say where it belongs.
+fn unqualified_extension(c: &Elem, path: &Path<'_>) -> CodecError {
+    if c.local == "delivery_mode" {
+        return invalid(format!(
+            "{path}: <{}> is an aqgate extension, not IDAP: write it in namespace '{AQGATE_NS}' \
+             (<aqgate:delivery_mode xmlns:aqgate=\"{AQGATE_NS}\">BUFFERED</aqgate:delivery_mode>)",
+            snip(&c.qname)
+        ));
+    }
+    unknown(c, path)
+}
+
 pub(super) fn parse_producer(e: &Elem, path: &Path<'_>) -> Result<ProducerOptions> {
     check_attrs(e, &[], path)?;
     let (mut destination, mut visibility, mut transformation) = (None, None, None);
+    let mut delivery_mode = None;
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
+        if extension(c, &p, path, false, &mut delivery_mode)? {
+            continue;
+        }
         expect_ns(c, ACCESS_NS, &p)?;
         match &*c.local {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
             "visibility" => set_once(&mut visibility, parse_visibility(c, &p)?, &p)?,
             "transformation" => set_once(&mut transformation, leaf(c, &p)?, &p)?,
-            _ => return Err(unknown(c, path)),
+            _ => return Err(unqualified_extension(c, path)),
         }
     }
     Ok(ProducerOptions {
         destination: required(destination, "destination", path)?,
         visibility: visibility.unwrap_or_default(),
         transformation,
+        delivery_mode: delivery_mode.unwrap_or_default(),
     })
 }
 
@@ -360,8 +395,12 @@ pub(super) fn parse_consumer(e: &Elem, path: &Path<'_>) -> Result<ConsumerOption
     let mut dequeue_mode = None;
     let mut navigation = None;
     let mut transformation = None;
+    let mut delivery_mode = None;
     for c in struct_children(e, path)? {
         let p = child_path(path, c);
+        if extension(c, &p, path, true, &mut delivery_mode)? {
+            continue;
+        }
         expect_ns(c, ACCESS_NS, &p)?;
         match &*c.local {
             "destination" => set_once(&mut destination, parse_destination(c, &p)?, &p)?,
@@ -396,7 +435,7 @@ pub(super) fn parse_consumer(e: &Elem, path: &Path<'_>) -> Result<ConsumerOption
                 set_once(&mut navigation, mode, &p)?;
             }
             "transformation" => set_once(&mut transformation, leaf(c, &p)?, &p)?,
-            _ => return Err(unknown(c, path)),
+            _ => return Err(unqualified_extension(c, path)),
         }
     }
     Ok(ConsumerOptions {
@@ -408,6 +447,7 @@ pub(super) fn parse_consumer(e: &Elem, path: &Path<'_>) -> Result<ConsumerOption
         dequeue_mode: dequeue_mode.unwrap_or_default(),
         navigation: navigation.unwrap_or_default(),
         transformation,
+        delivery_mode: delivery_mode.unwrap_or_default(),
     })
 }
 

@@ -767,3 +767,42 @@ mod mutations {
         }
     }
 }
+
+/// An AQXmlSend / AQXmlReceive of AQUSER.RAW_QUE with `extra` inside its options.
+fn with_options(receive: bool, extra: &str) -> String {
+    let body = if receive {
+        format!(
+            r#"<AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>AQUSER.RAW_QUE</destination>{extra}</consumer_options></AQXmlReceive>"#
+        )
+    } else {
+        format!(
+            r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination>{extra}</producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header/><message_payload><raw>00</raw></message_payload></message></message_set></AQXmlSend>"#
+        )
+    };
+    format!(
+        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body>{body}</Body></Envelope>"#
+    )
+}
+
+#[test]
+fn delivery_mode_is_an_extension_element_in_aqgates_namespace() {
+    let ext = |v: &str| format!(r#"<x:delivery_mode xmlns:x="urn:aqgate:idap">{v}</x:delivery_mode>"#);
+    assert_eq!(enqueue(req(&with_options(false, ""))).producer.delivery_mode, DeliveryMode::Persistent);
+    assert_eq!(enqueue(req(&with_options(false, &ext("BUFFERED")))).producer.delivery_mode, DeliveryMode::Buffered);
+    assert_eq!(receive(req(&with_options(true, &ext("buffered")))).delivery_mode, DeliveryMode::Buffered);
+    assert_eq!(
+        receive(req(&with_options(true, &ext("PERSISTENT_OR_BUFFERED")))).delivery_mode,
+        DeliveryMode::PersistentOrBuffered
+    );
+    // Either kind is for a dequeue only.
+    let e = req_err(&with_options(false, &ext("PERSISTENT_OR_BUFFERED"))).to_string();
+    assert!(e.contains("is not one of PERSISTENT, BUFFERED"), "{e}");
+    let e = req_err(&with_options(true, &format!("{}{}", ext("BUFFERED"), ext("PERSISTENT")))).to_string();
+    assert!(e.contains("duplicate"), "{e}");
+    // Without the namespace it is not IDAP, and the fault says where it belongs.
+    let e = req_err(&with_options(false, "<delivery_mode>BUFFERED</delivery_mode>")).to_string();
+    assert!(e.contains("aqgate extension") && e.contains("urn:aqgate:idap"), "{e}");
+    // Nothing else of the namespace is known.
+    let e = req_err(&with_options(true, r#"<x:other xmlns:x="urn:aqgate:idap">1</x:other>"#)).to_string();
+    assert!(e.contains("unexpected element"), "{e}");
+}

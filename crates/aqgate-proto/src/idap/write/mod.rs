@@ -103,6 +103,7 @@ pub fn write_request(req: &Envelope<Request>) -> String {
                 w.leaf("visibility", visibility(e.producer.visibility));
             }
             w.opt_leaf("transformation", e.producer.transformation.as_ref());
+            w.delivery_mode(e.producer.delivery_mode);
             w.close("producer_options");
             w.message_set(&e.messages);
             w.commit(e.commit);
@@ -134,6 +135,7 @@ pub fn write_request(req: &Envelope<Request>) -> String {
                 w.leaf("navigation_mode", navigation_mode(c.navigation));
             }
             w.opt_leaf("transformation", c.transformation.as_ref());
+            w.delivery_mode(c.delivery_mode);
             w.close("consumer_options");
             w.commit(r.commit);
             w.close(method);
@@ -285,6 +287,21 @@ impl Writer {
         self.out.push_str("</");
         self.out.push_str(name);
         self.out.push('>');
+    }
+
+    /// `aqgate:delivery_mode` in aqgate's namespace, when not the default.
+    fn delivery_mode(&mut self, mode: DeliveryMode) {
+        let v = match mode {
+            DeliveryMode::Persistent => return,
+            DeliveryMode::Buffered => "BUFFERED",
+            DeliveryMode::PersistentOrBuffered => "PERSISTENT_OR_BUFFERED",
+        };
+        self.indent();
+        self.out.push_str("<aqgate:delivery_mode xmlns:aqgate=\"");
+        escape_attr(&mut self.out, AQGATE_NS);
+        self.out.push_str("\">");
+        self.out.push_str(v);
+        self.out.push_str("</aqgate:delivery_mode>");
     }
 
     fn opt_leaf(&mut self, name: &str, value: Option<impl Display>) {

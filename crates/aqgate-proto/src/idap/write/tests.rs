@@ -235,10 +235,22 @@ fn visibility_s() -> impl Strategy<Value = Visibility> {
     prop_oneof![Just(Visibility::OnCommit), Just(Visibility::Immediate)]
 }
 
+fn delivery_s(either: bool) -> impl Strategy<Value = DeliveryMode> {
+    let third = if either { DeliveryMode::PersistentOrBuffered } else { DeliveryMode::Buffered };
+    prop_oneof![Just(DeliveryMode::Persistent), Just(DeliveryMode::Buffered), Just(third)]
+}
+
 fn enqueue() -> impl Strategy<Value = EnqueueRequest> {
-    (destination(), visibility_s(), prop::option::of(text()), prop::collection::vec(message(), 1..3), any::<bool>())
-        .prop_map(|(destination, visibility, transformation, messages, commit)| EnqueueRequest {
-            producer: ProducerOptions { destination, visibility, transformation },
+    (
+        destination(),
+        visibility_s(),
+        prop::option::of(text()),
+        prop::collection::vec(message(), 1..3),
+        any::<bool>(),
+        delivery_s(false),
+    )
+        .prop_map(|(destination, visibility, transformation, messages, commit, delivery_mode)| EnqueueRequest {
+            producer: ProducerOptions { destination, visibility, transformation, delivery_mode },
             messages,
             commit,
         })
@@ -265,6 +277,7 @@ fn consumer() -> impl Strategy<Value = ConsumerOptions> {
         dequeue,
         navigation,
         prop::option::of(text()),
+        delivery_s(true),
     )
         .prop_map(
             |(
@@ -276,6 +289,7 @@ fn consumer() -> impl Strategy<Value = ConsumerOptions> {
                 dequeue_mode,
                 navigation,
                 transformation,
+                delivery_mode,
             )| ConsumerOptions {
                 destination,
                 consumer_name,
@@ -285,6 +299,7 @@ fn consumer() -> impl Strategy<Value = ConsumerOptions> {
                 dequeue_mode,
                 navigation,
                 transformation,
+                delivery_mode,
             },
         )
 }

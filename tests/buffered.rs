@@ -1,0 +1,363 @@
+//! Buffered messages over HTTP, on SQLite and PostgreSQL: enqueue and dequeue BUFFERED, the
+//! IMMEDIATE rule, waiters woken by a buffered enqueue, multi-consumer queues, flow control
+//! and its recovery, spilling by threshold and by age, a restart losing what was not
+//! spilled, and PERSISTENT_OR_BUFFERED seeing both kinds.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aqgate::servlet::{AppState, app};
+use aqgate_core::clock::SystemClock;
+use aqgate_core::engine::{BufferConfig, Engine, EngineConfig};
+use aqgate_core::error::code;
+use aqgate_proto::idap::{Limits, Response};
+use common::*;
+
+const RAW: &str = "AQUSER.RAW_QUE";
+const TOPIC: &str = "AQUSER.BUF_TOPIC";
+
+/// The demo topology plus a RAW multi-consumer queue with subscribers APP1 and APP2.
+fn topology() -> String {
+    format!(
+        "{}\n{}",
+        aqgate::DEFAULT_TOPOLOGY,
+        r#"
+[[queue_tables]]
+name = "AQUSER.BUF_TOPIC_TAB"
+payload_type = "RAW"
+multiple_consumers = true
+
+[[queues]]
+name = "AQUSER.BUF_TOPIC"
+queue_table = "AQUSER.BUF_TOPIC_TAB"
+
+[[subscribers]]
+queue = "AQUSER.BUF_TOPIC"
+name = "APP1"
+
+[[subscribers]]
+queue = "AQUSER.BUF_TOPIC"
+name = "APP2"
+"#
+    )
+}
+
+struct Server {
+    addr: SocketAddr,
+    engine: Arc<Engine>,
+    url: String,
+    stop: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(b: Backend, buffered: BufferConfig) -> Self {
+        let url = fresh_url(b).await;
+        drop(store_with_topology(&url, &topology()).await);
+        Self::on(url, buffered).await
+    }
+
+    /// A server (a new engine: a new process as far as buffered messages go) on `url`.
+    async fn on(url: String, buffered: BufferConfig) -> Self {
+        let store = aqgate_store::open(&url).await.expect("store");
+        let config = EngineConfig { buffered, max_wait: Duration::from_secs(10), ..EngineConfig::default() };
+        let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = app(AppState::new(engine.clone(), Limits::default()));
+        let stop = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Self { addr, engine, url, stop }
+    }
+
+    /// Ends this server (its buffered messages with it) and starts another on its store.
+    async fn restart(self) -> Self {
+        self.stop.abort();
+        let _ = self.stop.await;
+        let (url, config) = (self.url.clone(), self.engine.config().buffered.clone());
+        drop(self.engine);
+        Self::on(url, config).await
+    }
+
+    async fn metrics(&self) -> String {
+        let r = reqwest::get(format!("http://{}/metrics", self.addr)).await.expect("metrics");
+        r.text().await.expect("metrics body")
+    }
+
+    async fn post(&self, body: &str) -> Response {
+        let (_, text) = http_as(self.addr.port(), SCOTT, &mut None, body).await;
+        parse_idap(text.as_bytes())
+    }
+
+    async fn ok(&self, body: &str) -> Response {
+        match self.post(body).await {
+            Response::Fault(f) => panic!("fault {}: {}", f.code, f.message),
+            r => r,
+        }
+    }
+
+    async fn fault(&self, body: &str) -> (i32, String) {
+        match self.post(body).await {
+            Response::Fault(f) => (f.code, f.message),
+            r => panic!("not a fault: {r:?}"),
+        }
+    }
+
+    /// Buffered sends of `hexes` to `dest`, one request each.
+    async fn send_buffered(&self, dest: &str, hexes: &[&str]) {
+        for h in hexes {
+            self.ok(&send(dest, h, "BUFFERED", "IMMEDIATE", "")).await;
+        }
+    }
+
+    /// Payloads a buffered (or `mode`) dequeue of `dest` gets, until it finds none.
+    async fn drain(&self, dest: &str, mode: &str, consumer: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            match self.post(&recv(dest, mode, consumer, 0)).await {
+                Response::Fault(f) if f.code == code::NO_MESSAGE => return out,
+                r => out.extend(received(&r).iter().map(raw_of)),
+            }
+        }
+    }
+}
+
+fn mode_element(mode: &str) -> String {
+    format!(r#"<aqgate:delivery_mode xmlns:aqgate="urn:aqgate:idap">{mode}</aqgate:delivery_mode>"#)
+}
+
+/// An AQXmlSend of one RAW payload in `mode` with `visibility`; `header`: message_header XML.
+fn send(dest: &str, hex: &str, mode: &str, visibility: &str, header: &str) -> String {
+    envelope(&format!(
+        r#"<AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{dest}</destination><visibility>{visibility}</visibility>{}</producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header>{header}</message_header><message_payload><raw>{hex}</raw></message_payload></message></message_set></AQXmlSend>"#,
+        mode_element(mode)
+    ))
+}
+
+fn recv(dest: &str, mode: &str, consumer: &str, wait: u64) -> String {
+    let consumer =
+        if consumer.is_empty() { String::new() } else { format!("<consumer_name>{consumer}</consumer_name>") };
+    receive(
+        dest,
+        &format!("{consumer}<wait_time>{wait}</wait_time><visibility>IMMEDIATE</visibility>{}", mode_element(mode)),
+        "",
+    )
+}
+
+fn config(max_messages: usize, spill_bytes: usize, spill_after: Duration) -> BufferConfig {
+    BufferConfig { max_messages, spill_bytes, spill_after }
+}
+
+async fn buffered_messages_go_and_come_back_by_their_own_kind(b: Backend) {
+    let s = Server::start(b, BufferConfig::default()).await;
+    s.send_buffered(RAW, &["B1", "B2"]).await;
+    s.ok(&raw_send(RAW, &[("", "A1")], COMMIT)).await;
+    assert_eq!(s.engine.buffered_len(RAW), 2);
+    assert_eq!(depth(&s).await, 1, "nothing buffered is in the store");
+    // A persistent dequeue sees only the persistent message, a buffered one only the buffered.
+    assert_eq!(s.drain(RAW, "PERSISTENT", "").await, ["A1"]);
+    assert_eq!(s.drain(RAW, "BUFFERED", "").await, ["B1", "B2"]);
+    // PERSISTENT_OR_BUFFERED takes both kinds.
+    s.send_buffered(RAW, &["B3"]).await;
+    s.ok(&raw_send(RAW, &[("", "A2")], COMMIT)).await;
+    let mut both = s.drain(RAW, "PERSISTENT_OR_BUFFERED", "").await;
+    both.sort();
+    assert_eq!(both, ["A2", "B3"]);
+    // Correlation selects among buffered messages too.
+    s.ok(&send(RAW, "C1", "BUFFERED", "IMMEDIATE", "<correlation>x</correlation>")).await;
+    s.ok(&send(RAW, "C2", "BUFFERED", "IMMEDIATE", "<correlation>y</correlation>")).await;
+    let by_corr = receive(
+        RAW,
+        &format!(
+            "<wait_time>0</wait_time><selector><correlation>y</correlation></selector><visibility>IMMEDIATE</visibility>{}",
+            mode_element("BUFFERED")
+        ),
+        "",
+    );
+    assert_eq!(received(&s.ok(&by_corr).await).iter().map(raw_of).collect::<Vec<_>>(), ["C2"]);
+    assert_eq!(s.drain(RAW, "BUFFERED", "").await, ["C1"]);
+}
+
+#[tokio::test]
+async fn buffered_messages_go_and_come_back_by_their_own_kind_sqlite() {
+    buffered_messages_go_and_come_back_by_their_own_kind(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn buffered_messages_go_and_come_back_by_their_own_kind_postgres() {
+    buffered_messages_go_and_come_back_by_their_own_kind(Backend::Postgres).await;
+}
+
+async fn depth(s: &Server) -> i64 {
+    aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
+}
+
+#[tokio::test]
+async fn buffered_operations_are_immediate_and_refuse_what_they_cannot_keep() {
+    let s = Server::start(Backend::Sqlite, BufferConfig::default()).await;
+    let (c, m) = s.fault(&send(RAW, "01", "BUFFERED", "ON_COMMIT", "")).await;
+    assert_eq!(c, code::BUFFERED_VISIBILITY, "{m}");
+    assert!(m.contains("only immediate visibility mode supported for buffered message enqueue"), "{m}");
+    let on_commit = receive(RAW, &format!("<wait_time>0</wait_time>{}", mode_element("BUFFERED")), "");
+    assert_eq!(s.fault(&on_commit).await.0, code::BUFFERED_VISIBILITY);
+    let (c, m) = s.fault(&send(RAW, "01", "BUFFERED", "IMMEDIATE", "<delay>5</delay>")).await;
+    assert_eq!(c, code::BUFFERED_ENQUEUE, "{m}");
+    assert!(m.contains("with delay"), "{m}");
+    let browse = receive(
+        RAW,
+        &format!(
+            "<wait_time>0</wait_time><visibility>IMMEDIATE</visibility><dequeue_mode>BROWSE</dequeue_mode>{}",
+            mode_element("BUFFERED")
+        ),
+        "",
+    );
+    assert!(s.fault(&browse).await.1.contains("REMOVE only"));
+    assert_eq!(s.engine.buffered_len(RAW), 0, "nothing refused was kept");
+    // A buffered dequeue in a session with an open transaction takes the message at once:
+    // the session's rollback does not bring it back.
+    s.send_buffered(RAW, &["0A"]).await;
+    let mut cookie = None;
+    let port = s.addr.port();
+    idap_in(port, SCOTT, &mut cookie, &raw_send(RAW, &[("", "0B")], "")).await;
+    let got = idap_in(port, SCOTT, &mut cookie, &recv(RAW, "BUFFERED", "", 0)).await;
+    assert_eq!(received(&got).iter().map(raw_of).collect::<Vec<_>>(), ["0A"]);
+    idap_in(port, SCOTT, &mut cookie, &envelope(ROLLBACK)).await;
+    assert_eq!(s.engine.buffered_len(RAW), 0);
+    assert_eq!(depth(&s).await, 0, "the persistent send was rolled back");
+}
+
+async fn a_waiter_wakes_on_a_buffered_enqueue(b: Backend) {
+    let s = Arc::new(Server::start(b, BufferConfig::default()).await);
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let r = s.ok(&recv(RAW, "BUFFERED", "", 8)).await;
+            (received(&r).iter().map(raw_of).collect::<Vec<_>>(), t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.send_buffered(RAW, &["AB"]).await;
+    let (got, took) = waiter.await.expect("waiter");
+    assert_eq!(got, ["AB"]);
+    assert!(took < Duration::from_secs(4), "woken by the enqueue, not by its wait time: {took:?}");
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_on_a_buffered_enqueue_sqlite() {
+    a_waiter_wakes_on_a_buffered_enqueue(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_on_a_buffered_enqueue_postgres() {
+    a_waiter_wakes_on_a_buffered_enqueue(Backend::Postgres).await;
+}
+
+async fn each_subscriber_gets_a_buffered_message_once(b: Backend) {
+    let s = Server::start(b, BufferConfig::default()).await;
+    s.send_buffered(TOPIC, &["01", "02"]).await;
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP1").await, ["01", "02"]);
+    assert_eq!(s.engine.buffered_len(TOPIC), 2, "APP2 has not had them yet");
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP2").await, ["01", "02"]);
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP1").await, Vec::<String>::new());
+    assert_eq!(s.engine.buffered_len(TOPIC), 0);
+    // A recipient list names who gets it.
+    let to_app2 = "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>";
+    s.ok(&send(TOPIC, "03", "BUFFERED", "IMMEDIATE", to_app2)).await;
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP1").await, Vec::<String>::new());
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP2").await, ["03"]);
+}
+
+#[tokio::test]
+async fn each_subscriber_gets_a_buffered_message_once_sqlite() {
+    each_subscriber_gets_a_buffered_message_once(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn each_subscriber_gets_a_buffered_message_once_postgres() {
+    each_subscriber_gets_a_buffered_message_once(Backend::Postgres).await;
+}
+
+async fn flow_control_refuses_and_recovers(b: Backend) {
+    let s = Server::start(b, config(3, 1 << 20, Duration::from_secs(600))).await;
+    s.send_buffered(RAW, &["01", "02", "03"]).await;
+    let (c, m) = s.fault(&send(RAW, "04", "BUFFERED", "IMMEDIATE", "")).await;
+    assert_eq!(c, code::FLOW_CONTROL, "{m}");
+    assert!(m.contains("enqueue rate too high, flow control enabled"), "{m}");
+    // Persistent sends are not held back.
+    s.ok(&raw_send(RAW, &[("", "AA")], COMMIT)).await;
+    let one = s.ok(&recv(RAW, "BUFFERED", "", 0)).await;
+    assert_eq!(received(&one).iter().map(raw_of).collect::<Vec<_>>(), ["01"]);
+    s.send_buffered(RAW, &["04"]).await;
+    assert_eq!(s.drain(RAW, "BUFFERED", "").await, ["02", "03", "04"]);
+    let m = s.metrics().await;
+    assert!(m.contains("aqgate_buffered_flow_control_total 1"), "{m}");
+    assert!(m.contains("aqgate_buffered_enqueued_total 4"), "{m}");
+}
+
+#[tokio::test]
+async fn flow_control_refuses_and_recovers_sqlite() {
+    flow_control_refuses_and_recovers(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn flow_control_refuses_and_recovers_postgres() {
+    flow_control_refuses_and_recovers(Backend::Postgres).await;
+}
+
+/// Spilled by threshold (each RAW payload is 2 bytes: past 5 bytes, the oldest go), then a
+/// restart: what was spilled is there, what was in memory is gone.
+async fn spilled_messages_survive_a_restart_and_the_rest_is_lost(b: Backend) {
+    let s = Server::start(b, config(100, 5, Duration::from_secs(600))).await;
+    s.send_buffered(RAW, &["AA01", "AA02", "AA03", "AA04", "AA05"]).await;
+    assert_eq!(s.engine.buffered_len(RAW), 2, "4 bytes stay in memory");
+    assert_eq!(depth(&s).await, 3, "the three oldest were spilled to the store");
+    // A persistent dequeue does not take spilled messages.
+    assert_eq!(s.drain(RAW, "PERSISTENT", "").await, Vec::<String>::new());
+    let first = s.ok(&recv(RAW, "BUFFERED", "", 0)).await;
+    assert_eq!(received(&first).iter().map(raw_of).collect::<Vec<_>>(), ["AA01"], "spilled ones come first");
+    let s = s.restart().await;
+    assert_eq!(s.engine.buffered_len(RAW), 0);
+    assert_eq!(s.drain(RAW, "BUFFERED", "").await, ["AA02", "AA03"], "AA04 and AA05 were lost with the process");
+}
+
+#[tokio::test]
+async fn spilled_messages_survive_a_restart_and_the_rest_is_lost_sqlite() {
+    spilled_messages_survive_a_restart_and_the_rest_is_lost(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn spilled_messages_survive_a_restart_and_the_rest_is_lost_postgres() {
+    spilled_messages_survive_a_restart_and_the_rest_is_lost(Backend::Postgres).await;
+}
+
+async fn old_buffered_messages_are_spilled(b: Backend) {
+    let s = Server::start(b, config(100, 1 << 20, Duration::from_millis(300))).await;
+    s.send_buffered(TOPIC, &["01"]).await;
+    s.engine.time_manager_round(false).await;
+    assert_eq!(s.engine.buffered_len(TOPIC), 1, "not old enough yet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    s.send_buffered(TOPIC, &["02"]).await;
+    s.engine.time_manager_round(false).await;
+    assert_eq!(s.engine.buffered_len(TOPIC), 1, "the first went to the store, the second is young");
+    assert_eq!(depth(&s).await, 1);
+    // Each subscriber takes the spilled one first, then the one in memory.
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP1").await, ["01", "02"]);
+    let s = s.restart().await;
+    assert_eq!(s.drain(TOPIC, "PERSISTENT_OR_BUFFERED", "APP2").await, ["01"]);
+    let m = s.metrics().await;
+    assert!(m.contains("aqgate_buffered_spilled_total 0"), "a new process counts anew: {m}");
+}
+
+#[tokio::test]
+async fn old_buffered_messages_are_spilled_sqlite() {
+    old_buffered_messages_are_spilled(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn old_buffered_messages_are_spilled_postgres() {
+    old_buffered_messages_are_spilled(Backend::Postgres).await;
+}
