@@ -337,7 +337,7 @@ fn the_load_generator_sends_and_receives_through_the_servlet() {
 #[test]
 fn the_load_generator_measures_the_codec_alone() {
     let text = run_bench(&["--scenario", "parse", "--clients", "2", "--seconds", "1", "--batch", "10"]);
-    assert!(text.contains("scenario=Parse clients=2 payload=1024B batch=10 "), "{text}");
+    assert!(text.contains("scenario=Parse delivery=persistent clients=2 payload=1024B batch=10 "), "{text}");
     assert!(result_field(&text, "requests") > 0, "{text}");
     assert_eq!(result_field(&text, "faults"), 0, "{text}");
 }
