@@ -168,15 +168,20 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
         }
     }
     // Oracle's AQ$<QUEUE_TABLE> views, over the queues of each table (a remote queue
-    // space's queues are no queue table's).
+    // space's queues are no queue table's),
+    // and the queues that keep their removed messages.
     let mut tables: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut retained = Vec::new();
     for (name, q) in &catalog.queues {
         let id = tx.ensure_queue(name).await?;
         if q.remote.is_none() {
             tables.entry(q.queue_table.clone()).or_default().push(id);
         }
+        if let Some(for_micros) = q.retention.micros() {
+            retained.push(aqgate_core::store::Retained { queue: id, for_micros });
+        }
     }
-    tx.define_views(&tables.into_iter().collect::<Vec<_>>()).await?;
+    tx.define_views(&tables.into_iter().collect::<Vec<_>>(), &retained).await?;
     tx.commit().await?;
     Ok(changes)
 }

@@ -1,7 +1,8 @@
 //! Oracle AQ's queue semantics over real HTTP, on SQLite and on PostgreSQL: the default
 //! exception queue `AQ$_<TABLE>_E` (listed, granted, NULL `exception_queue` after a
 //! fallback), the JMS properties the server fills at dequeue (`timestamp`, `userid`), the
-//! four `sort_list` orders, and `retry_delay` after a rollback.
+//! four `sort_list` orders, `retry_delay` after a rollback, and `retention_time` with the
+//! dequeue history (PROCESSED messages in the views).
 
 mod common;
 
@@ -58,6 +59,38 @@ max_retries = 1
 user = "OE"
 queue = "QS.AQ$_ORDERS_SQTAB_E"
 privilege = "dequeue"
+
+[[queue_tables]]
+name = "AQUSER.KEPT_TAB"
+payload_type = "RAW"
+
+[[queues]]
+name = "AQUSER.KEPT"
+queue_table = "AQUSER.KEPT_TAB"
+retention_time = 2
+
+[[queues]]
+name = "AQUSER.KEPT_FOREVER"
+queue_table = "AQUSER.KEPT_TAB"
+retention_time = "FOREVER"
+
+[[queue_tables]]
+name = "AQUSER.KEPT_TOPIC_TAB"
+payload_type = "RAW"
+multiple_consumers = true
+
+[[queues]]
+name = "AQUSER.KEPT_TOPIC"
+queue_table = "AQUSER.KEPT_TOPIC_TAB"
+retention_time = 3600
+
+[[subscribers]]
+queue = "AQUSER.KEPT_TOPIC"
+name = "A"
+
+[[subscribers]]
+queue = "AQUSER.KEPT_TOPIC"
+name = "B"
 "#;
 
 struct Server {
@@ -310,4 +343,142 @@ async fn the_aq_views_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aq_views_on_postgres() {
     views(Backend::Postgres).await;
+}
+
+fn consumer(name: &str) -> String {
+    format!("<consumer_name>{name}</consumer_name><wait_time>0</wait_time>")
+}
+
+/// `retention_time`: a removed message stays PROCESSED (in the view and `admin messages`,
+/// with who took it, when and after how many failed attempts; never dequeued again) until
+/// the time manager deletes it, or forever. A rolled-back dequeue leaves no history. On a
+/// multi-consumer queue each consumer's dequeue is recorded as it happens (the dequeue
+/// history), with a retention time or without.
+async fn retention_and_history(b: Backend) {
+    let Server { port, engine, url } = start(b).await;
+    let r = idap(
+        port,
+        "john",
+        "welcome",
+        &raw_send(
+            "AQUSER.KEPT",
+            &[("<correlation>K1</correlation>", "01"), ("<correlation>K2</correlation>", "02")],
+            COMMIT,
+        ),
+    )
+    .await;
+    let ids = sent_ids(&r);
+    assert_eq!(ids.len(), 2, "{r:?}");
+    http(port, &raw_send("AQUSER.KEPT_FOREVER", &[("<correlation>F1</correlation>", "03")], COMMIT)).await;
+    // K1 taken and committed at once.
+    assert_eq!(raw_of(&take(port, SCOTT, "AQUSER.KEPT").await.expect("K1")[0]), "01");
+    // K2 taken in a transaction that rolls back: it comes back, with no history of that.
+    let mut c = None;
+    let r = idap_in(port, SCOTT, &mut c, &receive("AQUSER.KEPT", "<wait_time>0</wait_time>", "")).await;
+    assert_eq!(raw_of(&received(&r)[0]), "02");
+    idap_in(port, SCOTT, &mut c, &envelope(ROLLBACK)).await;
+    let view = |sql: &str| sql_client(&url, sql);
+    assert_eq!(
+        view(r#"SELECT corr_id, msg_state, deq_user_id, retry_count FROM "AQUSER.AQ$KEPT_TAB" ORDER BY corr_id"#),
+        ["F1|READY||0", "K1|PROCESSED|SCOTT|0", "K2|READY||1"]
+    );
+    // Then taken by john in a transaction that commits.
+    let mut c = None;
+    let r = idap_in(port, ("john", "welcome"), &mut c, &receive("AQUSER.KEPT", "<wait_time>0</wait_time>", "")).await;
+    assert_eq!(raw_of(&received(&r)[0]), "02");
+    idap_in(port, ("john", "welcome"), &mut c, &envelope(COMMIT)).await;
+    assert_eq!(raw_of(&take(port, SCOTT, "AQUSER.KEPT_FOREVER").await.expect("F1")[0]), "03");
+    // PROCESSED messages are nobody's to dequeue, and count in no queue's depth.
+    assert_eq!(take(port, SCOTT, "AQUSER.KEPT").await.err(), Some(code::NO_MESSAGE));
+    let by_id = receive(
+        "AQUSER.KEPT",
+        &format!("<wait_time>0</wait_time><selector><message_id>{}</message_id></selector>", ids[0]),
+        COMMIT,
+    );
+    assert!(
+        matches!(idap_in(port, SCOTT, &mut None, &by_id).await, Response::Fault(f) if f.code == code::NO_SUCH_MESSAGE_ID)
+    );
+    let queues = aqgate::admin::queues(engine.store().as_ref()).await.expect("queues");
+    assert_eq!(queues.iter().find(|q| q.name == "AQUSER.KEPT").map(|q| q.depth), Some(0));
+    let rows = view(
+        r#"SELECT queue, msg_id, corr_id, msg_state, enq_user_id, deq_user_id, retry_count, deq_time IS NOT NULL, consumer_name IS NULL
+             FROM "AQUSER.AQ$KEPT_TAB" ORDER BY corr_id"#,
+    );
+    let t = if url.starts_with("sqlite://") { "1" } else { "t" };
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(
+        rows[0].starts_with("AQUSER.KEPT_FOREVER|") && rows[0].contains("|F1|PROCESSED|SCOTT|SCOTT|0|"),
+        "{rows:?}"
+    );
+    assert_eq!(rows[1], format!("AQUSER.KEPT|{}|K1|PROCESSED|JOHN|SCOTT|0|{t}|{t}", ids[0]));
+    assert_eq!(rows[2], format!("AQUSER.KEPT|{}|K2|PROCESSED|JOHN|JOHN|1|{t}|{t}", ids[1]));
+    let out = aqgate(&["admin", "messages", "AQUSER.KEPT", "--database", &url, "--state", "processed", "--json"])
+        .output()
+        .expect("admin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let got: Vec<(&str, &str)> = v
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["CORR_ID"].as_str().unwrap_or(""), r["DEQ_USER_ID"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(got, [("K1", "SCOTT"), ("K2", "JOHN")]);
+    // Their two seconds over, the time manager deletes them; FOREVER stays.
+    engine.purge_processed(false).await;
+    assert_eq!(view(r#"SELECT COUNT(*) FROM "AQUSER.AQ$KEPT_TAB""#), ["3"], "not yet");
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    engine.time_manager_round(true).await;
+    assert_eq!(view(r#"SELECT corr_id, msg_state FROM "AQUSER.AQ$KEPT_TAB""#), ["F1|PROCESSED"]);
+
+    // A multi-consumer queue with a retention time: each consumer's dequeue shows at once.
+    let publish = raw_send("AQUSER.KEPT_TOPIC", &[("<correlation>T1</correlation>", "04")], COMMIT)
+        .replace("AQXmlSend", "AQXmlPublish");
+    assert!(!matches!(http(port, &publish).await, Response::Fault(_)));
+    let mut c = None;
+    let r = idap_in(port, SCOTT, &mut c, &receive("AQUSER.KEPT_TOPIC", &consumer("A"), COMMIT)).await;
+    assert_eq!(raw_of(&received(&r)[0]), "04");
+    let topic =
+        r#"SELECT consumer_name, msg_state, deq_user_id FROM "AQUSER.AQ$KEPT_TOPIC_TAB" ORDER BY consumer_name"#;
+    assert_eq!(view(topic), ["A|PROCESSED|SCOTT", "B|READY|"]);
+    // B's pending remove is not a dequeue yet, and its rollback none at all.
+    let mut c = None;
+    let r = idap_in(port, ("john", "welcome"), &mut c, &receive("AQUSER.KEPT_TOPIC", &consumer("B"), "")).await;
+    assert_eq!(received(&r).len(), 1);
+    assert_eq!(view(topic), ["A|PROCESSED|SCOTT", "B|READY|"]);
+    idap_in(port, ("john", "welcome"), &mut c, &envelope(ROLLBACK)).await;
+    assert_eq!(view(topic), ["A|PROCESSED|SCOTT", "B|READY|"]);
+    let r = idap_in(port, ("john", "welcome"), &mut None, &receive("AQUSER.KEPT_TOPIC", &consumer("B"), COMMIT)).await;
+    assert_eq!(received(&r).len(), 1);
+    // Both consumers have it: the message is kept, with both dequeues.
+    assert_eq!(view(topic), ["A|PROCESSED|SCOTT", "B|PROCESSED|JOHN"]);
+    assert_eq!(view(r#"SELECT retry_count FROM "AQUSER.AQ$KEPT_TOPIC_TAB" WHERE consumer_name = 'B'"#), ["1"]);
+
+    // Without a retention time the history shows while the message is in the queue, and
+    // goes with it.
+    let publish = envelope(
+        r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.EMP_TOPIC</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>P1</correlation><recipient_list><recipient><agent_name>APP1</agent_name></recipient><recipient><agent_name>APP2</agent_name></recipient></recipient_list></message_header><message_payload><EMP_TYP><EMPNO>1</EMPNO><ENAME>X</ENAME><JOB>Y</JOB><MGR>2</MGR><HIREDATE>2024-01-01 0:0:0</HIREDATE><SAL>1</SAL><COMM>0</COMM><DEPTNO>10</DEPTNO></EMP_TYP></message_payload></message></message_set><AQXmlCommit/></AQXmlPublish>"#,
+    );
+    assert!(!matches!(http(port, &publish).await, Response::Fault(_)));
+    let immediate = |c: &str| format!("{}<visibility>IMMEDIATE</visibility>", consumer(c));
+    let r = idap_in(port, SCOTT, &mut None, &receive("AQUSER.EMP_TOPIC", &immediate("APP1"), "")).await;
+    assert_eq!(received(&r).len(), 1);
+    let emp = r#"SELECT consumer_name, msg_state, deq_user_id FROM "AQUSER.AQ$EMP_TOPIC_TAB" ORDER BY consumer_name"#;
+    assert_eq!(view(emp), ["APP1|PROCESSED|SCOTT", "APP2|READY|"]);
+    let r = idap_in(port, SCOTT, &mut None, &receive("AQUSER.EMP_TOPIC", &immediate("APP2"), "")).await;
+    assert_eq!(received(&r).len(), 1);
+    assert!(view(emp).is_empty(), "the message is gone, and its history with it");
+    assert_eq!(view("SELECT COUNT(*) FROM dequeue_history"), ["5"], "F1's, T1's two, and P1's two until the purge");
+    engine.time_manager_round(true).await;
+    assert_eq!(view("SELECT COUNT(*) FROM dequeue_history"), ["3"], "F1's and T1's stay with the kept messages");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_the_dequeue_history_on_sqlite() {
+    retention_and_history(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_the_dequeue_history_on_postgres() {
+    retention_and_history(Backend::Postgres).await;
 }

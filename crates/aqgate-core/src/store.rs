@@ -102,8 +102,9 @@ impl std::error::Error for StoreError {
 }
 
 mod delivery;
+mod history;
 mod interest;
-pub use {delivery::*, interest::*};
+pub use {delivery::*, history::*, interest::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -410,6 +411,13 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// manager.
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
 
+    /// Deletes the PROCESSED messages whose retention ended at `now` (at most `limit`).
+    /// Returns how many went.
+    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64>;
+
+    /// Deletes the dequeue history of messages no longer held (at most `limit` rows).
+    async fn purge_history(&self, limit: i64) -> Result<u64>;
+
     /// Earliest future delay end on a queue (to wake long-polls when a delay ends).
     async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
 
@@ -665,6 +673,14 @@ pub trait StoreTx: Send {
     /// one message serialise here, so exactly one of them sees 0.
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64>;
 
+    /// Records REMOVE dequeues in the dequeue history (replacing an earlier row of the same
+    /// message and consumer). A row whose delivery still exists (its remove is pending)
+    /// is not shown as a dequeue.
+    async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()>;
+
+    /// Forgets the dequeue history rows of `txn`'s removes (rolled back).
+    async fn forget_dequeues(&mut self, txn: &str) -> Result<()>;
+
     /// Makes message `seq` wait until `until` (state WAIT; a later end it has is kept): a
     /// queue's `retry_delay` after a rolled-back dequeue.
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()>;
@@ -685,8 +701,9 @@ pub trait StoreTx: Send {
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
     async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
     /// Redefines Oracle's `AQ$<QUEUE_TABLE>` views: one per queue table of `tables` (its
-    /// name and its queues), and no other.
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()>;
+    /// name and its queues), and no other; and which queues keep their removed messages
+    /// as PROCESSED, and for how long (`retained`; the others delete them).
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()>;
 
     /// Savepoints, for group commit: one request's work inside a shared transaction.
     async fn savepoint(&mut self) -> Result<()>;

@@ -12,10 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
+pub use retention::Retention;
 
 mod loops;
 pub mod propagation;
 pub mod remote_space;
+pub mod retention;
 pub mod schedule;
 pub mod transformation;
 
@@ -81,6 +83,10 @@ pub struct QueueDef {
     /// again (CREATE_QUEUE's `retry_delay`; default 0: at once).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retry_delay: i64,
+    /// How long a removed message stays in the queue as PROCESSED: seconds, or
+    /// `"FOREVER"` (CREATE_QUEUE's `retention_time`; default 0: it goes at once).
+    #[serde(default, skip_serializing_if = "Retention::is_none")]
+    pub retention_time: Retention,
     /// An exception queue (`DBMS_AQADM.EXCEPTION_QUEUE`): messages of its queue table that
     /// name it as their `exception_queue` move here; nobody enqueues to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -188,6 +194,8 @@ pub struct QueueInfo {
     pub max_retries: i64,
     /// Seconds a rolled-back message waits before it is ready again.
     pub retry_delay: i64,
+    /// How long a removed message stays PROCESSED.
+    pub retention: Retention,
     pub is_exception_queue: bool,
     /// Its queue table is secure: `sender_id` is checked against the database users (see
     /// [`QueueTableDef::secure`]).
@@ -198,6 +206,14 @@ pub struct QueueInfo {
     /// A queue of a remote queue space: messages sent to it are forwarded to this queue of
     /// another aqgate, and nobody but the forwarding job dequeues it.
     pub remote: Option<remote_space::RemoteTarget>,
+}
+
+impl QueueInfo {
+    /// Whether a REMOVE dequeue records who took the message (the dequeue history): on
+    /// multi-consumer queues, as Oracle does, and on queues that keep removed messages.
+    pub fn keeps_history(&self) -> bool {
+        self.multi_consumer || !self.retention.is_none()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -353,6 +369,7 @@ impl Topology {
                     dequeue_enabled: true,
                     max_retries: 0,
                     retry_delay: 0,
+                    retention: Retention::None,
                     is_exception_queue: true,
                     secure: t.secure,
                     exception_queue: eq.clone(),
@@ -388,6 +405,7 @@ impl Topology {
                 dequeue_enabled: q.dequeue,
                 max_retries: if q.exception { 0 } else { q.max_retries },
                 retry_delay: q.retry_delay,
+                retention: q.retention_time,
                 is_exception_queue: q.exception,
                 secure: t.secure,
                 exception_queue: exception_queue_name(&t.name),

@@ -152,6 +152,14 @@ impl Store for GroupCommitStore {
         self.inner.due_expirations(now, limit).await
     }
 
+    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {
+        self.inner.purge_processed(now, limit).await
+    }
+
+    async fn purge_history(&self, limit: i64) -> Result<u64> {
+        self.inner.purge_history(limit).await
+    }
+
     async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
         self.inner.next_delay_end(queue, now).await
     }
@@ -451,8 +459,14 @@ impl StoreTx for GroupTx {
     async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         self.tx()?.drop_delivery(seq, consumer).await
     }
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
-        self.tx()?.define_views(tables).await
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+        self.tx()?.define_views(tables, retained).await
+    }
+    async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()> {
+        self.tx()?.record_dequeues(rows).await
+    }
+    async fn forget_dequeues(&mut self, txn: &str) -> Result<()> {
+        self.tx()?.forget_dequeues(txn).await
     }
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
         self.tx()?.delay_message(seq, until).await

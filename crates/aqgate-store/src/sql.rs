@@ -109,3 +109,41 @@ pub(crate) fn push_stored<DB: sqlx::Database>(b: &mut sqlx::QueryBuilder<'_, DB>
         Stored::Either => b,
     };
 }
+
+pub(crate) const HISTORY_FORGET_TXN: &str = "DELETE FROM dequeue_history WHERE txn = $1";
+pub(crate) const PROCESSED_PURGE: &str = "DELETE FROM processed_messages WHERE seq IN
+        (SELECT seq FROM processed_messages WHERE retain_until <= $1 ORDER BY retain_until LIMIT $2)";
+/// The dequeue history of messages that are neither in a queue nor kept any more.
+pub(crate) const HISTORY_PURGE_ORPHANS: &str = "DELETE FROM dequeue_history WHERE msg_seq IN
+        (SELECT h.msg_seq FROM dequeue_history h
+          WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.seq = h.msg_seq)
+            AND NOT EXISTS (SELECT 1 FROM processed_messages p WHERE p.seq = h.msg_seq)
+          LIMIT $1)";
+
+/// One statement recording `rows` in the dequeue history, each replacing an earlier row of
+/// its message and consumer.
+pub(crate) fn record_dequeues<DB: sqlx::Database>(
+    rows: &[aqgate_core::store::DequeueRecord],
+) -> sqlx::QueryBuilder<'_, DB>
+where
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut b = sqlx::QueryBuilder::new(
+        "INSERT INTO dequeue_history (msg_seq, consumer, deq_time, deq_user_id, txn, retry_count) ",
+    );
+    b.push_values(rows, |mut v, r| {
+        v.push_bind(r.seq)
+            .push_bind(r.consumer.clone())
+            .push_bind(r.deq_time)
+            .push_bind(r.deq_user_id.clone())
+            .push_bind(r.txn.clone())
+            .push_bind(r.retry_count);
+    });
+    b.push(
+        " ON CONFLICT (msg_seq, consumer) DO UPDATE SET deq_time = excluded.deq_time,
+            deq_user_id = excluded.deq_user_id, txn = excluded.txn, retry_count = excluded.retry_count",
+    );
+    b
+}

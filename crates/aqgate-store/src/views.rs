@@ -6,12 +6,19 @@
 //! A view is named `"SCHEMA.AQ$TABLE"`, one quoted identifier (SQLite has no schemas, and
 //! aqgate's PostgreSQL tables live in one schema): `SELECT msg_state FROM "QS.AQ$ORDERS_SQTAB"`.
 //! Only committed messages are shown. A message is READY, WAIT (its delay or retry delay has
-//! not ended) or EXPIRED (in an exception queue); times are timestamps (UTC), `expiration`
-//! seconds from the end of the delay. A multi-consumer message has one row per consumer
-//! that has still to take it (`consumer_name`); a single-consumer one a row with
-//! `consumer_name` NULL.
+//! not ended), EXPIRED (in an exception queue) or PROCESSED (removed, and kept for its
+//! queue's `retention_time`); times are timestamps (UTC), `expiration` seconds from the end
+//! of the delay. A multi-consumer message has one row per consumer (`consumer_name`): those
+//! that have still to take it, and, from the dequeue history, those that took it (PROCESSED,
+//! with `deq_time` and `deq_user_id`). A single-consumer one has a row with `consumer_name`
+//! NULL.
+//!
+//! The trigger `aqgate_retain` (also redefined here) copies a message deleted from a queue
+//! with a retention time to `processed_messages`: whichever statement removes it, a
+//! removal keeps it. Its condition lists the queues by id, so that the deletes of other
+//! queues do not call it; without such queues there is no trigger.
 
-use aqgate_core::store::QueueId;
+use aqgate_core::store::{QueueId, Retained};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
@@ -102,16 +109,17 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
         Dialect::Postgres if field == "protocol" => format!("(m.sender::jsonb ->> '{field}')::int"),
         Dialect::Postgres => format!("(m.sender::jsonb ->> '{field}')"),
     };
-    let columns = |retry: &str, consumer: &str| {
+    let state = format!("CASE WHEN m.state = 3 THEN 'EXPIRED' WHEN m.delay_until > {now} THEN 'WAIT' ELSE 'READY' END");
+    let processed = "'PROCESSED'";
+    let columns = |state: &str, retry: &str, consumer: &str, deq_time: &str, deq_user: &str| {
         format!(
             "SELECT q.name AS queue, {hex} AS msg_id, m.corrid AS corr_id, m.priority AS msg_priority,
-                    CASE WHEN m.state = 3 THEN 'EXPIRED' WHEN m.delay_until > {now} THEN 'WAIT' ELSE 'READY' END
-                        AS msg_state,
+                    {state} AS msg_state,
                     {delay} AS delay,
                     CASE WHEN m.expire_at IS NULL THEN NULL
                          ELSE (m.expire_at - COALESCE(m.delay_until, m.enq_time)) / 1000000 END AS expiration,
                     {enq_time} AS enq_time, m.enq_user_id AS enq_user_id,
-                    {null_ts} AS deq_time, {null_text} AS deq_user_id,
+                    {deq_time} AS deq_time, {deq_user} AS deq_user_id,
                     {retry} AS retry_count, m.exception_queue AS exception_queue,
                     {name} AS sender_name, {address} AS sender_address, {protocol} AS sender_protocol,
                     {consumer} AS consumer_name,
@@ -123,12 +131,34 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
             protocol = sender("protocol"),
         )
     };
+    let live = |retry: &str, consumer: &str| columns(&state, retry, consumer, null_ts, null_text);
+    // Consumers of a message still in the queue that have taken it (their delivery is gone;
+    // a pending remove keeps it), and messages kept after their removal, with who took them.
+    let dequeued = columns(processed, "h.retry_count", "NULLIF(h.consumer, '')", &ts("h.deq_time"), "h.deq_user_id");
+    let kept = columns(
+        processed,
+        "COALESCE(h.retry_count, m.retry_count)",
+        "NULLIF(h.consumer, '')",
+        &ts("COALESCE(h.deq_time, m.deq_time)"),
+        "h.deq_user_id",
+    );
+    let history = format!(
+        "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq JOIN queues q ON q.id = m.queue_id
+          WHERE m.queue_id IN ({ids}) AND m.enq_txn IS NULL AND h.consumer <> ''
+            AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = h.msg_seq AND d.consumer = h.consumer)
+         UNION ALL
+         {kept} FROM processed_messages m JOIN queues q ON q.id = m.queue_id
+                LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
+          WHERE m.queue_id IN ({ids})"
+    );
     let body = match d {
         // Every message has its deliveries (a single consumer's is named '').
         Dialect::Sqlite => format!(
             "{} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq JOIN queues q ON q.id = m.queue_id
-              WHERE d.queue_id IN ({ids}) AND m.enq_txn IS NULL",
-            columns("d.retry_count", "NULLIF(d.consumer, '')")
+              WHERE d.queue_id IN ({ids}) AND m.enq_txn IS NULL
+             UNION ALL
+             {history}",
+            live("d.retry_count", "NULLIF(d.consumer, '')")
         ),
         // A single-consumer message carries its own delivery.
         Dialect::Postgres => format!(
@@ -136,12 +166,80 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
               WHERE m.single AND m.queue_id IN ({ids}) AND m.enq_txn IS NULL
              UNION ALL
              {} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq JOIN queues q ON q.id = m.queue_id
-              WHERE NOT m.single AND d.queue_id IN ({ids}) AND m.enq_txn IS NULL",
-            columns("m.retry_count", "NULL::text"),
-            columns("d.retry_count", "d.consumer")
+              WHERE NOT m.single AND d.queue_id IN ({ids}) AND m.enq_txn IS NULL
+             UNION ALL
+             {history}",
+            live("m.retry_count", "NULL::text"),
+            live("d.retry_count", "d.consumer")
         ),
     };
     format!("CREATE VIEW {} AS {body}", quoted(&view_name(queue_table)))
+}
+
+/// The columns `aqgate_retain` copies from a deleted message row.
+const KEPT_COLUMNS: &str = "seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, \
+                            enq_user_id, exception_queue, payload";
+
+/// The statements that make the retention trigger what `retained` asks (the first drops
+/// it), and a text that identifies that definition (PostgreSQL keeps it as the trigger's
+/// comment, so that a start with the same topology changes nothing).
+pub(crate) fn retain_sql(d: Dialect, retained: &[Retained]) -> (String, Vec<String>) {
+    let mut retained = retained.to_vec();
+    retained.sort_by_key(|r| r.queue);
+    retained.dedup_by_key(|r| r.queue);
+    let spec = retained
+        .iter()
+        .map(|r| format!("{}:{}", r.queue, r.for_micros.map_or("forever".to_string(), |m| m.to_string())))
+        .collect::<Vec<_>>()
+        .join(",");
+    let drop = match d {
+        Dialect::Sqlite => "DROP TRIGGER IF EXISTS aqgate_retain",
+        Dialect::Postgres => "DROP TRIGGER IF EXISTS aqgate_retain ON messages",
+    };
+    let mut out = vec![drop.to_string()];
+    if retained.is_empty() {
+        return (spec, out);
+    }
+    let ids = retained.iter().map(|r| r.queue.to_string()).collect::<Vec<_>>().join(", ");
+    let now = match d {
+        Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
+        Dialect::Postgres => "now_us",
+    };
+    // Integers only (queue ids and durations the topology gave): nothing a client wrote.
+    let until = retained
+        .iter()
+        .filter_map(|r| r.for_micros.map(|m| format!(" WHEN {} THEN {now} + {m}", r.queue)))
+        .collect::<String>();
+    let until = if until.is_empty() { "NULL".to_string() } else { format!("CASE OLD.queue_id{until} END") };
+    let values = KEPT_COLUMNS.split(", ").map(|c| format!("OLD.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    let when = format!("OLD.queue_id IN ({ids}) AND OLD.enq_txn IS NULL AND OLD.state <> 7");
+    match d {
+        Dialect::Sqlite => out.push(format!(
+            "CREATE TRIGGER aqgate_retain AFTER DELETE ON messages FOR EACH ROW WHEN {when}
+             BEGIN
+               INSERT OR IGNORE INTO processed_messages ({KEPT_COLUMNS}, retry_count, deq_time, retain_until)
+               VALUES ({values}, 0, {now}, {until});
+             END"
+        )),
+        Dialect::Postgres => {
+            out.push(format!(
+                "CREATE OR REPLACE FUNCTION aqgate_retain() RETURNS trigger LANGUAGE plpgsql AS $f$
+                 DECLARE now_us int8 := (extract(epoch FROM clock_timestamp()) * 1000000)::int8;
+                 BEGIN
+                   INSERT INTO processed_messages ({KEPT_COLUMNS}, retry_count, deq_time, retain_until)
+                   VALUES ({values}, OLD.retry_count, now_us, {until})
+                   ON CONFLICT (seq) DO NOTHING;
+                   RETURN NULL;
+                 END $f$"
+            ));
+            out.push(format!(
+                "CREATE TRIGGER aqgate_retain AFTER DELETE ON messages FOR EACH ROW WHEN ({when})
+                 EXECUTE FUNCTION aqgate_retain()"
+            ));
+            out.push(format!("COMMENT ON TRIGGER aqgate_retain ON messages IS '{spec}'"));
+        }
+    }
+    (spec, out)
 }
 
 #[cfg(test)]
@@ -154,5 +252,18 @@ mod tests {
         assert_eq!(quoted("a\"b"), "\"a\"\"b\"");
         assert!(create_sql(Dialect::Sqlite, "QS.T", &[1, 2]).starts_with("CREATE VIEW \"QS.AQ$T\" AS SELECT"));
         assert!(create_sql(Dialect::Postgres, "QS.T", &[]).contains("IN (NULL)"));
+    }
+
+    #[test]
+    fn the_retention_trigger_lists_its_queues() {
+        let (spec, stmts) = retain_sql(Dialect::Postgres, &[]);
+        assert_eq!((spec.as_str(), stmts.len()), ("", 1));
+        let r = [Retained { queue: 9, for_micros: None }, Retained { queue: 5, for_micros: Some(3_000_000) }];
+        let (spec, stmts) = retain_sql(Dialect::Postgres, &r);
+        assert_eq!(spec, "5:3000000,9:forever");
+        assert!(stmts[1].contains("CASE OLD.queue_id WHEN 5 THEN now_us + 3000000 END"), "{}", stmts[1]);
+        assert!(stmts[2].contains("OLD.queue_id IN (5, 9) AND OLD.enq_txn IS NULL"), "{}", stmts[2]);
+        let (_, stmts) = retain_sql(Dialect::Sqlite, &r[..1]);
+        assert!(stmts[1].contains("VALUES (OLD.seq, OLD.msgid,") && stmts[1].contains(" NULL);"), "{}", stmts[1]);
     }
 }

@@ -158,6 +158,7 @@ impl Engine {
             && start.is_none()
             && filter.condition.is_none()
             && !queue.multi_consumer
+            && queue.retention.is_none()
             && want == 1
             && filter.transformation.is_none()
         {
@@ -314,6 +315,27 @@ impl Engine {
                 .collect();
         }
         let takes_lock = !browse && !remove_now;
+        if o.dequeue_mode == DequeueMode::Remove && queue.keeps_history() {
+            // Who took them, in the same transaction as the removes. A pending remove's row
+            // names its transaction: a rollback takes the row back with it.
+            // (An IMMEDIATE remove inside an open transaction is not that transaction's.)
+            let txn = (o.visibility != Visibility::Immediate || req.commit).then(|| session.txn.clone());
+            let rows: Vec<DequeueRecord> = found
+                .iter()
+                .filter(|m| m.state != SPILLED)
+                .map(|m| DequeueRecord {
+                    seq: m.seq,
+                    consumer: consumer.to_string(),
+                    deq_time: now,
+                    deq_user_id: session.agent.clone(),
+                    txn: txn.clone(),
+                    retry_count: m.retry_count,
+                })
+                .collect();
+            if !rows.is_empty() {
+                tx.record_dequeues(&rows).await?;
+            }
+        }
         let mut next = session.state();
         if let Some(m) = found.last() {
             next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });

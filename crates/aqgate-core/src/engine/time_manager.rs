@@ -135,15 +135,30 @@ impl Engine {
         Ok(due.len())
     }
 
+    /// Deletes PROCESSED messages whose retention is over (every round: their index makes
+    /// it one look when there are none) and, when `purge`, the dequeue history of messages
+    /// that are gone.
+    pub async fn purge_processed(&self, purge: bool) {
+        match self.store.purge_processed(self.now(), 1000).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(messages = n, "processed messages past their retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "deleting processed messages past their retention"),
+        }
+        if purge && let Err(e) = self.store.purge_history(10_000).await {
+            tracing::warn!(error = %e, "deleting the dequeue history of messages that are gone");
+        }
+    }
+
     /// One round of the time manager: expired messages to their exception queues, buffered
-    /// messages in memory past their time spilled to the store, idle
-    /// sessions rolled back, and (when `purge`) ended sessions' tombstones and old
+    /// messages in memory past their time spilled to the store, processed messages past
+    /// their retention deleted, idle sessions rolled back, and (when `purge`) ended sessions' tombstones and old
     /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
     pub async fn time_manager_round(&self, purge: bool) {
         if let Err(e) = self.expire_messages().await {
             tracing::warn!(error = %e, "time manager");
         }
         self.spill(true, None).await;
+        self.purge_processed(purge).await;
         self.expire_sessions().await;
         if purge {
             self.purge_sessions().await;

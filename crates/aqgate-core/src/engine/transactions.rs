@@ -232,6 +232,11 @@ pub(super) async fn rollback_work(
     now: Micros,
 ) -> Result<Vec<QueueId>, AqError> {
     let released = tx.rollback_session(txn, counts).await?;
+    let queue_of = |id: &QueueId| resolved.names.get(id).and_then(|n| resolved.catalog.queues.get(n));
+    if released.iter().any(|r| queue_of(&r.queue).is_some_and(|q| q.keeps_history())) {
+        // The removes did not happen: neither did the dequeues the history recorded.
+        tx.forget_dequeues(txn).await?;
+    }
     let mut woken = Vec::new();
     for r in released {
         woken.push(r.queue);

@@ -305,6 +305,7 @@ fn queue_info(name: &str, payload: &PayloadKind, exception_queue: &str, remote: 
         dequeue_enabled: true,
         max_retries: i64::MAX,
         retry_delay: 0,
+        retention: super::Retention::None,
         is_exception_queue: false,
         // The remote aqgate checks the senders of its own secure queues.
         secure: false,

@@ -372,6 +372,18 @@ impl StoreTx for PgTx {
         .db()?)
     }
 
+    async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()> {
+        for chunk in rows.chunks(1000) {
+            sql::record_dequeues(chunk).build().execute(&mut *self.tx).await.db()?;
+        }
+        Ok(())
+    }
+
+    async fn forget_dequeues(&mut self, txn: &str) -> Result<()> {
+        sqlx::query(sql::HISTORY_FORGET_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
         sqlx::query(sql::MESSAGE_DELAY).bind(seq).bind(until).execute(&mut *self.tx).await.db()?;
         Ok(())
@@ -455,8 +467,8 @@ impl StoreTx for PgTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
-        use crate::views::{Dialect, create_sql, list_sql, quoted};
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+        use crate::views::{Dialect, create_sql, list_sql, quoted, retain_sql};
         // Nodes that start at once define the same views: one after the other (the lock
         // is held until this transaction ends).
         sqlx::query("SELECT pg_advisory_xact_lock($1, 2)").bind(TIME_MANAGER_LOCK).execute(&mut *self.tx).await.db()?;
@@ -466,6 +478,25 @@ impl StoreTx for PgTx {
         }
         for (table, queues) in tables {
             sqlx::query(&create_sql(Dialect::Postgres, table, queues)).execute(&mut *self.tx).await.db()?;
+        }
+        let (spec, statements) = retain_sql(Dialect::Postgres, retained);
+        // Replaced only when it changes: creating a trigger waits for the writes on
+        // `messages` under way, and holds up new ones until this transaction ends.
+        let current: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT obj_description(t.oid, 'pg_trigger') FROM pg_trigger t
+              WHERE t.tgname = 'aqgate_retain' AND t.tgrelid = 'messages'::regclass",
+        )
+        .fetch_optional(&mut *self.tx)
+        .await
+        .db()?;
+        let unchanged = match &current {
+            None => retained.is_empty(),
+            Some(comment) => comment.as_deref() == Some(spec.as_str()) && !retained.is_empty(),
+        };
+        if !unchanged {
+            for s in statements {
+                sqlx::query(&s).execute(&mut *self.tx).await.db()?;
+            }
         }
         Ok(())
     }

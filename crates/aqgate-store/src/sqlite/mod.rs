@@ -117,6 +117,16 @@ impl Store for SqliteStore {
         rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
     }
 
+    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {
+        let gone = sqlx::query(sql::PROCESSED_PURGE).bind(now).bind(limit).execute(&self.pool).await.db()?;
+        Ok(gone.rows_affected())
+    }
+
+    async fn purge_history(&self, limit: i64) -> Result<u64> {
+        let gone = sqlx::query(sql::HISTORY_PURGE_ORPHANS).bind(limit).execute(&self.pool).await.db()?;
+        Ok(gone.rows_affected())
+    }
+
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
         let rows = sqlx::query(
             "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m

@@ -292,6 +292,18 @@ impl StoreTx for SqliteTx {
             .db()?)
     }
 
+    async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()> {
+        for chunk in rows.chunks(1000) {
+            sql::record_dequeues(chunk).build().execute(&mut *self.tx).await.db()?;
+        }
+        Ok(())
+    }
+
+    async fn forget_dequeues(&mut self, txn: &str) -> Result<()> {
+        sqlx::query(sql::HISTORY_FORGET_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
         sqlx::query(sql::MESSAGE_DELAY).bind(seq).bind(until).execute(&mut *self.tx).await.db()?;
         Ok(())
@@ -375,14 +387,17 @@ impl StoreTx for SqliteTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()> {
-        use crate::views::{Dialect, create_sql, list_sql, quoted};
+    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+        use crate::views::{Dialect, create_sql, list_sql, quoted, retain_sql};
         let old: Vec<String> = sqlx::query_scalar(list_sql(Dialect::Sqlite)).fetch_all(&mut *self.tx).await.db()?;
         for v in old {
             sqlx::query(&format!("DROP VIEW IF EXISTS {}", quoted(&v))).execute(&mut *self.tx).await.db()?;
         }
         for (table, queues) in tables {
             sqlx::query(&create_sql(Dialect::Sqlite, table, queues)).execute(&mut *self.tx).await.db()?;
+        }
+        for s in retain_sql(Dialect::Sqlite, retained).1 {
+            sqlx::query(&s).execute(&mut *self.tx).await.db()?;
         }
         Ok(())
     }
