@@ -83,19 +83,19 @@ mod tests {
 
     #[test]
     fn seconds_or_forever() {
-        let q: Q = toml::from_str("retention_time = 3600").unwrap();
+        let q: Q = toml::from_str("retention_time = 3600").expect("ok");
         assert_eq!(q.retention_time, Retention::Seconds(3600));
         assert_eq!(q.retention_time.micros(), Some(Some(3_600_000_000)));
-        let q: Q = toml::from_str("retention_time = \"forever\"").unwrap();
+        let q: Q = toml::from_str("retention_time = \"forever\"").expect("ok");
         assert_eq!(q.retention_time.micros(), Some(None));
-        let q: Q = toml::from_str("").unwrap();
+        let q: Q = toml::from_str("").expect("ok");
         assert!(q.retention_time.is_none() && q.retention_time.micros().is_none());
-        assert!(toml::from_str::<Q>("retention_time = -1").unwrap_err().to_string().contains(">= 0"));
-        assert!(toml::from_str::<Q>("retention_time = \"1h\"").unwrap_err().to_string().contains("FOREVER"));
+        assert!(toml::from_str::<Q>("retention_time = -1").expect_err("refused").to_string().contains(">= 0"));
+        assert!(toml::from_str::<Q>("retention_time = \"1h\"").expect_err("refused").to_string().contains("FOREVER"));
         // The stored topology is JSON: it reads back as it was written.
-        let j = serde_json::to_string(&Q { retention_time: Retention::Forever }).unwrap();
-        assert_eq!(serde_json::from_str::<Q>(&j).unwrap().retention_time, Retention::Forever);
-        let j = serde_json::to_string(&Q { retention_time: Retention::Seconds(5) }).unwrap();
-        assert_eq!(serde_json::from_str::<Q>(&j).unwrap().retention_time, Retention::Seconds(5));
+        let j = serde_json::to_string(&Q { retention_time: Retention::Forever }).expect("ok");
+        assert_eq!(serde_json::from_str::<Q>(&j).expect("ok").retention_time, Retention::Forever);
+        let j = serde_json::to_string(&Q { retention_time: Retention::Seconds(5) }).expect("ok");
+        assert_eq!(serde_json::from_str::<Q>(&j).expect("ok").retention_time, Retention::Seconds(5));
     }
 }
