@@ -133,6 +133,9 @@ pub struct NewMessage {
     /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
     /// so that only buffered dequeues take it.
     pub spilled: bool,
+    /// Its message group, on a queue with message grouping (the same for every message of
+    /// one transaction); `None` elsewhere. A stored message without one is a group alone.
+    pub group: Option<i64>,
 }
 
 /// A message as seen by one consumer.
@@ -687,6 +690,29 @@ pub trait StoreTx: Send {
     /// Redefines Oracle's `AQ$<QUEUE_TABLE>` views: one per queue table of `tables` (its
     /// name and its queues), and no other.
     async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)]) -> Result<()>;
+
+    /// Message grouping: the groups of `q.queue` with a delivery of `q.consumer` that
+    /// matches `q` (`q.after` ignored), each with the sort key of its first such delivery,
+    /// in that order, those starting after `after` only, `except` left out, at most
+    /// `q.limit`. Without `q.include_locked`, a group another transaction holds a delivery
+    /// of (a lock of `q.consumer`'s) is left out too. A message without a group is the group
+    /// `-seq`.
+    async fn groups(
+        &mut self,
+        q: &CandidateQuery,
+        after: Option<Position>,
+        except: Option<i64>,
+    ) -> Result<Vec<(i64, Position)>>;
+
+    /// [`StoreTx::candidates`] of one group (see [`StoreTx::groups`]), without claiming
+    /// rows: [`StoreTx::claim_group`] serialises a group's consumers.
+    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>>;
+
+    /// Claims `group` of `queue` for `consumer`'s transaction `txn` until this database
+    /// transaction ends: false if another transaction holds a delivery of it for
+    /// `consumer`, or is claiming it now. Whoever locks or removes deliveries of a grouped
+    /// queue claims their group first, in the same database transaction.
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str) -> Result<bool>;
 
     /// Savepoints, for group commit: one request's work inside a shared transaction.
     async fn savepoint(&mut self) -> Result<()>;
