@@ -710,9 +710,11 @@ pub trait StoreTx: Send {
 
     /// Claims `group` of `queue` for `consumer`'s transaction `txn` until this database
     /// transaction ends: false if another transaction holds a delivery of it for
-    /// `consumer`, or is claiming it now. Whoever locks or removes deliveries of a grouped
-    /// queue claims their group first, in the same database transaction.
-    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str) -> Result<bool>;
+    /// `consumer`, or (unless `wait`: then this waits for it) is claiming it now. Whoever
+    /// locks or removes deliveries of a grouped queue claims their group first, in the
+    /// same database transaction. A session continuing in its group waits: another
+    /// consumer only looking at the group must not end it.
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool>;
 
     /// Savepoints, for group commit: one request's work inside a shared transaction.
     async fn savepoint(&mut self) -> Result<()>;

@@ -453,8 +453,8 @@ impl StoreTx for GroupTx {
     async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>> {
         self.tx()?.group_candidates(q, group).await
     }
-    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str) -> Result<bool> {
-        self.tx()?.claim_group(queue, consumer, group, txn).await
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool> {
+        self.tx()?.claim_group(queue, consumer, group, txn, wait).await
     }
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         self.tx()?.commit_session(txn, dequeues).await

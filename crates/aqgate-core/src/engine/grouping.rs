@@ -98,7 +98,7 @@ impl Engine {
         match (o.navigation, current) {
             (NavigationMode::NextMessage, Some(g)) => {
                 let after = session.positions.get(&key).copied();
-                let claimed = browse || tx.claim_group(qid, consumer, g.group, &session.txn).await?;
+                let claimed = browse || tx.claim_group(qid, consumer, g.group, &session.txn, true).await?;
                 match if claimed { take.in_group(tx, &base, g.group, after).await? } else { None } {
                     Some(m) => Ok((vec![m], Some(g))),
                     None => Err(AqError::client(
@@ -127,7 +127,7 @@ impl Engine {
                         let exhausted = (groups.len() as i64) < SCAN_BATCH;
                         for (group, first) in groups {
                             after = Some(first);
-                            if !browse && !tx.claim_group(qid, consumer, group, &session.txn).await? {
+                            if !browse && !tx.claim_group(qid, consumer, group, &session.txn, false).await? {
                                 continue;
                             }
                             if let Some(m) = take.in_group(tx, &base, group, None).await? {

@@ -147,14 +147,19 @@ pub(super) async fn claim_group(
     consumer: &str,
     group: i64,
     txn: &str,
+    wait: bool,
 ) -> Result<bool> {
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(claim_key(queue, consumer, group))
-        .fetch_one(&mut **tx)
-        .await
-        .db()?;
-    if !got {
-        return Ok(false);
+    let key = claim_key(queue, consumer, group);
+    if wait {
+        // Only another session looking at the group holds it now (its holder is this
+        // session): wait for that look to end.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(&mut **tx).await.db()?;
+    } else {
+        let got: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)").bind(key).fetch_one(&mut **tx).await.db()?;
+        if !got {
+            return Ok(false);
+        }
     }
     // A statement of its own: its snapshot is taken after the lock, so it sees the locks
     // of every claimer before (committed when their advisory locks went).

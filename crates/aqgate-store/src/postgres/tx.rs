@@ -497,8 +497,8 @@ impl StoreTx for PgTx {
         super::grouping::group_candidates(&mut self.tx, q, group).await
     }
 
-    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str) -> Result<bool> {
-        super::grouping::claim_group(&mut self.tx, queue, consumer, group, txn).await
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool> {
+        super::grouping::claim_group(&mut self.tx, queue, consumer, group, txn, wait).await
     }
 
     async fn savepoint(&mut self) -> Result<()> {

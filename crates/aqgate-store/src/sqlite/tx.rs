@@ -406,7 +406,14 @@ impl StoreTx for SqliteTx {
         super::grouping::group_candidates(&mut self.tx, q, group).await
     }
 
-    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str) -> Result<bool> {
+    async fn claim_group(
+        &mut self,
+        queue: QueueId,
+        consumer: &str,
+        group: i64,
+        txn: &str,
+        _wait: bool,
+    ) -> Result<bool> {
         super::grouping::claim_group(&mut self.tx, queue, consumer, group, txn).await
     }
 
