@@ -202,11 +202,21 @@ async fn refuse_reshaping_queues_with_messages(
     let mut refused = Vec::new();
     for (name, old) in &before.queues {
         let Some(new) = wanted.queues.get(name) else { continue };
-        if old.payload == new.payload && old.multi_consumer == new.multi_consumer && old.sort == new.sort {
+        let regrouped = old.grouped != new.grouped;
+        if old.payload == new.payload && old.multi_consumer == new.multi_consumer && old.sort == new.sort && !regrouped
+        {
             continue;
         }
         let depth = ids.get(name).and_then(|id| depths.get(id)).copied().unwrap_or(0);
-        if depth > 0 {
+        if depth > 0 && regrouped {
+            // A message enqueued without a group, or grouped messages left without their
+            // grouping, would be dequeued out of turn.
+            refused.push(format!(
+                "queue {name} holds {depth} message(s): message_grouping of its queue table {} cannot change \
+                 until it is empty",
+                new.queue_table
+            ));
+        } else if depth > 0 {
             refused.push(format!(
                 "queue {name} holds {depth} message(s): its payload type, consumer model and sort_list cannot \
                  change until it is empty"

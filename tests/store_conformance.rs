@@ -79,6 +79,8 @@ on_both_backends!(
     large_committed_sends_are_whole_and_in_order,
     propagation_job_leases_and_reports,
     propagation_job_backlog_counts_what_the_job_would_take,
+    grouped_multi_consumer_queues_hold_a_group_per_consumer,
+    grouped_queues_order_groups_by_their_first_message,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -2478,4 +2480,116 @@ async fn propagation_job_backlog_counts_what_the_job_would_take(b: Backend) {
     assert_eq!(store.job_backlog(topic, "APP1", now, false).await.expect("backlog"), (1, Some(t1)));
     assert_eq!(store.job_backlog(topic, "APP2", now, true).await.expect("backlog"), (1, Some(t1 + 5 * SEC)));
     assert_eq!(store.job_backlog(topic, "NOBODY", now, false).await.expect("backlog"), (0, None));
+}
+
+/// Queues of queue tables with message grouping: one multi-consumer, one by priority.
+const GROUPED: &str = r#"
+[[queue_tables]]
+name = "AQUSER.GRP_MC_TAB"
+payload_type = "RAW"
+multiple_consumers = true
+message_grouping = "transactional"
+
+[[queues]]
+name = "AQUSER.GRP_MC"
+queue_table = "AQUSER.GRP_MC_TAB"
+
+[[subscribers]]
+queue = "AQUSER.GRP_MC"
+name = "APP1"
+
+[[subscribers]]
+queue = "AQUSER.GRP_MC"
+name = "APP2"
+
+[[queue_tables]]
+name = "AQUSER.GRP_PRIO_TAB"
+payload_type = "RAW"
+sort_list = "priority,enq_time"
+message_grouping = "TRANSACTIONAL"
+
+[[queues]]
+name = "AQUSER.GRP_PRIO"
+queue_table = "AQUSER.GRP_PRIO_TAB"
+"#;
+
+async fn recv_from(h: &Harness, s: &mut aqgate_core::engine::Session, queue: &str, opts: &str) -> Result<String, i32> {
+    match h.run(s, &receive(queue, &format!("<wait_time>0</wait_time>{opts}"), "")).await {
+        Ok(r) => Ok(raw_of(&received(&r)[0])),
+        Err((c, _)) => Err(c),
+    }
+}
+
+async fn grouped_multi_consumer_queues_hold_a_group_per_consumer(b: Backend) {
+    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let q = "AQUSER.GRP_MC";
+    let mut p = h.session("scott");
+    h.run(&mut p, &raw_send(q, &[("", "11"), ("<priority>2</priority>", "12")], "")).await.expect("send");
+    h.run(&mut p, &raw_send(q, &[("", "13")], COMMIT)).await.expect("send and commit");
+    h.run(&mut h.session("scott"), &raw_send(q, &[("", "21")], COMMIT)).await.expect("send");
+    let (app1, app2) = ("<consumer_name>APP1</consumer_name>", "<consumer_name>APP2</consumer_name>");
+    // APP1's first session holds the first group for APP1 only.
+    let mut a1 = h.session("scott");
+    assert_eq!(recv_from(&h, &mut a1, q, app1).await, Ok("11".into()));
+    let mut b1 = h.session("scott");
+    assert_eq!(recv_from(&h, &mut b1, q, app2).await, Ok("11".into()));
+    let mut a2 = h.session("scott");
+    assert_eq!(recv_from(&h, &mut a2, q, app1).await, Ok("21".into()));
+    assert_eq!(recv_from(&h, &mut a2, q, app1).await, Err(code::FETCHED_ALL_IN_GROUP));
+    assert_eq!(
+        recv_from(&h, &mut a2, q, &format!("{app1}<navigation_mode>NEXT_TRANSACTION</navigation_mode>")).await,
+        Err(code::NO_MESSAGE)
+    );
+    // A condition within the group: the next message of the group that matches it (12 is
+    // passed, and NEXT_MESSAGE goes on from 13).
+    assert_eq!(
+        recv_from(&h, &mut a1, q, &format!("{app1}<selector><condition>tab.priority = 1</condition></selector>")).await,
+        Ok("13".into())
+    );
+    assert_eq!(recv_from(&h, &mut a1, q, app1).await, Err(code::FETCHED_ALL_IN_GROUP));
+    for s in [&mut a1, &mut a2, &mut b1] {
+        h.run(s, &envelope(COMMIT)).await.expect("commit");
+    }
+    // APP2 still has 12, 13 (its group) and 21; APP1 has 12.
+    let mut b2 = h.session("scott");
+    for want in ["12", "13"] {
+        assert_eq!(recv_from(&h, &mut b2, q, app2).await, Ok(want.into()));
+    }
+    assert_eq!(recv_from(&h, &mut b2, q, app2).await, Err(code::FETCHED_ALL_IN_GROUP));
+    assert_eq!(
+        recv_from(&h, &mut b2, q, &format!("{app2}<navigation_mode>NEXT_TRANSACTION</navigation_mode>")).await,
+        Ok("21".into())
+    );
+    assert_eq!(recv_from(&h, &mut h.session("scott"), q, app1).await, Ok("12".into()));
+}
+
+async fn grouped_queues_order_groups_by_their_first_message(b: Backend) {
+    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let q = "AQUSER.GRP_PRIO";
+    let prio = |n: i64| format!("<priority>{n}</priority>");
+    let (p5, p1, p2, p3) = (prio(5), prio(1), prio(2), prio(3));
+    // Group P (priorities 5 and 1, one transaction), then group Q (3 and 2): P's first
+    // message (priority 1) comes before Q's (priority 2).
+    h.run(&mut h.session("scott"), &raw_send(q, &[(&p5, "A5"), (&p1, "A1")], COMMIT)).await.expect("send");
+    h.run(&mut h.session("scott"), &raw_send(q, &[(&p3, "B3"), (&p2, "B2")], COMMIT)).await.expect("send");
+    let mut c = h.session("scott");
+    let browse = "<dequeue_mode>BROWSE</dequeue_mode>";
+    assert_eq!(recv_from(&h, &mut c, q, browse).await, Ok("A1".into()));
+    assert_eq!(recv_from(&h, &mut c, q, browse).await, Ok("A5".into()));
+    assert_eq!(recv_from(&h, &mut c, q, browse).await, Err(code::FETCHED_ALL_IN_GROUP));
+    let next_tx = "<navigation_mode>NEXT_TRANSACTION</navigation_mode>";
+    assert_eq!(recv_from(&h, &mut c, q, &format!("{browse}{next_tx}")).await, Ok("B2".into()));
+    assert_eq!(recv_from(&h, &mut c, q, browse).await, Ok("B3".into()));
+    assert_eq!(recv_from(&h, &mut c, q, &format!("{browse}{next_tx}")).await, Err(code::NO_MESSAGE));
+    // The session's group and position are kept in its row: a receive in a session
+    // read back from the store continues in the group.
+    let mut r = h.session("scott");
+    assert_eq!(recv_from(&h, &mut r, q, "").await, Ok("A1".into()));
+    let row = r.to_row().expect("a session with a lock has a row");
+    let mut again = aqgate_core::engine::Session::from_row(&r.id, &row).expect("row reads back");
+    assert_eq!(recv_from(&h, &mut again, q, "").await, Ok("A5".into()));
+    assert_eq!(recv_from(&h, &mut again, q, "").await, Err(code::FETCHED_ALL_IN_GROUP));
+    assert_eq!(recv_from(&h, &mut again, q, next_tx).await, Ok("B2".into()));
+    h.run(&mut again, &envelope(COMMIT)).await.expect("commit");
+    assert_eq!(recv_from(&h, &mut h.session("scott"), q, "<visibility>IMMEDIATE</visibility>").await, Ok("B3".into()));
 }

@@ -134,6 +134,9 @@ pub struct NewMessage {
     /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
     /// so that only buffered dequeues take it.
     pub spilled: bool,
+    /// Its message group, on a queue with message grouping (the same for every message of
+    /// one transaction); `None` elsewhere. A stored message without one is a group alone.
+    pub group: Option<i64>,
 }
 
 /// A message as seen by one consumer.
@@ -704,6 +707,31 @@ pub trait StoreTx: Send {
     /// name and its queues), and no other; and which queues keep their removed messages
     /// as PROCESSED, and for how long (`retained`; the others delete them).
     async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()>;
+
+    /// Message grouping: the groups of `q.queue` with a delivery of `q.consumer` that
+    /// matches `q` (`q.after` ignored), each with the sort key of its first such delivery,
+    /// in that order, those starting after `after` only, `except` left out, at most
+    /// `q.limit`. Without `q.include_locked`, a group another transaction holds a delivery
+    /// of (a lock of `q.consumer`'s) is left out too. A message without a group is the group
+    /// `-seq`.
+    async fn groups(
+        &mut self,
+        q: &CandidateQuery,
+        after: Option<Position>,
+        except: Option<i64>,
+    ) -> Result<Vec<(i64, Position)>>;
+
+    /// [`StoreTx::candidates`] of one group (see [`StoreTx::groups`]), without claiming
+    /// rows: [`StoreTx::claim_group`] serialises a group's consumers.
+    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>>;
+
+    /// Claims `group` of `queue` for `consumer`'s transaction `txn` until this database
+    /// transaction ends: false if another transaction holds a delivery of it for
+    /// `consumer`, or (unless `wait`: then this waits for it) is claiming it now. Whoever
+    /// locks or removes deliveries of a grouped queue claims their group first, in the
+    /// same database transaction. A session continuing in its group waits: another
+    /// consumer only looking at the group must not end it.
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool>;
 
     /// Savepoints, for group commit: one request's work inside a shared transaction.
     async fn savepoint(&mut self) -> Result<()>;

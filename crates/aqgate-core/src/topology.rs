@@ -62,6 +62,11 @@ pub struct QueueTableDef {
     /// and kept as given.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub secure: bool,
+    /// CREATE_QUEUE_TABLE's `message_grouping`: `none` (the default) or `transactional`,
+    /// where the messages one transaction enqueued to a queue of the table form a group,
+    /// dequeued together by one consumer (see `engine::grouping`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_grouping: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -200,6 +205,9 @@ pub struct QueueInfo {
     /// Its queue table is secure: `sender_id` is checked against the database users (see
     /// [`QueueTableDef::secure`]).
     pub secure: bool,
+    /// Its queue table has `message_grouping = "transactional"` (see
+    /// [`QueueTableDef::message_grouping`]).
+    pub grouped: bool,
     /// Name of the queue table's default exception queue.
     pub exception_queue: String,
     pub subscribers: Vec<Subscriber>,
@@ -349,13 +357,22 @@ impl Topology {
                     SortOrder::EnqTime
                 }
             };
-            if tables.insert(canon(&t.name), (t, payload, sort)).is_some() {
+            let grouped = match t.message_grouping.as_deref().map(|g| g.trim().to_ascii_lowercase()) {
+                None => false,
+                Some(g) if g == "none" => false,
+                Some(g) if g == "transactional" => true,
+                Some(g) => {
+                    errors.push(format!("{key}.message_grouping: unsupported '{g}' (none or transactional)"));
+                    false
+                }
+            };
+            if tables.insert(canon(&t.name), (t, payload, sort, grouped)).is_some() {
                 errors.push(format!("{key}: defined twice"));
             }
         }
 
         let mut queues = BTreeMap::new();
-        for (table_name, (t, payload, sort)) in &tables {
+        for (table_name, (t, payload, sort, grouped)) in &tables {
             let eq = exception_queue_name(table_name);
             queues.insert(
                 eq.clone(),
@@ -372,6 +389,7 @@ impl Topology {
                     retention: Retention::None,
                     is_exception_queue: true,
                     secure: t.secure,
+                    grouped: *grouped,
                     exception_queue: eq.clone(),
                     subscribers: Vec::new(),
                     remote: None,
@@ -383,7 +401,7 @@ impl Topology {
             if !is_qualified(&q.name) {
                 errors.push(format!("{key}.name: expected SCHEMA.NAME"));
             }
-            let Some((t, payload, sort)) = tables.get(&canon(&q.queue_table)) else {
+            let Some((t, payload, sort, grouped)) = tables.get(&canon(&q.queue_table)) else {
                 errors.push(format!("{key}.queue_table: unknown queue table {}", q.queue_table));
                 continue;
             };
@@ -408,6 +426,7 @@ impl Topology {
                 retention: q.retention_time,
                 is_exception_queue: q.exception,
                 secure: t.secure,
+                grouped: *grouped,
                 exception_queue: exception_queue_name(&t.name),
                 subscribers: Vec::new(),
                 remote: None,

@@ -24,6 +24,10 @@ pub const TRANSFORMATION: i32 = 25229;
 pub const DEQUEUE_DISABLED: i32 = 25226;
 /// ORA-25228 timeout or end-of-fetch during message dequeue.
 pub const NO_MESSAGE: i32 = 25228;
+/// ORA-25235 fetched all messages in current transaction: a NEXT_MESSAGE dequeue on a queue
+/// with message grouping found no more messages of the current group (NEXT_TRANSACTION
+/// goes on to the next group).
+pub const FETCHED_ALL_IN_GROUP: i32 = 25235;
 /// ORA-25231 cannot dequeue because CONSUMER_NAME not specified.
 pub const CONSUMER_REQUIRED: i32 = 25231;
 /// ORA-25297 enqueue of buffered message failed, attempted to enqueue buffered message

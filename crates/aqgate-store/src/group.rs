@@ -450,6 +450,20 @@ impl StoreTx for GroupTx {
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
         self.tx()?.remove_now(seq, consumer, txn, shared).await
     }
+    async fn groups(
+        &mut self,
+        q: &CandidateQuery,
+        after: Option<Position>,
+        except: Option<i64>,
+    ) -> Result<Vec<(i64, Position)>> {
+        self.tx()?.groups(q, after, except).await
+    }
+    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>> {
+        self.tx()?.group_candidates(q, group).await
+    }
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool> {
+        self.tx()?.claim_group(queue, consumer, group, txn, wait).await
+    }
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
         self.tx()?.commit_session(txn, dequeues).await
     }

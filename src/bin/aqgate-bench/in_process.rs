@@ -42,6 +42,7 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
                         consumers: vec![String::new()],
                         prio_key: 0,
                         spilled: false,
+                        group: None,
                     })
                     .collect();
                 let t = Instant::now();

@@ -270,6 +270,7 @@ impl Engine {
         req: &EnqueueRequest,
         now: Micros,
     ) -> Result<EnqueueResult, AqError> {
+        self.refuse_buffered_grouping(queue)?;
         if req.producer.visibility != Visibility::Immediate {
             return Err(immediate_only("enqueue"));
         }
@@ -443,6 +444,7 @@ mod tests {
             consumers: consumers.iter().map(|c| c.to_string()).collect(),
             prio_key,
             spilled: false,
+            group: None,
         }
     }
 

@@ -179,6 +179,7 @@ mod tests {
             consumers: Vec::new(),
             prio_key: 0,
             spilled: false,
+            group: None,
         };
         let reg = TypeRegistry::default();
         let ctx = MessageContext::for_new(&m, "Q", &PayloadKind::Raw, &reg);

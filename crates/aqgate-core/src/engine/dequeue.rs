@@ -36,9 +36,7 @@ impl Engine {
         let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
         self.check_buffered_receive(session, o)?;
         let transformation = transform::for_dequeue(&resolved.catalog, o.transformation.as_deref(), queue, &consumer)?;
-        if o.navigation == NavigationMode::NextTransaction {
-            return Err(AqError::invalid("NEXT_TRANSACTION needs message grouping, which this queue does not have"));
-        }
+        self.check_grouping(queue, o)?;
         if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
             return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
         }
@@ -161,6 +159,7 @@ impl Engine {
             && queue.retention.is_none()
             && want == 1
             && filter.transformation.is_none()
+            && !queue.grouped
         {
             // The common consumer loop — take the head, commit — in one atomic step.
             let q = CandidateQuery {
@@ -191,10 +190,32 @@ impl Engine {
             return Ok(vec![out]);
         }
         let mut tx = self.store.begin().await?;
+        let mut found = Vec::new();
+        // A grouped queue navigates by groups (a propagation job's session moves messages
+        // as from any queue: see `grouping`).
+        let grouped = queue.grouped && !session.propagates;
+        let mut group_at = None;
+        if grouped {
+            let taken = self
+                .take_grouped(&mut *tx, resolved, session, queue, qid, consumer, o, filter, stored, remove_now)
+                .await;
+            match taken {
+                Ok((f, g)) => (found, group_at) = (f, g),
+                Err(e) => {
+                    tx.rollback().await?;
+                    return Err(e);
+                }
+            }
+        }
         // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
         // never starves on messages sorted before its position (e.g. higher priority).
-        let passes: &[Option<Position>] = if start.is_some() && !browse { &[start, None] } else { &[start] };
-        let mut found = Vec::new();
+        let passes: &[Option<Position>] = if grouped {
+            &[]
+        } else if start.is_some() && !browse {
+            &[start, None]
+        } else {
+            &[start]
+        };
         'passes: for &from in passes.iter() {
             let mut q = CandidateQuery {
                 queue: qid,
@@ -284,6 +305,7 @@ impl Engine {
                 // End of fetch: the next browse starts from the beginning again.
                 let mut next = session.state();
                 next.positions.remove(&key);
+                next.groups.remove(&key);
                 self.seal_alone(session, next).await?;
             }
             return Ok(Vec::new());
@@ -337,6 +359,9 @@ impl Engine {
             }
         }
         let mut next = session.state();
+        if let Some(g) = group_at {
+            next.groups.insert(key.clone(), g);
+        }
         if let Some(m) = found.last() {
             next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
         }
@@ -385,6 +410,7 @@ impl Engine {
             consumers: vec![String::new()],
             prio_key: m.prio_key,
             spilled: spilled || m.state == SPILLED,
+            group: None,
         };
         self.store.insert_committed(std::slice::from_ref(&row), 0).await?;
         Ok(())
@@ -421,8 +447,8 @@ impl Engine {
 }
 
 pub(super) struct Filter {
-    corrid: Option<String>,
-    msgid: Option<[u8; 16]>,
+    pub(super) corrid: Option<String>,
+    pub(super) msgid: Option<[u8; 16]>,
     condition: Option<Condition>,
     /// Applied to each message returned; a failure returns none of them (nothing is
     /// removed, locked or passed).
@@ -430,6 +456,11 @@ pub(super) struct Filter {
 }
 
 impl Filter {
+    /// Whether a condition is to be evaluated (a scan fetches a page of candidates then).
+    pub(super) fn has_condition(&self) -> bool {
+        self.condition.is_some()
+    }
+
     /// Whether `m` passes the selector (what the store's query checks of correlation and
     /// message id, and the condition), for messages the store does not hold.
     pub(super) fn matches(&self, m: &StoredMessage, queue: &QueueInfo, resolved: &Resolved) -> bool {

@@ -107,6 +107,11 @@ impl Engine {
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
         }
+        if let Some(g) = self.enqueue_group(queue, session, immediate) {
+            for r in rows.iter_mut() {
+                r.group = Some(g);
+            }
+        }
         if queue.sort == SortOrder::EnqTimePriority {
             // Messages of one enqueue time are stored (so numbered, and dequeued) by
             // priority; the response keeps the request's order.
@@ -251,6 +256,7 @@ impl Engine {
                 SortOrder::EnqTimePriority => enq_time,
             },
             spilled: false,
+            group: None,
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {

@@ -9,6 +9,7 @@ mod buffered;
 pub mod context;
 mod dequeue;
 mod enqueue;
+mod grouping;
 mod register;
 pub mod schedule;
 pub mod session;

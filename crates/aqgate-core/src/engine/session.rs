@@ -48,11 +48,39 @@ pub struct SessionState {
     /// many: see `Store::begin_provisional`).
     pub enqueued: u64,
     pub positions: HashMap<(QueueId, String), Position>,
+    /// On queues with message grouping: the group the navigation is in, per (queue,
+    /// consumer), beside its position.
+    pub groups: HashMap<(QueueId, String), GroupAt>,
+}
+
+/// The message group a consumer's navigation is in (queues with message grouping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupAt {
+    pub group: i64,
+    /// The sort key of the group's first message when the navigation entered it: where
+    /// NEXT_TRANSACTION looks for the next group.
+    pub start: Position,
+}
+
+/// A stored position: `[queue, consumer, prio_key, seq]`, and in a group
+/// `[queue, consumer, prio_key, seq, group, start prio_key, start seq]`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StoredPosition {
+    Plain(QueueId, String, i64, i64),
+    Grouped(QueueId, String, i64, i64, i64, i64, i64),
 }
 
 impl SessionState {
     fn fresh() -> Self {
-        Self { txn: random_id(), pending: false, dequeued: false, enqueued: 0, positions: HashMap::new() }
+        Self {
+            txn: random_id(),
+            pending: false,
+            dequeued: false,
+            enqueued: 0,
+            positions: HashMap::new(),
+            groups: HashMap::new(),
+        }
     }
 
     /// Starts a fresh transaction after commit or rollback. Navigation starts over too:
@@ -67,22 +95,48 @@ impl SessionState {
         self.pending || !self.positions.is_empty()
     }
 
-    /// Positions as stored: `[[queue, consumer, prio_key, seq], ...]`, sorted.
+    /// Positions as stored: `[[queue, consumer, prio_key, seq], ...]` (with the group, see
+    /// [`GroupAt`], three more numbers), sorted.
     pub fn positions_json(&self) -> String {
-        let mut v: Vec<_> = self.positions.iter().map(|((q, c), p)| (*q, c.clone(), p.prio_key, p.seq)).collect();
-        v.sort();
+        let mut v: Vec<_> = self
+            .positions
+            .iter()
+            .map(|((q, c), p)| {
+                let mut e = vec![serde_json::json!(q), serde_json::json!(c), p.prio_key.into(), p.seq.into()];
+                if let Some(g) = self.groups.get(&(*q, c.clone())) {
+                    e.extend([g.group.into(), g.start.prio_key.into(), g.start.seq.into()]);
+                }
+                ((*q, c.clone(), p.prio_key, p.seq), e)
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        let v: Vec<_> = v.into_iter().map(|(_, e)| e).collect();
         serde_json::to_string(&v).unwrap_or_else(|_| "[]".into())
     }
 
     /// The state a store row holds; `None` if its positions are not readable.
     pub fn from_row(row: &SessionRow) -> Option<Self> {
-        let v: Vec<(QueueId, String, i64, i64)> = serde_json::from_str(&row.positions).ok()?;
+        let v: Vec<StoredPosition> = serde_json::from_str(&row.positions).ok()?;
+        let mut positions = HashMap::new();
+        let mut groups = HashMap::new();
+        for p in v {
+            match p {
+                StoredPosition::Plain(q, c, prio_key, seq) => {
+                    positions.insert((q, c), Position { prio_key, seq });
+                }
+                StoredPosition::Grouped(q, c, prio_key, seq, group, sp, ss) => {
+                    positions.insert((q, c.clone()), Position { prio_key, seq });
+                    groups.insert((q, c), GroupAt { group, start: Position { prio_key: sp, seq: ss } });
+                }
+            }
+        }
         Some(Self {
             txn: row.txn.clone(),
             pending: row.pending,
             dequeued: row.dequeued,
             enqueued: u64::try_from(row.enqueued).unwrap_or(0),
-            positions: v.into_iter().map(|(q, c, prio_key, seq)| ((q, c), Position { prio_key, seq })).collect(),
+            positions,
+            groups,
         })
     }
 }
@@ -135,6 +189,8 @@ pub struct Session {
     pub dequeued: bool,
     pub enqueued: u64,
     pub positions: HashMap<(QueueId, String), Position>,
+    /// See [`SessionState::groups`].
+    pub groups: HashMap<(QueueId, String), GroupAt>,
     pub last_used: Micros,
     /// The version of the session's row in the store; `None` while it has none (a session
     /// that never held anything costs no row).
@@ -188,6 +244,7 @@ impl Session {
             dequeued: false,
             enqueued: 0,
             positions: HashMap::new(),
+            groups: HashMap::new(),
             last_used: now,
             stored: None,
             intact: true,
@@ -221,6 +278,7 @@ impl Session {
             dequeued: self.dequeued,
             enqueued: self.enqueued,
             positions: self.positions.clone(),
+            groups: self.groups.clone(),
         }
     }
 
@@ -230,6 +288,7 @@ impl Session {
         self.dequeued = s.dequeued;
         self.enqueued = s.enqueued;
         self.positions = s.positions;
+        self.groups = s.groups;
     }
 
     /// See [`SessionState::end_transaction`].
@@ -414,6 +473,8 @@ mod tests {
         let mut s = SessionState::fresh();
         s.positions.insert((3, "APP1".into()), Position { prio_key: 2, seq: 99 });
         s.positions.insert((1, String::new()), Position { prio_key: 0, seq: 7 });
+        s.positions.insert((5, String::new()), Position { prio_key: 1, seq: 12 });
+        s.groups.insert((5, String::new()), GroupAt { group: 77, start: Position { prio_key: 1, seq: 10 } });
         s.pending = true;
         s.enqueued = 4;
         let row = SessionRow {

@@ -309,6 +309,7 @@ fn queue_info(name: &str, payload: &PayloadKind, exception_queue: &str, remote: 
         is_exception_queue: false,
         // The remote aqgate checks the senders of its own secure queues.
         secure: false,
+        grouped: false,
         exception_queue: exception_queue.to_string(),
         subscribers: Vec::new(),
         remote,

@@ -16,6 +16,7 @@ use crate::*;
 use aqgate_core::metrics::{Counter, Metrics};
 
 mod coalesce;
+mod grouping;
 mod jobs;
 mod notify;
 mod sessions;
@@ -239,6 +240,13 @@ impl Store for PgStore {
         // requests share one (see Coalescer).
         if msgs.is_empty() {
             return Ok(());
+        }
+        if msgs.iter().any(|m| m.group.is_some()) {
+            // Grouped messages take a second statement for their group (see
+            // `StoreTx::insert_messages`): a transaction of their own.
+            let mut tx = self.begin().await?;
+            tx.insert_messages(msgs).await?;
+            return tx.commit().await;
         }
         if msgs.len() >= COALESCE_ALONE_ROWS {
             // Already a batch: sharing a statement saves it nothing, and waiting behind the

@@ -19,6 +19,7 @@ fn job(source: u64) -> (InsertJob, tokio::sync::oneshot::Receiver<Result<()>>) {
         consumers: vec![String::new()],
         prio_key: 0,
         spilled: false,
+        group: None,
     };
     let (done, answer) = tokio::sync::oneshot::channel();
     (InsertJob { msgs: vec![msg], sent: Sent::now(source), done }, answer)

@@ -109,6 +109,20 @@ impl StoreTx for PgTx {
                 self.conflict |= sealed != 1;
             }
         }
+        if msgs.iter().any(|m| m.group.is_some()) {
+            // Messages of grouped queues only: the default insert stays as it is.
+            let (ids, groups): (Vec<&[u8]>, Vec<Option<i64>>) =
+                msgs.iter().filter(|m| m.group.is_some()).map(|m| (&m.msgid[..], m.group)).unzip();
+            sqlx::query(
+                "UPDATE messages m SET grp = g.grp FROM UNNEST($1::bytea[], $2::int8[]) AS g(msgid, grp)
+                 WHERE m.msgid = g.msgid",
+            )
+            .bind(ids)
+            .bind(groups)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        }
         Ok(())
     }
 
@@ -499,6 +513,23 @@ impl StoreTx for PgTx {
             }
         }
         Ok(())
+    }
+
+    async fn groups(
+        &mut self,
+        q: &CandidateQuery,
+        after: Option<Position>,
+        except: Option<i64>,
+    ) -> Result<Vec<(i64, Position)>> {
+        super::grouping::groups(&mut self.tx, q, after, except).await
+    }
+
+    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>> {
+        super::grouping::group_candidates(&mut self.tx, q, group).await
+    }
+
+    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool> {
+        super::grouping::claim_group(&mut self.tx, queue, consumer, group, txn, wait).await
     }
 
     async fn savepoint(&mut self) -> Result<()> {

@@ -12,6 +12,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 
 use crate::*;
 
+mod grouping;
 mod jobs;
 mod notify;
 mod sessions;

@@ -94,9 +94,12 @@ impl StoreTx for SqliteTx {
     async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
         // Multi-row inserts, in chunks that stay under SQLite's bound-parameter limit.
         for chunk in msgs.chunks(500) {
+            // Messages of grouped queues carry their group (a statement of its own shape).
+            let grouped = chunk.iter().any(|m| m.group.is_some());
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id, state) ",
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id, state",
             );
+            b.push(if grouped { ", grp) " } else { ") " });
             b.push_values(chunk, |mut row, m| {
                 row.push_bind(m.msgid.to_vec())
                     .push_bind(m.queue)
@@ -111,6 +114,9 @@ impl StoreTx for SqliteTx {
                     .push_bind(m.enq_txn.clone())
                     .push_bind(m.enq_user_id.clone())
                     .push_bind(if m.spilled { SPILLED } else { 0 });
+                if grouped {
+                    row.push_bind(m.group);
+                }
             });
             b.push(" RETURNING seq, msgid");
             let rows = b.build().fetch_all(&mut *self.tx).await.db()?;
@@ -400,6 +406,30 @@ impl StoreTx for SqliteTx {
             sqlx::query(&s).execute(&mut *self.tx).await.db()?;
         }
         Ok(())
+    }
+
+    async fn groups(
+        &mut self,
+        q: &CandidateQuery,
+        after: Option<Position>,
+        except: Option<i64>,
+    ) -> Result<Vec<(i64, Position)>> {
+        super::grouping::groups(&mut self.tx, q, after, except).await
+    }
+
+    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>> {
+        super::grouping::group_candidates(&mut self.tx, q, group).await
+    }
+
+    async fn claim_group(
+        &mut self,
+        queue: QueueId,
+        consumer: &str,
+        group: i64,
+        txn: &str,
+        _wait: bool,
+    ) -> Result<bool> {
+        super::grouping::claim_group(&mut self.tx, queue, consumer, group, txn).await
     }
 
     async fn savepoint(&mut self) -> Result<()> {

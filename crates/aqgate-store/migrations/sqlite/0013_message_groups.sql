@@ -1,0 +1,5 @@
+-- Message grouping: the group of a message on a queue whose queue table has
+-- message_grouping = "transactional" (every message one transaction enqueued to the queue);
+-- NULL elsewhere, and then a message is a group of its own.
+ALTER TABLE messages ADD COLUMN grp INTEGER;
+CREATE INDEX messages_grp ON messages (queue_id, grp) WHERE grp IS NOT NULL;
