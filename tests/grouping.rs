@@ -137,7 +137,7 @@ async fn navigation_and_exclusivity(b: Backend) {
     assert_eq!(recv(port, &mut c1, NEXT).await, Err(FETCHED_ALL));
     assert_eq!(recv(port, &mut c1, NEXT_TX).await, Ok("C1".into()));
     assert_eq!(recv(port, &mut c1, NEXT_TX).await, Err(code::NO_MESSAGE));
-    // FIRST_MESSAGE starts from the first group again: all of them are this session's.
+    // FIRST_MESSAGE starts from the first group again: all of them are this client's.
     assert_eq!(recv(port, &mut c1, FIRST).await, Err(code::NO_MESSAGE));
     ok(port, &mut c1, &envelope(ROLLBACK)).await;
 

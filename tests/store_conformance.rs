@@ -2528,7 +2528,7 @@ async fn grouped_multi_consumer_queues_hold_a_group_per_consumer(b: Backend) {
     h.run(&mut p, &raw_send(q, &[("", "13")], COMMIT)).await.expect("send and commit");
     h.run(&mut h.session("scott"), &raw_send(q, &[("", "21")], COMMIT)).await.expect("send");
     let (app1, app2) = ("<consumer_name>APP1</consumer_name>", "<consumer_name>APP2</consumer_name>");
-    // APP1's first session holds the first group for APP1 only.
+    // APP1's first client holds the first group for APP1 only.
     let mut a1 = h.session("scott");
     assert_eq!(recv_from(&h, &mut a1, q, app1).await, Ok("11".into()));
     let mut b1 = h.session("scott");
