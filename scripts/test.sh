@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole aqgate test suite on a fresh Debian machine: installs and starts what the
-# tests need (PostgreSQL), then runs fmt, clippy and every test on both store backends, then
+# tests need (PostgreSQL, RabbitMQ, NATS, Mosquitto), then runs fmt, clippy and every test on both store backends, then
 # the README's quick start on a fresh machine (scripts/fresh-machine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ fi
 
 export AQGATE_TEST_PG_URL="${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 scripts/ensure-postgres.sh
+scripts/ensure-brokers.sh
 scripts/ensure-tools.sh
 
 # Each test makes its own database / SQLite file; drop what earlier runs left behind.

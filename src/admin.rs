@@ -20,6 +20,7 @@ macro_rules! out {
     };
 }
 
+pub mod gateway;
 pub mod jobs;
 pub mod messages;
 pub mod notifications;
@@ -105,6 +106,15 @@ fn rows_of(t: &Topology) -> Result<BTreeMap<(String, String), String>, ApplyErro
     }
     for x in &t.transformations {
         put("transformation", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.gateway.links {
+        put("gateway_link", canon(&x.name), serde_json::to_string(x))?;
+    }
+    for x in &t.gateway.foreign_queues {
+        put("foreign_queue", format!("{}@{}", canon(&x.name), canon(&x.link)), serde_json::to_string(x))?;
+    }
+    for x in &t.gateway.jobs {
+        put("gateway_job", canon(&x.name), serde_json::to_string(x))?;
     }
     for x in &t.grants {
         let key = format!("{}:{}:{}", canon(&x.user), canon(&x.queue), x.privilege.to_ascii_lowercase());

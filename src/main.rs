@@ -162,6 +162,15 @@ enum AdminCommand {
         #[arg(long, value_name = "JOB")]
         disable: Option<String>,
     },
+    /// The Messaging Gateway's links, with each process's view of each (CONNECTED,
+    /// RECONNECTING, DISCONNECTED, since when, last error).
+    Gateway {
+        #[command(flatten)]
+        db: Db,
+        /// Print the links as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// List registrations, or set the HMAC secret of one (read from standard input, or
     /// AQGATE_NOTIFY_SECRET; an empty secret removes it).
     Registrations {
@@ -179,7 +188,8 @@ enum AdminCommand {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AQGATE_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("AQGATE_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,lapin=error".into()),
         )
         .with_writer(std::io::stderr)
         // Colours for a terminal only: a log file or journald gets plain text.
@@ -331,6 +341,7 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 }
             }
         }
+        AdminCommand::Gateway { db, json } => admin::gateway::print_gateway(open(db).await?.as_ref(), json, out).await,
         AdminCommand::Notifications { db, retry_parked } => {
             let store = open(db).await?;
             if retry_parked {

@@ -50,6 +50,7 @@ use aqgate_proto::idap::{
 use tokio::sync::watch;
 
 mod forward;
+pub mod gateway;
 pub mod lease;
 mod remote;
 pub mod status;
@@ -66,6 +67,8 @@ pub(crate) struct Counters {
     propagated: Counter,
     exceptions: Counter,
     failures: Counter,
+    /// Gateway jobs: messages published again after a doubt (a consumer may see them twice).
+    in_doubt: Counter,
 }
 
 impl Counters {
@@ -87,6 +90,12 @@ impl Counters {
             failures: m.labelled(
                 "aqgate_propagation_failures_total",
                 "Batches of a propagation job that failed and are retried.",
+                "job",
+                job,
+            ),
+            in_doubt: m.labelled(
+                "aqgate_gateway_redelivered_total",
+                "Messages a gateway job published again after a doubt, marked x-aqgate-redelivered.",
                 "job",
                 job,
             ),
@@ -200,8 +209,11 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
 }
 
 /// A job's workers, while this process holds its lease: until `stats.stop`.
-pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats) {
+pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats, board: Arc<gateway::Board>) {
     let stop = stats.stop.clone();
+    if let Some(route) = job.gateway.clone() {
+        return gateway::work(engine, job, *route, stats, board).await;
+    }
     match (&job.remote, &job.forward) {
         (_, Some(def)) => {
             let made = usable(&engine, &job, &stats, "forwarding target", || forward::Forwarder::new(&engine, def));
@@ -557,7 +569,9 @@ pub(crate) fn receive(job: &PropagationInfo, wait: u64) -> Request {
             visibility: Visibility::OnCommit,
             dequeue_mode: DequeueMode::Remove,
             navigation: NavigationMode::NextMessage,
-            transformation: None,
+            // An outbound gateway job's transformation applies at its dequeue (a local job's
+            // at its send).
+            transformation: job.gateway.as_ref().and(job.transformation.clone()),
             // Buffered messages stay where they are: a job moves persistent ones only.
             delivery_mode: DeliveryMode::Persistent,
         },

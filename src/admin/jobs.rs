@@ -24,6 +24,17 @@ pub async fn jobs(store: &dyn Store) -> Result<Vec<JobFigures>, AqError> {
 pub async fn set_enabled(store: &dyn Store, name: &str, enabled: bool) -> Result<bool, AqError> {
     let name = canon(name);
     let rows = store.load_topology().await?;
+    if let Some((_, _, spec)) = rows.iter().find(|(k, n, _)| k == "gateway_job" && *n == name) {
+        let mut def: aqgate_core::topology::gateway::GatewayJobDef = serde_json::from_str(spec)
+            .map_err(|e| AqError::server(aqgate_core::error::code::INTERNAL, format!("stored job {name}: {e}")))?;
+        def.enabled = enabled;
+        let spec = serde_json::to_string(&def)
+            .map_err(|e| AqError::server(aqgate_core::error::code::INTERNAL, format!("job {name}: {e}")))?;
+        let mut tx = store.begin().await?;
+        tx.put_topology_object("gateway_job", &name, &spec).await?;
+        tx.commit().await?;
+        return Ok(true);
+    }
     let Some((_, _, spec)) = rows.iter().find(|(k, n, _)| k == "propagation" && *n == name) else {
         let resolved = aqgate_core::engine::load_resolved(store).await?;
         if let Some(space) = resolved.catalog.propagations.get(&name).and_then(|j| j.space.clone()) {
@@ -55,7 +66,7 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
     }
     out!(
         w,
-        "{:<20} {:<14} {:<7} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} LAST_ERROR",
+        "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} LAST_ERROR",
         "JOB",
         "STATE",
         "KIND",
@@ -67,7 +78,8 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         "EXCEPTIONS",
         "BACKLOG",
         "LAG",
-        "NEXT_WINDOW"
+        "NEXT_WINDOW",
+        "IN_DOUBT"
     );
     for j in rows {
         let error = match (&j.last_error, j.last_error_at) {
@@ -77,7 +89,7 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         };
         out!(
             w,
-            "{:<20} {:<14} {:<7} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {}",
+            "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {}",
             j.name,
             j.state,
             j.kind,
@@ -90,8 +102,12 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
             j.backlog,
             format!("{:.1}s", j.lag),
             j.next_window.map_or_else(|| "-".to_string(), time),
+            j.in_doubt,
             error
         );
+        if let Some(g) = j.guarantee {
+            out!(w, "{:<20} guarantee: {g}", "");
+        }
     }
     Ok(())
 }

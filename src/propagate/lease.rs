@@ -34,12 +34,15 @@ pub struct LeaseConfig {
     pub ttl: Duration,
     /// This process's name in leases (`host:pid:random`).
     pub owner: String,
+    /// This process's gateway links, as its jobs see them.
+    pub board: Arc<super::gateway::Board>,
 }
 
 impl LeaseConfig {
     /// A lease of `ttl`, held under this process's name.
     pub fn new(ttl: Duration) -> Self {
-        Self { ttl, owner: process_owner() }
+        let owner = process_owner();
+        Self { ttl, board: Arc::new(super::gateway::Board::new(&owner)), owner }
     }
 
     /// How often a held lease is renewed (and a free one looked for).
@@ -296,7 +299,7 @@ async fn tenure(
     let (stop, stop_rx) = watch::channel(false);
     let mut rolled_back = end_earlier_batches(engine, job, taken).await;
     let stats = Stats { counters: counters.clone(), report: report.clone(), stop: stop_rx };
-    let mut workers = tokio::spawn(super::work(engine.clone(), job.clone(), stats));
+    let mut workers = tokio::spawn(super::work(engine.clone(), job.clone(), stats, cfg.board.clone()));
     let closing = async {
         match closes {
             Some(t) => tokio::time::sleep(until(t, engine.now())).await,
@@ -404,7 +407,8 @@ pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) 
         }
     };
     let now = engine.now();
-    let defined = |name: &str| topology.iter().any(|(kind, n, _)| kind == "propagation" && n == name);
+    let defined =
+        |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
     for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name)) {
         match store.job_forget(&r.name, &cfg.owner, now).await {
             Ok(true) => tracing::info!(job = %r.name, "forgot the status of a removed job"),

@@ -25,6 +25,7 @@ use aqgate_core::clock::{MICROS_PER_SEC, Micros};
 use aqgate_core::engine::Resolved;
 use aqgate_core::error::AqError;
 use aqgate_core::store::{JobStatus, Store};
+use aqgate_core::topology::gateway::Direction;
 use aqgate_core::topology::schedule::Window;
 
 /// The states a job can be in, in the order `/metrics` lists them.
@@ -54,6 +55,12 @@ pub struct JobFigures {
     pub last_error: Option<String>,
     pub last_error_at: Option<Micros>,
     pub last_success_at: Option<Micros>,
+    /// A gateway job's promise per message (`admin jobs` says it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guarantee: Option<&'static str>,
+    /// An outbound gateway job's messages in doubt: published (perhaps) and still in the
+    /// source, because the process died between the publish and the commit.
+    pub in_doubt: i64,
 }
 
 /// Every job of the topology (and every removed one still finishing) at `now`.
@@ -75,6 +82,10 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             _ => None,
         };
         let (kind, destination) = match (&j.remote, &j.forward) {
+            _ if j.gateway.as_ref().is_some_and(|g| g.direction == Direction::Outbound) => {
+                ("gateway-out", j.destination.clone())
+            }
+            _ if j.gateway.is_some() => ("gateway-in", j.destination.clone()),
             (_, Some(f)) => ("forward", f.url.clone()),
             (Some(r), None) if j.space.is_some() => ("space", format!("{} {}", r.url, j.destination)),
             (Some(r), None) => ("remote", format!("{} {}", r.url, j.destination)),
@@ -87,7 +98,15 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             None => (0, None),
         };
         let r = row.unwrap_or_else(|| empty(&j.name));
+        let in_doubt = match &j.gateway {
+            Some(g) if g.direction == Direction::Outbound => {
+                i64::try_from(store.gateway_doubts(&j.agent).await?.len()).unwrap_or(i64::MAX)
+            }
+            _ => 0,
+        };
         out.push(JobFigures {
+            guarantee: j.gateway.as_ref().map(|g| g.guarantee()),
+            in_doubt,
             name: j.name.clone(),
             state,
             kind,
@@ -122,6 +141,8 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             last_error: r.last_error,
             last_error_at: r.last_error_at,
             last_success_at: r.last_success_at,
+            guarantee: None,
+            in_doubt: 0,
         });
     }
     Ok(out)

@@ -618,6 +618,14 @@ pub trait StoreTx: Send {
     /// (a concurrent request with it committed first): then this transaction must roll back.
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
 
+    /// Records that inbound gateway job `job` enqueued broker messages `ids`, in this
+    /// transaction: false (the caller fails the request) if one is recorded already.
+    async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool>;
+
+    /// Forgets that outbound gateway job `job` had `ids` in doubt: their dequeue commits in
+    /// this transaction.
+    async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()>;
+
     /// Takes the time manager's turn for this transaction: false if another process has
     /// it now (PostgreSQL advisory lock; SQLite has one process).
     async fn time_manager_turn(&mut self) -> Result<bool> {

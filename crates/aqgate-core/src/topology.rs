@@ -14,6 +14,7 @@ use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
 pub use retention::Retention;
 
+pub mod gateway;
 mod loops;
 pub mod propagation;
 pub mod remote_space;
@@ -42,6 +43,13 @@ pub struct Topology {
     pub remote_queue_spaces: Vec<remote_space::RemoteSpaceDef>,
     #[serde(default)]
     pub transformations: Vec<transformation::TransformationDef>,
+    /// The Messaging Gateway: links to other brokers, their queues, and jobs.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub gateway: gateway::GatewayDef,
+}
+
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -263,6 +271,8 @@ pub struct Catalog {
     pub remote_spaces: BTreeMap<String, remote_space::RemoteSpaceInfo>,
     /// Transformations by name.
     pub transformations: transformation::Transformations,
+    /// The Messaging Gateway's links by name.
+    pub gateway_links: gateway::Links,
 }
 
 impl Catalog {
@@ -523,6 +533,8 @@ impl Topology {
             propagation::resolve(&self.propagations, &transformations, &mut queues, &mut agents, &mut errors);
         remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
         errors.extend(loops::errors(&propagations));
+        let gateway_links =
+            gateway::resolve(&self.gateway, &transformations, &mut queues, &mut agents, &mut propagations, &mut errors);
 
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {
@@ -546,7 +558,7 @@ impl Topology {
         }
 
         if errors.is_empty() {
-            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces, transformations })
+            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces, transformations, gateway_links })
         } else {
             Err(errors)
         }

@@ -343,6 +343,30 @@ impl JobStore for GroupCommitStore {
         self.inner.job_statuses().await
     }
 
+    async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()> {
+        self.inner.gateway_doubt_put(job, ids, now).await
+    }
+
+    async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>> {
+        self.inner.gateway_doubts(job).await
+    }
+
+    async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>> {
+        self.inner.gateway_seen(job, ids).await
+    }
+
+    async fn gateway_seen_purge(&self, before: Micros) -> Result<u64> {
+        self.inner.gateway_seen_purge(before).await
+    }
+
+    async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()> {
+        self.inner.gateway_link_put(link).await
+    }
+
+    async fn gateway_links(&self) -> Result<Vec<LinkStatus>> {
+        self.inner.gateway_links().await
+    }
+
     async fn job_backlog(
         &self,
         queue: QueueId,
@@ -422,6 +446,12 @@ impl StoreTx for GroupTx {
     }
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         self.tx()?.idempotency_put(r).await
+    }
+    async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
+        self.tx()?.gateway_seen_put(job, ids, now).await
+    }
+    async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
+        self.tx()?.gateway_doubt_clear(job, ids).await
     }
     async fn time_manager_turn(&mut self) -> Result<bool> {
         self.tx()?.time_manager_turn().await

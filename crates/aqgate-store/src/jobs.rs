@@ -62,6 +62,65 @@ macro_rules! job_store {
                 rows.iter().map(job_from_row).collect()
             }
 
+            async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()> {
+                let mut tx = self.pool.begin().await.db()?;
+                for id in ids {
+                    sqlx::query(sql::GATEWAY_DOUBT_PUT).bind(job).bind(id).bind(now).execute(&mut *tx).await.db()?;
+                }
+                tx.commit().await.db()
+            }
+
+            async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>> {
+                let rows = sqlx::query(sql::GATEWAY_DOUBTS).bind(job).fetch_all(&self.pool).await.db()?;
+                rows.iter().map(|r| Ok((r.try_get("message_id").db()?, r.try_get("since").db()?))).collect()
+            }
+
+            async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>> {
+                let mut seen = Vec::new();
+                for id in ids {
+                    if let Some(s) = sqlx::query_scalar(sql::GATEWAY_SEEN).bind(job).bind(id).fetch_optional(&self.pool).await.db()? {
+                        seen.push(s);
+                    }
+                }
+                Ok(seen)
+            }
+
+            async fn gateway_seen_purge(&self, before: Micros) -> Result<u64> {
+                Ok(sqlx::query(sql::GATEWAY_SEEN_PURGE).bind(before).execute(&self.pool).await.db()?.rows_affected())
+            }
+
+            async fn gateway_link_put(&self, l: &LinkStatus) -> Result<()> {
+                sqlx::query(sql::GATEWAY_LINK_PUT)
+                    .bind(&l.name)
+                    .bind(&l.owner)
+                    .bind(&l.state)
+                    .bind(&l.last_error)
+                    .bind(l.last_error_at)
+                    .bind(l.since)
+                    .bind(l.updated_at)
+                    .execute(&self.pool)
+                    .await
+                    .db()?;
+                Ok(())
+            }
+
+            async fn gateway_links(&self) -> Result<Vec<LinkStatus>> {
+                let rows = sqlx::query(sql::GATEWAY_LINKS).fetch_all(&self.pool).await.db()?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(LinkStatus {
+                            name: r.try_get("name").db()?,
+                            owner: r.try_get("owner").db()?,
+                            state: r.try_get("state").db()?,
+                            last_error: r.try_get("last_error").db()?,
+                            last_error_at: r.try_get("last_error_at").db()?,
+                            since: r.try_get("since").db()?,
+                            updated_at: r.try_get("updated_at").db()?,
+                        })
+                    })
+                    .collect()
+            }
+
             $($backlog)*
         }
 

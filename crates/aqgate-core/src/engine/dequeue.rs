@@ -226,7 +226,7 @@ impl Engine {
                 corrid: filter.corrid.clone(),
                 msgid: filter.msgid,
                 include_locked: browse,
-                include_waiting: session.propagates && !browse,
+                include_waiting: session.propagates && !session.ready_only && !browse,
                 // Without a condition the first candidate is normally the answer: fetch one
                 // payload, not a page of them.
                 limit: if filter.condition.is_some() {

@@ -491,6 +491,9 @@ pub fn topology_from_rows(rows: &[(String, String, String)]) -> Result<Topology,
             "propagation" => t.propagations.push(serde_json::from_str(spec).map_err(bad)?),
             "remote_queue_space" => t.remote_queue_spaces.push(serde_json::from_str(spec).map_err(bad)?),
             "transformation" => t.transformations.push(serde_json::from_str(spec).map_err(bad)?),
+            "gateway_link" => t.gateway.links.push(serde_json::from_str(spec).map_err(bad)?),
+            "foreign_queue" => t.gateway.foreign_queues.push(serde_json::from_str(spec).map_err(bad)?),
+            "gateway_job" => t.gateway.jobs.push(serde_json::from_str(spec).map_err(bad)?),
             _ => {}
         }
     }

@@ -219,6 +219,9 @@ pub struct Session {
     /// - its rollbacks do not count against the messages (the destination failed);
     /// - its row goes when its transaction ends (`seal`).
     pub propagates: bool,
+    /// A propagation session whose receives take only messages whose delay is over (a
+    /// gateway job's: a broker has no delay to carry it on).
+    pub ready_only: bool,
     /// The times of the messages the last receive returned, in their order (a propagation
     /// job's session only).
     pub received: Vec<Carried>,
@@ -231,6 +234,14 @@ pub struct Session {
     /// The `AQ-Schedule` (and `AQ-Client-Timezone`) headers of the request being
     /// performed: when its messages to a remote queue space may be dequeued there.
     pub schedule: Option<super::schedule::ClientSchedule>,
+    /// The broker message ids an inbound gateway job's next request enqueues: recorded in
+    /// the request's transaction (`StoreTx::gateway_seen_put`, under the session's agent),
+    /// so a redelivered one is known to be here. Never set for a client.
+    pub seen: Vec<String>,
+    /// The AQ message ids an outbound gateway job had in doubt whose dequeue the next
+    /// request commits: their doubt goes in the same transaction
+    /// (`StoreTx::gateway_doubt_clear`). Never set for a client.
+    pub settled: Vec<String>,
 }
 
 impl Session {
@@ -253,10 +264,13 @@ impl Session {
             abandon: None,
             idempotency: None,
             propagates: false,
+            ready_only: false,
             received: Vec::new(),
             carry: Vec::new(),
             max_messages: 1,
             schedule: None,
+            seen: Vec::new(),
+            settled: Vec::new(),
         }
     }
 

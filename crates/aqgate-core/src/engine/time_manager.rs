@@ -107,6 +107,13 @@ impl Engine {
             Ok(n) => tracing::debug!(rows = n, "session tombstones and idempotency records forgotten"),
             Err(e) => tracing::warn!(error = %e, "purging session tombstones and idempotency records"),
         }
+        // Inbound gateway jobs' marks of the broker messages they enqueued: a broker
+        // redelivers within minutes; the marks are kept as long as idempotency records.
+        match self.store.gateway_seen_purge(now.saturating_sub(window)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "inbound gateway marks forgotten"),
+            Err(e) => tracing::warn!(error = %e, "purging inbound gateway marks"),
+        }
     }
 
     /// Moves expired messages to their exception queue (state 3). Returns how many.

@@ -36,7 +36,10 @@ impl Engine {
     /// row, its idempotency record) in its own transaction: one-statement fast paths are
     /// only for requests with neither.
     pub(super) fn sealed(&self, session: &Session) -> bool {
-        session.stored.is_some() || session.idempotency.is_some()
+        session.stored.is_some()
+            || session.idempotency.is_some()
+            || !session.seen.is_empty()
+            || !session.settled.is_empty()
     }
 
     /// Writes, inside the request's transaction `tx`, what the request leaves: the session
@@ -82,6 +85,15 @@ impl Engine {
                 return Err(session_busy_error());
             }
             version = Some(v);
+        }
+        if !session.seen.is_empty() && !tx.gateway_seen_put(&session.agent, &session.seen, self.now()).await? {
+            return Err(AqError::client(
+                code::IDEMPOTENCY_IN_PROGRESS,
+                "a broker message of this request was enqueued already",
+            ));
+        }
+        if !session.settled.is_empty() {
+            tx.gateway_doubt_clear(&session.agent, &session.settled).await?;
         }
         if let Some(claim) = &session.idempotency {
             let Some(response) = response else {

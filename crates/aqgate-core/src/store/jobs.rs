@@ -42,6 +42,23 @@ pub struct JobReport {
     pub success_at: Option<Micros>,
 }
 
+/// A Messaging Gateway link as one process sees it (`admin gateway`): each process that runs
+/// a job on the link writes its own row when the state changes, and every heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub name: String,
+    /// The process (`host:pid:random`).
+    pub owner: String,
+    /// `CONNECTED`, `RECONNECTING` or `DISCONNECTED`.
+    pub state: String,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Micros>,
+    /// When the state last changed.
+    pub since: Micros,
+    /// When the row was last written.
+    pub updated_at: Micros,
+}
+
 /// Propagation jobs' leases and status: one row per job, shared by the processes of a store.
 /// A process runs a job only while it holds the job's lease; times are the callers' (every
 /// process's engine clock).
@@ -89,4 +106,24 @@ pub trait JobStore: Send + Sync {
         now: Micros,
         waiting: bool,
     ) -> Result<(i64, Option<Micros>)>;
+
+    /// Records that gateway job `job` is about to publish `ids` (AQ message ids), committed
+    /// before the publish: a row still there for a message still in the source says the
+    /// broker may have it (in doubt).
+    async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()>;
+
+    /// The job's in-doubt message ids, with the time each was first recorded.
+    async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>>;
+
+    /// Which of `ids` (broker message ids) inbound job `job` has enqueued already.
+    async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>>;
+
+    /// Forgets the inbound marks recorded before `before`; how many went.
+    async fn gateway_seen_purge(&self, before: Micros) -> Result<u64>;
+
+    /// Writes this process's row of a link.
+    async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()>;
+
+    /// Every process's rows of every link, by name then owner.
+    async fn gateway_links(&self) -> Result<Vec<LinkStatus>>;
 }

@@ -68,6 +68,7 @@ mod tests {
             space: None,
             schedule: Default::default(),
             transformation: None,
+            gateway: None,
         };
         (name.into(), info)
     }

@@ -158,6 +158,8 @@ pub struct PropagationInfo {
     pub schedule: Schedule,
     /// The transformation each message moved goes through (upper-case name).
     pub transformation: Option<String>,
+    /// A Messaging Gateway job's link and foreign queue (see `super::gateway`).
+    pub gateway: Option<Box<super::gateway::GatewayRoute>>,
 }
 
 /// The agent (and subscriber) name of job `name`.
@@ -334,6 +336,7 @@ pub fn resolve(
             space: None,
             schedule: schedule.unwrap_or_default(),
             transformation,
+            gateway: None,
         };
         if jobs.insert(name, info).is_some() {
             errors.push(format!("{key}: defined twice"));

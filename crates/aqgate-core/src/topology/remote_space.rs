@@ -375,6 +375,7 @@ pub fn jobs(
             space: Some(canon(&d.name)),
             schedule: Default::default(),
             transformation: None,
+            gateway: None,
         };
         jobs.insert(m.local, info);
     }

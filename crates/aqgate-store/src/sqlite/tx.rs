@@ -66,6 +66,24 @@ impl StoreTx for SqliteTx {
         Ok(true)
     }
 
+    async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
+        for id in ids {
+            let done =
+                sqlx::query(sql::GATEWAY_SEEN_PUT).bind(job).bind(id).bind(now).execute(&mut *self.tx).await.db()?;
+            if done.rows_affected() != 1 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
+        for id in ids {
+            sqlx::query(sql::GATEWAY_DOUBT_CLEAR).bind(job).bind(id).execute(&mut *self.tx).await.db()?;
+        }
+        Ok(())
+    }
+
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         let done = sqlx::query(sql::IDEMPOTENCY_PUT)
             .bind(&r.agent)

@@ -1,0 +1,704 @@
+//! The Messaging Gateway as the topology declares it (`[gateway]`): links to other brokers
+//! (`[[gateway.links]]`: RabbitMQ, NATS JetStream, MQTT), the queues and topics there that
+//! jobs use (`[[gateway.foreign_queues]]`, named `NAME@LINK` in a job), and the jobs
+//! (`[[gateway.jobs]]`) that move messages between an AQ queue and a foreign queue.
+//!
+//! A job is outbound when its destination is a foreign queue (AQ → broker) and inbound
+//! when its source is one (broker → AQ). Gateway jobs are propagation jobs
+//! ([`super::propagation::PropagationInfo`] with a [`GatewayRoute`]): they run under a
+//! lease, show in `admin jobs` and in `/metrics` like the others, and act as their own agent
+//! `PROP$<NAME>` (whose database users are the schemas of the AQ queues they use).
+//!
+//! - Outbound from a multi-consumer queue: the job is a subscriber (`rule` its rule), so it
+//!   moves messages published after it exists; from a single-consumer queue it takes every
+//!   message (matching `rule`). Its exception queue is an AQ queue of the source's type.
+//! - Inbound: the destination is an AQ queue; the exception queue is a local RAW queue (the
+//!   broker's bytes kept as they came) or a foreign queue on the same link (`NAME@LINK`).
+//! - Credentials are never in the topology: `password_env` or `password_file`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AgentInfo, QueueInfo, Subscriber, canon};
+use crate::payload::PayloadKind;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayDef {
+    #[serde(default)]
+    pub links: Vec<LinkDef>,
+    #[serde(default)]
+    pub foreign_queues: Vec<ForeignQueueDef>,
+    #[serde(default)]
+    pub jobs: Vec<GatewayJobDef>,
+}
+
+/// Which broker a link reaches, and through which client.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// AMQP 0-9-1 (lapin): publisher confirms, mandatory, persistent.
+    Rabbitmq,
+    /// NATS JetStream (async-nats).
+    Nats,
+    /// MQTT v5 (rumqttc).
+    Mqtt,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::Rabbitmq => "rabbitmq",
+            LinkKind::Nats => "nats",
+            LinkKind::Mqtt => "mqtt",
+        }
+    }
+}
+
+/// A connection to a broker (Messaging Gateway's messaging system link).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDef {
+    pub name: String,
+    pub kind: LinkKind,
+    /// `amqp://host:5672/%2f` (`amqps://` for TLS), `nats://host:4222` (`tls://`),
+    /// `mqtt://host:1883` (`mqtts://`). No credentials in the URL.
+    pub url: String,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password_env: Option<String>,
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// PEM CA certificates the broker's certificate is verified against.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// A PEM client certificate and its key, for brokers that ask for one.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Seconds between heartbeats (AMQP heartbeat, NATS ping, MQTT keep-alive).
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_secs: u16,
+    /// The first wait before reconnecting, in milliseconds; it doubles up to
+    /// `reconnect_max_ms`.
+    #[serde(default = "default_reconnect")]
+    pub reconnect_backoff_ms: u64,
+    #[serde(default = "default_reconnect_max")]
+    pub reconnect_max_ms: u64,
+    /// Messages published and not yet confirmed at once, per job (the in-flight window);
+    /// inbound, the broker's prefetch (RabbitMQ), max_ack_pending (JetStream), receive
+    /// maximum (MQTT).
+    #[serde(default = "default_window")]
+    pub window: u32,
+}
+
+fn default_heartbeat() -> u16 {
+    30
+}
+fn default_reconnect() -> u64 {
+    1000
+}
+fn default_reconnect_max() -> u64 {
+    30_000
+}
+fn default_window() -> u32 {
+    256
+}
+
+/// Queue or topic (Messaging Gateway's domain).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Domain {
+    #[default]
+    Queue,
+    Topic,
+}
+
+/// A queue or topic of a link's broker.
+///
+/// - RabbitMQ: domain `queue`: `native_name` is the queue (published through the default
+///   exchange); domain `topic`: `native_name` is the exchange and `routing_key` the key
+///   (an inbound job binds a queue of its own, `aqgate.<job>`, to it).
+/// - NATS: `native_name` is the subject and `stream` the JetStream stream holding it
+///   (an inbound job uses a durable consumer `aqgate_<job>`).
+/// - MQTT: `native_name` is the topic (a filter, inbound) and `qos` 1 or 2.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignQueueDef {
+    pub name: String,
+    pub link: String,
+    pub native_name: String,
+    #[serde(default)]
+    pub domain: Domain,
+    #[serde(default)]
+    pub routing_key: Option<String>,
+    #[serde(default)]
+    pub stream: Option<String>,
+    #[serde(default = "default_qos")]
+    pub qos: u8,
+    /// Declare the native object (queue, exchange, stream) when the job starts; otherwise
+    /// it must exist.
+    #[serde(default)]
+    pub create: bool,
+}
+
+fn default_qos() -> u8 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayJobDef {
+    pub name: String,
+    /// An AQ queue `SCHEMA.QUEUE`, or a foreign queue `NAME@LINK` (inbound).
+    pub source: String,
+    /// A foreign queue `NAME@LINK` (outbound), or an AQ queue.
+    pub destination: String,
+    /// Outbound: a condition a message must meet (on a multi-consumer source, the job's
+    /// subscriber rule).
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// Outbound: a transformation applied at the dequeue (to an object type whose XML is
+    /// sent); inbound: applied at the enqueue, from the type the body is read as.
+    #[serde(default)]
+    pub transformation: Option<String>,
+    /// Messages per local transaction (MsgBatchSize).
+    #[serde(default = "default_batch")]
+    pub batch_size: u32,
+    /// Outbound: the AQ message id is the broker message's id (always sent as a header
+    /// too); inbound: the broker's message id becomes the AQ message's correlation.
+    #[serde(default)]
+    pub preserve_message_id: bool,
+    /// Where a message that cannot be converted (or that the destination refuses for good)
+    /// goes, with the reason: outbound an AQ queue of the source's type, inbound a local RAW
+    /// queue or a foreign queue `NAME@LINK` on the same link. Without one, the job is
+    /// FAILED on that message and says which.
+    #[serde(default)]
+    pub exception_queue: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "default_backoff")]
+    pub retry_backoff_ms: u64,
+}
+
+fn default_batch() -> u32 {
+    30
+}
+fn default_backoff() -> u64 {
+    1000
+}
+fn yes() -> bool {
+    true
+}
+
+/// Which way a job moves messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Direction {
+    Outbound,
+    Inbound,
+}
+
+/// What a gateway job needs beyond a propagation job: its link and foreign queue, and (for
+/// an inbound job) a foreign exception queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRoute {
+    pub direction: Direction,
+    pub link: LinkDef,
+    pub foreign: ForeignQueueDef,
+    /// The type broker bodies are converted from and to: the AQ queue's payload type, or
+    /// with a transformation its target (outbound: the dequeue applies it) or its source
+    /// (inbound: the enqueue applies it).
+    pub payload: PayloadKind,
+    /// Inbound: a foreign queue of the same link for messages that cannot be converted.
+    pub foreign_exception: Option<ForeignQueueDef>,
+    /// Inbound: the transformation applied at the enqueue.
+    pub inbound_transformation: Option<String>,
+}
+
+impl GatewayRoute {
+    /// What the job promises per message, as `admin jobs` states it.
+    pub fn guarantee(&self) -> &'static str {
+        match (self.direction, self.link.kind, self.foreign.qos) {
+            (Direction::Outbound, LinkKind::Nats, _) => "exactly once (Nats-Msg-Id, PubAck before commit)",
+            (Direction::Outbound, LinkKind::Rabbitmq, _) => "at least once (confirms; in-doubt duplicates marked)",
+            (Direction::Outbound, LinkKind::Mqtt, 2) => "at least once (QoS 2; in-doubt duplicates marked)",
+            (Direction::Outbound, LinkKind::Mqtt, _) => "at least once (QoS 1; in-doubt duplicates marked)",
+            (Direction::Inbound, LinkKind::Nats, _) => "exactly once (ack after commit, stream sequence dedup)",
+            (Direction::Inbound, LinkKind::Rabbitmq, _) => "exactly once with message_id (ack after commit, dedup)",
+            (Direction::Inbound, LinkKind::Mqtt, _) => "exactly once with aq-message-id (ack after commit, dedup)",
+        }
+    }
+}
+
+/// The links by name, for `admin gateway`.
+pub type Links = BTreeMap<String, LinkDef>;
+
+/// Checks the links and foreign queues, resolves the jobs into `jobs` (with their agents and
+/// subscribers); every problem goes to `errors` with its key path.
+pub fn resolve(
+    def: &GatewayDef,
+    transformations: &super::transformation::Transformations,
+    queues: &mut BTreeMap<String, QueueInfo>,
+    agents: &mut BTreeMap<String, AgentInfo>,
+    jobs: &mut BTreeMap<String, super::propagation::PropagationInfo>,
+    errors: &mut Vec<String>,
+) -> Links {
+    let mut links = Links::new();
+    for (i, l) in def.links.iter().enumerate() {
+        let key = format!("gateway.links[{i}] ({})", l.name);
+        let name = canon(&l.name);
+        if !is_name(&name) {
+            errors.push(format!("{key}.name: letters, digits and _ only"));
+            continue;
+        }
+        let schemes: &[&str] = match l.kind {
+            LinkKind::Rabbitmq => &["amqp://", "amqps://"],
+            LinkKind::Nats => &["nats://", "tls://"],
+            LinkKind::Mqtt => &["mqtt://", "mqtts://"],
+        };
+        if !schemes.iter().any(|s| l.url.starts_with(s)) {
+            errors.push(format!("{key}.url: a {} URL", schemes.join(" or ")));
+        } else if url_has_credentials(&l.url) {
+            errors.push(format!("{key}.url: no credentials in the URL (username, password_env, password_file)"));
+        }
+        if l.password_env.is_some() && l.password_file.is_some() {
+            errors.push(format!("{key}: give password_env or password_file, not both"));
+        }
+        if (l.password_env.is_some() || l.password_file.is_some()) && l.username.is_none() {
+            errors.push(format!("{key}.username: needed with a password"));
+        }
+        if l.cert_file.is_some() != l.key_file.is_some() {
+            errors.push(format!("{key}: cert_file and key_file go together"));
+        }
+        if l.heartbeat_secs == 0 {
+            errors.push(format!("{key}.heartbeat_secs: at least 1"));
+        }
+        if !(1..=65_535).contains(&l.window) {
+            errors.push(format!("{key}.window: 1 to 65535"));
+        }
+        let mut l = l.clone();
+        l.name = name.clone();
+        l.reconnect_backoff_ms = l.reconnect_backoff_ms.clamp(10, 60_000);
+        l.reconnect_max_ms = l.reconnect_max_ms.clamp(l.reconnect_backoff_ms, 600_000);
+        if links.insert(name, l).is_some() {
+            errors.push(format!("{key}: defined twice"));
+        }
+    }
+    let mut foreign: BTreeMap<String, ForeignQueueDef> = BTreeMap::new();
+    for (i, f) in def.foreign_queues.iter().enumerate() {
+        let key = format!("gateway.foreign_queues[{i}] ({})", f.name);
+        let (name, link) = (canon(&f.name), canon(&f.link));
+        if !is_name(&name) {
+            errors.push(format!("{key}.name: letters, digits and _ only"));
+            continue;
+        }
+        let Some(l) = links.get(&link) else {
+            errors.push(format!("{key}.link: unknown link {link}"));
+            continue;
+        };
+        if f.native_name.trim().is_empty() || f.native_name.len() > 255 {
+            errors.push(format!("{key}.native_name: 1 to 255 characters"));
+        }
+        match l.kind {
+            LinkKind::Rabbitmq => {
+                if f.domain == Domain::Queue && f.routing_key.is_some() {
+                    errors.push(format!("{key}.routing_key: a RabbitMQ queue takes none (domain topic: an exchange)"));
+                }
+                if f.stream.is_some() {
+                    errors.push(format!("{key}.stream: NATS only"));
+                }
+            }
+            LinkKind::Nats => {
+                if f.stream.as_deref().is_none_or(|s| s.is_empty() || !s.chars().all(is_stream_char)) {
+                    errors.push(format!("{key}.stream: the JetStream stream (letters, digits, - and _)"));
+                }
+                if f.routing_key.is_some() {
+                    errors.push(format!("{key}.routing_key: RabbitMQ only"));
+                }
+                if f.native_name.contains(char::is_whitespace) {
+                    errors.push(format!("{key}.native_name: a subject has no spaces"));
+                }
+            }
+            LinkKind::Mqtt => {
+                if !(1..=2).contains(&f.qos) {
+                    errors.push(format!("{key}.qos: 1 or 2"));
+                }
+                if f.stream.is_some() || f.routing_key.is_some() {
+                    errors.push(format!("{key}: stream and routing_key are not MQTT's"));
+                }
+            }
+        }
+        let mut f = f.clone();
+        f.name = name.clone();
+        f.link = link.clone();
+        if foreign.insert(format!("{name}@{link}"), f).is_some() {
+            errors.push(format!("{key}: defined twice"));
+        }
+    }
+    for (i, d) in def.jobs.iter().enumerate() {
+        let key = format!("gateway.jobs[{i}] ({})", d.name);
+        if let Some(info) = job(d, &key, (&links, &foreign, transformations), queues, agents, errors)
+            && jobs.insert(info.name.clone(), info).is_some()
+        {
+            errors.push(format!("{key}: a propagation or gateway job of that name is defined twice"));
+        }
+    }
+    links
+}
+
+fn job(
+    d: &GatewayJobDef,
+    key: &str,
+    (links, foreign, transformations): (
+        &Links,
+        &BTreeMap<String, ForeignQueueDef>,
+        &super::transformation::Transformations,
+    ),
+    queues: &mut BTreeMap<String, QueueInfo>,
+    agents: &mut BTreeMap<String, AgentInfo>,
+    errors: &mut Vec<String>,
+) -> Option<super::propagation::PropagationInfo> {
+    let name = canon(&d.name);
+    if !is_name(&name) {
+        errors.push(format!("{key}.name: letters, digits and _ only"));
+        return None;
+    }
+    if !(1..=1000).contains(&d.batch_size) {
+        errors.push(format!("{key}.batch_size: 1 to 1000"));
+    }
+    let (source, destination) = (canon(&d.source), canon(&d.destination));
+    let (direction, fq_name, local) = match (source.contains('@'), destination.contains('@')) {
+        (false, true) => (Direction::Outbound, destination.clone(), source.clone()),
+        (true, false) => (Direction::Inbound, source.clone(), destination.clone()),
+        _ => {
+            errors.push(format!(
+                "{key}: one of source and destination is a foreign queue NAME@LINK, the other an AQ queue"
+            ));
+            return None;
+        }
+    };
+    let Some(fq) = foreign.get(&fq_name) else {
+        errors.push(format!("{key}: unknown foreign queue {fq_name}"));
+        return None;
+    };
+    let link = links.get(&fq.link)?.clone();
+    let Some(q) = queues.get(&local) else {
+        errors.push(format!("{key}: unknown queue {local}"));
+        return None;
+    };
+    let payload = q.payload.clone();
+    let multi = q.multi_consumer;
+    let mut schemas = vec![schema(&local)];
+    let rule = match d.rule.as_deref().map(crate::selector::Condition::parse) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            errors.push(format!("{key}.rule: {e}"));
+            None
+        }
+    };
+    let mut exception_queue = None;
+    let mut foreign_exception = None;
+    match direction {
+        Direction::Outbound => {
+            if q.remote.is_some() {
+                errors.push(format!("{key}.source: a remote queue space's queue is drained by its own job"));
+            }
+            if let Some(eq) = d.exception_queue.as_deref().map(canon) {
+                match queues.get(&eq) {
+                    None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
+                    Some(e) if e.payload != payload => errors.push(format!(
+                        "{key}.exception_queue: payload type {} differs from the source's {payload}",
+                        e.payload
+                    )),
+                    Some(e) if e.is_exception_queue || e.multi_consumer => errors.push(format!(
+                        "{key}.exception_queue: {eq} must be an ordinary single-consumer queue (open for enqueue)"
+                    )),
+                    Some(_) => {
+                        schemas.push(schema(&eq));
+                        exception_queue = Some(eq);
+                    }
+                }
+            }
+        }
+        Direction::Inbound => {
+            if d.rule.is_some() {
+                errors.push(format!("{key}.rule: an inbound job takes every message of its foreign queue"));
+            }
+            if q.is_exception_queue || q.remote.is_some() {
+                errors.push(format!("{key}.destination: {local} is closed for enqueue by clients"));
+            }
+            if let Some(eq) = d.exception_queue.as_deref().map(canon) {
+                if eq.contains('@') {
+                    match foreign.get(&eq) {
+                        Some(f) if f.link == fq.link => foreign_exception = Some(f.clone()),
+                        Some(_) => errors.push(format!("{key}.exception_queue: {eq} is on another link")),
+                        None => errors.push(format!("{key}.exception_queue: unknown foreign queue {eq}")),
+                    }
+                } else {
+                    match queues.get(&eq) {
+                        Some(e) if e.payload == PayloadKind::Raw && !e.is_exception_queue && !e.multi_consumer => {
+                            schemas.push(schema(&eq));
+                            exception_queue = Some(eq);
+                        }
+                        Some(_) => errors.push(format!(
+                            "{key}.exception_queue: {eq} must be a single-consumer RAW queue (the bytes as they came)"
+                        )),
+                        None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
+                    }
+                }
+            }
+        }
+    }
+    let agent = super::propagation::job_agent(&name);
+    if direction == Direction::Outbound
+        && multi
+        && let Some(q) = queues.get_mut(&local)
+    {
+        q.subscribers.push(Subscriber { name: agent.clone(), rule, transformation: None });
+    }
+    schemas.sort();
+    schemas.dedup();
+    agents.insert(
+        agent.clone(),
+        AgentInfo {
+            name: agent.clone(),
+            password_hash: None,
+            http: false,
+            smtp: false,
+            gateway: false,
+            db_users: schemas,
+            certificate_location: None,
+        },
+    );
+    // Outbound: from the source's type (the dequeue applies it, and the object's XML is
+    // sent); inbound: to the destination's (the body is read as the transformation's source
+    // type).
+    let tkey = format!("{key}.transformation");
+    let transformation = d.transformation.as_deref().and_then(|t| {
+        let checked = match direction {
+            Direction::Outbound => super::transformation::check_use(transformations, t, &payload, None, &tkey),
+            Direction::Inbound => match transformations.get(&canon(t)) {
+                Some(x) => super::transformation::check_use(transformations, t, &x.from, Some(&payload), &tkey),
+                None => super::transformation::check_use(transformations, t, &payload, None, &tkey),
+            },
+        };
+        checked.map_err(|e| errors.push(e)).ok()
+    });
+    let outbound = direction == Direction::Outbound;
+    let body_type = match transformation.as_deref().and_then(|t| transformations.get(t)) {
+        Some(t) if outbound => t.to.clone(),
+        Some(t) => t.from.clone(),
+        None => payload,
+    };
+    Some(super::propagation::PropagationInfo {
+        name,
+        source,
+        destination,
+        consumer: (outbound && multi).then(|| agent.clone()),
+        agent,
+        condition: if outbound && !multi { d.rule.clone() } else { None },
+        batch_size: d.batch_size,
+        preserve_message_id: d.preserve_message_id,
+        exception_queue,
+        enabled: d.enabled,
+        remote: None,
+        forward: None,
+        concurrency: 1,
+        retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
+        space: None,
+        schedule: super::schedule::Schedule::default(),
+        transformation: if outbound { transformation.clone() } else { None },
+        gateway: Some(Box::new(GatewayRoute {
+            direction,
+            link,
+            foreign: fq.clone(),
+            payload: body_type,
+            foreign_exception,
+            inbound_transformation: if outbound { None } else { transformation },
+        })),
+    })
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_stream_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+fn url_has_credentials(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority.contains('@')
+}
+
+fn schema(queue: &str) -> String {
+    queue.split_once('.').map_or(queue, |(s, _)| s).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    const BASE: &str = r#"
+[[queue_tables]]
+name = "A.RAW_TAB"
+payload_type = "RAW"
+
+[[queue_tables]]
+name = "A.TOPIC_TAB"
+payload_type = "RAW"
+multiple_consumers = true
+
+[[queue_tables]]
+name = "A.TEXT_TAB"
+payload_type = "SYS.AQ$_JMS_TEXT_MESSAGE"
+
+[[queues]]
+name = "A.OUT"
+queue_table = "A.RAW_TAB"
+
+[[queues]]
+name = "A.REJECTS"
+queue_table = "A.RAW_TAB"
+
+[[queues]]
+name = "A.TOPIC"
+queue_table = "A.TOPIC_TAB"
+
+[[queues]]
+name = "A.TEXT"
+queue_table = "A.TEXT_TAB"
+
+[[gateway.links]]
+name = "rabbit"
+kind = "rabbitmq"
+url = "amqp://127.0.0.1:5672/%2f"
+username = "guest"
+password_env = "P"
+
+[[gateway.links]]
+name = "nats"
+kind = "nats"
+url = "nats://127.0.0.1:4222"
+
+[[gateway.foreign_queues]]
+name = "orders"
+link = "rabbit"
+native_name = "orders"
+
+[[gateway.foreign_queues]]
+name = "events"
+link = "nats"
+native_name = "shop.events"
+stream = "SHOP"
+"#;
+
+    fn resolved(extra: &str) -> Result<crate::topology::Catalog, Vec<String>> {
+        Topology::from_toml(&format!("{BASE}\n{extra}"))?.resolve(&|p| Ok(p.to_string()))
+    }
+
+    #[test]
+    fn jobs_resolve_into_propagation_jobs_with_their_route() {
+        let c = resolved(
+            r#"
+[[gateway.jobs]]
+name = "out"
+source = "A.TOPIC"
+destination = "orders@rabbit"
+rule = "priority < 5"
+exception_queue = "A.REJECTS"
+
+[[gateway.jobs]]
+name = "in"
+source = "events@NATS"
+destination = "A.TEXT"
+exception_queue = "A.REJECTS"
+"#,
+        )
+        .expect("resolves");
+        let out = &c.propagations["OUT"];
+        let route = out.gateway.as_ref().expect("a gateway job");
+        assert_eq!(
+            (route.direction, route.link.kind, out.consumer.as_deref()),
+            (Direction::Outbound, LinkKind::Rabbitmq, Some("PROP$OUT"))
+        );
+        assert!(c.queues["A.TOPIC"].subscribers.iter().any(|s| s.name == "PROP$OUT"), "the job subscribes to a topic");
+        let inb = &c.propagations["IN"];
+        let route = inb.gateway.as_ref().expect("a gateway job");
+        assert_eq!((route.direction, &route.payload), (Direction::Inbound, &PayloadKind::JmsText));
+        assert_eq!(inb.exception_queue.as_deref(), Some("A.REJECTS"));
+        assert!(route.guarantee().starts_with("exactly once"));
+        assert_eq!(c.agents["PROP$IN"].db_users, vec!["A".to_string()]);
+        assert_eq!(c.gateway_links.len(), 2);
+    }
+
+    #[test]
+    fn every_mistake_is_named_with_its_key() {
+        let errors = resolved(
+            r#"
+[[gateway.links]]
+name = "leaky"
+kind = "rabbitmq"
+url = "amqp://guest:guest@127.0.0.1/%2f"
+
+[[gateway.links]]
+name = "wrong"
+kind = "mqtt"
+url = "nats://127.0.0.1:4222"
+
+[[gateway.foreign_queues]]
+name = "nostream"
+link = "nats"
+native_name = "x"
+
+[[gateway.foreign_queues]]
+name = "ghost"
+link = "nolink"
+native_name = "x"
+
+[[gateway.jobs]]
+name = "both"
+source = "orders@rabbit"
+destination = "events@nats"
+
+[[gateway.jobs]]
+name = "text_rejects"
+source = "events@nats"
+destination = "A.OUT"
+exception_queue = "A.TEXT"
+
+[[gateway.jobs]]
+name = "unknown"
+source = "A.OUT"
+destination = "nothere@rabbit"
+"#,
+        )
+        .expect_err("refused");
+        let all = errors.join("\n");
+        for want in [
+            "gateway.links[2] (leaky).url: no credentials in the URL",
+            "gateway.links[3] (wrong).url: a mqtt:// or mqtts:// URL",
+            "gateway.foreign_queues[2] (nostream).stream",
+            "gateway.foreign_queues[3] (ghost).link: unknown link NOLINK",
+            "gateway.jobs[0] (both): one of source and destination is a foreign queue",
+            "gateway.jobs[1] (text_rejects).exception_queue: A.TEXT must be a single-consumer RAW queue",
+            "gateway.jobs[2] (unknown): unknown foreign queue NOTHERE@RABBIT",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_found() {
+        assert!(url_has_credentials("amqp://guest:guest@localhost:5672/%2f"));
+        assert!(!url_has_credentials("amqp://localhost:5672/%2f"));
+        assert!(!url_has_credentials("nats://127.0.0.1:4222"));
+    }
+}

@@ -1,0 +1,682 @@
+//! The Messaging Gateway at work: jobs between AQ queues and other brokers' queues (see
+//! `aqgate_core::topology::gateway` for what the topology declares). A gateway job is a
+//! propagation job: it runs under the job's lease, reports through its heartbeat, and shows
+//! in `admin jobs` and `/metrics`; this module is its worker.
+//!
+//! **Outbound** (AQ → broker), one batch at a time:
+//! 1. receive up to `batch_size` messages (REMOVE, in one engine session of the job's agent,
+//!    uncommitted; messages still in their delay wait here, as a broker has no delay);
+//! 2. convert each (`convert`); one that does not convert goes to the exception queue;
+//! 3. record the batch's ids as *in doubt* (`gateway_doubt`, committed on its own);
+//! 4. publish and wait for the broker's confirmation of every message;
+//! 5. commit the dequeue, then forget the doubt.
+//!
+//! A crash anywhere before 5 leaves the messages in the source (the batch's transaction
+//! rolls back), so nothing is lost; what a crash between 4 and 5 can leave is a message the
+//! broker has and the source still holds. The doubt row says so: NATS drops the second copy
+//! by its `Nats-Msg-Id` (and past the stream's duplicate window the job looks for the id in
+//! the stream first), RabbitMQ and MQTT get it marked `x-aqgate-redelivered` and counted.
+//!
+//! **Inbound** (broker → AQ): fetch up to `batch_size` messages, drop the redeliveries of
+//! messages already enqueued (`gateway_seen`), convert, enqueue them with their marks in one
+//! transaction (`Session::seen`), and ack them only after that commit. A crash before the
+//! ack makes the broker deliver them again; their marks make the job ack them without a
+//! second enqueue.
+//!
+//! A link that fails (refused, dropped, a timeout) is reconnected with the link's backoff;
+//! meanwhile its state is RECONNECTING and the job RETRYING, and `/readyz` stays ready.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aqgate_core::clock::Micros;
+use aqgate_core::engine::{Engine, Session};
+use aqgate_core::error::{AqError, code};
+use aqgate_core::propagation::PropagationInfo;
+use aqgate_core::store::LinkStatus;
+use aqgate_core::topology::gateway::{Direction, ForeignQueueDef, GatewayRoute, LinkDef, LinkKind};
+use aqgate_proto::idap::{Message, Request, Response};
+
+mod convert;
+mod mqtt;
+mod nats;
+mod rabbitmq;
+
+use convert::{Incoming, Outgoing};
+
+use super::{Moved, Stats, carried_send, excepted, lease, rolled_back, waiting_receive};
+
+/// How one message fared at the broker.
+pub(crate) enum Published {
+    Confirmed,
+    /// Refused for good (returned as unroutable): the exception queue, or FAILED.
+    Refused(String),
+}
+
+/// A link's outbound side, for one job.
+#[async_trait::async_trait]
+pub(crate) trait Sink: Send {
+    /// Publishes `batch` and waits for the broker's word on each; `Err`: the link failed,
+    /// and any of them may or may not be there.
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String>;
+
+    /// Whether the message with AQ id `id`, in doubt since `since`, is at the broker:
+    /// `None` when publishing it again is safe or it cannot be told.
+    async fn at_broker(&mut self, _id: &str, _since: Micros, _now: Micros) -> Result<Option<bool>, String> {
+        Ok(None)
+    }
+}
+
+/// A link's inbound side, for one job.
+#[async_trait::async_trait]
+pub(crate) trait Source: Send {
+    /// Up to `max` messages, waiting up to `wait` for the first.
+    async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Incoming>, String>;
+    /// Done with these (their enqueue committed).
+    async fn ack(&mut self, tags: &[u64]) -> Result<(), String>;
+    /// Not taken: the broker delivers them again.
+    async fn requeue(&mut self, tags: &[u64]) -> Result<(), String>;
+}
+
+/// The link's user and password, the password read now from the environment or the file.
+pub(crate) fn credentials(link: &LinkDef) -> Result<Option<(String, String)>, String> {
+    let password = match (&link.password_env, &link.password_file) {
+        (Some(var), _) => Some(std::env::var(var).map_err(|_| format!("the environment variable {var} is not set"))?),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?.trim_end_matches(['\r', '\n']).to_string(),
+        ),
+        (None, None) => None,
+    };
+    Ok(link.username.clone().map(|u| (u, password.unwrap_or_default())))
+}
+
+async fn sink(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Sink>, String> {
+    match link.kind {
+        LinkKind::Nats => Ok(Box::new(nats::sink(link, fq).await?)),
+        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::sink(link, fq).await?)),
+        LinkKind::Mqtt => Ok(Box::new(mqtt::sink(link, fq, job).await?)),
+    }
+}
+
+async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Source>, String> {
+    match link.kind {
+        LinkKind::Nats => Ok(Box::new(nats::source(link, fq, job).await?)),
+        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::source(link, fq, job).await?)),
+        LinkKind::Mqtt => Ok(Box::new(mqtt::source(link, fq, job).await?)),
+    }
+}
+
+/// This process's view of its links (`admin gateway`): each job's connection reports to
+/// it, and it writes the link's row whenever the state changes (and every `REFRESH`).
+#[derive(Debug)]
+pub struct Board {
+    owner: String,
+    links: Mutex<BTreeMap<String, Seen>>,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    status: LinkStatus,
+    /// Jobs connected over it now.
+    connected: usize,
+    written: Micros,
+}
+
+const REFRESH: Micros = 10_000_000;
+
+impl Board {
+    pub fn new(owner: &str) -> Self {
+        Self { owner: owner.to_string(), links: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// A job's connection over `link` is up (`Ok`) or failed (`Err`, reconnecting); writes
+    /// the row when it changed.
+    async fn report(&self, engine: &Engine, link: &str, up: Result<bool, &str>) {
+        let now = engine.now();
+        let write = {
+            let mut links = self.links.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let s = links.entry(link.to_string()).or_insert_with(|| Seen {
+                status: LinkStatus {
+                    name: link.to_string(),
+                    owner: self.owner.clone(),
+                    state: "DISCONNECTED".into(),
+                    last_error: None,
+                    last_error_at: None,
+                    since: now,
+                    updated_at: 0,
+                },
+                connected: 0,
+                written: 0,
+            });
+            match up {
+                Ok(true) => s.connected += 1,
+                Ok(false) => s.connected = s.connected.saturating_sub(1),
+                Err(e) => {
+                    s.connected = s.connected.saturating_sub(1);
+                    s.status.last_error = Some(e.chars().take(500).collect());
+                    s.status.last_error_at = Some(now);
+                }
+            }
+            let state = match (s.connected, up) {
+                (n, _) if n > 0 => "CONNECTED",
+                (_, Err(_)) => "RECONNECTING",
+                _ if s.status.state == "RECONNECTING" => "RECONNECTING",
+                _ => "DISCONNECTED",
+            };
+            let changed = s.status.state != state || up.is_err();
+            if s.status.state != state {
+                s.status.state = state.into();
+                s.status.since = now;
+            }
+            if changed || now - s.written >= REFRESH {
+                s.written = now;
+                s.status.updated_at = now;
+                Some(s.status.clone())
+            } else {
+                None
+            }
+        };
+        if let Some(row) = write
+            && let Err(e) = engine.store().gateway_link_put(&row).await
+        {
+            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+        }
+    }
+
+    /// The job stopped using `link` (its connection closed in good order).
+    async fn closed(&self, engine: &Engine, link: &str) {
+        self.report(engine, link, Ok(false)).await;
+    }
+
+    /// Called after every step of a job on `link`: rewrites the link's row when it is due
+    /// (every `REFRESH`), so that `admin gateway` tells a live view from a dead process's.
+    async fn alive(&self, engine: &Engine, link: &str) {
+        let now = engine.now();
+        let row = {
+            let mut links = self.links.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match links.get_mut(link) {
+                Some(s) if now - s.written >= REFRESH => {
+                    s.written = now;
+                    s.status.updated_at = now;
+                    Some(s.status.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(row) = row
+            && let Err(e) = engine.store().gateway_link_put(&row).await
+        {
+            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+        }
+    }
+}
+
+/// A gateway job's worker, while this process holds its lease: until `stats.stop`.
+pub(crate) async fn work(
+    engine: Arc<Engine>,
+    job: PropagationInfo,
+    route: GatewayRoute,
+    stats: Stats,
+    board: Arc<Board>,
+) {
+    match route.direction {
+        Direction::Outbound => outbound(&engine, &job, &route, &stats, &board).await,
+        Direction::Inbound => inbound(&engine, &job, &route, &stats, &board).await,
+    }
+}
+
+/// Why a step failed.
+enum Fail {
+    /// The link: reconnect before the next try.
+    Link(String),
+    /// Anything else (the store, the destination): retry with backoff.
+    Aq(AqError),
+}
+
+/// The retry loop both directions share: `connect` when there is no connection, `step` with
+/// it; the backoff doubles from the job's `retry_backoff_ms` (a link failure from the link's
+/// `reconnect_backoff_ms`) up to its maximum.
+struct Pacing {
+    doing: lease::Doing,
+    backoff: Duration,
+    one_by_one: bool,
+}
+
+impl Pacing {
+    fn new(job: &PropagationInfo) -> Self {
+        Self { doing: lease::Doing::Running, backoff: Duration::from_millis(job.retry_backoff_ms), one_by_one: false }
+    }
+
+    fn done(&mut self, job: &PropagationInfo, stats: &Stats) {
+        stats.report.shift(self.doing, lease::Doing::Running);
+        self.doing = lease::Doing::Running;
+        self.backoff = Duration::from_millis(job.retry_backoff_ms);
+        self.one_by_one = false;
+    }
+
+    async fn failed(&mut self, engine: &Engine, job: &PropagationInfo, link: &LinkDef, stats: &Stats, e: &Fail) {
+        let (err, max) = match e {
+            Fail::Link(why) => (
+                AqError::server(code::INTERNAL, format!("link {}: {why}", link.name)),
+                Duration::from_millis(link.reconnect_max_ms),
+            ),
+            Fail::Aq(e) => (e.clone(), super::MAX_BACKOFF),
+        };
+        if matches!(e, Fail::Link(_)) && self.doing == lease::Doing::Running {
+            self.backoff = Duration::from_millis(link.reconnect_backoff_ms);
+        }
+        let next = stats.failed(&err, engine.now());
+        stats.report.shift(self.doing, next);
+        self.doing = next;
+        tracing::warn!(job = %job.name, error = %err.message, retry_in = ?self.backoff, "gateway job step failed");
+        let mut stop = stats.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(self.backoff) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        self.backoff = (self.backoff * 2).min(max);
+    }
+
+    fn end(&self, stats: &Stats) {
+        stats.report.shift(self.doing, lease::Doing::Running);
+    }
+}
+
+async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
+    let mut pacing = Pacing::new(job);
+    let mut conn: Option<Box<dyn Sink>> = None;
+    // The job's messages in doubt: read once (only the lease holder writes them).
+    let mut doubts: HashMap<String, Micros> = loop {
+        match engine.store().gateway_doubts(&job.agent).await {
+            Ok(rows) => break rows.into_iter().collect(),
+            Err(e) => pacing.failed(engine, job, &route.link, stats, &Fail::Aq(e.into())).await,
+        }
+        if *stats.stop.borrow() {
+            return;
+        }
+    };
+    while !*stats.stop.borrow() {
+        if conn.is_none() {
+            match sink(&route.link, &route.foreign, &job.name).await {
+                Ok(s) => {
+                    board.report(engine, &route.link.name, Ok(true)).await;
+                    conn = Some(s);
+                }
+                Err(e) => {
+                    board.report(engine, &route.link.name, Err(&e)).await;
+                    pacing.failed(engine, job, &route.link, stats, &Fail::Link(e)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = conn.as_mut() else { continue };
+        board.alive(engine, &route.link.name).await;
+        match out_batch(engine, job, route, s.as_mut(), &mut doubts, pacing.one_by_one, stats).await {
+            Ok(Moved::Done(_)) => pacing.done(job, stats),
+            Ok(Moved::Refused) => pacing.one_by_one = true,
+            Err(e) => {
+                if let Fail::Link(why) = &e {
+                    conn = None;
+                    board.report(engine, &route.link.name, Err(why)).await;
+                }
+                pacing.failed(engine, job, &route.link, stats, &e).await;
+            }
+        }
+    }
+    if conn.is_some() {
+        board.closed(engine, &route.link.name).await;
+    }
+    pacing.end(stats);
+}
+
+/// One outbound batch (one message with `alone`).
+async fn out_batch(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    sink: &mut dyn Sink,
+    doubts: &mut HashMap<String, Micros>,
+    alone: bool,
+    stats: &Stats,
+) -> Result<Moved, Fail> {
+    let mut session = Session::new(&job.agent, engine.now());
+    session.propagates = true;
+    session.ready_only = true;
+    session.max_messages = if alone { 1 } else { job.batch_size };
+    let messages = match waiting_receive(engine, &mut session, job, stats).await {
+        Ok(Response::Receive(_, Some(r))) => r.messages,
+        Ok(_) => Vec::new(),
+        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
+        Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e).await)),
+    };
+    if messages.is_empty() {
+        return Ok(Moved::Done(0));
+    }
+    let now = engine.now();
+    let times = std::mem::take(&mut session.received);
+    let mut out = Vec::with_capacity(messages.len());
+    let mut refused: Vec<(usize, String)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let id = m.header.message_id.clone().unwrap_or_default();
+        match convert::body_of(&route.payload, m) {
+            Ok((body, content_type)) => out.push(Outgoing {
+                redelivered: doubts.contains_key(&id),
+                id,
+                body,
+                content_type,
+                correlation: m.header.correlation.clone(),
+                priority: m.header.priority.unwrap_or(1),
+                expiration_ms: times
+                    .get(i)
+                    .and_then(|t| t.expire_at)
+                    .map(|t| u64::try_from((t - now).max(1) / 1000).unwrap_or(1).max(1)),
+                queue: job.source.clone(),
+            }),
+            Err(why) => refused.push((i, format!("message {id} does not convert: {why}"))),
+        }
+    }
+    if !refused.is_empty() {
+        return refuse(engine, job, &mut session, &messages, times, alone, refused, stats).await;
+    }
+    // In doubt since an earlier attempt: past NATS's duplicate window, ask the stream.
+    let mut publish = Vec::with_capacity(out.len());
+    let mut there = 0;
+    for o in out {
+        if let Some(&since) = doubts.get(&o.id) {
+            match sink.at_broker(&o.id, since, now).await {
+                Ok(Some(true)) => {
+                    tracing::info!(job = %job.name, message = %o.id, "in doubt, found at the broker: not published again");
+                    there += 1;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Fail::Link(rolled_back_text(engine, &mut session, e).await)),
+            }
+        }
+        publish.push(o);
+    }
+    let fresh: Vec<String> = publish.iter().filter(|o| !o.redelivered).map(|o| o.id.clone()).collect();
+    if let Err(e) = engine.store().gateway_doubt_put(&job.agent, &fresh, now).await {
+        return Err(Fail::Aq(rolled_back(engine, &mut session, e.into()).await));
+    }
+    for id in &fresh {
+        doubts.insert(id.clone(), now);
+    }
+    let results = match sink.publish(&publish).await {
+        Ok(r) => r,
+        Err(e) => return Err(Fail::Link(rolled_back_text(engine, &mut session, e).await)),
+    };
+    let mut bad = Vec::new();
+    for (o, r) in publish.iter().zip(&results) {
+        if let Published::Refused(why) = r {
+            let i = messages.iter().position(|m| m.header.message_id.as_deref() == Some(&o.id)).unwrap_or(0);
+            bad.push((i, format!("message {}: {why}", o.id)));
+        }
+    }
+    let redelivered = publish.iter().filter(|o| o.redelivered).count();
+    if !bad.is_empty() {
+        return refuse(engine, job, &mut session, &messages, times, alone, bad, stats).await;
+    }
+    // The doubt goes with the dequeue, in its transaction.
+    let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
+    session.settled = ids.clone();
+    let committed = engine.execute(&mut session, Request::Commit).await;
+    session.settled.clear();
+    if let Err(e) = committed {
+        return Err(Fail::Aq(rolled_back(engine, &mut session, e).await));
+    }
+    for id in &ids {
+        doubts.remove(id);
+    }
+    let n = messages.len();
+    stats.moved(n, engine.now());
+    if redelivered > 0 {
+        stats.counters.in_doubt.add(redelivered as u64);
+        tracing::warn!(job = %job.name, messages = redelivered, "published again after a doubt (marked x-aqgate-redelivered)");
+    }
+    if there > 0 {
+        tracing::debug!(job = %job.name, messages = there, "in doubt and found at the broker");
+    }
+    Ok(Moved::Done(n))
+}
+
+async fn rolled_back_text(engine: &Engine, session: &mut Session, why: String) -> String {
+    let e = rolled_back(engine, session, AqError::server(code::INTERNAL, why)).await;
+    e.message
+}
+
+/// Messages of the batch that cannot go (`bad`: index and reason): in a batch, roll back and
+/// go one by one; alone, to the exception queue, or FAILED naming the message.
+#[allow(clippy::too_many_arguments)]
+async fn refuse(
+    engine: &Engine,
+    job: &PropagationInfo,
+    session: &mut Session,
+    messages: &[Message],
+    times: Vec<aqgate_core::engine::Carried>,
+    alone: bool,
+    bad: Vec<(usize, String)>,
+    stats: &Stats,
+) -> Result<Moved, Fail> {
+    let why = bad.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
+    if !alone {
+        let _ = rolled_back(engine, session, AqError::server(code::INTERNAL, why)).await;
+        return Ok(Moved::Refused);
+    }
+    let Some(eq) = job.exception_queue.clone() else {
+        let e = AqError::client(code::NOT_PERMITTED, format!("{why} (the job has no exception queue)"));
+        return Err(Fail::Aq(rolled_back(engine, session, e).await));
+    };
+    let copies: Vec<Message> = messages.iter().map(|m| super::forward(job, m, 0)).collect();
+    session.settled = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
+    let sent = carried_send(engine, session, &eq, None, copies, excepted(times)).await;
+    session.settled.clear();
+    match sent {
+        Ok(_) => {
+            stats.excepted(messages.len(), engine.now());
+            tracing::warn!(job = %job.name, exception_queue = %eq, reason = %why, "moved to the exception queue");
+            Ok(Moved::Done(messages.len()))
+        }
+        Err(e) => Err(Fail::Aq(rolled_back(engine, session, e).await)),
+    }
+}
+
+async fn inbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
+    let mut pacing = Pacing::new(job);
+    let mut conn: Option<Box<dyn Source>> = None;
+    let mut exceptions: Option<Box<dyn Sink>> = None;
+    while !*stats.stop.borrow() {
+        if conn.is_none() {
+            match source(&route.link, &route.foreign, &job.name).await {
+                Ok(s) => {
+                    board.report(engine, &route.link.name, Ok(true)).await;
+                    conn = Some(s);
+                }
+                Err(e) => {
+                    board.report(engine, &route.link.name, Err(&e)).await;
+                    pacing.failed(engine, job, &route.link, stats, &Fail::Link(e)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = conn.as_mut() else { continue };
+        board.alive(engine, &route.link.name).await;
+        let batch = if pacing.one_by_one { 1 } else { job.batch_size as usize };
+        match in_batch(engine, job, route, s.as_mut(), &mut exceptions, batch, stats).await {
+            Ok(Moved::Done(_)) => pacing.done(job, stats),
+            Ok(Moved::Refused) => pacing.one_by_one = true,
+            Err(e) => {
+                if let Fail::Link(why) = &e {
+                    conn = None;
+                    exceptions = None;
+                    board.report(engine, &route.link.name, Err(why)).await;
+                }
+                pacing.failed(engine, job, &route.link, stats, &e).await;
+            }
+        }
+    }
+    if conn.is_some() {
+        board.closed(engine, &route.link.name).await;
+    }
+    pacing.end(stats);
+}
+
+/// One inbound batch of up to `max` broker messages.
+async fn in_batch(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    src: &mut dyn Source,
+    exceptions: &mut Option<Box<dyn Sink>>,
+    max: usize,
+    stats: &Stats,
+) -> Result<Moved, Fail> {
+    let mut stop = stats.stop.clone();
+    let fetched = tokio::select! {
+        r = src.fetch(max, Duration::from_secs(super::WAIT)) => r.map_err(Fail::Link)?,
+        _ = stop.wait_for(|s| *s) => return Ok(Moved::Done(0)),
+    };
+    if fetched.is_empty() {
+        return Ok(Moved::Done(0));
+    }
+    let all: Vec<u64> = fetched.iter().map(|m| m.tag).collect();
+    // Redeliveries of messages enqueued already: acked, not enqueued again.
+    let again: Vec<String> = fetched.iter().filter(|m| m.redelivered).filter_map(|m| m.broker_id.clone()).collect();
+    let seen = if again.is_empty() {
+        Vec::new()
+    } else {
+        match engine.store().gateway_seen(&job.agent, &again).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = src.requeue(&all).await;
+                return Err(Fail::Aq(e.into()));
+            }
+        }
+    };
+    let mut take = Vec::new();
+    let mut bad: Vec<(&Incoming, String)> = Vec::new();
+    for m in fetched.iter().filter(|m| m.broker_id.as_ref().is_none_or(|id| !seen.contains(id))) {
+        match convert::message_of(&route.payload, m, &job.agent, job.preserve_message_id) {
+            Ok(msg) => take.push((m, msg)),
+            Err(why) => bad.push((m, why)),
+        }
+    }
+    let result = async {
+        if !bad.is_empty() {
+            in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
+        }
+        if !take.is_empty() {
+            let mut session = Session::new(&job.agent, engine.now());
+            session.propagates = true;
+            session.seen = take.iter().filter_map(|(m, _)| m.broker_id.clone()).collect();
+            let msgs: Vec<Message> = take
+                .iter()
+                .enumerate()
+                .map(|(i, (_, m))| Message { number: Some(u32::try_from(i + 1).unwrap_or(u32::MAX)), ..m.clone() })
+                .collect();
+            let sent = carried_send(
+                engine,
+                &mut session,
+                &job.destination,
+                route.inbound_transformation.clone(),
+                msgs,
+                Vec::new(),
+            )
+            .await;
+            session.seen.clear();
+            match sent {
+                Ok(_) => {}
+                Err(e) if super::permanent(&e) && take.len() > 1 => return Ok(false),
+                Err(e) if super::permanent(&e) => {
+                    let why = format!("the destination refused it: {}", e.message);
+                    let bad: Vec<(&Incoming, String)> = take.iter().map(|(m, _)| (*m, why.clone())).collect();
+                    in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(Fail::Aq(e)),
+            }
+            stats.moved(take.len(), engine.now());
+        }
+        Ok(true)
+    }
+    .await;
+    match result {
+        Ok(true) => {
+            src.ack(&all).await.map_err(Fail::Link)?;
+            Ok(Moved::Done(all.len()))
+        }
+        Ok(false) => {
+            src.requeue(&all).await.map_err(Fail::Link)?;
+            Ok(Moved::Refused)
+        }
+        Err(e) => {
+            let _ = src.requeue(&all).await;
+            Err(e)
+        }
+    }
+}
+
+/// Broker messages that cannot become AQ messages: to the job's exception queue (a local
+/// RAW queue, the bytes as they came with the reason as correlation; or a foreign queue of
+/// the same link), committed with their marks; without one, the job fails naming them.
+async fn in_exceptions(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    exceptions: &mut Option<Box<dyn Sink>>,
+    bad: &[(&Incoming, String)],
+    stats: &Stats,
+) -> Result<(), Fail> {
+    let why = |m: &Incoming, w: &str| format!("{}: {w}", m.broker_id.as_deref().unwrap_or("a message without an id"));
+    if let Some(eq) = &job.exception_queue {
+        let mut session = Session::new(&job.agent, engine.now());
+        session.propagates = true;
+        session.seen = bad.iter().filter_map(|(m, _)| m.broker_id.clone()).collect();
+        let msgs: Vec<Message> = bad
+            .iter()
+            .map(|(m, w)| {
+                let raw = Incoming { correlation: Some(why(m, w)), ..(*m).clone() };
+                convert::message_of(&aqgate_core::payload::PayloadKind::Raw, &raw, &job.agent, false)
+                    .map_err(|e| Fail::Aq(AqError::server(code::INTERNAL, e)))
+            })
+            .collect::<Result<_, _>>()?;
+        let r = carried_send(engine, &mut session, eq, None, msgs, Vec::new()).await;
+        session.seen.clear();
+        r.map_err(Fail::Aq)?;
+    } else if let Some(fq) = &route.foreign_exception {
+        if exceptions.is_none() {
+            *exceptions = Some(sink(&route.link, fq, &job.name).await.map_err(Fail::Link)?);
+        }
+        let Some(s) = exceptions.as_mut() else { return Err(Fail::Link("no exception link".into())) };
+        let out: Vec<Outgoing> = bad
+            .iter()
+            .map(|(m, w)| Outgoing {
+                id: m.message_id.clone().unwrap_or_else(aqgate_core::engine::session::random_id),
+                body: m.body.clone(),
+                content_type: "application/octet-stream",
+                correlation: Some(why(m, w)),
+                priority: m.priority.unwrap_or(1),
+                expiration_ms: None,
+                redelivered: m.redelivered,
+                queue: job.source.clone(),
+            })
+            .collect();
+        for r in s.publish(&out).await.map_err(Fail::Link)? {
+            if let Published::Refused(w) = r {
+                return Err(Fail::Aq(AqError::client(
+                    code::NOT_PERMITTED,
+                    format!("the exception queue refused: {w}"),
+                )));
+            }
+        }
+    } else {
+        let list = bad.iter().map(|(m, w)| why(m, w)).collect::<Vec<_>>().join("; ");
+        return Err(Fail::Aq(AqError::client(code::NOT_PERMITTED, format!("{list} (the job has no exception queue)"))));
+    }
+    stats.excepted(bad.len(), engine.now());
+    for (m, w) in bad {
+        tracing::warn!(job = %job.name, reason = %why(m, w), "a broker message went to the exception queue");
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! MQTT v5 links (rumqttc).
+//!
+//! - **Outbound, at least once** (QoS 1, or 2 as the foreign queue says). Every message
+//!   carries its AQ message id as the user property `aq-message-id` (and the `AQ-*` headers
+//!   as user properties, the content type, the correlation as correlation data, the
+//!   expiration as the message expiry interval); the batch's PUBACKs (PUBCOMPs at QoS 2)
+//!   are awaited before the job commits its dequeue. rumqttc does not return the packet id
+//!   a publish gets: the event loop reports each outgoing PUBLISH with its id in the order
+//!   the publishes were made, so the job matches them by that order. The packet state is
+//!   not kept in the store, so QoS 2 here is at least once too: a message in doubt after a
+//!   crash is published again, marked `x-aqgate-redelivered`.
+//! - **Inbound.** A persistent session (client id `aqgate-<job>`, clean start off, a
+//!   session expiry of a week) subscribed to the topic filter, with manual acks and a
+//!   receive maximum of the link's window: the broker keeps what arrives while aqgate is
+//!   down. A message is acked after the local commit; its mark is `aq-message-id` (or the
+//!   `message-id` user property), so a redelivery (DUP) already enqueued is acked without a
+//!   second enqueue. Without such a property a message is at least once. MQTT has no
+//!   negative ack: a batch given back is redelivered by reconnecting.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef};
+use rumqttc::Outgoing as Out;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason, PubRecReason, Publish, PublishProperties};
+use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+use rustls_pki_types::pem::PemObject;
+use tokio::sync::mpsc;
+
+use super::convert::{Incoming, Outgoing};
+use super::{Published, Sink, Source, credentials};
+
+fn qos(q: u8) -> QoS {
+    if q >= 2 { QoS::ExactlyOnce } else { QoS::AtLeastOnce }
+}
+
+fn options(link: &LinkDef, client_id: &str) -> Result<MqttOptions, String> {
+    let (tls, rest) = match link.url.split_once("://") {
+        Some(("mqtts", r)) => (true, r),
+        Some((_, r)) => (false, r),
+        None => (false, link.url.as_str()),
+    };
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_string(), p.parse::<u16>().map_err(|_| format!("{}: bad port", link.url))?),
+        None => (hostport.to_string(), if tls { 8883 } else { 1883 }),
+    };
+    let mut o = MqttOptions::new(client_id, host.trim_start_matches('[').trim_end_matches(']'), port);
+    o.set_keep_alive(Duration::from_secs(u64::from(link.heartbeat_secs.max(5))));
+    o.set_connection_timeout(10);
+    if let Some((user, password)) = credentials(link)? {
+        o.set_credentials(user, password);
+    }
+    if tls {
+        o.set_transport(rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(Arc::new(tls_config(
+            link,
+        )?))));
+    }
+    Ok(o)
+}
+
+fn tls_config(link: &LinkDef) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(f) = &link.ca_file {
+        let pem = std::fs::read(f).map_err(|e| format!("{f}: {e}"))?;
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+            roots.add(c.map_err(|e| format!("{f}: {e}"))?).map_err(|e| format!("{f}: {e}"))?;
+        }
+    }
+    let b = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    match (&link.cert_file, &link.key_file) {
+        (Some(c), Some(k)) => {
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(c)
+                .map_err(|e| format!("{c}: {e}"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{c}: {e}"))?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_file(k).map_err(|e| format!("{k}: {e}"))?;
+            b.with_client_auth_cert(certs, key).map_err(|e| format!("client certificate: {e}"))
+        }
+        _ => Ok(b.with_no_client_auth()),
+    }
+}
+
+/// Polls `el` until it fails, handing on the events the link cares about.
+fn drive(mut el: EventLoop, tx: mpsc::UnboundedSender<Result<Event, String>>) {
+    tokio::spawn(async move {
+        loop {
+            match el.poll().await {
+                Ok(e) => {
+                    if tx.send(Ok(e)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// Waits for the CONNACK (the first event that says the session is up).
+async fn connected(rx: &mut mpsc::UnboundedReceiver<Result<Event, String>>) -> Result<(), String> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(15), rx.recv()).await {
+            Err(_) => return Err("no CONNACK within 15 s".into()),
+            Ok(None) => return Err("the connection ended".into()),
+            Ok(Some(Err(e))) => return Err(e),
+            Ok(Some(Ok(Event::Incoming(Packet::ConnAck(_))))) => return Ok(()),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+pub struct MqttSink {
+    client: AsyncClient,
+    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    topic: String,
+    qos: QoS,
+}
+
+pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<MqttSink, String> {
+    let id = format!("aqgate-{job}-out-{}", &aqgate_core::engine::session::random_id()[..8]);
+    let mut o = options(link, &id)?;
+    o.set_clean_start(true);
+    o.set_outgoing_inflight_upper_limit(u16::try_from(link.window).unwrap_or(u16::MAX));
+    let (client, el) = AsyncClient::new(o, 1024);
+    let (tx, mut events) = mpsc::unbounded_channel();
+    drive(el, tx);
+    connected(&mut events).await.map_err(|e| format!("{}: {e}", link.url))?;
+    Ok(MqttSink { client, events, topic: fq.native_name.clone(), qos: qos(fq.qos) })
+}
+
+#[async_trait::async_trait]
+impl Sink for MqttSink {
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
+        for m in batch {
+            let mut props = PublishProperties {
+                content_type: Some(m.content_type.to_string()),
+                correlation_data: m.correlation.clone().map(|c| bytes::Bytes::from(c.into_bytes())),
+                message_expiry_interval: m.expiration_ms.map(|ms| u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)),
+                ..Default::default()
+            };
+            props.user_properties.push(("aq-message-id".into(), m.id.clone()));
+            for (k, v) in m.headers() {
+                props.user_properties.push((k.to_ascii_lowercase(), v));
+            }
+            self.client
+                .publish_with_properties(self.topic.clone(), self.qos, false, m.body.clone(), props)
+                .await
+                .map_err(|e| format!("publish: {e}"))?;
+        }
+        // The packet ids, in the order of the publishes, then their acknowledgements.
+        let mut order: VecDeque<usize> = (0..batch.len()).collect();
+        let mut ids: HashMap<u16, usize> = HashMap::new();
+        let mut out: Vec<Option<Published>> = (0..batch.len()).map(|_| None).collect();
+        let mut left = batch.len();
+        while left > 0 {
+            let e = match tokio::time::timeout(Duration::from_secs(30), self.events.recv()).await {
+                Err(_) => return Err("no acknowledgement within 30 s".into()),
+                Ok(None) => return Err("the connection ended".into()),
+                Ok(Some(Err(e))) => return Err(e),
+                Ok(Some(Ok(e))) => e,
+            };
+            let (pkid, verdict) = match e {
+                Event::Outgoing(Out::Publish(pkid)) => {
+                    if let Some(i) = order.pop_front() {
+                        ids.insert(pkid, i);
+                    }
+                    continue;
+                }
+                Event::Incoming(Packet::PubAck(a)) if self.qos == QoS::AtLeastOnce => {
+                    let ok = matches!(a.reason, PubAckReason::Success | PubAckReason::NoMatchingSubscribers);
+                    (a.pkid, if ok { Ok(()) } else { Err(format!("{:?}", a.reason)) })
+                }
+                Event::Incoming(Packet::PubRec(r)) if self.qos == QoS::ExactlyOnce => {
+                    if matches!(r.reason, PubRecReason::Success | PubRecReason::NoMatchingSubscribers) {
+                        continue;
+                    }
+                    (r.pkid, Err(format!("{:?}", r.reason)))
+                }
+                Event::Incoming(Packet::PubComp(c)) if self.qos == QoS::ExactlyOnce => (c.pkid, Ok(())),
+                _ => continue,
+            };
+            if let Some(i) = ids.remove(&pkid)
+                && out[i].is_none()
+            {
+                out[i] = Some(match verdict {
+                    Ok(()) => Published::Confirmed,
+                    Err(why) => Published::Refused(format!("the broker refused it: {why}")),
+                });
+                left -= 1;
+            }
+        }
+        Ok(out.into_iter().map(|p| p.unwrap_or(Published::Confirmed)).collect())
+    }
+}
+
+pub struct MqttSource {
+    client: AsyncClient,
+    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    held: HashMap<u64, Publish>,
+    next: u64,
+}
+
+pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<MqttSource, String> {
+    let mut o = options(link, &format!("aqgate-{job}"))?;
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(7 * 24 * 3600));
+    o.set_manual_acks(true);
+    o.set_receive_maximum(Some(u16::try_from(link.window).unwrap_or(u16::MAX)));
+    let (client, el) = AsyncClient::new(o, 1024);
+    let (tx, mut events) = mpsc::unbounded_channel();
+    drive(el, tx);
+    connected(&mut events).await.map_err(|e| format!("{}: {e}", link.url))?;
+    client.subscribe(fq.native_name.clone(), qos(fq.qos)).await.map_err(|e| format!("subscribe: {e}"))?;
+    Ok(MqttSource { client, events, held: HashMap::new(), next: 0 })
+}
+
+fn incoming(p: &Publish) -> Incoming {
+    let mut inc = Incoming { redelivered: p.dup, body: p.payload.to_vec(), ..Incoming::default() };
+    if let Some(props) = &p.properties {
+        for (k, v) in &props.user_properties {
+            inc.header(k, v);
+            if k.eq_ignore_ascii_case("message-id") && inc.message_id.is_none() {
+                inc.message_id = Some(v.clone());
+            }
+        }
+        if inc.correlation.is_none() {
+            inc.correlation = props.correlation_data.as_ref().map(|c| String::from_utf8_lossy(c).into_owned());
+        }
+    }
+    inc.broker_id = inc.message_id.clone();
+    inc
+}
+
+#[async_trait::async_trait]
+impl Source for MqttSource {
+    async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Incoming>, String> {
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + wait;
+        while out.len() < max {
+            // The first waits up to `wait`; then only what has arrived already.
+            let until = if out.is_empty() { deadline } else { tokio::time::Instant::now() + Duration::from_millis(1) };
+            let e = match tokio::time::timeout_at(until, self.events.recv()).await {
+                Err(_) => break,
+                Ok(None) => return Err("the connection ended".into()),
+                Ok(Some(Err(e))) => return Err(e),
+                Ok(Some(Ok(e))) => e,
+            };
+            if let Event::Incoming(Packet::Publish(p)) = e {
+                let mut inc = incoming(&p);
+                self.next += 1;
+                inc.tag = self.next;
+                self.held.insert(self.next, p);
+                out.push(inc);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ack(&mut self, tags: &[u64]) -> Result<(), String> {
+        for t in tags {
+            if let Some(p) = self.held.remove(t) {
+                self.client.ack(&p).await.map_err(|e| format!("ack: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn requeue(&mut self, tags: &[u64]) -> Result<(), String> {
+        for t in tags {
+            self.held.remove(t);
+        }
+        // No negative ack in MQTT: the broker sends unacknowledged messages again when
+        // the session reconnects.
+        let _ = self.client.disconnect().await;
+        Err("messages given back: reconnecting so that the broker delivers them again".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(url: &str) -> LinkDef {
+        toml::from_str(&format!("name = \"m\"\nkind = \"mqtt\"\nurl = \"{url}\"")).expect("link")
+    }
+
+    #[test]
+    fn urls_give_host_and_port() {
+        let o = options(&link("mqtt://127.0.0.1:1884"), "c").expect("options");
+        assert_eq!(o.broker_address(), ("127.0.0.1".to_string(), 1884));
+        let o = options(&link("mqtt://broker.example"), "c").expect("options");
+        assert_eq!(o.broker_address().1, 1883);
+        assert!(options(&link("mqtt://h:x"), "c").is_err());
+    }
+}

@@ -1,0 +1,298 @@
+//! RabbitMQ links (lapin, AMQP 0-9-1).
+//!
+//! - **Outbound, at least once.** A channel in confirm mode; every message is published
+//!   `mandatory` and persistent (delivery mode 2) with `message_id` = its AQ message id, the
+//!   batch's confirms are awaited, and only then does the job commit its dequeue. A message
+//!   the broker returns (no queue is bound for it) is refused for good: the job's exception
+//!   queue, or FAILED. A message sent before and perhaps received (the process died between
+//!   the publish and the commit) goes again with the header `x-aqgate-redelivered: true`,
+//!   and is counted: the one case a consumer can see it twice.
+//! - **Back-pressure.** While the broker blocks the connection (`connection.blocked`, a
+//!   memory or disk alarm) the job does not publish; after 30 s it backs off and retries.
+//! - **Inbound.** `basic.consume` with a prefetch of the link's window, manual acks after
+//!   the local commit; the broker's `message_id` (with the queue) is the dedup mark, so a
+//!   redelivered message already enqueued is acked and not enqueued again. A message
+//!   without a `message_id` cannot be told from its redelivery: at least once.
+
+use std::time::Duration;
+
+use aqgate_core::topology::gateway::{Domain, ForeignQueueDef, LinkDef};
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
+
+use super::convert::{Incoming, Outgoing};
+use super::{Published, Sink, Source, credentials};
+
+async fn connect(link: &LinkDef) -> Result<Connection, String> {
+    let mut uri: lapin::uri::AMQPUri = link.url.parse().map_err(|e| format!("{}: {e}", link.url))?;
+    if let Some((user, password)) = credentials(link)? {
+        uri.authority.userinfo = lapin::uri::AMQPUserInfo { username: user, password };
+    }
+    uri.query.heartbeat = Some(link.heartbeat_secs);
+    uri.query.connection_timeout = Some(10_000);
+    let props = ConnectionProperties::default().with_connection_name(format!("aqgate {}", link.name).into());
+    let tls = lapin::tcp::OwnedTLSConfig {
+        identity: match (&link.cert_file, &link.key_file) {
+            (Some(c), Some(k)) => Some(lapin::tcp::OwnedIdentity::PKCS8 {
+                pem: std::fs::read(c).map_err(|e| format!("{c}: {e}"))?,
+                key: std::fs::read(k).map_err(|e| format!("{k}: {e}"))?,
+            }),
+            _ => None,
+        },
+        cert_chain: match &link.ca_file {
+            Some(f) => Some(std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?),
+            None => None,
+        },
+    };
+    let runtime = lapin::runtime::default_runtime().map_err(|e| format!("runtime: {e}"))?;
+    Connection::connect_uri_with_config(uri, props, tls, runtime).await.map_err(|e| format!("{}: {e}", link.url))
+}
+
+/// Where a foreign queue's messages are published: (exchange, routing key).
+fn target(fq: &ForeignQueueDef) -> (String, String) {
+    match fq.domain {
+        Domain::Queue => (String::new(), fq.native_name.clone()),
+        Domain::Topic => (fq.native_name.clone(), fq.routing_key.clone().unwrap_or_default()),
+    }
+}
+
+async fn declare(ch: &lapin::Channel, fq: &ForeignQueueDef) -> Result<(), String> {
+    if !fq.create {
+        return Ok(());
+    }
+    match fq.domain {
+        Domain::Queue => ch
+            .queue_declare(fq.native_name.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("declaring queue {}: {e}", fq.native_name)),
+        Domain::Topic => ch
+            .exchange_declare(
+                fq.native_name.as_str().into(),
+                lapin::ExchangeKind::Topic,
+                ExchangeDeclareOptions { durable: true, ..Default::default() },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("declaring exchange {}: {e}", fq.native_name)),
+    }
+}
+
+pub struct RabbitSink {
+    conn: Connection,
+    ch: lapin::Channel,
+    exchange: String,
+    routing_key: String,
+}
+
+pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef) -> Result<RabbitSink, String> {
+    let conn = connect(link).await?;
+    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| format!("confirm.select: {e}"))?;
+    declare(&ch, fq).await?;
+    let (exchange, routing_key) = target(fq);
+    Ok(RabbitSink { conn, ch, exchange, routing_key })
+}
+
+/// AQ's priority (smaller is more urgent, 1 by default) as AMQP's (0–9, larger is more
+/// urgent): 0 and below → 9, 1 → 8, …, 9 and above → 0. The exact value travels as
+/// `AQ-Priority`.
+fn amqp_priority(aq: i64) -> u8 {
+    u8::try_from((9 - aq.clamp(0, 9)).clamp(0, 9)).unwrap_or(0)
+}
+
+#[async_trait::async_trait]
+impl Sink for RabbitSink {
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
+        let mut waited = 0;
+        while self.conn.status().blocked() {
+            if waited == 0 {
+                tracing::warn!(exchange = %self.exchange, "the broker blocks publishing (connection.blocked); waiting");
+            }
+            if waited >= 300 {
+                return Err("the broker has blocked the connection for 30 s (connection.blocked)".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        let mut confirms = Vec::with_capacity(batch.len());
+        for m in batch {
+            let mut headers = FieldTable::default();
+            for (k, v) in m.headers() {
+                headers.insert(ShortString::from(k), AMQPValue::LongString(LongString::from(v)));
+            }
+            let mut props = BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_message_id(m.id.as_str().into())
+                .with_content_type(m.content_type.into())
+                .with_priority(amqp_priority(m.priority))
+                .with_headers(headers);
+            if let Some(c) = &m.correlation {
+                props = props.with_correlation_id(c.as_str().into());
+            }
+            if let Some(ms) = m.expiration_ms {
+                props = props.with_expiration(ms.max(1).to_string().into());
+            }
+            let c = self
+                .ch
+                .basic_publish(
+                    self.exchange.as_str().into(),
+                    self.routing_key.as_str().into(),
+                    BasicPublishOptions { mandatory: true, ..Default::default() },
+                    &m.body,
+                    props,
+                )
+                .await
+                .map_err(|e| format!("publish: {e}"))?;
+            confirms.push(c);
+        }
+        let mut out = Vec::with_capacity(confirms.len());
+        for c in confirms {
+            match c.await.map_err(|e| format!("confirm: {e}"))? {
+                Confirmation::Ack(None) | Confirmation::NotRequested => out.push(Published::Confirmed),
+                Confirmation::Ack(Some(returned)) => out.push(Published::Refused(format!(
+                    "the broker returned it: {} {} (exchange '{}', routing key '{}')",
+                    returned.reply_code, returned.reply_text, self.exchange, self.routing_key
+                ))),
+                Confirmation::Nack(_) => return Err("the broker nacked a publish".into()),
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub struct RabbitSource {
+    _conn: Connection,
+    consumer: lapin::Consumer,
+    queue: String,
+    held: std::collections::HashMap<u64, lapin::message::Delivery>,
+    next: u64,
+}
+
+pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<RabbitSource, String> {
+    let conn = connect(link).await?;
+    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+    ch.basic_qos(u16::try_from(link.window).unwrap_or(u16::MAX), BasicQosOptions::default())
+        .await
+        .map_err(|e| format!("basic.qos: {e}"))?;
+    declare(&ch, fq).await?;
+    let queue = match fq.domain {
+        Domain::Queue => fq.native_name.clone(),
+        Domain::Topic => {
+            // The job's own durable queue, bound to the exchange: later messages only.
+            let q = format!("aqgate.{job}");
+            ch.queue_declare(q.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+                .await
+                .map_err(|e| format!("declaring queue {q}: {e}"))?;
+            ch.queue_bind(
+                q.as_str().into(),
+                fq.native_name.as_str().into(),
+                fq.routing_key.clone().unwrap_or_else(|| "#".into()).as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| format!("binding {q}: {e}"))?;
+            q
+        }
+    };
+    let consumer = ch
+        .basic_consume(
+            queue.as_str().into(),
+            format!("aqgate-{job}").into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("basic.consume {queue}: {e}"))?;
+    Ok(RabbitSource { _conn: conn, consumer, queue, held: Default::default(), next: 0 })
+}
+
+fn text(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        AMQPValue::LongInt(i) => Some(i.to_string()),
+        AMQPValue::LongLongInt(i) => Some(i.to_string()),
+        AMQPValue::ShortInt(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for RabbitSource {
+    async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Incoming>, String> {
+        let mut out = Vec::new();
+        let mut next = match tokio::time::timeout(wait, self.consumer.next()).await {
+            Err(_) => return Ok(out),
+            Ok(None) => return Err(format!("the consumer of {} was cancelled", self.queue)),
+            Ok(Some(d)) => Some(d),
+        };
+        while let Some(d) = next.take() {
+            let d = d.map_err(|e| format!("consume: {e}"))?;
+            let p = &d.properties;
+            let message_id = p.message_id().as_ref().map(|s| s.as_str().to_string());
+            let mut inc = Incoming {
+                broker_id: message_id.as_ref().map(|id| format!("{}:{id}", self.queue)),
+                redelivered: d.redelivered,
+                body: d.data.clone(),
+                message_id,
+                correlation: p.correlation_id().as_ref().map(|s| s.as_str().to_string()),
+                ..Incoming::default()
+            };
+            if let Some(h) = p.headers() {
+                for (k, v) in h {
+                    if let Some(v) = text(v) {
+                        inc.header(k.as_str(), &v);
+                    }
+                }
+            }
+            self.next += 1;
+            inc.tag = self.next;
+            self.held.insert(self.next, d);
+            out.push(inc);
+            if out.len() >= max {
+                break;
+            }
+            if let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(1), self.consumer.next()).await {
+                next = Some(d);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ack(&mut self, tags: &[u64]) -> Result<(), String> {
+        for t in tags {
+            if let Some(d) = self.held.remove(t) {
+                d.ack(BasicAckOptions::default()).await.map_err(|e| format!("ack: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn requeue(&mut self, tags: &[u64]) -> Result<(), String> {
+        for t in tags {
+            if let Some(d) = self.held.remove(t) {
+                d.nack(BasicNackOptions { requeue: true, ..Default::default() })
+                    .await
+                    .map_err(|e| format!("nack: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aq_priorities_map_onto_amqps_range() {
+        assert_eq!([-5, 0, 1, 2, 9, 100].map(amqp_priority), [9, 9, 8, 7, 0, 0]);
+    }
+}
