@@ -14,6 +14,7 @@ use crate::payload::{PayloadKind, TypeDef, TypeRegistry};
 use crate::selector::Condition;
 pub use retention::Retention;
 
+pub mod foreign;
 pub mod gateway;
 mod loops;
 pub mod propagation;

@@ -159,7 +159,7 @@ pub struct PropagationInfo {
     /// The transformation each message moved goes through (upper-case name).
     pub transformation: Option<String>,
     /// A Messaging Gateway job's link and foreign queue (see `super::gateway`).
-    pub gateway: Option<Box<super::gateway::GatewayRoute>>,
+    pub gateway: Option<Box<super::foreign::GatewayRoute>>,
 }
 
 /// The agent (and subscriber) name of job `name`.

@@ -1,0 +1,161 @@
+//! The Messaging Gateway's links and foreign queues as the topology declares them, and the
+//! route a gateway job carries (see `super::gateway` for the jobs and their resolution):
+//! what both the jobs' resolution and the propagation jobs that carry a route name.
+
+use serde::{Deserialize, Serialize};
+
+use crate::payload::PayloadKind;
+
+/// Which broker a link reaches, and through which client.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// AMQP 0-9-1 (lapin): publisher confirms, mandatory, persistent.
+    Rabbitmq,
+    /// NATS JetStream (async-nats).
+    Nats,
+    /// MQTT v5 (rumqttc).
+    Mqtt,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::Rabbitmq => "rabbitmq",
+            LinkKind::Nats => "nats",
+            LinkKind::Mqtt => "mqtt",
+        }
+    }
+}
+
+/// A connection to a broker (Messaging Gateway's messaging system link).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDef {
+    pub name: String,
+    pub kind: LinkKind,
+    /// `amqp://host:5672/%2f` (`amqps://` for TLS), `nats://host:4222` (`tls://`),
+    /// `mqtt://host:1883` (`mqtts://`). No credentials in the URL.
+    pub url: String,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password_env: Option<String>,
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// PEM CA certificates the broker's certificate is verified against.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// A PEM client certificate and its key, for brokers that ask for one.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// Seconds between heartbeats (AMQP heartbeat, NATS ping, MQTT keep-alive).
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_secs: u16,
+    /// The first wait before reconnecting, in milliseconds; it doubles up to
+    /// `reconnect_max_ms`.
+    #[serde(default = "default_reconnect")]
+    pub reconnect_backoff_ms: u64,
+    #[serde(default = "default_reconnect_max")]
+    pub reconnect_max_ms: u64,
+    /// Messages published and not yet confirmed at once, per job (the in-flight window);
+    /// inbound, the broker's prefetch (RabbitMQ), max_ack_pending (JetStream), receive
+    /// maximum (MQTT).
+    #[serde(default = "default_window")]
+    pub window: u32,
+}
+
+fn default_heartbeat() -> u16 {
+    30
+}
+fn default_reconnect() -> u64 {
+    1000
+}
+fn default_reconnect_max() -> u64 {
+    30_000
+}
+fn default_window() -> u32 {
+    256
+}
+
+/// Queue or topic (Messaging Gateway's domain).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Domain {
+    #[default]
+    Queue,
+    Topic,
+}
+
+/// A queue or topic of a link's broker.
+///
+/// - RabbitMQ: domain `queue`: `native_name` is the queue (published through the default
+///   exchange); domain `topic`: `native_name` is the exchange and `routing_key` the key
+///   (an inbound job binds a queue of its own, `aqgate.<job>`, to it).
+/// - NATS: `native_name` is the subject and `stream` the JetStream stream holding it
+///   (an inbound job uses a durable consumer `aqgate_<job>`).
+/// - MQTT: `native_name` is the topic (a filter, inbound) and `qos` 1 or 2.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignQueueDef {
+    pub name: String,
+    pub link: String,
+    pub native_name: String,
+    #[serde(default)]
+    pub domain: Domain,
+    #[serde(default)]
+    pub routing_key: Option<String>,
+    #[serde(default)]
+    pub stream: Option<String>,
+    #[serde(default = "default_qos")]
+    pub qos: u8,
+    /// Declare the native object (queue, exchange, stream) when the job starts; otherwise
+    /// it must exist.
+    #[serde(default)]
+    pub create: bool,
+}
+
+fn default_qos() -> u8 {
+    1
+}
+
+/// Which way a job moves messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Direction {
+    Outbound,
+    Inbound,
+}
+
+/// What a gateway job needs beyond a propagation job: its link and foreign queue, and (for
+/// an inbound job) a foreign exception queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRoute {
+    pub direction: Direction,
+    pub link: LinkDef,
+    pub foreign: ForeignQueueDef,
+    /// The type broker bodies are converted from and to: the AQ queue's payload type, or
+    /// with a transformation its target (outbound: the dequeue applies it) or its source
+    /// (inbound: the enqueue applies it).
+    pub payload: PayloadKind,
+    /// Inbound: a foreign queue of the same link for messages that cannot be converted.
+    pub foreign_exception: Option<ForeignQueueDef>,
+    /// Inbound: the transformation applied at the enqueue.
+    pub inbound_transformation: Option<String>,
+}
+
+impl GatewayRoute {
+    /// What the job promises per message, as `admin jobs` states it.
+    pub fn guarantee(&self) -> &'static str {
+        match (self.direction, self.link.kind, self.foreign.qos) {
+            (Direction::Outbound, LinkKind::Nats, _) => "exactly once (Nats-Msg-Id, PubAck before commit)",
+            (Direction::Outbound, LinkKind::Rabbitmq, _) => "at least once (confirms; in-doubt duplicates marked)",
+            (Direction::Outbound, LinkKind::Mqtt, 2) => "at least once (QoS 2; in-doubt duplicates marked)",
+            (Direction::Outbound, LinkKind::Mqtt, _) => "at least once (QoS 1; in-doubt duplicates marked)",
+            (Direction::Inbound, LinkKind::Nats, _) => "exactly once (ack after commit, stream sequence dedup)",
+            (Direction::Inbound, LinkKind::Rabbitmq, _) => "exactly once with message_id (ack after commit, dedup)",
+            (Direction::Inbound, LinkKind::Mqtt, _) => "exactly once with aq-message-id (ack after commit, dedup)",
+        }
+    }
+}
