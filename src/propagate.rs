@@ -569,9 +569,7 @@ pub(crate) fn receive(job: &PropagationInfo, wait: u64) -> Request {
             visibility: Visibility::OnCommit,
             dequeue_mode: DequeueMode::Remove,
             navigation: NavigationMode::NextMessage,
-            // An outbound gateway job's transformation applies at its dequeue (a local job's
-            // at its send).
-            transformation: job.gateway.as_ref().and(job.transformation.clone()),
+            transformation: None,
             // Buffered messages stay where they are: a job moves persistent ones only.
             delivery_mode: DeliveryMode::Persistent,
         },

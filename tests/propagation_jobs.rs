@@ -304,6 +304,7 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
             "BACKLOG",
             "LAG",
             "NEXT_WINDOW",
+            "IN_DOUBT",
             "LAST_ERROR"
         ]
     );

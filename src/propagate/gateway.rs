@@ -77,6 +77,11 @@ pub(crate) trait Source: Send {
     async fn ack(&mut self, tags: &[u64]) -> Result<(), String>;
     /// Not taken: the broker delivers them again.
     async fn requeue(&mut self, tags: &[u64]) -> Result<(), String>;
+    /// Whether the connection must be made again before the next fetch (MQTT gives
+    /// messages back by reconnecting).
+    fn spent(&self) -> bool {
+        false
+    }
 }
 
 /// The link's user and password, the password read now from the environment or the file.
@@ -118,8 +123,9 @@ pub struct Board {
 #[derive(Debug, Clone)]
 struct Seen {
     status: LinkStatus,
-    /// Jobs connected over it now.
-    connected: usize,
+    /// The jobs connected over it now, and those reconnecting.
+    connected: std::collections::BTreeSet<String>,
+    failing: std::collections::BTreeSet<String>,
     written: Micros,
 }
 
@@ -130,9 +136,9 @@ impl Board {
         Self { owner: owner.to_string(), links: Mutex::new(BTreeMap::new()) }
     }
 
-    /// A job's connection over `link` is up (`Ok`) or failed (`Err`, reconnecting); writes
-    /// the row when it changed.
-    async fn report(&self, engine: &Engine, link: &str, up: Result<bool, &str>) {
+    /// Job `job`'s connection over `link` is up (`Ok(true)`), closed in good order
+    /// (`Ok(false)`) or failed (`Err`, reconnecting); writes the row when it changed.
+    async fn report(&self, engine: &Engine, link: &str, job: &str, up: Result<bool, &str>) {
         let now = engine.now();
         let write = {
             let mut links = self.links.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -146,23 +152,32 @@ impl Board {
                     since: now,
                     updated_at: 0,
                 },
-                connected: 0,
+                connected: std::collections::BTreeSet::new(),
+                failing: std::collections::BTreeSet::new(),
                 written: 0,
             });
             match up {
-                Ok(true) => s.connected += 1,
-                Ok(false) => s.connected = s.connected.saturating_sub(1),
+                Ok(true) => {
+                    s.connected.insert(job.to_string());
+                    s.failing.remove(job);
+                }
+                Ok(false) => {
+                    s.connected.remove(job);
+                    s.failing.remove(job);
+                }
                 Err(e) => {
-                    s.connected = s.connected.saturating_sub(1);
+                    s.connected.remove(job);
+                    s.failing.insert(job.to_string());
                     s.status.last_error = Some(e.chars().take(500).collect());
                     s.status.last_error_at = Some(now);
                 }
             }
-            let state = match (s.connected, up) {
-                (n, _) if n > 0 => "CONNECTED",
-                (_, Err(_)) => "RECONNECTING",
-                _ if s.status.state == "RECONNECTING" => "RECONNECTING",
-                _ => "DISCONNECTED",
+            let state = if !s.connected.is_empty() {
+                "CONNECTED"
+            } else if !s.failing.is_empty() {
+                "RECONNECTING"
+            } else {
+                "DISCONNECTED"
             };
             let changed = s.status.state != state || up.is_err();
             if s.status.state != state {
@@ -184,9 +199,9 @@ impl Board {
         }
     }
 
-    /// The job stopped using `link` (its connection closed in good order).
-    async fn closed(&self, engine: &Engine, link: &str) {
-        self.report(engine, link, Ok(false)).await;
+    /// Job `job` stopped using `link` (its connection closed in good order).
+    async fn closed(&self, engine: &Engine, link: &str, job: &str) {
+        self.report(engine, link, job, Ok(false)).await;
     }
 
     /// Called after every step of a job on `link`: rewrites the link's row when it is due
@@ -240,22 +255,39 @@ enum Fail {
 struct Pacing {
     doing: lease::Doing,
     backoff: Duration,
-    one_by_one: bool,
+    /// Steps still to take one message at a time, after a refused batch: the batch's
+    /// size, so that the messages around the refused one go alone too, once each.
+    one_by_one: u32,
 }
 
 impl Pacing {
     fn new(job: &PropagationInfo) -> Self {
-        Self { doing: lease::Doing::Running, backoff: Duration::from_millis(job.retry_backoff_ms), one_by_one: false }
+        Self { doing: lease::Doing::Running, backoff: Duration::from_millis(job.retry_backoff_ms), one_by_one: 0 }
     }
 
     fn done(&mut self, job: &PropagationInfo, stats: &Stats) {
         stats.report.shift(self.doing, lease::Doing::Running);
         self.doing = lease::Doing::Running;
         self.backoff = Duration::from_millis(job.retry_backoff_ms);
-        self.one_by_one = false;
+        self.one_by_one = self.one_by_one.saturating_sub(1);
     }
 
-    async fn failed(&mut self, engine: &Engine, job: &PropagationInfo, link: &LinkDef, stats: &Stats, e: &Fail) {
+    fn alone(&self) -> bool {
+        self.one_by_one > 0
+    }
+
+    fn refused(&mut self, job: &PropagationInfo) {
+        self.one_by_one = job.batch_size;
+    }
+
+    async fn failed(
+        &mut self,
+        engine: &Engine,
+        job: &PropagationInfo,
+        (link, board): (&LinkDef, &Board),
+        stats: &Stats,
+        e: &Fail,
+    ) {
         let (err, max) = match e {
             Fail::Link(why) => (
                 AqError::server(code::INTERNAL, format!("link {}: {why}", link.name)),
@@ -270,10 +302,16 @@ impl Pacing {
         stats.report.shift(self.doing, next);
         self.doing = next;
         tracing::warn!(job = %job.name, error = %err.message, retry_in = ?self.backoff, "gateway job step failed");
+        // In slices, keeping the link's row fresh meanwhile (`admin gateway`).
         let mut stop = stats.stop.clone();
-        tokio::select! {
-            () = tokio::time::sleep(self.backoff) => {}
-            _ = stop.wait_for(|s| *s) => {}
+        let until = tokio::time::Instant::now() + self.backoff;
+        while tokio::time::Instant::now() < until && !*stop.borrow() {
+            let slice = until.min(tokio::time::Instant::now() + Duration::from_secs(5));
+            tokio::select! {
+                () = tokio::time::sleep_until(slice) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            board.alive(engine, &link.name).await;
         }
         self.backoff = (self.backoff * 2).min(max);
     }
@@ -286,46 +324,36 @@ impl Pacing {
 async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
     let mut pacing = Pacing::new(job);
     let mut conn: Option<Box<dyn Sink>> = None;
-    // The job's messages in doubt: read once (only the lease holder writes them).
-    let mut doubts: HashMap<String, Micros> = loop {
-        match engine.store().gateway_doubts(&job.agent).await {
-            Ok(rows) => break rows.into_iter().collect(),
-            Err(e) => pacing.failed(engine, job, &route.link, stats, &Fail::Aq(e.into())).await,
-        }
-        if *stats.stop.borrow() {
-            return;
-        }
-    };
     while !*stats.stop.borrow() {
         if conn.is_none() {
             match sink(&route.link, &route.foreign, &job.name).await {
                 Ok(s) => {
-                    board.report(engine, &route.link.name, Ok(true)).await;
+                    board.report(engine, &route.link.name, &job.name, Ok(true)).await;
                     conn = Some(s);
                 }
                 Err(e) => {
-                    board.report(engine, &route.link.name, Err(&e)).await;
-                    pacing.failed(engine, job, &route.link, stats, &Fail::Link(e)).await;
+                    board.report(engine, &route.link.name, &job.name, Err(&e)).await;
+                    pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
                     continue;
                 }
             }
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
-        match out_batch(engine, job, route, s.as_mut(), &mut doubts, pacing.one_by_one, stats).await {
+        match out_batch(engine, job, route, s.as_mut(), pacing.alone(), stats).await {
             Ok(Moved::Done(_)) => pacing.done(job, stats),
-            Ok(Moved::Refused) => pacing.one_by_one = true,
+            Ok(Moved::Refused) => pacing.refused(job),
             Err(e) => {
                 if let Fail::Link(why) = &e {
                     conn = None;
-                    board.report(engine, &route.link.name, Err(why)).await;
+                    board.report(engine, &route.link.name, &job.name, Err(why)).await;
                 }
-                pacing.failed(engine, job, &route.link, stats, &e).await;
+                pacing.failed(engine, job, (&route.link, board), stats, &e).await;
             }
         }
     }
     if conn.is_some() {
-        board.closed(engine, &route.link.name).await;
+        board.closed(engine, &route.link.name, &job.name).await;
     }
     pacing.end(stats);
 }
@@ -336,7 +364,6 @@ async fn out_batch(
     job: &PropagationInfo,
     route: &GatewayRoute,
     sink: &mut dyn Sink,
-    doubts: &mut HashMap<String, Micros>,
     alone: bool,
     stats: &Stats,
 ) -> Result<Moved, Fail> {
@@ -353,13 +380,30 @@ async fn out_batch(
     if messages.is_empty() {
         return Ok(Moved::Done(0));
     }
+    // The job's messages in doubt, read for each batch: a holder that lost its lease may
+    // have recorded some while this one took over.
+    let doubts: HashMap<String, Micros> = match engine.store().gateway_doubts(&job.agent).await {
+        Ok(rows) => rows.into_iter().collect(),
+        Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e.into()).await)),
+    };
     let now = engine.now();
     let times = std::mem::take(&mut session.received);
+    let transformation = match &job.transformation {
+        Some(name) => engine.resolved().catalog.transformation(name).cloned(),
+        None => None,
+    };
     let mut out = Vec::with_capacity(messages.len());
     let mut refused: Vec<(usize, String)> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let id = m.header.message_id.clone().unwrap_or_default();
-        match convert::body_of(&route.payload, m) {
+        // The job's transformation, applied here (a failure sends the original to the
+        // exception queue, as any message that cannot go).
+        let body = match &transformation {
+            Some(t) => transform(engine, t, m)
+                .and_then(|payload| convert::body_of(&route.payload, &Message { payload, ..m.clone() })),
+            None => convert::body_of(&route.payload, m),
+        };
+        match body {
             Ok((body, content_type)) => out.push(Outgoing {
                 redelivered: doubts.contains_key(&id),
                 id,
@@ -384,7 +428,7 @@ async fn out_batch(
     let mut there = 0;
     for o in out {
         if let Some(&since) = doubts.get(&o.id) {
-            match sink.at_broker(&o.id, since, now).await {
+            match sink.at_broker(&o.id, since, engine.now()).await {
                 Ok(Some(true)) => {
                     tracing::info!(job = %job.name, message = %o.id, "in doubt, found at the broker: not published again");
                     there += 1;
@@ -399,9 +443,6 @@ async fn out_batch(
     let fresh: Vec<String> = publish.iter().filter(|o| !o.redelivered).map(|o| o.id.clone()).collect();
     if let Err(e) = engine.store().gateway_doubt_put(&job.agent, &fresh, now).await {
         return Err(Fail::Aq(rolled_back(engine, &mut session, e.into()).await));
-    }
-    for id in &fresh {
-        doubts.insert(id.clone(), now);
     }
     let results = match sink.publish(&publish).await {
         Ok(r) => r,
@@ -426,9 +467,6 @@ async fn out_batch(
     if let Err(e) = committed {
         return Err(Fail::Aq(rolled_back(engine, &mut session, e).await));
     }
-    for id in &ids {
-        doubts.remove(id);
-    }
     let n = messages.len();
     stats.moved(n, engine.now());
     if redelivered > 0 {
@@ -439,6 +477,18 @@ async fn out_batch(
         tracing::debug!(job = %job.name, messages = there, "in doubt and found at the broker");
     }
     Ok(Moved::Done(n))
+}
+
+/// Message `m` (as a client receives it) through transformation `t`.
+fn transform(
+    engine: &Engine,
+    t: &aqgate_core::payload::Transformation,
+    m: &Message,
+) -> Result<aqgate_proto::idap::XmlNode, String> {
+    let resolved = engine.resolved();
+    let types = &resolved.catalog.types;
+    let stored = aqgate_core::payload::encode(&t.from, types, &m.payload).map_err(|e| e.to_string())?;
+    t.apply(types, &stored).map_err(|e| e.to_string())
 }
 
 async fn rolled_back_text(engine: &Engine, session: &mut Session, why: String) -> String {
@@ -490,34 +540,39 @@ async fn inbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, s
         if conn.is_none() {
             match source(&route.link, &route.foreign, &job.name).await {
                 Ok(s) => {
-                    board.report(engine, &route.link.name, Ok(true)).await;
+                    board.report(engine, &route.link.name, &job.name, Ok(true)).await;
                     conn = Some(s);
                 }
                 Err(e) => {
-                    board.report(engine, &route.link.name, Err(&e)).await;
-                    pacing.failed(engine, job, &route.link, stats, &Fail::Link(e)).await;
+                    board.report(engine, &route.link.name, &job.name, Err(&e)).await;
+                    pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
                     continue;
                 }
             }
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
-        let batch = if pacing.one_by_one { 1 } else { job.batch_size as usize };
-        match in_batch(engine, job, route, s.as_mut(), &mut exceptions, batch, stats).await {
+        let batch = if pacing.alone() { 1 } else { job.batch_size as usize };
+        let step = in_batch(engine, job, route, s.as_mut(), &mut exceptions, batch, stats).await;
+        if s.spent() {
+            conn = None;
+            board.closed(engine, &route.link.name, &job.name).await;
+        }
+        match step {
             Ok(Moved::Done(_)) => pacing.done(job, stats),
-            Ok(Moved::Refused) => pacing.one_by_one = true,
+            Ok(Moved::Refused) => pacing.refused(job),
             Err(e) => {
                 if let Fail::Link(why) = &e {
                     conn = None;
                     exceptions = None;
-                    board.report(engine, &route.link.name, Err(why)).await;
+                    board.report(engine, &route.link.name, &job.name, Err(why)).await;
                 }
-                pacing.failed(engine, job, &route.link, stats, &e).await;
+                pacing.failed(engine, job, (&route.link, board), stats, &e).await;
             }
         }
     }
     if conn.is_some() {
-        board.closed(engine, &route.link.name).await;
+        board.closed(engine, &route.link.name, &job.name).await;
     }
     pacing.end(stats);
 }
@@ -541,13 +596,14 @@ async fn in_batch(
         return Ok(Moved::Done(0));
     }
     let all: Vec<u64> = fetched.iter().map(|m| m.tag).collect();
-    // Redeliveries of messages enqueued already: acked, not enqueued again.
-    let again: Vec<String> = fetched.iter().filter(|m| m.redelivered).filter_map(|m| m.broker_id.clone()).collect();
-    let seen = if again.is_empty() {
-        Vec::new()
+    // Messages enqueued already (a redelivery after a crash between the commit and the
+    // ack, or the same broker id twice in this batch): acked, not enqueued again.
+    let ids: Vec<String> = fetched.iter().filter_map(|m| m.broker_id.clone()).collect();
+    let mut seen: std::collections::HashSet<String> = if ids.is_empty() {
+        Default::default()
     } else {
-        match engine.store().gateway_seen(&job.agent, &again).await {
-            Ok(s) => s,
+        match engine.store().gateway_seen(&job.agent, &ids).await {
+            Ok(s) => s.into_iter().collect(),
             Err(e) => {
                 let _ = src.requeue(&all).await;
                 return Err(Fail::Aq(e.into()));
@@ -556,7 +612,14 @@ async fn in_batch(
     };
     let mut take = Vec::new();
     let mut bad: Vec<(&Incoming, String)> = Vec::new();
-    for m in fetched.iter().filter(|m| m.broker_id.as_ref().is_none_or(|id| !seen.contains(id))) {
+    for m in &fetched {
+        if let Some(id) = &m.broker_id
+            && !seen.insert(id.clone())
+        {
+            tracing::info!(job = %job.name, broker_id = %id, redelivered = m.redelivered,
+                "a broker message enqueued already: acked, not enqueued again");
+            continue;
+        }
         match convert::message_of(&route.payload, m, &job.agent, job.preserve_message_id) {
             Ok(msg) => take.push((m, msg)),
             Err(why) => bad.push((m, why)),
@@ -636,7 +699,8 @@ async fn in_exceptions(
         let msgs: Vec<Message> = bad
             .iter()
             .map(|(m, w)| {
-                let raw = Incoming { correlation: Some(why(m, w)), ..(*m).clone() };
+                // To be looked at now: no delay, no expiry (as outbound exception copies).
+                let raw = Incoming { correlation: Some(why(m, w)), delay: None, expiration: None, ..(*m).clone() };
                 convert::message_of(&aqgate_core::payload::PayloadKind::Raw, &raw, &job.agent, false)
                     .map_err(|e| Fail::Aq(AqError::server(code::INTERNAL, e)))
             })

@@ -175,16 +175,21 @@ impl Sink for MqttSink {
                     }
                     continue;
                 }
-                Event::Incoming(Packet::PubAck(a)) if self.qos == QoS::AtLeastOnce => {
-                    let ok = matches!(a.reason, PubAckReason::Success | PubAckReason::NoMatchingSubscribers);
-                    (a.pkid, if ok { Ok(()) } else { Err(format!("{:?}", a.reason)) })
-                }
-                Event::Incoming(Packet::PubRec(r)) if self.qos == QoS::ExactlyOnce => {
-                    if matches!(r.reason, PubRecReason::Success | PubRecReason::NoMatchingSubscribers) {
-                        continue;
+                Event::Incoming(Packet::PubAck(a)) if self.qos == QoS::AtLeastOnce => match a.reason {
+                    PubAckReason::Success | PubAckReason::NoMatchingSubscribers => (a.pkid, Ok(())),
+                    // The broker's limits of the moment: the batch is tried again later.
+                    PubAckReason::QuotaExceeded | PubAckReason::UnspecifiedError => {
+                        return Err(format!("the broker answered {:?}", a.reason));
                     }
-                    (r.pkid, Err(format!("{:?}", r.reason)))
-                }
+                    other => (a.pkid, Err(format!("{other:?}"))),
+                },
+                Event::Incoming(Packet::PubRec(r)) if self.qos == QoS::ExactlyOnce => match r.reason {
+                    PubRecReason::Success | PubRecReason::NoMatchingSubscribers => continue,
+                    PubRecReason::QuotaExceeded | PubRecReason::UnspecifiedError => {
+                        return Err(format!("the broker answered {:?}", r.reason));
+                    }
+                    other => (r.pkid, Err(format!("{other:?}"))),
+                },
                 Event::Incoming(Packet::PubComp(c)) if self.qos == QoS::ExactlyOnce => (c.pkid, Ok(())),
                 _ => continue,
             };
@@ -207,6 +212,7 @@ pub struct MqttSource {
     events: mpsc::UnboundedReceiver<Result<Event, String>>,
     held: HashMap<u64, Publish>,
     next: u64,
+    spent: bool,
 }
 
 pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<MqttSource, String> {
@@ -220,7 +226,7 @@ pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<M
     drive(el, tx);
     connected(&mut events).await.map_err(|e| format!("{}: {e}", link.url))?;
     client.subscribe(fq.native_name.clone(), qos(fq.qos)).await.map_err(|e| format!("subscribe: {e}"))?;
-    Ok(MqttSource { client, events, held: HashMap::new(), next: 0 })
+    Ok(MqttSource { client, events, held: HashMap::new(), next: 0, spent: false })
 }
 
 fn incoming(p: &Publish) -> Incoming {
@@ -279,9 +285,14 @@ impl Source for MqttSource {
             self.held.remove(t);
         }
         // No negative ack in MQTT: the broker sends unacknowledged messages again when
-        // the session reconnects.
+        // the session reconnects (`spent`).
         let _ = self.client.disconnect().await;
-        Err("messages given back: reconnecting so that the broker delivers them again".into())
+        self.spent = true;
+        Ok(())
+    }
+
+    fn spent(&self) -> bool {
+        self.spent
     }
 }
 

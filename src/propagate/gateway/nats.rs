@@ -4,8 +4,12 @@
 //!   message id, the batch's PubAcks are awaited (pipelined, one round trip per batch), and
 //!   only then does the job commit its dequeue. A message sent again after a crash is
 //!   recognised by the stream within its duplicate window (the PubAck says `duplicate`);
-//!   past the window the job looks for the id in the stream itself (from the time the
-//!   message first went out, headers only) before it publishes again ([`Sink::at_broker`]).
+//!   past the window the job looks for the id in the stream itself (from a minute before
+//!   the message first went out, headers only) before it publishes again
+//!   ([`Sink::at_broker`]). That look needs a stream that keeps its messages (limits
+//!   retention) and lets the job create an ephemeral consumer: on a work-queue or interest
+//!   stream, or one whose `max_age` has dropped the message, it cannot tell, and the
+//!   message goes again (the stream's window having passed, a second copy).
 //! - **Inbound.** A durable pull consumer `aqgate_<job>` (explicit acks, `max_ack_pending`
 //!   the link's window). A message is acked (double ack: the server confirms it) only after
 //!   the transaction that enqueued it committed, together with the mark `<stream>:<sequence>`
@@ -62,6 +66,8 @@ async fn stream_of(js: &jetstream::Context, fq: &ForeignQueueDef) -> Result<stre
 
 pub struct NatsSink {
     js: jetstream::Context,
+    /// The server's largest message.
+    max_payload: usize,
     stream: stream::Stream,
     subject: String,
     window: Duration,
@@ -69,17 +75,29 @@ pub struct NatsSink {
 
 pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef) -> Result<NatsSink, String> {
     let client = connect(link).await?;
+    let max_payload = client.server_info().max_payload;
     let js = jetstream::new(client);
     let mut stream = stream_of(&js, fq).await?;
     let window = stream.info().await.map_err(|e| format!("stream info: {e}"))?.config.duplicate_window;
-    Ok(NatsSink { js, stream, subject: fq.native_name.clone(), window })
+    Ok(NatsSink { js, max_payload, stream, subject: fq.native_name.clone(), window })
 }
 
 #[async_trait::async_trait]
 impl Sink for NatsSink {
     async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
         let mut acks = Vec::with_capacity(batch.len());
+        let mut out: Vec<Option<Published>> = Vec::with_capacity(batch.len());
         for m in batch {
+            // Headers count too: leave them a kilobyte.
+            if self.max_payload > 0 && m.body.len() + 1024 > self.max_payload {
+                out.push(Some(Published::Refused(format!(
+                    "{} bytes, more than the server takes (max_payload {})",
+                    m.body.len(),
+                    self.max_payload
+                ))));
+                continue;
+            }
+            out.push(None);
             let mut h = async_nats::HeaderMap::new();
             h.insert("Nats-Msg-Id", m.id.as_str());
             h.insert("Content-Type", m.content_type);
@@ -97,15 +115,16 @@ impl Sink for NatsSink {
                 .map_err(|e| format!("publish to {}: {e}", self.subject))?;
             acks.push(ack);
         }
-        let mut out = Vec::with_capacity(acks.len());
+        let mut confirmed = Vec::with_capacity(acks.len());
         for a in acks {
             // A PubAck (duplicate or not) says the stream holds the message.
             match a.await {
-                Ok(_) => out.push(Published::Confirmed),
+                Ok(_) => confirmed.push(Published::Confirmed),
                 Err(e) => return Err(format!("PubAck from {}: {e}", self.subject)),
             }
         }
-        Ok(out)
+        let mut confirmed = confirmed.into_iter();
+        Ok(out.into_iter().map(|o| o.or_else(|| confirmed.next()).unwrap_or(Published::Confirmed)).collect())
     }
 
     async fn at_broker(&mut self, id: &str, since: Micros, now: Micros) -> Result<Option<bool>, String> {
@@ -114,8 +133,9 @@ impl Sink for NatsSink {
             // The stream still remembers the id: publishing again is safe.
             return Ok(None);
         }
-        // From a second before the first publish, headers only.
-        let start = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since - 1_000_000) * 1000)
+        // From a minute before the first publish (the server's clock may differ from
+        // ours), headers only.
+        let start = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since - 60_000_000) * 1000)
             .map_err(|e| format!("time: {e}"))?;
         let c = self
             .stream

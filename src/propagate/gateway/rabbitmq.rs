@@ -128,12 +128,16 @@ impl Sink for RabbitSink {
             }
             let mut props = BasicProperties::default()
                 .with_delivery_mode(2)
-                .with_message_id(m.id.as_str().into())
                 .with_content_type(m.content_type.into())
                 .with_priority(amqp_priority(m.priority))
                 .with_headers(headers);
-            if let Some(c) = &m.correlation {
-                props = props.with_correlation_id(c.as_str().into());
+            // AMQP's short strings hold 255 bytes: a longer id or correlation travels in its
+            // AQ-* header only.
+            if let Ok(id) = ShortString::try_new(m.id.as_str()) {
+                props = props.with_message_id(id);
+            }
+            if let Some(c) = m.correlation.as_deref().and_then(|c| ShortString::try_new(c).ok()) {
+                props = props.with_correlation_id(c);
             }
             if let Some(ms) = m.expiration_ms {
                 props = props.with_expiration(ms.max(1).to_string().into());

@@ -107,9 +107,11 @@ impl Engine {
             Ok(n) => tracing::debug!(rows = n, "session tombstones and idempotency records forgotten"),
             Err(e) => tracing::warn!(error = %e, "purging session tombstones and idempotency records"),
         }
-        // Inbound gateway jobs' marks of the broker messages they enqueued: a broker
-        // redelivers within minutes; the marks are kept as long as idempotency records.
-        match self.store.gateway_seen_purge(now.saturating_sub(window)).await {
+        // Inbound gateway jobs' marks of the broker messages they enqueued: a message
+        // unacked when its job died comes again when the job is back, which may be days
+        // later (an MQTT session of the job lasts a week): kept for eight days at least.
+        let marks = window.max(8 * 24 * 3600 * 1_000_000);
+        match self.store.gateway_seen_purge(now.saturating_sub(marks)).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "inbound gateway marks forgotten"),
             Err(e) => tracing::warn!(error = %e, "purging inbound gateway marks"),
