@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 
+mod broker;
 mod in_process;
 mod notify;
 mod smtp;
@@ -57,6 +58,12 @@ enum Scenario {
     /// The codec alone: the batch scenario's request (`--batch` messages) parsed over and
     /// over in this process by `--clients` threads, to tell the XML's share of the servlet.
     Parse,
+    /// A bare broker client (`--broker`): `--count` messages published with confirmations
+    /// awaited per batch of `--batch`, the peer of an outbound gateway job.
+    BrokerPublish,
+    /// A bare broker client: `--count` messages consumed and acked, the peer of an inbound
+    /// gateway job.
+    BrokerConsume,
 }
 
 #[derive(Parser, Debug)]
@@ -129,6 +136,21 @@ struct Args {
     /// migrations and the queue `--queue`.
     #[arg(long)]
     database: Option<String>,
+    /// The broker scenarios' broker.
+    #[arg(long, value_enum, default_value = "nats")]
+    broker: broker::Broker,
+    /// The broker's URL (credentials included, for RabbitMQ).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    broker_url: String,
+    /// NATS subject, RabbitMQ queue or MQTT topic.
+    #[arg(long, default_value = "aqgate.bench")]
+    target: String,
+    /// The NATS stream that holds `--target`.
+    #[arg(long, default_value = "AQGATE_BENCH")]
+    stream: String,
+    /// Messages the broker scenarios publish or consume.
+    #[arg(long, default_value_t = 20_000)]
+    count: usize,
 }
 
 /// The options of a buffered send or receive (`--buffered`): IMMEDIATE, as they must be.
@@ -314,6 +336,13 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if matches!(args.scenario, Scenario::BrokerPublish | Scenario::BrokerConsume) {
+        let t = broker::Target { broker: args.broker, url: &args.broker_url, name: &args.target, stream: &args.stream };
+        return match args.scenario {
+            Scenario::BrokerPublish => broker::publish(&t, args.count, args.batch, args.payload).await,
+            _ => broker::consume(&t, args.count, 256).await,
+        };
+    }
     if args.scenario == Scenario::Smtp {
         let mails = Arc::new(smtp_mails(&args)?);
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -420,7 +449,12 @@ async fn main() -> anyhow::Result<()> {
             vec![send_xml(&args.queue, 1, &hex).replace("<AQXmlCommit/>", ""), COMMIT_XML.to_string()]
         }
         Scenario::Receive => vec![buffered(receive_xml(&args.queue), args.buffered)],
-        Scenario::Smtp | Scenario::Notify | Scenario::Store | Scenario::Parse => vec![receive_xml(&args.queue)],
+        Scenario::Smtp
+        | Scenario::Notify
+        | Scenario::Store
+        | Scenario::Parse
+        | Scenario::BrokerPublish
+        | Scenario::BrokerConsume => vec![receive_xml(&args.queue)],
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));

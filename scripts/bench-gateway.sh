@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The Messaging Gateway's jobs against bare clients of the same crates doing the same
+# confirmed work, in the same run, on PostgreSQL and the machine's brokers (see
+# BENCHMARKS.md). Per broker and round, on a fresh database:
+# - outbound: COUNT messages enqueued to AQUSER.RAW_QUE (100 per request) while the job
+#   publishes them; its rate is COUNT / (first enqueue → last message at a bare consumer).
+#   Peer: `aqgate-bench --scenario broker-publish` (batches of 30, confirmations awaited).
+# - inbound: COUNT messages published by a bare publisher while the job enqueues them to
+#   AQUSER.RAW_ARCHIVE; its rate is COUNT / (first publish → the last enqueued). Peer:
+#   `aqgate-bench --scenario broker-consume` (each message acked) on COUNT prefilled ones.
+# Usage: scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=$1; count=$2; shift 2
+brokers=${*:-nats rabbitmq mqtt}
+cargo build --release --bin aqgate --bin aqgate-bench --locked >/dev/null
+scripts/ensure-postgres.sh >/dev/null
+scripts/ensure-brokers.sh >/dev/null
+pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
+db="$pg/aqgate_bench_gw"
+port=18473
+url="http://127.0.0.1:$port/aqserv"
+topo=$(mktemp --suffix=.toml)
+batch=$(mktemp --suffix=.xml)
+trap 'rm -f "$topo" "$batch"' EXIT
+hex=$(head -c 1024 /dev/zero | tr '\0' 'Z' | od -An -tx1 | tr -d ' \n' | tr a-f A-F)
+{
+  printf '<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination></producer_options><message_set><message_count>100</message_count>'
+  for i in $(seq 1 100); do printf '<message><message_number>%d</message_number><message_payload><raw>%s</raw></message_payload></message>' "$i" "$hex"; done
+  printf '</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>'
+} > "$batch"
+bench() { target/release/aqgate-bench "$@"; }
+field() { sed -E "s/.*$1=([0-9.]+).*/\1/"; }
+depth() { target/release/aqgate admin queues --database "$db" | awk -v q="$1" '$1 == q { print $NF }'; }
+for r in $(seq 1 "$rounds"); do
+  for b in $brokers; do
+    tag="b$r$(date +%s%N | tail -c 7)"
+    case $b in
+      nats) link="url = \"nats://127.0.0.1:4222\""; burl=nats://127.0.0.1:4222
+            out="native_name = \"gwb.$tag.out\"
+stream = \"GWB_${tag}_OUT\"
+create = true"; inq="native_name = \"gwb.$tag.in\"
+stream = \"GWB_${tag}_IN\"
+create = true"; tout="gwb.$tag.out"; tin="gwb.$tag.in"; sout="GWB_${tag}_OUT"; sin="GWB_${tag}_IN";;
+      rabbitmq) link="url = \"amqp://127.0.0.1:5672/%2f\"
+username = \"guest\"
+password_env = \"GWB_PASSWORD\""; burl=amqp://guest:guest@127.0.0.1:5672/%2f
+            out="native_name = \"gwb.$tag.out\"
+create = true"; inq="native_name = \"gwb.$tag.in\"
+create = true"; tout="gwb.$tag.out"; tin="gwb.$tag.in"; sout=-; sin=-;;
+      mqtt) link="url = \"mqtt://127.0.0.1:1883\""; burl=mqtt://127.0.0.1:1883
+            out="native_name = \"gwb/$tag/out\""; inq="native_name = \"gwb/$tag/in\""
+            tout="gwb/$tag/out"; tin="gwb/$tag/in"; sout=-; sin=-;;
+    esac
+    { cat config/topology.toml; cat <<TOML
+
+[[queues]]
+name = "AQUSER.RAW_ARCHIVE"
+queue_table = "AQUSER.RAW_TAB"
+
+[[gateway.links]]
+name = "l"
+kind = "$b"
+$link
+
+[[gateway.foreign_queues]]
+name = "out"
+link = "l"
+$out
+
+[[gateway.foreign_queues]]
+name = "in"
+link = "l"
+$inq
+
+[[gateway.jobs]]
+name = "out_$tag"
+source = "AQUSER.RAW_QUE"
+destination = "out@l"
+
+[[gateway.jobs]]
+name = "in_$tag"
+source = "in@l"
+destination = "AQUSER.RAW_ARCHIVE"
+TOML
+    } > "$topo"
+    PGOPTIONS='-c client_min_messages=warning' psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_gw' -c 'CREATE DATABASE aqgate_bench_gw' >/dev/null
+    GWB_PASSWORD=guest target/release/aqgate serve --no-smtp --no-notify --listen "127.0.0.1:$port" --database "$db" --topology "$topo" >/tmp/aqgate-bench-gw.log 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+    sleep 2 # the jobs connect (and create the streams and queues they are asked to)
+    # Outbound: a bare consumer counts what the job publishes.
+    bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tout" --stream "$sout" --count "$count" > /tmp/gwb-consume.txt &
+    cpid=$!
+    sleep 1
+    t0=$(date +%s.%N)
+    for _ in $(seq 1 $((count / 100))); do
+      curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" >/dev/null
+    done
+    wait "$cpid"
+    last=$(field last_at < /tmp/gwb-consume.txt)
+    job_out=$(echo "$count / ($last - $t0)" | bc)
+    # Inbound: the job enqueues what a bare publisher sends.
+    t0=$(date +%s.%N)
+    bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin" --stream "$sin" --count "$count" --batch 30 >/dev/null
+    while [ "$(depth AQUSER.RAW_ARCHIVE)" -lt "$count" ]; do sleep 0.05; done
+    job_in=$(echo "$count / ($(date +%s.%N) - $t0)" | bc)
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    # The peers: a bare publisher, then a bare consumer of what another bare publisher sent.
+    peer_out=$(bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tout.peer" --stream "${sout}_P" --count "$count" --batch 30 | field 'msgs/s')
+    if [ "$b" = mqtt ]; then
+      bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --count "$count" > /tmp/gwb-peer.txt &
+      cpid=$!; sleep 1
+      bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --count "$count" --batch 30 >/dev/null
+      wait "$cpid"; peer_in=$(field 'msgs/s' < /tmp/gwb-peer.txt)
+    else
+      bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream "${sin}_P" --count "$count" --batch 30 >/dev/null
+      peer_in=$(bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream "${sin}_P" --count "$count" | field 'msgs/s')
+    fi
+    echo "round=$r broker=$b outbound_job=$job_out peer_publish=$peer_out inbound_job=$job_in peer_consume=$peer_in"
+  done
+done
