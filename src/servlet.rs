@@ -150,6 +150,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
         }
     }
+    match s.engine.store().gateway_links().await {
+        Ok(links) => crate::propagate::status::render_links(&links, s.engine.now(), &mut out),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: gateway links");
+            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+        }
+    }
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -392,6 +392,16 @@ destination = "void@dead"
         }) && l_connected(&links, "RABBIT")
     });
     assert_eq!(http_get(port, "/readyz").map(|(c, _)| c), Some(200), "ready while a broker is down");
+    let (_, metrics) = http_get(port, "/metrics").expect("metrics");
+    let gauge = |link: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("aqgate_gateway_link_connected{{link=\"{link}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!((gauge("RABBIT").as_deref(), gauge("DEAD").as_deref()), (Some("1"), Some("0")), "{metrics}");
+    assert!(metrics.contains("aqgate_propagation_exceptions_total{job=\"FROM_CONV\"} 1"), "{metrics}");
     let jobs = admin_json(&db, "jobs");
     assert_eq!(job(&jobs, "TO_VOID")["state"], "RETRYING", "{jobs}");
     drop(s);

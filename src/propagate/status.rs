@@ -200,4 +200,35 @@ pub fn render(jobs: &[JobFigures], out: &mut String) {
     for j in jobs {
         out.push_str(&format!("aqgate_propagation_lag_seconds{{job=\"{}\"}} {:.3}\n", label(&j.name), j.lag));
     }
+    let gateway: Vec<&JobFigures> = jobs.iter().filter(|j| j.guarantee.is_some()).collect();
+    if !gateway.is_empty() {
+        out.push_str(
+            "# HELP aqgate_gateway_in_doubt Messages an outbound gateway job published (perhaps) and still holds.\n\
+             # TYPE aqgate_gateway_in_doubt gauge\n",
+        );
+        for j in gateway {
+            out.push_str(&format!("aqgate_gateway_in_doubt{{job=\"{}\"}} {}\n", label(&j.name), j.in_doubt));
+        }
+    }
+}
+
+/// The gateway's links in Prometheus text: 1 for each process's link that is CONNECTED,
+/// 0 otherwise (a row not refreshed for a minute: 0).
+pub fn render_links(links: &[aqgate_core::store::LinkStatus], now: Micros, out: &mut String) {
+    if links.is_empty() {
+        return;
+    }
+    let label = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    out.push_str(
+        "# HELP aqgate_gateway_link_connected A gateway link as a process sees it (1: CONNECTED).\n\
+         # TYPE aqgate_gateway_link_connected gauge\n",
+    );
+    for l in links {
+        let up = u8::from(l.state == "CONNECTED" && now - l.updated_at <= 60 * MICROS_PER_SEC);
+        out.push_str(&format!(
+            "aqgate_gateway_link_connected{{link=\"{}\",owner=\"{}\"}} {up}\n",
+            label(&l.name),
+            label(&l.owner)
+        ));
+    }
 }
