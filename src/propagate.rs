@@ -264,6 +264,20 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
     }
 }
 
+/// A password the topology names by place only: the environment variable `env`, else the
+/// file `file` (without its trailing line end); `None` when it names neither.
+pub(crate) fn secret(env: Option<&str>, file: Option<&str>) -> Result<Option<String>, String> {
+    match (env, file) {
+        (Some(var), _) => {
+            std::env::var(var).map(Some).map_err(|_| format!("the environment variable {var} is not set"))
+        }
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .map(|p| Some(p.trim_end_matches(['\r', '\n']).to_string()))
+            .map_err(|e| format!("{f}: {e}")),
+        (None, None) => Ok(None),
+    }
+}
+
 /// What `make` makes, tried every 10 s (the job RETRYING meanwhile); `None` if stopped first.
 async fn usable<T>(
     engine: &Engine,

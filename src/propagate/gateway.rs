@@ -86,13 +86,7 @@ pub(crate) trait Source: Send {
 
 /// The link's user and password, the password read now from the environment or the file.
 pub(crate) fn credentials(link: &LinkDef) -> Result<Option<(String, String)>, String> {
-    let password = match (&link.password_env, &link.password_file) {
-        (Some(var), _) => Some(std::env::var(var).map_err(|_| format!("the environment variable {var} is not set"))?),
-        (None, Some(f)) => Some(
-            std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?.trim_end_matches(['\r', '\n']).to_string(),
-        ),
-        (None, None) => None,
-    };
+    let password = super::secret(link.password_env.as_deref(), link.password_file.as_deref())?;
     Ok(link.username.clone().map(|u| (u, password.unwrap_or_default())))
 }
 
@@ -321,22 +315,45 @@ impl Pacing {
     }
 }
 
+/// The connection a job just made, reported to the board; a failure is reported, and
+/// waited out with the link's backoff (`None`: try again).
+async fn connected<T>(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    stats: &Stats,
+    board: &Board,
+    pacing: &mut Pacing,
+    made: Result<T, String>,
+) -> Option<T> {
+    match made {
+        Ok(c) => {
+            board.report(engine, &route.link.name, &job.name, Ok(true)).await;
+            Some(c)
+        }
+        Err(e) => {
+            board.report(engine, &route.link.name, &job.name, Err(&e)).await;
+            pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
+            None
+        }
+    }
+}
+
 async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
     let mut pacing = Pacing::new(job);
     let mut conn: Option<Box<dyn Sink>> = None;
     while !*stats.stop.borrow() {
         if conn.is_none() {
-            match sink(&route.link, &route.foreign, &job.name).await {
-                Ok(s) => {
-                    board.report(engine, &route.link.name, &job.name, Ok(true)).await;
-                    conn = Some(s);
-                }
-                Err(e) => {
-                    board.report(engine, &route.link.name, &job.name, Err(&e)).await;
-                    pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
-                    continue;
-                }
-            }
+            conn = connected(
+                engine,
+                job,
+                route,
+                stats,
+                board,
+                &mut pacing,
+                sink(&route.link, &route.foreign, &job.name).await,
+            )
+            .await;
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
@@ -538,17 +555,8 @@ async fn inbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, s
     let mut exceptions: Option<Box<dyn Sink>> = None;
     while !*stats.stop.borrow() {
         if conn.is_none() {
-            match source(&route.link, &route.foreign, &job.name).await {
-                Ok(s) => {
-                    board.report(engine, &route.link.name, &job.name, Ok(true)).await;
-                    conn = Some(s);
-                }
-                Err(e) => {
-                    board.report(engine, &route.link.name, &job.name, Err(&e)).await;
-                    pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
-                    continue;
-                }
-            }
+            let made = source(&route.link, &route.foreign, &job.name).await;
+            conn = connected(engine, job, route, stats, board, &mut pacing, made).await;
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;

@@ -41,13 +41,8 @@ pub enum Sent {
 impl Remote {
     /// The remote's client; the password is read now, from the environment or the file.
     pub fn new(def: &RemoteDef) -> Result<Self, String> {
-        let password = match (&def.password_env, &def.password_file) {
-            (Some(var), _) => std::env::var(var).map_err(|_| format!("the environment variable {var} is not set"))?,
-            (None, Some(f)) => {
-                std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?.trim_end_matches(['\r', '\n']).to_string()
-            }
-            (None, None) => return Err("no password_env or password_file".into()),
-        };
+        let password = super::secret(def.password_env.as_deref(), def.password_file.as_deref())?
+            .ok_or("no password_env or password_file")?;
         let mut b = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::foreign::*;
+use super::propagation::schema;
 use super::{AgentInfo, QueueInfo, Subscriber, canon};
 use crate::payload::PayloadKind;
 
@@ -254,21 +255,11 @@ fn job(
             if q.remote.is_some() {
                 errors.push(format!("{key}.source: a remote queue space's queue is drained by its own job"));
             }
-            if let Some(eq) = d.exception_queue.as_deref().map(canon) {
-                match queues.get(&eq) {
-                    None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
-                    Some(e) if e.payload != payload => errors.push(format!(
-                        "{key}.exception_queue: payload type {} differs from the source's {payload}",
-                        e.payload
-                    )),
-                    Some(e) if e.is_exception_queue || e.multi_consumer => errors.push(format!(
-                        "{key}.exception_queue: {eq} must be an ordinary single-consumer queue (open for enqueue)"
-                    )),
-                    Some(_) => {
-                        schemas.push(schema(&eq));
-                        exception_queue = Some(eq);
-                    }
-                }
+            if let Some(eq) = d.exception_queue.as_deref().map(canon)
+                && super::propagation::exception_queue_usable(queues, &eq, &payload, key, errors)
+            {
+                schemas.push(schema(&eq));
+                exception_queue = Some(eq);
             }
         }
         Direction::Inbound => {
@@ -309,18 +300,7 @@ fn job(
     }
     schemas.sort();
     schemas.dedup();
-    agents.insert(
-        agent.clone(),
-        AgentInfo {
-            name: agent.clone(),
-            password_hash: None,
-            http: false,
-            smtp: false,
-            gateway: false,
-            db_users: schemas,
-            certificate_location: None,
-        },
-    );
+    agents.insert(agent.clone(), super::propagation::job_agent_info(&agent, schemas));
     // Outbound: from the source's type (the dequeue applies it, and the object's XML is
     // sent); inbound: to the destination's (the body is read as the transformation's source
     // type).
@@ -382,10 +362,6 @@ fn url_has_credentials(url: &str) -> bool {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     authority.contains('@')
-}
-
-fn schema(queue: &str) -> String {
-    queue.split_once('.').map_or(queue, |(s, _)| s).to_string()
 }
 
 #[cfg(test)]

@@ -286,18 +286,10 @@ pub fn resolve(
         if let Some(f) = &d.forward {
             schemas.extend(f.reply_queue.iter().chain(f.failure_queue.iter()).map(|q| schema(&canon(q))));
         }
-        if let Some(eq) = &exception_queue {
-            match queues.get(eq) {
-                None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
-                Some(q) if q.payload != src.payload => errors.push(format!(
-                    "{key}.exception_queue: payload type {} differs from the source's {}",
-                    q.payload, src.payload
-                )),
-                Some(q) if q.is_exception_queue || q.multi_consumer => errors.push(format!(
-                    "{key}.exception_queue: {eq} must be an ordinary single-consumer queue (open for enqueue)"
-                )),
-                Some(_) => schemas.push(schema(eq)),
-            }
+        if let Some(eq) = &exception_queue
+            && exception_queue_usable(queues, eq, &src.payload, &key, errors)
+        {
+            schemas.push(schema(eq));
         }
         let agent = job_agent(&name);
         let multi = src.multi_consumer;
@@ -306,18 +298,7 @@ pub fn resolve(
         }
         schemas.sort();
         schemas.dedup();
-        agents.insert(
-            agent.clone(),
-            AgentInfo {
-                name: agent.clone(),
-                password_hash: None,
-                http: false,
-                smtp: false,
-                gateway: false,
-                db_users: schemas,
-                certificate_location: None,
-            },
-        );
+        agents.insert(agent.clone(), job_agent_info(&agent, schemas));
         let info = PropagationInfo {
             name: name.clone(),
             source,
@@ -349,6 +330,43 @@ fn is_queue_name(q: &str) -> bool {
     matches!(q.split_once('.'), Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.'))
 }
 
-fn schema(queue: &str) -> String {
+pub(super) fn schema(queue: &str) -> String {
     queue.split_once('.').map_or(queue, |(s, _)| s).to_string()
+}
+
+/// The agent job agent `agent` is: no password, no protocol, `db_users` as given.
+pub(super) fn job_agent_info(agent: &str, db_users: Vec<String>) -> AgentInfo {
+    AgentInfo {
+        name: agent.to_string(),
+        password_hash: None,
+        http: false,
+        smtp: false,
+        gateway: false,
+        db_users,
+        certificate_location: None,
+    }
+}
+
+/// Whether `eq` can be the exception queue of a job whose messages are of `payload`: a
+/// known, ordinary single-consumer queue of that type. Otherwise the reason goes to
+/// `errors` (at `key`).
+pub(super) fn exception_queue_usable(
+    queues: &BTreeMap<String, QueueInfo>,
+    eq: &str,
+    payload: &crate::payload::PayloadKind,
+    key: &str,
+    errors: &mut Vec<String>,
+) -> bool {
+    let problem = match queues.get(eq) {
+        None => format!("{key}.exception_queue: unknown queue {eq}"),
+        Some(q) if q.payload != *payload => {
+            format!("{key}.exception_queue: payload type {} differs from the source's {payload}", q.payload)
+        }
+        Some(q) if q.is_exception_queue || q.multi_consumer => {
+            format!("{key}.exception_queue: {eq} must be an ordinary single-consumer queue (open for enqueue)")
+        }
+        Some(_) => return true,
+    };
+    errors.push(problem);
+    false
 }

@@ -339,18 +339,7 @@ pub fn jobs(
         let agent = job_agent(&m.local);
         let mut db_users = vec![schema(&m.local).to_string(), schema(&m.exception_queue).to_string()];
         db_users.dedup();
-        agents.insert(
-            agent.clone(),
-            AgentInfo {
-                name: agent.clone(),
-                password_hash: None,
-                http: false,
-                smtp: false,
-                gateway: false,
-                db_users,
-                certificate_location: None,
-            },
-        );
+        agents.insert(agent.clone(), super::propagation::job_agent_info(&agent, db_users));
         let info = PropagationInfo {
             name: m.local.clone(),
             source: m.local.clone(),
