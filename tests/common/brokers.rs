@@ -5,7 +5,7 @@
 //! or a graceful stop ([`Broker::stop`]). A missing binary fails the test, naming
 //! `scripts/ensure-brokers.sh`, which installs them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -178,14 +178,6 @@ impl Broker {
             assert!(Instant::now() < deadline, "{}: port {} still answers after the stop", self.name, self.port);
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.join(format!("{}.log", self.name))
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

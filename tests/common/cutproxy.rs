@@ -13,7 +13,6 @@ use tokio::sync::watch;
 
 pub struct CutProxy {
     pub port: u16,
-    upstream: u16,
     cuts: watch::Sender<usize>,
     refusing: Arc<AtomicBool>,
     /// Connections forwarded so far.
@@ -77,7 +76,7 @@ impl CutProxy {
             });
         });
         let port = port_rx.recv_timeout(Duration::from_secs(10)).expect("the proxy's port");
-        Self { port, upstream, cuts, refusing, accepted, stop: Some(stop), thread: Some(thread) }
+        Self { port, cuts, refusing, accepted, stop: Some(stop), thread: Some(thread) }
     }
 
     /// Drops every connection through the proxy now, both sides.
@@ -93,10 +92,6 @@ impl CutProxy {
     /// The number of cuts so far.
     pub fn cuts(&self) -> usize {
         *self.cuts.borrow()
-    }
-
-    pub fn upstream(&self) -> u16 {
-        self.upstream
     }
 }
 
