@@ -74,8 +74,16 @@ impl Fault<'_> {
             Fault::Kill(b) => b.kill9(),
             Fault::Stop(b) => b.stop(),
             Fault::Cut(p) => {
-                p.refuse(true);
-                p.cut();
+                // A cut that meets no connection (aqgate between two tries) proves
+                // nothing: one through the proxy first.
+                loop {
+                    wait_until("a connection through the proxy", Duration::from_secs(30), || p.open() > 0);
+                    p.refuse(true);
+                    if p.cut() > 0 {
+                        break;
+                    }
+                    p.refuse(false);
+                }
             }
         }
     }
@@ -179,11 +187,11 @@ fn assert_marked_ledger(what: &str, copies: &BTreeMap<String, (usize, usize)>, t
     copies.values().map(|(n, _)| n - 1).sum()
 }
 
-/// The cuts met live connections: aqgate connected through the proxy again after them.
+/// The cuts, each of which dropped live connections (see [`Fault::down`]).
 fn assert_cut_live(proxy: &CutProxy) {
     let (cuts, accepted) = (proxy.cuts(), proxy.accepted.load(std::sync::atomic::Ordering::SeqCst));
     println!("{cuts} cuts, {accepted} connections through the proxy");
-    assert!(cuts >= 8 && accepted > cuts, "{cuts} cuts, {accepted} connections");
+    assert!(cuts >= 8, "{cuts} cuts");
 }
 
 // ---------------------------------------------------------------- NATS

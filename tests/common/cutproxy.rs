@@ -15,8 +15,9 @@ pub struct CutProxy {
     pub port: u16,
     cuts: watch::Sender<usize>,
     refusing: Arc<AtomicBool>,
-    /// Connections forwarded so far.
+    /// Connections forwarded so far, and those open now.
     pub accepted: Arc<AtomicUsize>,
+    open: Arc<AtomicUsize>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -34,9 +35,10 @@ impl CutProxy {
         let (cuts, _) = watch::channel(0usize);
         let refusing = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (port_tx, port_rx) = std::sync::mpsc::channel();
-        let (c, r, a) = (cuts.clone(), refusing.clone(), accepted.clone());
+        let (c, r, a, o) = (cuts.clone(), refusing.clone(), accepted.clone(), open.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -57,6 +59,7 @@ impl CutProxy {
                     }
                     a.fetch_add(1, Ordering::SeqCst);
                     let mut cut = c.subscribe();
+                    let open = o.clone();
                     tokio::spawn(async move {
                         let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                             reset(down);
@@ -65,10 +68,12 @@ impl CutProxy {
                         let _ = down.set_nodelay(true);
                         let _ = up.set_nodelay(true);
                         let (mut down, mut up) = (down, up);
+                        open.fetch_add(1, Ordering::SeqCst);
                         tokio::select! {
                             _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
                             _ = cut.changed() => {}
                         }
+                        open.fetch_sub(1, Ordering::SeqCst);
                         reset(down);
                         reset(up);
                     });
@@ -76,12 +81,19 @@ impl CutProxy {
             });
         });
         let port = port_rx.recv_timeout(Duration::from_secs(10)).expect("the proxy's port");
-        Self { port, cuts, refusing, accepted, stop: Some(stop), thread: Some(thread) }
+        Self { port, cuts, refusing, accepted, open, stop: Some(stop), thread: Some(thread) }
     }
 
-    /// Drops every connection through the proxy now, both sides.
-    pub fn cut(&self) {
+    /// Drops every connection through the proxy now, both sides; how many were open.
+    pub fn cut(&self) -> usize {
+        let open = self.open();
         self.cuts.send_modify(|n| *n += 1);
+        open
+    }
+
+    /// The connections open through the proxy now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
     }
 
     /// While `on`, new connections are closed as soon as they are accepted.
@@ -97,7 +109,7 @@ impl CutProxy {
 
 impl Drop for CutProxy {
     fn drop(&mut self) {
-        self.cut();
+        let _ = self.cut();
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
