@@ -1,11 +1,14 @@
 //! Shared test scaffolding: a fresh database per test (a SQLite file, or a new PostgreSQL
 //! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
 //! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`]), a
-//! real SAML IdP ([`simplesamlphp`])
+//! real SAML IdP ([`simplesamlphp`]), private brokers to kill ([`brokers`]), a TCP proxy
+//! that cuts connections ([`cutproxy`])
 //! and IDAP over HTTP ([`idap_http`]).
 #![allow(dead_code, unused_imports)]
 
 // `idap` is the protocol crate's module here.
+pub mod brokers;
+pub mod cutproxy;
 #[path = "idap.rs"]
 mod idap_http;
 mod numbered;

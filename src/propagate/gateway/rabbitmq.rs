@@ -53,6 +53,19 @@ async fn connect(link: &LinkDef) -> Result<Connection, String> {
     Connection::connect_uri_with_config(uri, props, tls, runtime).await.map_err(|e| format!("{}: {e}", link.url))
 }
 
+/// How long the job waits for a broker's confirm, or for lapin to send an ack or a nack.
+/// lapin leaves such a promise unresolved when the connection fails under it (a reset
+/// while the frame waits to go out): without a bound the job would wait on it for ever,
+/// never reconnecting. Past it, the link counts as failed.
+const PROMISE_WAIT: Duration = Duration::from_secs(30);
+
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = lapin::Result<T>>) -> Result<T, String> {
+    match tokio::time::timeout(PROMISE_WAIT, f).await {
+        Ok(r) => r.map_err(|e| format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {} s", PROMISE_WAIT.as_secs())),
+    }
+}
+
 /// Where a foreign queue's messages are published: (exchange, routing key).
 fn target(fq: &ForeignQueueDef) -> (String, String) {
     match fq.domain {
@@ -157,7 +170,7 @@ impl Sink for RabbitSink {
         }
         let mut out = Vec::with_capacity(confirms.len());
         for c in confirms {
-            match c.await.map_err(|e| format!("confirm: {e}"))? {
+            match bounded("confirm", c).await? {
                 Confirmation::Ack(None) | Confirmation::NotRequested => out.push(Published::Confirmed),
                 Confirmation::Ack(Some(returned)) => out.push(Published::Refused(format!(
                     "the broker returned it: {} {} (exchange '{}', routing key '{}')",
@@ -273,7 +286,7 @@ impl Source for RabbitSource {
     async fn ack(&mut self, tags: &[u64]) -> Result<(), String> {
         for t in tags {
             if let Some(d) = self.held.remove(t) {
-                d.ack(BasicAckOptions::default()).await.map_err(|e| format!("ack: {e}"))?;
+                bounded("ack", d.ack(BasicAckOptions::default())).await?;
             }
         }
         Ok(())
@@ -282,9 +295,7 @@ impl Source for RabbitSource {
     async fn requeue(&mut self, tags: &[u64]) -> Result<(), String> {
         for t in tags {
             if let Some(d) = self.held.remove(t) {
-                d.nack(BasicNackOptions { requeue: true, ..Default::default() })
-                    .await
-                    .map_err(|e| format!("nack: {e}"))?;
+                bounded("nack", d.nack(BasicNackOptions { requeue: true, ..Default::default() })).await?;
             }
         }
         Ok(())

@@ -1,0 +1,640 @@
+//! The Messaging Gateway while the broker fails under it, through a real `aqgate serve` on
+//! PostgreSQL: a ledger of what was lost or duplicated in each direction while the broker
+//! itself is killed and started again (private instances on their own ports and data, see
+//! `common::brokers`; the shared brokers are never killed), and while the TCP connection
+//! to the shared brokers is cut through a proxy (`common::cutproxy`). Each test also sees
+//! its link go RECONNECTING in `admin gateway` and come back CONNECTED. Every name at a
+//! shared broker carries a random tag, so runs do not meet.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use common::brokers::Broker;
+use common::cutproxy::CutProxy;
+use common::*;
+use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+
+fn tag() -> String {
+    aqgate_core::engine::session::random_id()[..10].to_lowercase()
+}
+
+/// A random moment up to `max_ms` from now.
+fn moment(max_ms: u64) -> Duration {
+    use std::hash::BuildHasher;
+    let h = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    Duration::from_millis(h % max_ms.max(1))
+}
+
+fn serve(db: &str, port: u16, topo: &std::path::Path) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut p = Proc::spawn(
+        "aqgate serve (gateway brokers)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
+            .args(["--topology", topo.to_str().expect("utf-8")])
+            .env("AQGT_RABBIT_PASSWORD", "guest"),
+    );
+    p.wait_ready(port, Duration::from_secs(60));
+    p
+}
+
+fn admin_json(db: &str, what: &str) -> serde_json::Value {
+    let out = aqgate(&["admin", what, "--database", db, "--json"]).output().expect("admin");
+    assert!(out.status.success(), "admin {what}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+fn link_state(db: &str, name: &str) -> Option<String> {
+    let links = admin_json(db, "gateway");
+    links.as_array()?.iter().find(|r| r["name"] == name).and_then(|r| r["state"].as_str().map(str::to_string))
+}
+
+fn in_doubt(db: &str, job: &str) -> serde_json::Value {
+    let jobs = admin_json(db, "jobs");
+    jobs.as_array()
+        .and_then(|a| a.iter().find(|j| j["name"] == job))
+        .map(|j| j["in_doubt"].clone())
+        .unwrap_or_else(|| panic!("job {job}: {jobs}"))
+}
+
+/// What fails under the link: the broker (killed -9, or stopped gracefully where the broker
+/// keeps only then what it acknowledged), or the connection to it (cut through the proxy).
+enum Fault<'a> {
+    Kill(&'a mut Broker),
+    Stop(&'a mut Broker),
+    Cut(&'a CutProxy),
+}
+
+impl Fault<'_> {
+    fn down(&mut self) {
+        match self {
+            Fault::Kill(b) => b.kill9(),
+            Fault::Stop(b) => b.stop(),
+            Fault::Cut(p) => {
+                // A cut that meets no connection (aqgate between two tries) proves
+                // nothing: one through the proxy first.
+                loop {
+                    wait_until("a connection through the proxy", Duration::from_secs(30), || p.open() > 0);
+                    p.refuse(true);
+                    if p.cut() > 0 {
+                        break;
+                    }
+                    p.refuse(false);
+                }
+            }
+        }
+    }
+
+    fn up(&mut self) {
+        match self {
+            Fault::Kill(b) | Fault::Stop(b) => b.start(),
+            Fault::Cut(p) => p.refuse(false),
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Fault::Kill(_) => "broker kills -9",
+            Fault::Stop(_) => "broker restarts (SIGTERM)",
+            Fault::Cut(_) => "cuts",
+        }
+    }
+}
+
+/// The traffic and the faults: in each of `rounds` rounds, `per` numbered messages go to
+/// AQUSER.RAW_QUE over HTTP while `inbound` (if any) feeds the broker the same numbers,
+/// and at a random moment the link fails. In the first round the link stays down until
+/// `admin gateway` shows `link` RECONNECTING (a few more messages are sent meanwhile, so
+/// that the outbound job tries the dead link too, and fed inbound once it is back); later
+/// ones come back at once (a cut: after a random moment). With `feed_first` each round's
+/// inbound feed is done before the fault. Returns the number of messages sent each way.
+#[allow(clippy::too_many_arguments)]
+async fn rounds<F>(
+    db: &str,
+    port: u16,
+    link: &str,
+    fault: &mut Fault<'_>,
+    rounds: usize,
+    per: usize,
+    feed_first: bool,
+    inbound: F,
+) -> usize
+where
+    F: Fn(Range<usize>) -> tokio::task::JoinHandle<()>,
+{
+    let extra = 5;
+    let began = Instant::now();
+    let mut moments = Vec::new();
+    for r in 0..rounds {
+        let sender = tokio::spawn(async move { send_numbered(port, "AQUSER.RAW_QUE", r * per, per, 5, "").await });
+        let mut feed = Some(inbound(r * per..(r + 1) * per));
+        if feed_first && let Some(f) = feed.take() {
+            f.await.expect("the inbound feed");
+        }
+        let m = moment(600);
+        moments.push(m.as_millis());
+        tokio::time::sleep(m).await;
+        fault.down();
+        if r == 0 {
+            let from = rounds * per;
+            send_numbered(port, "AQUSER.RAW_QUE", from, extra, 5, "").await;
+            wait_until(&format!("{link} RECONNECTING while its broker is away"), Duration::from_secs(60), || {
+                link_state(db, link).as_deref() == Some("RECONNECTING")
+            });
+            println!("{link} RECONNECTING after {:?}", began.elapsed());
+            fault.up();
+            inbound(from..from + extra).await.expect("the inbound feed");
+        } else {
+            if matches!(fault, Fault::Cut(_)) {
+                tokio::time::sleep(moment(500)).await;
+            }
+            fault.up();
+        }
+        sender.await.expect("the sender");
+        if let Some(f) = feed {
+            f.await.expect("the inbound feed");
+        }
+    }
+    println!("{} {}: at {moments:?} ms into their rounds; {:?} of rounds", rounds, fault.what(), began.elapsed());
+    rounds * per + extra
+}
+
+/// Everything has arrived: the destination holds `total`, the source is empty; then a
+/// moment more, so that what arrived is all there is.
+async fn settled(db: &str, total: usize) {
+    let began = Instant::now();
+    wait_until("every message through the broker", Duration::from_secs(120), || {
+        depth(db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(db, "AQUSER.RAW_QUE") == 0
+    });
+    println!("all {total} arrived {:?} after the last fault", began.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Copies per payload: (how many, how many marked x-aqgate-redelivered). Asserts none of
+/// `0..total` is missing, nothing else is there, and every copy of one beyond the first is
+/// marked; the number of duplicates.
+fn assert_marked_ledger(what: &str, copies: &BTreeMap<String, (usize, usize)>, total: usize) -> usize {
+    let lost: Vec<String> = (0..total).map(hex).filter(|p| !copies.contains_key(p)).collect();
+    assert!(lost.is_empty(), "{what}: lost at the broker: {lost:?}");
+    assert_eq!(copies.len(), total, "{what}: only the numbered messages");
+    // Every copy after the first is marked (the first may be too: a publish in doubt that
+    // had not arrived).
+    let unmarked: Vec<_> = copies.iter().filter(|(_, (n, marked))| marked + 1 < *n).collect();
+    assert!(unmarked.is_empty(), "{what}: duplicated without the mark: {unmarked:?}");
+    copies.values().map(|(n, _)| n - 1).sum()
+}
+
+/// The cuts, each of which dropped live connections (see [`Fault::down`]).
+fn assert_cut_live(proxy: &CutProxy) {
+    let (cuts, accepted) = (proxy.cuts(), proxy.accepted.load(std::sync::atomic::Ordering::SeqCst));
+    println!("{cuts} cuts, {accepted} connections through the proxy");
+    assert!(cuts >= 8, "{cuts} cuts");
+}
+
+// ---------------------------------------------------------------- NATS
+
+fn nats_topology(url: &str, subject: &str, stream: &str) -> std::path::PathBuf {
+    demo_topology_with(
+        "gateway-nats-faults",
+        &format!(
+            r#"
+[[gateway.links]]
+name = "nats"
+kind = "nats"
+url = "{url}"
+heartbeat_secs = 5
+reconnect_backoff_ms = 200
+reconnect_max_ms = 2000
+
+[[gateway.foreign_queues]]
+name = "orders"
+link = "nats"
+native_name = "{subject}"
+stream = "{stream}"
+create = true
+
+[[gateway.jobs]]
+name = "to_nats"
+source = "AQUSER.RAW_QUE"
+destination = "orders@nats"
+batch_size = 20
+
+[[gateway.jobs]]
+name = "from_nats"
+source = "orders@nats"
+destination = "AQUSER.RAW_ARCHIVE"
+batch_size = 20
+"#
+        ),
+    )
+}
+
+/// NATS both ways (RAW_QUE → the stream → RAW_ARCHIVE) through `fault`: aqgate's link at
+/// `url`, the stream looked at on `nats_port`. The stream holds each message once
+/// (outbound exactly once), RAW_ARCHIVE too (inbound exactly once).
+async fn nats_ledger(url: &str, nats_port: u16, mut fault: Fault<'_>, n_rounds: usize) {
+    let started = Instant::now();
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let topo = nats_topology(url, &subject, &stream);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let s = serve(&db, port, &topo);
+    wait_until("the NATS link CONNECTED", Duration::from_secs(30), || {
+        link_state(&db, "NATS").as_deref() == Some("CONNECTED")
+    });
+    let total = rounds(&db, port, "NATS", &mut fault, n_rounds, 100, false, |_| tokio::spawn(async {})).await;
+    settled(&db, total).await;
+    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
+    assert_exactly(&got, 0..total);
+
+    let client = async_nats::connect(format!("127.0.0.1:{nats_port}")).await.expect("NATS");
+    let js = async_nats::jetstream::new(client);
+    let mut st = js.get_stream(&stream).await.expect("stream");
+    let info = st.info().await.expect("stream info");
+    assert_eq!(info.state.messages, total as u64, "the stream holds each message once");
+    for job in ["TO_NATS", "FROM_NATS"] {
+        assert_eq!(in_doubt(&db, job), 0, "{job}");
+    }
+    wait_until("the NATS link CONNECTED again", Duration::from_secs(30), || {
+        link_state(&db, "NATS").as_deref() == Some("CONNECTED")
+    });
+    println!(
+        "nats, {}: {total} messages each way: 0 lost, 0 duplicated (stream and AQ); {:?}",
+        fault.what(),
+        started.elapsed()
+    );
+    drop(s);
+    let _ = js.delete_stream(&stream).await;
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// NATS (a private `nats-server -js`) killed -9 and started again on the same port and
+/// store, eight times while messages flow both ways: 0 lost, 0 duplicated in the stream
+/// and in AQ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_both_ways_exactly_once_through_broker_kills() {
+    let mut b = Broker::nats();
+    let (url, p) = (format!("nats://127.0.0.1:{}", b.port), b.port);
+    nats_ledger(&url, p, Fault::Kill(&mut b), 8).await;
+}
+
+/// NATS (the shared server) behind a proxy that cuts aqgate's connections eight times
+/// while messages flow both ways: 0 lost, 0 duplicated in the stream and in AQ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_both_ways_exactly_once_through_cut_connections() {
+    let proxy = CutProxy::start(4222);
+    let url = format!("nats://127.0.0.1:{}", proxy.port);
+    nats_ledger(&url, 4222, Fault::Cut(&proxy), 8).await;
+    assert_cut_live(&proxy);
+}
+
+// ---------------------------------------------------------------- RabbitMQ
+
+async fn rabbit_channel(amqp_port: u16) -> Result<(lapin::Connection, lapin::Channel), lapin::Error> {
+    let url = format!("amqp://guest:guest@127.0.0.1:{amqp_port}/%2f");
+    let c = lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await?;
+    let ch = c.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    Ok((c, ch))
+}
+
+/// Publishes messages `range` to queue `q` (persistent, message id `m-TAG-i`), each
+/// until the broker confirms it, reconnecting while the broker is away: a publish that
+/// failed after it arrived goes twice, with the same message id, as any careful
+/// publisher's would.
+fn rabbit_feed(amqp_port: u16, q: String, t: String, range: Range<usize>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut conn: Option<(lapin::Connection, lapin::Channel)> = None;
+        for i in range {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                assert!(Instant::now() < deadline, "the feed could not publish {i} within 2 minutes");
+                if conn.is_none() {
+                    conn = rabbit_channel(amqp_port).await.ok();
+                }
+                let Some((_, ch)) = &conn else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let body = u32::try_from(i).expect("small").to_be_bytes();
+                let props = lapin::BasicProperties::default()
+                    .with_message_id(format!("m-{t}-{i}").into())
+                    .with_delivery_mode(2);
+                let sent = ch.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), &body, props);
+                let ok = match tokio::time::timeout(Duration::from_secs(10), async { sent.await?.await }).await {
+                    Ok(Ok(c)) => c.is_ack(),
+                    _ => false,
+                };
+                if ok {
+                    break;
+                }
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    })
+}
+
+/// Every message in queue `q`, taken: (payload as numbered hex, marked x-aqgate-redelivered).
+async fn rabbit_drain(ch: &lapin::Channel, q: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    while let Some(m) = ch.basic_get(q.into(), BasicGetOptions { no_ack: true }).await.expect("basic.get") {
+        let d = m.delivery;
+        let marked = d.properties.headers().as_ref().is_some_and(|h| {
+            h.inner().iter().any(|(k, v)| {
+                k.as_str() == "x-aqgate-redelivered"
+                    && matches!(v, lapin::types::AMQPValue::LongString(s) if s.as_bytes() == b"true")
+            })
+        });
+        out.push((hex::encode_upper(&d.data), marked));
+    }
+    out
+}
+
+/// RabbitMQ both ways through `fault`: aqgate's link at `url`, the test's own clients on
+/// `amqp_port`. Outbound (RAW_QUE → a durable queue): nothing lost, a message there twice
+/// only with a copy marked x-aqgate-redelivered. Inbound (a publisher with confirms and
+/// message ids, itself publishing again what it could not confirm → RAW_ARCHIVE): exactly
+/// once.
+async fn rabbit_ledger(url: &str, amqp_port: u16, mut fault: Fault<'_>, n_rounds: usize) {
+    let started = Instant::now();
+    let t = tag();
+    let (qout, qin) = (format!("aqgt.{t}.out"), format!("aqgt.{t}.in"));
+    let topo = demo_topology_with(
+        "gateway-rabbit-faults",
+        &format!(
+            r#"
+[[gateway.links]]
+name = "rabbit"
+kind = "rabbitmq"
+url = "{url}"
+username = "guest"
+password_env = "AQGT_RABBIT_PASSWORD"
+heartbeat_secs = 5
+reconnect_backoff_ms = 200
+reconnect_max_ms = 2000
+
+[[gateway.foreign_queues]]
+name = "out"
+link = "rabbit"
+native_name = "{qout}"
+create = true
+
+[[gateway.foreign_queues]]
+name = "in"
+link = "rabbit"
+native_name = "{qin}"
+create = true
+
+[[gateway.jobs]]
+name = "to_rabbit"
+source = "AQUSER.RAW_QUE"
+destination = "out@rabbit"
+batch_size = 20
+
+[[gateway.jobs]]
+name = "from_rabbit"
+source = "in@rabbit"
+destination = "AQUSER.RAW_ARCHIVE"
+batch_size = 20
+"#
+        ),
+    );
+    let (_c, ch) = rabbit_channel(amqp_port).await.expect("RabbitMQ");
+    ch.queue_declare(qin.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+        .await
+        .expect("declare the inbound queue");
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let s = serve(&db, port, &topo);
+    wait_until("the RabbitMQ link CONNECTED", Duration::from_secs(30), || {
+        link_state(&db, "RABBIT").as_deref() == Some("CONNECTED")
+    });
+    let feed = |r: Range<usize>| rabbit_feed(amqp_port, qin.clone(), t.clone(), r);
+    let total = rounds(&db, port, "RABBIT", &mut fault, n_rounds, 100, false, feed).await;
+    settled(&db, total).await;
+    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
+    assert_exactly(&got, 0..total);
+
+    let (_c, ch) = rabbit_channel(amqp_port).await.expect("RabbitMQ");
+    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (p, marked) in rabbit_drain(&ch, &qout).await {
+        let e = copies.entry(p).or_default();
+        e.0 += 1;
+        e.1 += usize::from(marked);
+    }
+    let dups = assert_marked_ledger("rabbitmq outbound", &copies, total);
+    assert_eq!(in_doubt(&db, "TO_RABBIT"), 0);
+    wait_until("the RabbitMQ link CONNECTED again", Duration::from_secs(30), || {
+        link_state(&db, "RABBIT").as_deref() == Some("CONNECTED")
+    });
+    println!(
+        "rabbitmq, {}: {total} messages each way: 0 lost; outbound {dups} duplicates, all marked; inbound 0 duplicated; {:?}",
+        fault.what(),
+        started.elapsed()
+    );
+    drop(s);
+    let _ = ch.queue_delete(qout.as_str().into(), Default::default()).await;
+    let _ = ch.queue_delete(qin.as_str().into(), Default::default()).await;
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// RabbitMQ (a private node of its own) killed -9 and started again on the same port and
+/// Mnesia directory, five times while messages flow both ways: 0 lost; outbound
+/// duplicates only marked; inbound 0 duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rabbitmq_both_ways_through_broker_kills() {
+    let mut b = Broker::rabbitmq(&tag());
+    let (url, p) = (format!("amqp://127.0.0.1:{}/%2f", b.port), b.port);
+    rabbit_ledger(&url, p, Fault::Kill(&mut b), 5).await;
+}
+
+/// RabbitMQ (the shared node) behind a proxy that cuts aqgate's connections eight times
+/// while messages flow both ways: 0 lost; outbound duplicates only marked; inbound 0
+/// duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rabbitmq_both_ways_through_cut_connections() {
+    let proxy = CutProxy::start(5672);
+    let url = format!("amqp://127.0.0.1:{}/%2f", proxy.port);
+    rabbit_ledger(&url, 5672, Fault::Cut(&proxy), 8).await;
+    assert_cut_live(&proxy);
+}
+
+// ---------------------------------------------------------------- MQTT
+
+/// MQTT both ways through `fault`: aqgate's link at `url`, the test's own clients on
+/// `mqtt_port`. Outbound (RAW_QUE → a topic a bare subscriber with a persistent session
+/// reads): nothing lost, a message twice only with a copy marked (the broker's own
+/// redeliveries to that subscriber, DUP set, not counted). Inbound (a bare publisher with
+/// `aq-message-id`, each round acknowledged before the fault → RAW_ARCHIVE): exactly once.
+async fn mqtt_ledger(url: &str, mqtt_port: u16, mut fault: Fault<'_>, n_rounds: usize) {
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+
+    let started = Instant::now();
+    let t = tag();
+    let (tout, tin) = (format!("aqgt/{t}/out"), format!("aqgt/{t}/in"));
+    let topo = demo_topology_with(
+        "gateway-mqtt-faults",
+        &format!(
+            r#"
+[[gateway.links]]
+name = "mqtt"
+kind = "mqtt"
+url = "{url}"
+heartbeat_secs = 5
+reconnect_backoff_ms = 200
+reconnect_max_ms = 2000
+
+[[gateway.foreign_queues]]
+name = "out"
+link = "mqtt"
+native_name = "{tout}"
+
+[[gateway.foreign_queues]]
+name = "in"
+link = "mqtt"
+native_name = "{tin}"
+
+[[gateway.jobs]]
+name = "to_mqtt_{t}"
+source = "AQUSER.RAW_QUE"
+destination = "out@mqtt"
+batch_size = 20
+
+[[gateway.jobs]]
+name = "from_mqtt_{t}"
+source = "in@mqtt"
+destination = "AQUSER.RAW_ARCHIVE"
+batch_size = 20
+"#
+        ),
+    );
+    // The bare subscriber: a persistent session, polling on (and so reconnecting) through
+    // the faults.
+    let mut o = MqttOptions::new(format!("aqgt-test-sub-{t}"), "127.0.0.1", mqtt_port);
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(600));
+    let (sub, mut sub_loop) = AsyncClient::new(o, 1000);
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, bool)>();
+    let (subacked_tx, subacked) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut subacked_tx = Some(subacked_tx);
+        loop {
+            match sub_loop.poll().await {
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let marked = p.properties.as_ref().is_some_and(|pr| {
+                        pr.user_properties.iter().any(|(k, v)| k == "x-aqgate-redelivered" && v == "true")
+                    });
+                    if seen_tx.send((hex::encode_upper(&p.payload), marked, p.dup)).is_err() {
+                        return;
+                    }
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(tx) = subacked_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    });
+    sub.subscribe(tout.clone(), QoS::AtLeastOnce).await.expect("subscribe");
+    tokio::time::timeout(Duration::from_secs(30), subacked).await.expect("SUBACK").expect("SUBACK");
+
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let s = serve(&db, port, &topo);
+    wait_until("the MQTT link CONNECTED", Duration::from_secs(30), || {
+        link_state(&db, "MQTT").as_deref() == Some("CONNECTED")
+    });
+    // The inbound job's session subscribed: what is published from now on is kept for it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let feed = |r: Range<usize>| {
+        let tin = tin.clone();
+        let t = t.clone();
+        tokio::spawn(async move {
+            let o = MqttOptions::new(format!("aqgt-test-pub-{t}-{}", r.start), "127.0.0.1", mqtt_port);
+            let (publ, mut pub_loop) = AsyncClient::new(o, 1000);
+            let n = r.len();
+            for i in r {
+                let body = u32::try_from(i).expect("small").to_be_bytes().to_vec();
+                let props = PublishProperties {
+                    user_properties: vec![("aq-message-id".into(), format!("q-{t}-{i}"))],
+                    ..Default::default()
+                };
+                publ.publish_with_properties(tin.clone(), QoS::AtLeastOnce, false, body, props).await.expect("publish");
+            }
+            let mut acked = 0;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while acked < n {
+                match tokio::time::timeout_at(deadline, pub_loop.poll()).await.expect("the round's PUBACKs") {
+                    Ok(Event::Incoming(Packet::PubAck(_))) => acked += 1,
+                    Ok(_) => {}
+                    Err(e) => panic!("the publisher's connection failed: {e}"),
+                }
+            }
+            let _ = publ.disconnect().await;
+        })
+    };
+    // Each round's publishes are acknowledged before the fault: a fault during them would
+    // make this bare client (not aqgate) lose or repeat them.
+    let total = rounds(&db, port, "MQTT", &mut fault, n_rounds, 100, true, feed).await;
+    settled(&db, total).await;
+    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
+    assert_exactly(&got, 0..total);
+    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut broker_redeliveries = 0;
+    while let Ok(Some((p, marked, dup))) = tokio::time::timeout(Duration::from_secs(3), seen_rx.recv()).await {
+        if dup && copies.contains_key(&p) {
+            broker_redeliveries += 1;
+            continue;
+        }
+        let e = copies.entry(p).or_default();
+        e.0 += 1;
+        e.1 += usize::from(marked);
+    }
+    let dups = assert_marked_ledger("mqtt outbound", &copies, total);
+    wait_until("the MQTT link CONNECTED again", Duration::from_secs(30), || {
+        link_state(&db, "MQTT").as_deref() == Some("CONNECTED")
+    });
+    println!(
+        "mqtt, {}: {total} messages each way: 0 lost; outbound {dups} duplicates, all marked \
+         ({broker_redeliveries} redeliveries by the broker to the subscriber); inbound 0 duplicated; {:?}",
+        fault.what(),
+        started.elapsed()
+    );
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// Mosquitto (a private instance with persistence) stopped and started again on the same
+/// port and data six times while messages flow both ways: 0 lost; outbound duplicates
+/// only marked; inbound 0 duplicated. Stopped with SIGTERM, not killed -9: Mosquitto
+/// writes its persistence only periodically (`autosave_interval`) and at shutdown, so a
+/// kill -9 loses what it had acknowledged (sessions and queued messages alike): the
+/// broker's own limit, which no client can make up for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mqtt_both_ways_through_broker_restarts() {
+    let mut b = Broker::mosquitto();
+    let (url, p) = (format!("mqtt://127.0.0.1:{}", b.port), b.port);
+    mqtt_ledger(&url, p, Fault::Stop(&mut b), 6).await;
+}
+
+/// MQTT (the shared Mosquitto) behind a proxy that cuts aqgate's connections eight times
+/// while messages flow both ways: 0 lost; outbound duplicates only marked; inbound 0
+/// duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mqtt_both_ways_through_cut_connections() {
+    let proxy = CutProxy::start(1883);
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    mqtt_ledger(&url, 1883, Fault::Cut(&proxy), 8).await;
+    assert_cut_live(&proxy);
+}
