@@ -8,7 +8,8 @@
 # - inbound: COUNT messages published by a bare publisher while the job enqueues them to
 #   AQUSER.RAW_ARCHIVE; its rate is COUNT / (first publish → the last enqueued). Peer:
 #   `aqgate-bench --scenario broker-consume` (each message acked) on COUNT prefilled ones.
-# Usage: scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
+# Usage: [JOB_BATCH=30] scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
+# (JOB_BATCH: the jobs' batch_size; 30 is the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1; count=$2; shift 2
@@ -23,14 +24,14 @@ url="http://127.0.0.1:$port/aqserv"
 topo=$(mktemp --suffix=.toml)
 batch=$(mktemp --suffix=.xml)
 trap 'rm -f "$topo" "$batch"' EXIT
-hex=$(head -c 1024 /dev/zero | tr '\0' 'Z' | od -An -tx1 | tr -d ' \n' | tr a-f A-F)
+hex=$(head -c 1024 /dev/zero | tr '\0' 'Z' | od -An -v -tx1 | tr -d ' \n' | tr a-f A-F)
 {
   printf '<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.RAW_QUE</destination></producer_options><message_set><message_count>100</message_count>'
   for i in $(seq 1 100); do printf '<message><message_number>%d</message_number><message_payload><raw>%s</raw></message_payload></message>' "$i" "$hex"; done
   printf '</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>'
 } > "$batch"
 bench() { target/release/aqgate-bench "$@"; }
-field() { sed -E "s/.*$1=([0-9.]+).*/\1/"; }
+field() { sed -E "s|.*$1=([0-9.]+).*|\1|"; }
 depth() { target/release/aqgate admin queues --database "$db" | awk -v q="$1" '$1 == q { print $NF }'; }
 for r in $(seq 1 "$rounds"); do
   for b in $brokers; do
@@ -77,11 +78,13 @@ $inq
 name = "out_$tag"
 source = "AQUSER.RAW_QUE"
 destination = "out@l"
+batch_size = ${JOB_BATCH:-30}
 
 [[gateway.jobs]]
 name = "in_$tag"
 source = "in@l"
 destination = "AQUSER.RAW_ARCHIVE"
+batch_size = ${JOB_BATCH:-30}
 TOML
     } > "$topo"
     PGOPTIONS='-c client_min_messages=warning' psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_gw' -c 'CREATE DATABASE aqgate_bench_gw' >/dev/null
@@ -90,32 +93,34 @@ TOML
     for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
     sleep 2 # the jobs connect (and create the streams and queues they are asked to)
     # Outbound: a bare consumer counts what the job publishes.
-    bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tout" --stream "$sout" --count "$count" > /tmp/gwb-consume.txt &
+    bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tout" --stream="$sout" --count "$count" > /tmp/gwb-consume.txt &
     cpid=$!
     sleep 1
     t0=$(date +%s.%N)
     for _ in $(seq 1 $((count / 100))); do
-      curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" >/dev/null
+      if curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" | grep -q Fault; then
+        echo "bench-gateway: the enqueue was refused" >&2; exit 1
+      fi
     done
     wait "$cpid"
     last=$(field last_at < /tmp/gwb-consume.txt)
     job_out=$(echo "$count / ($last - $t0)" | bc)
     # Inbound: the job enqueues what a bare publisher sends.
     t0=$(date +%s.%N)
-    bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin" --stream "$sin" --count "$count" --batch 30 >/dev/null
+    bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin" --stream="$sin" --count "$count" --batch 30 >/dev/null
     while [ "$(depth AQUSER.RAW_ARCHIVE)" -lt "$count" ]; do sleep 0.05; done
     job_in=$(echo "$count / ($(date +%s.%N) - $t0)" | bc)
     kill "$pid"; wait "$pid" 2>/dev/null || true
     # The peers: a bare publisher, then a bare consumer of what another bare publisher sent.
-    peer_out=$(bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tout.peer" --stream "${sout}_P" --count "$count" --batch 30 | field 'msgs/s')
+    peer_out=$(bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tout.peer" --stream="${sout}_P" --count "$count" --batch 30 | field 'msgs/s')
     if [ "$b" = mqtt ]; then
       bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --count "$count" > /tmp/gwb-peer.txt &
       cpid=$!; sleep 1
       bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --count "$count" --batch 30 >/dev/null
       wait "$cpid"; peer_in=$(field 'msgs/s' < /tmp/gwb-peer.txt)
     else
-      bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream "${sin}_P" --count "$count" --batch 30 >/dev/null
-      peer_in=$(bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream "${sin}_P" --count "$count" | field 'msgs/s')
+      bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream="${sin}_P" --count "$count" --batch 30 >/dev/null
+      peer_in=$(bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream="${sin}_P" --count "$count" | field 'msgs/s')
     fi
     echo "round=$r broker=$b outbound_job=$job_out peer_publish=$peer_out inbound_job=$job_in peer_consume=$peer_in"
   done
