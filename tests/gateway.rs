@@ -7,68 +7,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::gateway::*;
 use common::*;
-use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-
-fn tag() -> String {
-    aqgate_core::engine::session::random_id()[..10].to_lowercase()
-}
-
-fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
-    let listen = format!("127.0.0.1:{port}");
-    let mut p = Proc::spawn(
-        "aqgate serve (gateway)",
-        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
-            .args(["--topology", topology.to_str().expect("utf-8")]),
-    );
-    p.wait_ready(port, Duration::from_secs(60));
-    p
-}
-
-fn admin_json(db: &str, what: &str) -> serde_json::Value {
-    let out = aqgate(&["admin", what, "--database", db, "--json"]).output().expect("admin");
-    assert!(out.status.success(), "admin {what}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("json")
-}
-
-fn job<'a>(jobs: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    jobs.as_array().and_then(|a| a.iter().find(|j| j["name"] == name)).unwrap_or_else(|| panic!("job {name}: {jobs}"))
-}
 
 /// Random moments in a send-and-propagate round: 0 to 700 ms.
 fn jitter(i: usize) -> Duration {
     Duration::from_millis(((i * 7919) % 701) as u64)
-}
-
-async fn rabbit() -> lapin::Channel {
-    let c = lapin::Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", lapin::ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ on 5672 (scripts/ensure-brokers.sh)");
-    let ch = c.create_channel().await.expect("channel");
-    // The connection lives as long as the channel's users need it.
-    std::mem::forget(c);
-    ch
-}
-
-/// Every message in RabbitMQ queue `q`, taken: (payload as numbered hex, marked
-/// x-aqgate-redelivered).
-async fn rabbit_drain(ch: &lapin::Channel, q: &str) -> Vec<(String, bool)> {
-    let mut out = Vec::new();
-    while let Some(m) = ch.basic_get(q.into(), BasicGetOptions { no_ack: true }).await.expect("basic.get") {
-        let d = m.delivery;
-        let marked = d.properties.headers().as_ref().is_some_and(|h| {
-            h.inner().iter().any(|(k, v)| {
-                k.as_str() == "x-aqgate-redelivered"
-                    && matches!(v, lapin::types::AMQPValue::LongString(s) if s.as_bytes() == b"true")
-            })
-        });
-        out.push((hex::encode_upper(&d.data), marked));
-    }
-    out
 }
 
 /// NATS both ways through 20 kills of aqgate: client sends → RAW_QUE → (job to_nats) →
@@ -79,60 +27,22 @@ async fn nats_both_ways_exactly_once_through_kill_nine() {
     let t = tag();
     let stream = format!("AQGT_{}", t.to_uppercase());
     let subject = format!("aqgt.{t}.orders");
-    let topo = demo_topology_with(
-        "gateway-nats",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "nats"
-kind = "nats"
-url = "nats://127.0.0.1:4222"
-
-[[gateway.foreign_queues]]
-name = "orders"
-link = "nats"
-native_name = "{subject}"
-stream = "{stream}"
-create = true
-
-[[gateway.jobs]]
-name = "to_nats"
-source = "AQUSER.RAW_QUE"
-destination = "orders@nats"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_nats"
-source = "orders@nats"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    );
+    let topo = nats_topology("gateway-nats", "nats://127.0.0.1:4222", "", &subject, &stream);
     let db = fresh_pg_url().await;
     let port = free_port();
-    let mut s = serve(&db, port, &topo);
+    let mut s = serve("gateway", &db, port, &topo);
     let (rounds, per) = (20, 25);
     for r in 0..rounds {
         send_numbered(port, "AQUSER.RAW_QUE", r * per, per, 5, "").await;
         tokio::time::sleep(jitter(r)).await;
         s.kill9();
-        s = serve(&db, port, &topo);
+        s = serve("gateway", &db, port, &topo);
     }
     let total = rounds * per;
-    wait_until("every message through NATS and back", Duration::from_secs(90), || {
-        depth(&db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(&db, "AQUSER.RAW_QUE") == 0
-    });
-    // Nothing more comes: what arrived is all there is.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
+    all_arrived(&db, port, total, "every message through NATS and back", Duration::from_secs(90)).await;
 
-    let client = async_nats::connect("127.0.0.1:4222").await.expect("NATS on 4222");
-    let js = async_nats::jetstream::new(client);
-    let mut st = js.get_stream(&stream).await.expect("stream");
-    let info = st.info().await.expect("stream info");
-    assert_eq!(info.state.messages, total as u64, "the stream holds each message once");
+    let js = jetstream(4222).await;
+    assert_eq!(stream_messages(&js, &stream).await, total as u64, "the stream holds each message once");
 
     let jobs = admin_json(&db, "jobs");
     for (name, kind) in [("TO_NATS", "gateway-out"), ("FROM_NATS", "gateway-in")] {
@@ -157,69 +67,19 @@ batch_size = 20
 async fn rabbitmq_outbound_marked_and_inbound_exactly_once_through_kill_nine() {
     let t = tag();
     let (qout, qin) = (format!("aqgt.{t}.out"), format!("aqgt.{t}.in"));
-    let topo = demo_topology_with(
-        "gateway-rabbit",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "rabbit"
-kind = "rabbitmq"
-url = "amqp://127.0.0.1:5672/%2f"
-username = "guest"
-password_env = "AQGT_RABBIT_PASSWORD"
-
-[[gateway.foreign_queues]]
-name = "out"
-link = "rabbit"
-native_name = "{qout}"
-create = true
-
-[[gateway.foreign_queues]]
-name = "in"
-link = "rabbit"
-native_name = "{qin}"
-create = true
-
-[[gateway.jobs]]
-name = "to_rabbit"
-source = "AQUSER.RAW_QUE"
-destination = "out@rabbit"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_rabbit"
-source = "in@rabbit"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    );
+    let topo = rabbit_topology("gateway-rabbit", "amqp://127.0.0.1:5672/%2f", "", &qout, &qin);
     let db = fresh_pg_url().await;
     let port = free_port();
     let ch = rabbit().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
     ch.queue_declare(qin.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
         .await
         .expect("declare the inbound queue");
-    let start = |db: &str| {
-        let listen = format!("127.0.0.1:{port}");
-        let mut p = Proc::spawn(
-            "aqgate serve (gateway)",
-            aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
-                .args(["--topology", topo.to_str().expect("utf-8")])
-                .env("AQGT_RABBIT_PASSWORD", "guest"),
-        );
-        p.wait_ready(port, Duration::from_secs(60));
-        p
-    };
-    let mut s = start(&db);
+    let mut s = serve("gateway", &db, port, &topo);
     let (rounds, per) = (20, 25);
     for r in 0..rounds {
         send_numbered(port, "AQUSER.RAW_QUE", r * per, per, 5, "").await;
         for i in r * per..(r + 1) * per {
-            let body = u32::try_from(i).expect("small").to_be_bytes();
-            let props =
-                lapin::BasicProperties::default().with_message_id(format!("m-{t}-{i}").into()).with_delivery_mode(2);
+            let (body, props) = amqp_numbered(&t, i);
             let c = ch
                 .basic_publish("".into(), qin.as_str().into(), BasicPublishOptions::default(), &body, props)
                 .await
@@ -228,28 +88,17 @@ batch_size = 20
         }
         tokio::time::sleep(jitter(r)).await;
         s.kill9();
-        s = start(&db);
+        s = serve("gateway", &db, port, &topo);
     }
     let total = rounds * per;
-    wait_until("every message through RabbitMQ", Duration::from_secs(90), || {
-        depth(&db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(&db, "AQUSER.RAW_QUE") == 0
-    });
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
+    all_arrived(&db, port, total, "every message through RabbitMQ", Duration::from_secs(90)).await;
 
-    let out = rabbit_drain(&ch, &qout).await;
-    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for (p, marked) in &out {
-        let e = copies.entry(p.clone()).or_default();
-        e.0 += 1;
-        e.1 += usize::from(*marked);
-    }
-    let lost: Vec<String> = (0..total).map(hex).filter(|p| !copies.contains_key(p)).collect();
+    let copies = copies_of(rabbit_drain(&ch, &qout).await);
+    let lost = lost(&copies, total);
     assert!(lost.is_empty(), "lost at RabbitMQ: {lost:?}");
     let unmarked: Vec<_> = copies.iter().filter(|(_, (n, marked))| *n > 1 && *marked == 0).collect();
     assert!(unmarked.is_empty(), "duplicated without the mark: {unmarked:?}");
-    let dups: usize = copies.values().map(|(n, _)| n - 1).sum();
+    let dups = duplicates(&copies);
     assert_eq!(copies.len(), total, "only the numbered messages: {:?}", copies.keys().take(3).collect::<Vec<_>>());
     let jobs = admin_json(&db, "jobs");
     assert_eq!(job(&jobs, "TO_RABBIT")["in_doubt"], 0, "{jobs}");
@@ -334,19 +183,11 @@ destination = "void@dead"
     );
     let db = fresh_sqlite_url();
     let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut s = Proc::spawn(
-        "aqgate serve (gateway failures)",
-        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db])
-            .args(["--topology", topo.to_str().expect("utf-8")])
-            .env("AQGT_RABBIT_PASSWORD", "guest"),
-    );
-    s.wait_ready(port, Duration::from_secs(60));
+    let s = serve("gateway failures", &db, port, &topo);
 
     send_numbered(port, "AQUSER.RAW_INBOX", 0, 3, 3, "").await;
     let stuck = send_numbered(port, "AQUSER.RAW_QUE", 100, 2, 1, "").await;
     let ch = rabbit().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.expect("confirms");
     ch.queue_declare(qconv.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
         .await
         .expect("declare");
@@ -409,10 +250,6 @@ destination = "void@dead"
     let _ = std::fs::remove_file(&topo);
 }
 
-fn l_connected(links: &serde_json::Value, name: &str) -> bool {
-    links.as_array().is_some_and(|l| l.iter().any(|r| r["name"] == name && r["state"] == "CONNECTED"))
-}
-
 /// MQTT (Mosquitto, QoS 1) through 20 kills of aqgate. Outbound (RAW_QUE → a topic a bare
 /// subscriber with a persistent session reads): nothing lost, a message twice only with a
 /// copy marked. Inbound (a bare publisher with `aq-message-id` → RAW_ARCHIVE, through the
@@ -420,68 +257,20 @@ fn l_connected(links: &serde_json::Value, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn mqtt_outbound_marked_and_inbound_exactly_once_through_kill_nine() {
     use rumqttc::v5::mqttbytes::QoS;
-    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
-    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    use rumqttc::v5::{AsyncClient, MqttOptions};
 
     let t = tag();
     let (tout, tin) = (format!("aqgt/{t}/out"), format!("aqgt/{t}/in"));
-    let topo = demo_topology_with(
-        "gateway-mqtt",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "mqtt"
-kind = "mqtt"
-url = "mqtt://127.0.0.1:1883"
-
-[[gateway.foreign_queues]]
-name = "out"
-link = "mqtt"
-native_name = "{tout}"
-
-[[gateway.foreign_queues]]
-name = "in"
-link = "mqtt"
-native_name = "{tin}"
-
-[[gateway.jobs]]
-name = "to_mqtt_{t}"
-source = "AQUSER.RAW_QUE"
-destination = "out@mqtt"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_mqtt_{t}"
-source = "in@mqtt"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    );
+    let topo = mqtt_topology("gateway-mqtt", "mqtt://127.0.0.1:1883", "", &tout, &tin, &t);
     // The bare subscriber: a persistent session of its own, counting what arrives.
-    let mut o = MqttOptions::new(format!("aqgt-test-sub-{t}"), "127.0.0.1", 1883);
-    o.set_clean_start(false);
-    o.set_session_expiry_interval(Some(600));
-    let (sub, mut sub_loop) = AsyncClient::new(o, 1000);
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool)>();
-    tokio::spawn(async move {
-        while let Ok(e) = sub_loop.poll().await {
-            if let Event::Incoming(Packet::Publish(p)) = e {
-                let marked = p.properties.as_ref().is_some_and(|pr| {
-                    pr.user_properties.iter().any(|(k, v)| k == "x-aqgate-redelivered" && v == "true")
-                });
-                let _ = seen_tx.send((hex::encode_upper(&p.payload), marked));
-            }
-        }
-    });
-    sub.subscribe(tout.clone(), QoS::AtLeastOnce).await.expect("subscribe");
+    let (_sub, mut seen_rx) = mqtt_subscriber(&t, 1883, &tout).await;
     let (publ, mut pub_loop) =
         AsyncClient::new(MqttOptions::new(format!("aqgt-test-pub-{t}"), "127.0.0.1", 1883), 1000);
     tokio::spawn(async move { while pub_loop.poll().await.is_ok() {} });
 
     let db = fresh_pg_url().await;
     let port = free_port();
-    let mut s = serve(&db, port, &topo);
+    let mut s = serve("gateway", &db, port, &topo);
     wait_until("the inbound job's session is up", Duration::from_secs(30), || {
         l_connected(&admin_json(&db, "gateway"), "MQTT")
     });
@@ -490,35 +279,24 @@ batch_size = 20
     for r in 0..rounds {
         send_numbered(port, "AQUSER.RAW_QUE", r * per, per, 5, "").await;
         for i in r * per..(r + 1) * per {
-            let body = u32::try_from(i).expect("small").to_be_bytes().to_vec();
-            let props = PublishProperties {
-                user_properties: vec![("aq-message-id".into(), format!("q-{t}-{i}"))],
-                ..Default::default()
-            };
+            let (body, props) = mqtt_numbered(&t, i);
             publ.publish_with_properties(tin.clone(), QoS::AtLeastOnce, false, body, props).await.expect("publish");
         }
         tokio::time::sleep(jitter(r)).await;
         s.kill9();
-        s = serve(&db, port, &topo);
+        s = serve("gateway", &db, port, &topo);
     }
     let total = rounds * per;
-    wait_until("every message through MQTT", Duration::from_secs(90), || {
-        depth(&db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(&db, "AQUSER.RAW_QUE") == 0
-    });
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
-    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    while let Ok(Some((p, marked))) = tokio::time::timeout(Duration::from_secs(2), seen_rx.recv()).await {
-        let e = copies.entry(p).or_default();
-        e.0 += 1;
-        e.1 += usize::from(marked);
+    all_arrived(&db, port, total, "every message through MQTT", Duration::from_secs(90)).await;
+    let mut copies = Copies::new();
+    while let Ok(Some((p, marked, _))) = tokio::time::timeout(Duration::from_secs(2), seen_rx.recv()).await {
+        count_copy(&mut copies, p, marked);
     }
-    let lost: Vec<String> = (0..total).map(hex).filter(|p| !copies.contains_key(p)).collect();
+    let lost = lost(&copies, total);
     assert!(lost.is_empty(), "lost at the broker: {lost:?}");
     let unmarked: Vec<_> = copies.iter().filter(|(_, (n, marked))| *n > 1 && *marked == 0).collect();
     assert!(unmarked.is_empty(), "duplicated without the mark: {unmarked:?}");
-    let dups: usize = copies.values().map(|(n, _)| n - 1).sum();
+    let dups = duplicates(&copies);
     println!(
         "mqtt: {total} messages each way, 20 kills: 0 lost; outbound {dups} duplicates, all marked; inbound 0 duplicated"
     );

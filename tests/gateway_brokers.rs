@@ -8,19 +8,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use common::brokers::Broker;
 use common::cutproxy::CutProxy;
+use common::gateway::*;
 use common::*;
-use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-
-fn tag() -> String {
-    aqgate_core::engine::session::random_id()[..10].to_lowercase()
-}
 
 /// A random moment up to `max_ms` from now.
 fn moment(max_ms: u64) -> Duration {
@@ -29,35 +25,8 @@ fn moment(max_ms: u64) -> Duration {
     Duration::from_millis(h % max_ms.max(1))
 }
 
-fn serve(db: &str, port: u16, topo: &std::path::Path) -> Proc {
-    let listen = format!("127.0.0.1:{port}");
-    let mut p = Proc::spawn(
-        "aqgate serve (gateway brokers)",
-        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
-            .args(["--topology", topo.to_str().expect("utf-8")])
-            .env("AQGT_RABBIT_PASSWORD", "guest"),
-    );
-    p.wait_ready(port, Duration::from_secs(60));
-    p
-}
-
-fn admin_json(db: &str, what: &str) -> serde_json::Value {
-    let out = aqgate(&["admin", what, "--database", db, "--json"]).output().expect("admin");
-    assert!(out.status.success(), "admin {what}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("json")
-}
-
-fn link_state(db: &str, name: &str) -> Option<String> {
-    let links = admin_json(db, "gateway");
-    links.as_array()?.iter().find(|r| r["name"] == name).and_then(|r| r["state"].as_str().map(str::to_string))
-}
-
 fn in_doubt(db: &str, job: &str) -> serde_json::Value {
-    let jobs = admin_json(db, "jobs");
-    jobs.as_array()
-        .and_then(|a| a.iter().find(|j| j["name"] == job))
-        .map(|j| j["in_doubt"].clone())
-        .unwrap_or_else(|| panic!("job {job}: {jobs}"))
+    self::job(&admin_json(db, "jobs"), job)["in_doubt"].clone()
 }
 
 /// What fails under the link: the broker (killed -9, or stopped gracefully where the broker
@@ -162,29 +131,23 @@ where
     rounds * per + extra
 }
 
-/// Everything has arrived: the destination holds `total`, the source is empty; then a
-/// moment more, so that what arrived is all there is.
-async fn settled(db: &str, total: usize) {
-    let began = Instant::now();
-    wait_until("every message through the broker", Duration::from_secs(120), || {
-        depth(db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(db, "AQUSER.RAW_QUE") == 0
-    });
-    println!("all {total} arrived {:?} after the last fault", began.elapsed());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+/// Everything has arrived (see [`all_arrived`]), each of `0..total` once.
+async fn settled(db: &str, port: u16, total: usize) {
+    let waited = all_arrived(db, port, total, "every message through the broker", Duration::from_secs(120)).await;
+    println!("all {total} arrived {waited:?} after the last fault");
 }
 
-/// Copies per payload: (how many, how many marked x-aqgate-redelivered). Asserts none of
-/// `0..total` is missing, nothing else is there, and every copy of one beyond the first is
-/// marked; the number of duplicates.
-fn assert_marked_ledger(what: &str, copies: &BTreeMap<String, (usize, usize)>, total: usize) -> usize {
-    let lost: Vec<String> = (0..total).map(hex).filter(|p| !copies.contains_key(p)).collect();
+/// Asserts none of `0..total` is missing from `copies`, nothing else is there, and every
+/// copy of one beyond the first is marked; the number of duplicates.
+fn assert_marked_ledger(what: &str, copies: &Copies, total: usize) -> usize {
+    let lost = lost(copies, total);
     assert!(lost.is_empty(), "{what}: lost at the broker: {lost:?}");
     assert_eq!(copies.len(), total, "{what}: only the numbered messages");
     // Every copy after the first is marked (the first may be too: a publish in doubt that
     // had not arrived).
     let unmarked: Vec<_> = copies.iter().filter(|(_, (n, marked))| marked + 1 < *n).collect();
     assert!(unmarked.is_empty(), "{what}: duplicated without the mark: {unmarked:?}");
-    copies.values().map(|(n, _)| n - 1).sum()
+    duplicates(copies)
 }
 
 /// The cuts, each of which dropped live connections (see [`Fault::down`]).
@@ -196,42 +159,6 @@ fn assert_cut_live(proxy: &CutProxy) {
 
 // ---------------------------------------------------------------- NATS
 
-fn nats_topology(url: &str, subject: &str, stream: &str) -> std::path::PathBuf {
-    demo_topology_with(
-        "gateway-nats-faults",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "nats"
-kind = "nats"
-url = "{url}"
-heartbeat_secs = 5
-reconnect_backoff_ms = 200
-reconnect_max_ms = 2000
-
-[[gateway.foreign_queues]]
-name = "orders"
-link = "nats"
-native_name = "{subject}"
-stream = "{stream}"
-create = true
-
-[[gateway.jobs]]
-name = "to_nats"
-source = "AQUSER.RAW_QUE"
-destination = "orders@nats"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_nats"
-source = "orders@nats"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    )
-}
-
 /// NATS both ways (RAW_QUE → the stream → RAW_ARCHIVE) through `fault`: aqgate's link at
 /// `url`, the stream looked at on `nats_port`. The stream holds each message once
 /// (outbound exactly once), RAW_ARCHIVE too (inbound exactly once).
@@ -240,23 +167,18 @@ async fn nats_ledger(url: &str, nats_port: u16, mut fault: Fault<'_>, n_rounds: 
     let t = tag();
     let stream = format!("AQGT_{}", t.to_uppercase());
     let subject = format!("aqgt.{t}.orders");
-    let topo = nats_topology(url, &subject, &stream);
+    let topo = nats_topology("gateway-nats-faults", url, QUICK_RECONNECT, &subject, &stream);
     let db = fresh_pg_url().await;
     let port = free_port();
-    let s = serve(&db, port, &topo);
+    let s = serve("gateway brokers", &db, port, &topo);
     wait_until("the NATS link CONNECTED", Duration::from_secs(30), || {
         link_state(&db, "NATS").as_deref() == Some("CONNECTED")
     });
     let total = rounds(&db, port, "NATS", &mut fault, n_rounds, 100, false, |_| tokio::spawn(async {})).await;
-    settled(&db, total).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
+    settled(&db, port, total).await;
 
-    let client = async_nats::connect(format!("127.0.0.1:{nats_port}")).await.expect("NATS");
-    let js = async_nats::jetstream::new(client);
-    let mut st = js.get_stream(&stream).await.expect("stream");
-    let info = st.info().await.expect("stream info");
-    assert_eq!(info.state.messages, total as u64, "the stream holds each message once");
+    let js = jetstream(nats_port).await;
+    assert_eq!(stream_messages(&js, &stream).await, total as u64, "the stream holds each message once");
     for job in ["TO_NATS", "FROM_NATS"] {
         assert_eq!(in_doubt(&db, job), 0, "{job}");
     }
@@ -295,14 +217,6 @@ async fn nats_both_ways_exactly_once_through_cut_connections() {
 
 // ---------------------------------------------------------------- RabbitMQ
 
-async fn rabbit_channel(amqp_port: u16) -> Result<(lapin::Connection, lapin::Channel), lapin::Error> {
-    let url = format!("amqp://guest:guest@127.0.0.1:{amqp_port}/%2f");
-    let c = lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await?;
-    let ch = c.create_channel().await?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    Ok((c, ch))
-}
-
 /// Publishes messages `range` to queue `q` (persistent, message id `m-TAG-i`), each
 /// until the broker confirms it, reconnecting while the broker is away: a publish that
 /// failed after it arrived goes twice, with the same message id, as any careful
@@ -321,10 +235,7 @@ fn rabbit_feed(amqp_port: u16, q: String, t: String, range: Range<usize>) -> tok
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                let body = u32::try_from(i).expect("small").to_be_bytes();
-                let props = lapin::BasicProperties::default()
-                    .with_message_id(format!("m-{t}-{i}").into())
-                    .with_delivery_mode(2);
+                let (body, props) = amqp_numbered(&t, i);
                 let sent = ch.basic_publish("".into(), q.as_str().into(), BasicPublishOptions::default(), &body, props);
                 let ok = match tokio::time::timeout(Duration::from_secs(10), async { sent.await?.await }).await {
                     Ok(Ok(c)) => c.is_ack(),
@@ -340,22 +251,6 @@ fn rabbit_feed(amqp_port: u16, q: String, t: String, range: Range<usize>) -> tok
     })
 }
 
-/// Every message in queue `q`, taken: (payload as numbered hex, marked x-aqgate-redelivered).
-async fn rabbit_drain(ch: &lapin::Channel, q: &str) -> Vec<(String, bool)> {
-    let mut out = Vec::new();
-    while let Some(m) = ch.basic_get(q.into(), BasicGetOptions { no_ack: true }).await.expect("basic.get") {
-        let d = m.delivery;
-        let marked = d.properties.headers().as_ref().is_some_and(|h| {
-            h.inner().iter().any(|(k, v)| {
-                k.as_str() == "x-aqgate-redelivered"
-                    && matches!(v, lapin::types::AMQPValue::LongString(s) if s.as_bytes() == b"true")
-            })
-        });
-        out.push((hex::encode_upper(&d.data), marked));
-    }
-    out
-}
-
 /// RabbitMQ both ways through `fault`: aqgate's link at `url`, the test's own clients on
 /// `amqp_port`. Outbound (RAW_QUE → a durable queue): nothing lost, a message there twice
 /// only with a copy marked x-aqgate-redelivered. Inbound (a publisher with confirms and
@@ -365,69 +260,23 @@ async fn rabbit_ledger(url: &str, amqp_port: u16, mut fault: Fault<'_>, n_rounds
     let started = Instant::now();
     let t = tag();
     let (qout, qin) = (format!("aqgt.{t}.out"), format!("aqgt.{t}.in"));
-    let topo = demo_topology_with(
-        "gateway-rabbit-faults",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "rabbit"
-kind = "rabbitmq"
-url = "{url}"
-username = "guest"
-password_env = "AQGT_RABBIT_PASSWORD"
-heartbeat_secs = 5
-reconnect_backoff_ms = 200
-reconnect_max_ms = 2000
-
-[[gateway.foreign_queues]]
-name = "out"
-link = "rabbit"
-native_name = "{qout}"
-create = true
-
-[[gateway.foreign_queues]]
-name = "in"
-link = "rabbit"
-native_name = "{qin}"
-create = true
-
-[[gateway.jobs]]
-name = "to_rabbit"
-source = "AQUSER.RAW_QUE"
-destination = "out@rabbit"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_rabbit"
-source = "in@rabbit"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    );
+    let topo = rabbit_topology("gateway-rabbit-faults", url, QUICK_RECONNECT, &qout, &qin);
     let (_c, ch) = rabbit_channel(amqp_port).await.expect("RabbitMQ");
     ch.queue_declare(qin.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
         .await
         .expect("declare the inbound queue");
     let db = fresh_pg_url().await;
     let port = free_port();
-    let s = serve(&db, port, &topo);
+    let s = serve("gateway brokers", &db, port, &topo);
     wait_until("the RabbitMQ link CONNECTED", Duration::from_secs(30), || {
         link_state(&db, "RABBIT").as_deref() == Some("CONNECTED")
     });
     let feed = |r: Range<usize>| rabbit_feed(amqp_port, qin.clone(), t.clone(), r);
     let total = rounds(&db, port, "RABBIT", &mut fault, n_rounds, 100, false, feed).await;
-    settled(&db, total).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
+    settled(&db, port, total).await;
 
     let (_c, ch) = rabbit_channel(amqp_port).await.expect("RabbitMQ");
-    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for (p, marked) in rabbit_drain(&ch, &qout).await {
-        let e = copies.entry(p).or_default();
-        e.0 += 1;
-        e.1 += usize::from(marked);
-    }
+    let copies = copies_of(rabbit_drain(&ch, &qout).await);
     let dups = assert_marked_ledger("rabbitmq outbound", &copies, total);
     assert_eq!(in_doubt(&db, "TO_RABBIT"), 0);
     wait_until("the RabbitMQ link CONNECTED again", Duration::from_secs(30), || {
@@ -474,84 +323,20 @@ async fn rabbitmq_both_ways_through_cut_connections() {
 /// `aq-message-id`, each round acknowledged before the fault → RAW_ARCHIVE): exactly once.
 async fn mqtt_ledger(url: &str, mqtt_port: u16, mut fault: Fault<'_>, n_rounds: usize) {
     use rumqttc::v5::mqttbytes::QoS;
-    use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+    use rumqttc::v5::mqttbytes::v5::Packet;
     use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 
     let started = Instant::now();
     let t = tag();
     let (tout, tin) = (format!("aqgt/{t}/out"), format!("aqgt/{t}/in"));
-    let topo = demo_topology_with(
-        "gateway-mqtt-faults",
-        &format!(
-            r#"
-[[gateway.links]]
-name = "mqtt"
-kind = "mqtt"
-url = "{url}"
-heartbeat_secs = 5
-reconnect_backoff_ms = 200
-reconnect_max_ms = 2000
-
-[[gateway.foreign_queues]]
-name = "out"
-link = "mqtt"
-native_name = "{tout}"
-
-[[gateway.foreign_queues]]
-name = "in"
-link = "mqtt"
-native_name = "{tin}"
-
-[[gateway.jobs]]
-name = "to_mqtt_{t}"
-source = "AQUSER.RAW_QUE"
-destination = "out@mqtt"
-batch_size = 20
-
-[[gateway.jobs]]
-name = "from_mqtt_{t}"
-source = "in@mqtt"
-destination = "AQUSER.RAW_ARCHIVE"
-batch_size = 20
-"#
-        ),
-    );
+    let topo = mqtt_topology("gateway-mqtt-faults", url, QUICK_RECONNECT, &tout, &tin, &t);
     // The bare subscriber: a persistent session, polling on (and so reconnecting) through
     // the faults.
-    let mut o = MqttOptions::new(format!("aqgt-test-sub-{t}"), "127.0.0.1", mqtt_port);
-    o.set_clean_start(false);
-    o.set_session_expiry_interval(Some(600));
-    let (sub, mut sub_loop) = AsyncClient::new(o, 1000);
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, bool)>();
-    let (subacked_tx, subacked) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let mut subacked_tx = Some(subacked_tx);
-        loop {
-            match sub_loop.poll().await {
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let marked = p.properties.as_ref().is_some_and(|pr| {
-                        pr.user_properties.iter().any(|(k, v)| k == "x-aqgate-redelivered" && v == "true")
-                    });
-                    if seen_tx.send((hex::encode_upper(&p.payload), marked, p.dup)).is_err() {
-                        return;
-                    }
-                }
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(tx) = subacked_tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    sub.subscribe(tout.clone(), QoS::AtLeastOnce).await.expect("subscribe");
-    tokio::time::timeout(Duration::from_secs(30), subacked).await.expect("SUBACK").expect("SUBACK");
+    let (_sub, mut seen_rx) = mqtt_subscriber(&t, mqtt_port, &tout).await;
 
     let db = fresh_pg_url().await;
     let port = free_port();
-    let s = serve(&db, port, &topo);
+    let s = serve("gateway brokers", &db, port, &topo);
     wait_until("the MQTT link CONNECTED", Duration::from_secs(30), || {
         link_state(&db, "MQTT").as_deref() == Some("CONNECTED")
     });
@@ -565,11 +350,7 @@ batch_size = 20
             let (publ, mut pub_loop) = AsyncClient::new(o, 1000);
             let n = r.len();
             for i in r {
-                let body = u32::try_from(i).expect("small").to_be_bytes().to_vec();
-                let props = PublishProperties {
-                    user_properties: vec![("aq-message-id".into(), format!("q-{t}-{i}"))],
-                    ..Default::default()
-                };
+                let (body, props) = mqtt_numbered(&t, i);
                 publ.publish_with_properties(tin.clone(), QoS::AtLeastOnce, false, body, props).await.expect("publish");
             }
             let mut acked = 0;
@@ -587,19 +368,15 @@ batch_size = 20
     // Each round's publishes are acknowledged before the fault: a fault during them would
     // make this bare client (not aqgate) lose or repeat them.
     let total = rounds(&db, port, "MQTT", &mut fault, n_rounds, 100, true, feed).await;
-    settled(&db, total).await;
-    let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
-    assert_exactly(&got, 0..total);
-    let mut copies: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    settled(&db, port, total).await;
+    let mut copies = Copies::new();
     let mut broker_redeliveries = 0;
     while let Ok(Some((p, marked, dup))) = tokio::time::timeout(Duration::from_secs(3), seen_rx.recv()).await {
         if dup && copies.contains_key(&p) {
             broker_redeliveries += 1;
             continue;
         }
-        let e = copies.entry(p).or_default();
-        e.0 += 1;
-        e.1 += usize::from(marked);
+        count_copy(&mut copies, p, marked);
     }
     let dups = assert_marked_ledger("mqtt outbound", &copies, total);
     wait_until("the MQTT link CONNECTED again", Duration::from_secs(30), || {
