@@ -271,6 +271,17 @@ async fn rabbit_ledger(url: &str, amqp_port: u16, mut fault: Fault<'_>, n_rounds
     wait_until("the RabbitMQ link CONNECTED", Duration::from_secs(30), || {
         link_state(&db, "RABBIT").as_deref() == Some("CONNECTED")
     });
+    if let Fault::Kill(b) = &mut fault {
+        // RabbitMQ writes a queue's declaration to disk lazily: a kill -9 soon after the
+        // declarations loses the queues, and with them the messages it confirmed into
+        // them (seen: one of the two queues recovered). A graceful restart first writes
+        // them; the kills are then about the messages only.
+        b.stop();
+        b.start();
+        wait_until("the RabbitMQ link CONNECTED after the restart", Duration::from_secs(60), || {
+            link_state(&db, "RABBIT").as_deref() == Some("CONNECTED")
+        });
+    }
     let feed = |r: Range<usize>| rabbit_feed(amqp_port, qin.clone(), t.clone(), r);
     let total = rounds(&db, port, "RABBIT", &mut fault, n_rounds, 100, false, feed).await;
     settled(&db, port, total).await;

@@ -1,7 +1,9 @@
 //! The propagation jobs' part of the store ([`JobStore`]): the same statements (`sql.rs`) on
 //! both backends, written once here; each backend gives its own backlog query, the one
 //! place where their schemas differ (PostgreSQL keeps a single-consumer message's delivery
-//! in the message row).
+//! in the message row), and the gateway's statements on a batch of ids, one statement per
+//! batch (`GW_*`, with the ids as one parameter made by `gw_ids`: an array on PostgreSQL,
+//! a JSON array on SQLite).
 
 /// `impl JobStore for $store` (rows of type `$row`), with the backend's `job_backlog`.
 macro_rules! job_store {
@@ -63,11 +65,8 @@ macro_rules! job_store {
             }
 
             async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()> {
-                let mut tx = self.pool.begin().await.db()?;
-                for id in ids {
-                    sqlx::query(sql::GATEWAY_DOUBT_PUT).bind(job).bind(id).bind(now).execute(&mut *tx).await.db()?;
-                }
-                tx.commit().await.db()
+                sqlx::query(GW_DOUBT_PUT).bind(job).bind(gw_ids(ids)).bind(now).execute(&self.pool).await.db()?;
+                Ok(())
             }
 
             async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>> {
@@ -76,13 +75,7 @@ macro_rules! job_store {
             }
 
             async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>> {
-                let mut seen = Vec::new();
-                for id in ids {
-                    if let Some(s) = sqlx::query_scalar(sql::GATEWAY_SEEN).bind(job).bind(id).fetch_optional(&self.pool).await.db()? {
-                        seen.push(s);
-                    }
-                }
-                Ok(seen)
+                sqlx::query_scalar(GW_SEEN).bind(job).bind(gw_ids(ids)).fetch_all(&self.pool).await.db()
             }
 
             async fn gateway_seen_purge(&self, before: Micros) -> Result<u64> {

@@ -99,14 +99,8 @@ pub(crate) const JOB_FORGET: &str = "DELETE FROM propagation_jobs
 pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM propagation_jobs WHERE name = $1";
 pub(crate) const JOB_LEASES_CLEAR: &str = "UPDATE propagation_jobs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL AND ($1 IS NULL OR owner = $1)";
 pub(crate) const JOB_STATUSES: &str = "SELECT * FROM propagation_jobs ORDER BY name";
-pub(crate) const GATEWAY_DOUBT_PUT: &str =
-    "INSERT INTO gateway_doubt (job, message_id, since) VALUES ($1, $2, $3) ON CONFLICT (job, message_id) DO NOTHING";
 pub(crate) const GATEWAY_DOUBTS: &str =
     "SELECT message_id, since FROM gateway_doubt WHERE job = $1 ORDER BY since, message_id";
-pub(crate) const GATEWAY_DOUBT_CLEAR: &str = "DELETE FROM gateway_doubt WHERE job = $1 AND message_id = $2";
-pub(crate) const GATEWAY_SEEN_PUT: &str =
-    "INSERT INTO gateway_seen (job, broker_id, at) VALUES ($1, $2, $3) ON CONFLICT (job, broker_id) DO NOTHING";
-pub(crate) const GATEWAY_SEEN: &str = "SELECT broker_id FROM gateway_seen WHERE job = $1 AND broker_id = $2";
 pub(crate) const GATEWAY_SEEN_PURGE: &str = "DELETE FROM gateway_seen WHERE at < $1";
 pub(crate) const GATEWAY_LINK_PUT: &str = "INSERT INTO gateway_links (name, owner, state, last_error, last_error_at, since, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name, owner) DO UPDATE SET state = excluded.state, \

@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// The gateway's statements on a batch of ids (see `jobs.rs` in the crate root): the ids
+/// as one `text[]`.
+pub(super) const GW_DOUBT_PUT: &str = "INSERT INTO gateway_doubt (job, message_id, since) \
+     SELECT $1, id, $3 FROM UNNEST($2::text[]) AS t(id) ON CONFLICT (job, message_id) DO NOTHING";
+pub(super) const GW_DOUBT_CLEAR: &str = "DELETE FROM gateway_doubt WHERE job = $1 AND message_id = ANY($2::text[])";
+pub(super) const GW_SEEN: &str = "SELECT broker_id FROM gateway_seen WHERE job = $1 AND broker_id = ANY($2::text[])";
+pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, at) \
+     SELECT $1, id, $3 FROM UNNEST($2::text[]) AS t(id) ON CONFLICT (job, broker_id) DO NOTHING";
+
+pub(super) fn gw_ids(ids: &[String]) -> Vec<String> {
+    ids.to_vec()
+}
+
 job_store!(PgStore, PgRow, {
     async fn job_backlog(
         &self,

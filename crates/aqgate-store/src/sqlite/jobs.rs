@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// The gateway's statements on a batch of ids (see `jobs.rs` in the crate root): the ids
+/// as one JSON array, unpacked by `json_each`.
+pub(super) const GW_DOUBT_PUT: &str = "INSERT INTO gateway_doubt (job, message_id, since) \
+     SELECT $1, value, $3 FROM json_each($2) WHERE true ON CONFLICT (job, message_id) DO NOTHING";
+pub(super) const GW_DOUBT_CLEAR: &str =
+    "DELETE FROM gateway_doubt WHERE job = $1 AND message_id IN (SELECT value FROM json_each($2))";
+pub(super) const GW_SEEN: &str =
+    "SELECT broker_id FROM gateway_seen WHERE job = $1 AND broker_id IN (SELECT value FROM json_each($2))";
+pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, at) \
+     SELECT $1, value, $3 FROM json_each($2) WHERE true ON CONFLICT (job, broker_id) DO NOTHING";
+
+pub(super) fn gw_ids(ids: &[String]) -> String {
+    serde_json::Value::from(ids.to_vec()).to_string()
+}
+
 job_store!(SqliteStore, SqliteRow, {
     async fn job_backlog(
         &self,

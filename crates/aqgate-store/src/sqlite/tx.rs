@@ -67,20 +67,24 @@ impl StoreTx for SqliteTx {
     }
 
     async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
-        for id in ids {
-            let done =
-                sqlx::query(sql::GATEWAY_SEEN_PUT).bind(job).bind(id).bind(now).execute(&mut *self.tx).await.db()?;
-            if done.rows_affected() != 1 {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        // Every mark new, or the batch is (partly) enqueued already.
+        let done = sqlx::query(super::jobs::GW_SEEN_PUT)
+            .bind(job)
+            .bind(super::jobs::gw_ids(ids))
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
+        Ok(usize::try_from(done.rows_affected()).is_ok_and(|n| n == ids.len()))
     }
 
     async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
-        for id in ids {
-            sqlx::query(sql::GATEWAY_DOUBT_CLEAR).bind(job).bind(id).execute(&mut *self.tx).await.db()?;
-        }
+        sqlx::query(super::jobs::GW_DOUBT_CLEAR)
+            .bind(job)
+            .bind(super::jobs::gw_ids(ids))
+            .execute(&mut *self.tx)
+            .await
+            .db()?;
         Ok(())
     }
 
