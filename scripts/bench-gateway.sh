@@ -8,11 +8,12 @@
 # - inbound: COUNT messages published by a bare publisher while the job enqueues them to
 #   AQUSER.RAW_ARCHIVE; its rate is COUNT / (first publish → the last enqueued). Peer:
 #   `aqgate-bench --scenario broker-consume` (each message acked) on COUNT prefilled ones.
-# Usage: [JOB_BATCH=30] scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
+# Usage: [JOB_BATCH=30] [AQGATE_BIN=target/release/aqgate] scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
 # (JOB_BATCH: the jobs' batch_size; 30 is the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1; count=$2; shift 2
+bin=${AQGATE_BIN:-target/release/aqgate}
 brokers=${*:-nats rabbitmq mqtt}
 cargo build --release --bin aqgate --bin aqgate-bench --locked >/dev/null
 scripts/ensure-postgres.sh >/dev/null
@@ -32,7 +33,7 @@ hex=$(head -c 1024 /dev/zero | tr '\0' 'Z' | od -An -v -tx1 | tr -d ' \n' | tr a
 } > "$batch"
 bench() { target/release/aqgate-bench "$@"; }
 field() { sed -E "s|.*$1=([0-9.]+).*|\1|"; }
-depth() { target/release/aqgate admin queues --database "$db" | awk -v q="$1" '$1 == q { print $NF }'; }
+depth() { "$bin" admin queues --database "$db" | awk -v q="$1" '$1 == q { print $NF }'; }
 for r in $(seq 1 "$rounds"); do
   for b in $brokers; do
     tag="b$r$(date +%s%N | tail -c 7)"
@@ -88,7 +89,7 @@ batch_size = ${JOB_BATCH:-30}
 TOML
     } > "$topo"
     PGOPTIONS='-c client_min_messages=warning' psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_gw' -c 'CREATE DATABASE aqgate_bench_gw' >/dev/null
-    GWB_PASSWORD=guest target/release/aqgate serve --no-smtp --no-notify --listen "127.0.0.1:$port" --database "$db" --topology "$topo" >/tmp/aqgate-bench-gw.log 2>&1 &
+    GWB_PASSWORD=guest "$bin" serve --no-smtp --no-notify --listen "127.0.0.1:$port" --database "$db" --topology "$topo" >/tmp/aqgate-bench-gw.log 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
     sleep 2 # the jobs connect (and create the streams and queues they are asked to)
