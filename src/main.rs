@@ -159,8 +159,16 @@ enum AdminCommand {
         json: bool,
         #[arg(long, value_name = "JOB", conflicts_with = "disable")]
         enable: Option<String>,
-        #[arg(long, value_name = "JOB")]
+        #[arg(long, value_name = "JOB", conflicts_with = "remove")]
         disable: Option<String>,
+        /// Take the job out of the stored topology: running servers finish it on SIGHUP
+        /// (DELETE_PENDING until its state at the broker is gone).
+        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable"])]
+        remove: Option<String>,
+        /// With --remove: also delete its status, doubts and marks now, leaving what it
+        /// keeps at the broker there.
+        #[arg(long, requires = "remove")]
+        force: bool,
     },
     /// The Messaging Gateway's links, with each process's view of each (CONNECTED,
     /// RECONNECTING, DISCONNECTED, since when, last error).
@@ -320,7 +328,27 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
-        AdminCommand::Jobs { db, json, enable, disable } => {
+        AdminCommand::Jobs { db, json, enable, disable, remove: Some(name), force } => {
+            let _ = (json, enable, disable);
+            let r = admin::jobs::remove(open(db).await?.as_ref(), &name, force).await?;
+            let mut say = String::new();
+            if r.defined {
+                say.push_str(&format!("job {name} removed from the stored topology; send SIGHUP to running servers\n"));
+            }
+            if force {
+                say.push_str(&format!(
+                    "job {name}: status {}, {} doubt and mark rows deleted\n",
+                    if r.status { "deleted" } else { "absent" },
+                    r.rows
+                ));
+                if let Some(left) = r.left {
+                    say.push_str(&format!("left at the broker (remove it there): {left}\n"));
+                }
+            }
+            std::io::Write::write_all(out, say.as_bytes())?;
+            Ok(())
+        }
+        AdminCommand::Jobs { db, json, enable, disable, remove: None, force: _ } => {
             let store = open(db).await?;
             let on = enable.is_some();
             match enable.or(disable) {

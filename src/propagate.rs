@@ -153,13 +153,14 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
     let mut running: BTreeMap<String, Task> = BTreeMap::new();
     // Jobs told to stop, finishing their batch in flight; a job is not started again
     // before its earlier task has ended.
-    let mut stopping: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
+    // Kept with its sender: a removed job cleaning up is told when the process stops.
+    let mut stopping: Vec<(String, watch::Sender<Option<Ending>>, tokio::task::JoinHandle<()>)> = Vec::new();
     let mut seen: Option<Arc<aqgate_core::engine::Resolved>> = None;
     let mut swept = std::time::Instant::now();
     loop {
         let resolved = engine.resolved();
         let wanted = resolved.catalog.propagations.clone();
-        stopping.retain(|(name, task)| {
+        stopping.retain(|(name, _, task)| {
             if task.is_finished() {
                 tracing::info!(job = %name, "propagation job stopped");
             }
@@ -174,11 +175,11 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
             if let Some((_, tx, task)) = running.remove(&name) {
                 let why = if wanted.contains_key(&name) { Ending::Stop } else { Ending::Removed };
                 let _ = tx.send(Some(why));
-                stopping.push((name, task));
+                stopping.push((name, tx, task));
             }
         }
         for (name, info) in wanted.iter().filter(|(_, i)| i.enabled) {
-            if running.contains_key(name) || stopping.iter().any(|(n, _)| n == name) {
+            if running.contains_key(name) || stopping.iter().any(|(n, _, _)| n == name) {
                 continue;
             }
             let (tx, rx) = watch::channel(None);
@@ -189,7 +190,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
         // Status rows of jobs gone from the topology that no process finishes any more
         // (their holder died before it could delete the row).
         if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &resolved)) || swept.elapsed() >= lease.ttl {
-            let busy: Vec<&String> = running.keys().chain(stopping.iter().map(|(n, _)| n)).collect();
+            let busy: Vec<&String> = running.keys().chain(stopping.iter().map(|(n, _, _)| n)).collect();
             lease::sweep(&engine, &lease, &busy).await;
             seen = Some(resolved);
             swept = std::time::Instant::now();
@@ -200,10 +201,12 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
         }
     }
     for (name, (_, tx, task)) in running {
-        let _ = tx.send(Some(Ending::Stop));
-        stopping.push((name, task));
+        stopping.push((name, tx, task));
     }
-    for (_, task) in stopping {
+    for (_, tx, _) in &stopping {
+        let _ = tx.send(Some(Ending::Stop));
+    }
+    for (_, _, task) in stopping {
         let _ = task.await;
     }
 }

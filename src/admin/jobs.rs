@@ -2,7 +2,13 @@
 //! backlog, lag and last error (see `crate::propagate::status` for what each figure means),
 //! as a table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
 //! (running servers follow on SIGHUP; the next `admin apply` of a file sets what the file
-//! says).
+//! says); and `--remove NAME [--force]`, which takes the job out of the stored topology.
+//!
+//! A non-forced removal is finished by the server running the job, after SIGHUP: its batch
+//! in flight ends, then (DELETE_PENDING meanwhile, retrying while the broker is down) it
+//! ends its state at the broker and its status row goes. A forced one also deletes the
+//! status row and the job's doubts and marks at once: whatever runs it stops at its next
+//! heartbeat, and what it kept at the broker is left there (named in the answer).
 
 use std::io::Write;
 
@@ -54,6 +60,57 @@ pub async fn set_enabled(store: &dyn Store, name: &str, enabled: bool) -> Result
     tx.put_topology_object("propagation", &name, &spec).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// What `remove` did.
+#[derive(Debug, Default)]
+pub struct Removed {
+    /// The job was in the stored topology (and is not any more).
+    pub defined: bool,
+    /// Forced: the status row was deleted.
+    pub status: bool,
+    /// Forced: doubts and marks deleted.
+    pub rows: u64,
+    /// Forced: what the job keeps at its broker, left there.
+    pub left: Option<String>,
+}
+
+/// Removes job `name` from the stored topology; with `force`, also its status row and its
+/// gateway rows at once (even when the topology no longer has it). An error when there was
+/// nothing to remove.
+pub async fn remove(store: &dyn Store, name: &str, force: bool) -> Result<Removed, AqError> {
+    let name = canon(name);
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    let info = resolved.catalog.propagations.get(&name);
+    if let Some(space) = info.and_then(|j| j.space.clone()) {
+        return Err(AqError::invalid(format!(
+            "job {name} drains a queue of remote queue space {space}: it follows the space, and is not \
+             removed alone (change the space in the topology)"
+        )));
+    }
+    let rows = store.load_topology().await?;
+    let mut out = Removed::default();
+    if let Some((kind, _, _)) = rows.iter().find(|(k, n, _)| (k == "gateway_job" || k == "propagation") && *n == name) {
+        let mut tx = store.begin().await?;
+        tx.delete_topology_object(kind, &name).await?;
+        tx.commit().await?;
+        out.defined = true;
+    }
+    if force {
+        let exists = store.job_statuses().await?.iter().any(|j| j.name == name);
+        if exists {
+            out.status = store.job_forget(&name, "", Micros::MAX).await?;
+        }
+        out.rows = store.gateway_job_drop(&aqgate_core::topology::propagation::job_agent(&name)).await?;
+        out.left = info.and_then(crate::propagate::gateway::left_at_broker);
+    }
+    if !out.defined && !out.status && out.rows == 0 {
+        return Err(AqError::invalid(format!(
+            "no propagation job {name} in the stored topology{}",
+            if force { ", nor a status or gateway rows of one" } else { " (--force removes what is left of one)" }
+        )));
+    }
+    Ok(out)
 }
 
 /// `aqgate admin jobs` (`json`: one JSON array, times as RFC 3339).

@@ -42,6 +42,10 @@ mod convert;
 mod mqtt;
 mod nats;
 mod rabbitmq;
+mod removal;
+
+pub(crate) use removal::{clean_up, left_at_broker};
+use removal::purge_doubts;
 
 use convert::{Incoming, Outgoing};
 
@@ -342,7 +346,12 @@ async fn connected<T>(
 async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
     let mut pacing = Pacing::new(job);
     let mut conn: Option<Box<dyn Sink>> = None;
+    let mut purged: Option<std::time::Instant> = None;
     while !*stats.stop.borrow() {
+        if purged.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
+            purge_doubts(engine, job).await;
+            purged = Some(std::time::Instant::now());
+        }
         if conn.is_none() {
             conn = connected(
                 engine,
@@ -374,6 +383,9 @@ async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, 
     }
     pacing.end(stats);
 }
+
+/// How often an outbound job forgets its stale doubts (besides when it starts).
+const PURGE_EVERY: Duration = Duration::from_secs(600);
 
 /// One outbound batch (one message with `alone`).
 async fn out_batch(

@@ -268,10 +268,11 @@ pub(crate) async fn job(
             Ok(true) => {
                 tracing::info!(job = %job.name, owner = %cfg.owner, "took the job's lease");
                 let held = (&counters, &report);
-                if tenure(&engine, &job, &cfg, held, (now, closes), &mut ending).await == Some(Ending::Removed) {
-                    return;
+                match tenure(&engine, &job, &cfg, held, (now, closes), &mut ending).await {
+                    Some(Ending::Removed) => return,
+                    None if removed(&engine, &job).await => return,
+                    _ => continue,
                 }
-                continue;
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(job = %job.name, error = %e, "taking the job's lease failed"),
@@ -279,6 +280,30 @@ pub(crate) async fn job(
         tokio::select! {
             () = tokio::time::sleep(cfg.heartbeat()) => {}
             () = ended(&mut ending) => {}
+        }
+    }
+}
+
+/// Whether `job`, whose lease was lost, is gone from the stored topology (a forced
+/// removal took its row): the process's topology is reloaded then, so that the job is not
+/// taken again, and the rows its last batch may have written go.
+async fn removed(engine: &Engine, job: &PropagationInfo) -> bool {
+    match aqgate_core::engine::load_resolved(engine.store().as_ref()).await {
+        Ok(r) if r.catalog.propagations.contains_key(&job.name) => false,
+        Ok(_) => {
+            tracing::info!(job = %job.name, "the job is gone from the stored topology: reloading it");
+            if let Err(e) = engine.reload().await {
+                tracing::warn!(job = %job.name, error = %e.message, "reloading the topology failed");
+            }
+            // What its last batch wrote after the removal deleted the job's rows.
+            if let Err(e) = engine.store().gateway_job_drop(&job.agent).await {
+                tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed");
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.name, error = %e.message, "reading the stored topology failed");
+            false
         }
     }
 }
@@ -361,19 +386,81 @@ async fn tenure(
             }
         }
     }
-    // The workers have stopped: the row goes (a removed job), or the lease is given up so
-    // that another process may take the job at once; what is left of the report goes with it.
-    let now = engine.now();
+    // The workers have stopped: a removed job cleans up and its row goes, or the lease is
+    // given up so that another process may take the job at once; what is left of the report
+    // goes with it.
     if why == Some(Ending::Removed) {
-        match store.job_forget(&job.name, &cfg.owner, now).await {
-            Ok(_) => tracing::info!(job = %job.name, "the removed job finished; its status is gone"),
-            Err(e) => tracing::warn!(job = %job.name, error = %e, "deleting the job's status failed"),
+        if held && clean_up(engine, job, cfg, report, ending).await {
+            match store.job_forget(&job.name, &cfg.owner, engine.now()).await {
+                Ok(_) => tracing::info!(job = %job.name, "the removed job finished; its status is gone"),
+                Err(e) => tracing::warn!(job = %job.name, error = %e, "deleting the job's status failed"),
+            }
         }
-    } else if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take(report.doing().name())).await
+        return why;
+    }
+    let now = engine.now();
+    if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take(report.doing().name())).await
     {
         tracing::warn!(job = %job.name, error = %e, "giving up the job's lease failed; it ends by itself");
     }
     why
+}
+
+/// A removed job's non-forced removal, once its workers have stopped: what it keeps at its
+/// broker (`gateway::clean_up`), then what it keeps in the store. While the broker cannot
+/// be reached the job stays DELETE_PENDING with the error, trying again (its lease renewed
+/// meanwhile). False when the job's row was taken meanwhile (a forced removal, which leaves
+/// the broker as it is) or the process stops (the job stays DELETE_PENDING until another
+/// process's sweep forgets it, leaving the broker as it is).
+async fn clean_up(
+    engine: &Engine,
+    job: &PropagationInfo,
+    cfg: &LeaseConfig,
+    report: &Report,
+    ending: &mut watch::Receiver<Option<Ending>>,
+) -> bool {
+    let store = engine.store();
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match super::gateway::clean_up(job).await {
+            Ok(None) => break,
+            Ok(Some(what)) => {
+                tracing::info!(job = %job.name, removed = %what, "the removed job's state at its broker is gone");
+                break;
+            }
+            Err(e) => {
+                let now = engine.now();
+                tracing::warn!(job = %job.name, error = %e, retry_in = ?backoff, "the removed job could not clean up at its broker");
+                report.failed(&format!("removing the job: {e}"), now);
+                let r = report.take("DELETE_PENDING");
+                match store.job_report(&job.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &r).await {
+                    Ok(Some(o)) if o == cfg.owner => {}
+                    Ok(_) => {
+                        tracing::warn!(job = %job.name, "the removed job's row is gone (a forced removal): stopping");
+                        return false;
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %job.name, error = %e, "reporting DELETE_PENDING failed");
+                        report.restore(r);
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = ending.changed() => {}
+                }
+                if ending_of(ending) != Some(Ending::Removed) {
+                    return false;
+                }
+                backoff = (backoff * 2).min(cfg.heartbeat());
+            }
+        }
+    }
+    match store.gateway_job_drop(&job.agent).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(job = %job.name, rows = n, "forgot the removed job's doubts and marks"),
+        Err(e) => tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed"),
+    }
+    true
 }
 
 /// Rolls back the batches the job's agent left open before `taken` (when this process took
@@ -411,7 +498,13 @@ pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) 
         |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
     for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name)) {
         match store.job_forget(&r.name, &cfg.owner, now).await {
-            Ok(true) => tracing::info!(job = %r.name, "forgot the status of a removed job"),
+            Ok(true) => {
+                tracing::info!(job = %r.name, "forgot the status of a removed job");
+                let agent = aqgate_core::topology::propagation::job_agent(&r.name);
+                if let Err(e) = store.gateway_job_drop(&agent).await {
+                    tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's doubts and marks failed");
+                }
+            }
             Ok(false) => {}
             Err(e) => tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's status failed"),
         }

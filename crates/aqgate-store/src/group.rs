@@ -359,6 +359,14 @@ impl JobStore for GroupCommitStore {
         self.inner.gateway_seen_purge(before).await
     }
 
+    async fn gateway_doubt_purge(&self, job: &str, queue: QueueId, consumer: &str) -> Result<u64> {
+        self.inner.gateway_doubt_purge(job, queue, consumer).await
+    }
+
+    async fn gateway_job_drop(&self, job: &str) -> Result<u64> {
+        self.inner.gateway_job_drop(job).await
+    }
+
     async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()> {
         self.inner.gateway_link_put(link).await
     }

@@ -5,6 +5,27 @@
 //! batch (`GW_*`, with the ids as one parameter made by `gw_ids`: an array on PostgreSQL,
 //! a JSON array on SQLite).
 
+/// The gateway's statements in a request's transaction (`StoreTx::gateway_seen_put` and
+/// `gateway_doubt_clear`), the same on both backends: `$tx` is the transaction.
+macro_rules! gateway_tx {
+    (seen_put, $tx:expr, $job:expr, $ids:expr, $now:expr) => {{
+        // Every mark new, or the batch is (partly) enqueued already.
+        let ids: &[String] = $ids;
+        let done = sqlx::query(super::jobs::GW_SEEN_PUT)
+            .bind($job)
+            .bind(super::jobs::gw_ids(ids))
+            .bind($now)
+            .execute($tx)
+            .await
+            .db()?;
+        Ok(usize::try_from(done.rows_affected()).is_ok_and(|n| n == ids.len()))
+    }};
+    (doubt_clear, $tx:expr, $job:expr, $ids:expr) => {{
+        sqlx::query(super::jobs::GW_DOUBT_CLEAR).bind($job).bind(super::jobs::gw_ids($ids)).execute($tx).await.db()?;
+        Ok(())
+    }};
+}
+
 /// `impl JobStore for $store` (rows of type `$row`), with the backend's `job_backlog`.
 macro_rules! job_store {
     ($store:ty, $row:ty, { $($backlog:tt)* }) => {
@@ -80,6 +101,21 @@ macro_rules! job_store {
 
             async fn gateway_seen_purge(&self, before: Micros) -> Result<u64> {
                 Ok(sqlx::query(sql::GATEWAY_SEEN_PURGE).bind(before).execute(&self.pool).await.db()?.rows_affected())
+            }
+
+            async fn gateway_doubt_purge(&self, job: &str, queue: QueueId, consumer: &str) -> Result<u64> {
+                let r = sqlx::query(GW_DOUBT_PURGE).bind(job).bind(queue).bind(consumer).execute(&self.pool).await.db()?;
+                Ok(r.rows_affected())
+            }
+
+            async fn gateway_job_drop(&self, job: &str) -> Result<u64> {
+                let mut tx = self.pool.begin().await.db()?;
+                let mut n = 0;
+                for q in [sql::GATEWAY_DOUBT_DROP, sql::GATEWAY_SEEN_DROP] {
+                    n += sqlx::query(q).bind(job).execute(&mut *tx).await.db()?.rows_affected();
+                }
+                tx.commit().await.db()?;
+                Ok(n)
             }
 
             async fn gateway_link_put(&self, l: &LinkStatus) -> Result<()> {

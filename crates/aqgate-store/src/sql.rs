@@ -102,6 +102,8 @@ pub(crate) const JOB_STATUSES: &str = "SELECT * FROM propagation_jobs ORDER BY n
 pub(crate) const GATEWAY_DOUBTS: &str =
     "SELECT message_id, since FROM gateway_doubt WHERE job = $1 ORDER BY since, message_id";
 pub(crate) const GATEWAY_SEEN_PURGE: &str = "DELETE FROM gateway_seen WHERE at < $1";
+pub(crate) const GATEWAY_DOUBT_DROP: &str = "DELETE FROM gateway_doubt WHERE job = $1";
+pub(crate) const GATEWAY_SEEN_DROP: &str = "DELETE FROM gateway_seen WHERE job = $1";
 pub(crate) const GATEWAY_LINK_PUT: &str = "INSERT INTO gateway_links (name, owner, state, last_error, last_error_at, since, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name, owner) DO UPDATE SET state = excluded.state, \
      last_error = excluded.last_error, last_error_at = excluded.last_error_at, since = excluded.since, \

@@ -296,6 +296,32 @@ impl Source for MqttSource {
     }
 }
 
+/// Ends what an inbound job keeps at the broker: its persistent session `aqgate-<job>`
+/// (subscription and queued messages), by taking it up with a session expiry of nought
+/// and disconnecting: the broker drops it with the connection. `Ok(Some)` when there was one.
+pub async fn remove(link: &LinkDef, job: &str) -> Result<Option<String>, String> {
+    let id = format!("aqgate-{job}");
+    let mut o = options(link, &id)?;
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(0));
+    let (client, el) = AsyncClient::new(o, 16);
+    let (tx, mut events) = mpsc::unbounded_channel();
+    drive(el, tx);
+    let present = loop {
+        match tokio::time::timeout(Duration::from_secs(15), events.recv()).await {
+            Err(_) => return Err(format!("{}: no CONNACK within 15 s", link.url)),
+            Ok(None) => return Err(format!("{}: the connection ended", link.url)),
+            Ok(Some(Err(e))) => return Err(format!("{}: {e}", link.url)),
+            Ok(Some(Ok(Event::Incoming(Packet::ConnAck(a))))) => break a.session_present,
+            Ok(Some(Ok(_))) => {}
+        }
+    };
+    client.disconnect().await.map_err(|e| format!("disconnect: {e}"))?;
+    // The DISCONNECT goes out before the connection closes.
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(Duration::from_secs(5), events.recv()).await {}
+    Ok(present.then(|| format!("session {id}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

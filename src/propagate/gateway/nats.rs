@@ -271,3 +271,23 @@ impl Source for NatsSource {
         Ok(())
     }
 }
+
+/// Ends what an inbound job keeps at the server: its durable consumer `aqgate_<job>`
+/// (with its acknowledgement state). `Ok(None)` when there was none.
+pub async fn remove(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Option<String>, String> {
+    let js = jetstream::new(connect(link).await?);
+    let name = fq.stream.clone().unwrap_or_default();
+    let stream = match js.get_stream(&name).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("not found") => {
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("stream {name}: {e}")),
+    };
+    let durable = format!("aqgate_{job}");
+    match stream.delete_consumer(&durable).await {
+        Ok(_) => Ok(Some(format!("consumer {durable} on stream {name}"))),
+        Err(e) if e.to_string().contains("not found") => Ok(None),
+        Err(e) => Err(format!("deleting consumer {durable}: {e}")),
+    }
+}

@@ -121,6 +121,18 @@ pub trait JobStore: Send + Sync {
     /// Forgets the inbound marks recorded before `before`; how many went.
     async fn gateway_seen_purge(&self, before: Micros) -> Result<u64>;
 
+    /// Forgets outbound job `job`'s doubts about messages no longer waiting for `consumer`
+    /// (`""` on a single-consumer queue) in its source `queue`: expired into an exception
+    /// queue, taken by another consumer, purged. Only a committed removal hides a message
+    /// here (a batch in flight still shows it), and a message that went that way comes back
+    /// only as a new message with a new id, so no doubt that still counts goes; how many went.
+    async fn gateway_doubt_purge(&self, job: &str, queue: QueueId, consumer: &str) -> Result<u64>;
+
+    /// Deletes what gateway job `job` (its agent) keeps in the store besides its status row:
+    /// its doubts and its inbound marks (a job removed; a job of the same name later starts
+    /// afresh). How many rows went.
+    async fn gateway_job_drop(&self, job: &str) -> Result<u64>;
+
     /// Writes this process's row of a link.
     async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()>;
 

@@ -12,6 +12,16 @@ pub(super) const GW_SEEN: &str = "SELECT broker_id FROM gateway_seen WHERE job =
 pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, at) \
      SELECT $1, id, $3 FROM UNNEST($2::text[]) AS t(id) ON CONFLICT (job, broker_id) DO NOTHING";
 
+/// Doubts whose message no longer waits for the consumer ($3, "" on a single-consumer
+/// queue: the message row is its delivery) in the source ($2). An id that is not the hex of
+/// a message id names no message.
+pub(super) const GW_DOUBT_PURGE: &str = "DELETE FROM gateway_doubt g WHERE g.job = $1 AND \
+     CASE WHEN g.message_id ~ '^[0-9A-Fa-f]{32}$' THEN NOT EXISTS ( \
+         SELECT 1 FROM messages m WHERE m.msgid = decode(g.message_id, 'hex') AND m.queue_id = $2 \
+           AND (($3 = '' AND m.single) \
+                OR EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.consumer = $3))) \
+     ELSE true END";
+
 pub(super) fn gw_ids(ids: &[String]) -> Vec<String> {
     ids.to_vec()
 }

@@ -62,25 +62,11 @@ impl StoreTx for PgTx {
     }
 
     async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
-        // Every mark new, or the batch is (partly) enqueued already.
-        let done = sqlx::query(super::jobs::GW_SEEN_PUT)
-            .bind(job)
-            .bind(super::jobs::gw_ids(ids))
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
-        Ok(usize::try_from(done.rows_affected()).is_ok_and(|n| n == ids.len()))
+        gateway_tx!(seen_put, &mut *self.tx, job, ids, now)
     }
 
     async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
-        sqlx::query(super::jobs::GW_DOUBT_CLEAR)
-            .bind(job)
-            .bind(super::jobs::gw_ids(ids))
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
-        Ok(())
+        gateway_tx!(doubt_clear, &mut *self.tx, job, ids)
     }
 
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {

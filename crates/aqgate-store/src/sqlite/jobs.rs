@@ -14,6 +14,14 @@ pub(super) const GW_SEEN: &str =
 pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, at) \
      SELECT $1, value, $3 FROM json_each($2) WHERE true ON CONFLICT (job, broker_id) DO NOTHING";
 
+/// Doubts whose message no longer waits for the consumer ($3, "" on a single-consumer
+/// queue) in the source ($2): every message has its `deliveries` rows here. An id that is
+/// not the hex of a message id names no message.
+pub(super) const GW_DOUBT_PURGE: &str = "DELETE FROM gateway_doubt WHERE job = $1 AND NOT EXISTS ( \
+     SELECT 1 FROM messages m JOIN deliveries d ON d.msg_seq = m.seq \
+     WHERE length(gateway_doubt.message_id) = 32 AND m.msgid = unhex(gateway_doubt.message_id) \
+       AND m.queue_id = $2 AND d.consumer = $3)";
+
 pub(super) fn gw_ids(ids: &[String]) -> String {
     serde_json::Value::from(ids.to_vec()).to_string()
 }
