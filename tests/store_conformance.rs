@@ -81,6 +81,7 @@ on_both_backends!(
     propagation_job_backlog_counts_what_the_job_would_take,
     grouped_multi_consumer_queues_hold_a_group_per_consumer,
     grouped_queues_order_groups_by_their_first_message,
+    gateway_doubts_go_with_their_messages_and_their_job,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -2592,4 +2593,77 @@ async fn grouped_queues_order_groups_by_their_first_message(b: Backend) {
     assert_eq!(recv_from(&h, &mut again, q, next_tx).await, Ok("B2".into()));
     h.run(&mut again, &envelope(COMMIT)).await.expect("commit");
     assert_eq!(recv_from(&h, &mut h.session("scott"), q, "<visibility>IMMEDIATE</visibility>").await, Ok("B3".into()));
+}
+
+/// An outbound gateway job's doubts outlive no message: `gateway_doubt_purge` forgets those
+/// about messages that no longer wait for the job's consumer in its source (removed and
+/// committed, expired into the exception queue, never there, not an AQ id, waiting for
+/// another consumer only) and keeps those about messages still waiting, a batch in flight
+/// included; `gateway_job_drop` deletes a removed job's doubts and marks, no other job's.
+async fn gateway_doubts_go_with_their_messages_and_their_job(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let ids: std::collections::HashMap<String, i64> = store.queue_ids().await.expect("ids").into_iter().collect();
+    let mut p = h.session("scott");
+    let r = h
+        .run(
+            &mut p,
+            &raw_send(RAWQ, &[("", "01"), ("", "02"), ("", "03"), ("<expiration>1</expiration>", "04")], COMMIT),
+        )
+        .await
+        .expect("send");
+    let sent = sent_ids(&r);
+    let r = h
+        .run(
+            &mut p,
+            &publish_emp(
+                10,
+                "<recipient_list><recipient><agent_name>APP2</agent_name></recipient></recipient_list>",
+                COMMIT,
+            ),
+        )
+        .await
+        .expect("publish to APP2");
+    let emp = sent_ids(&r);
+    // 01 is removed and committed; 02 is in a batch in flight; 03 waits; 04 expires.
+    let mut c = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut c, "", COMMIT).await, Ok("01".into()));
+    let mut inflight = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut inflight, "", "").await, Ok("02".into()));
+    h.clock.advance_secs(3);
+    assert_eq!(h.engine.expire_messages().await.expect("tm"), 1);
+    let now = h.clock.now();
+    let mut doubts: Vec<String> = sent.clone();
+    doubts.extend(["00000000000000000000000000000000".to_string(), "not-an-aq-id".to_string()]);
+    store.gateway_doubt_put("JOB$RAW", &doubts, now).await.expect("doubts");
+    store.gateway_doubt_put("JOB$EMP", &[emp[0].clone()], now).await.expect("doubts");
+    store.gateway_doubt_put("JOB$OTHER", &[sent[0].clone()], now).await.expect("doubts");
+    let n = store.gateway_doubt_purge("JOB$RAW", ids[RAWQ], "").await.expect("purge");
+    assert_eq!(n, 4, "01 removed, 04 expired, a bogus and a non-AQ id");
+    let mut kept: Vec<String> =
+        store.gateway_doubts("JOB$RAW").await.expect("doubts").into_iter().map(|(i, _)| i).collect();
+    kept.sort();
+    let mut want = vec![sent[1].clone(), sent[2].clone()];
+    want.sort();
+    assert_eq!(kept, want, "the batch in flight and the waiting message keep their doubts");
+    // The same message is waiting for APP2, not for APP1.
+    assert_eq!(store.gateway_doubt_purge("JOB$EMP", ids[TOPIC], "APP2").await.expect("purge"), 0);
+    assert_eq!(store.gateway_doubt_purge("JOB$EMP", ids[TOPIC], "APP1").await.expect("purge"), 1);
+    // Another queue's id: not in this source.
+    assert_eq!(store.gateway_doubt_purge("JOB$OTHER", ids[TOPIC], "APP2").await.expect("purge"), 1);
+    // A removed job's rows go, and only its own.
+    sql_on(
+        &h,
+        b,
+        "INSERT INTO gateway_seen (job, broker_id, at) VALUES ('JOB$RAW', 's:1', 1), ('JOB$RAW', 's:2', 1), ('JOB$KEEP', 's:1', 1)",
+    )
+    .await;
+    store.gateway_doubt_put("JOB$KEEP", &[sent[2].clone()], now).await.expect("doubts");
+    assert_eq!(store.gateway_job_drop("JOB$RAW").await.expect("drop"), 4, "two doubts and two marks");
+    assert!(store.gateway_doubts("JOB$RAW").await.expect("doubts").is_empty());
+    assert!(store.gateway_seen("JOB$RAW", &["s:1".into(), "s:2".into()]).await.expect("seen").is_empty());
+    assert_eq!(store.gateway_seen("JOB$KEEP", &["s:1".into()]).await.expect("seen"), vec!["s:1".to_string()]);
+    assert_eq!(store.gateway_doubts("JOB$KEEP").await.expect("doubts").len(), 1);
+    assert_eq!(store.gateway_job_drop("JOB$RAW").await.expect("drop"), 0);
+    h.run(&mut inflight, &envelope(COMMIT)).await.expect("commit the batch");
 }

@@ -44,8 +44,8 @@ mod nats;
 mod rabbitmq;
 mod removal;
 
-pub(crate) use removal::{clean_up, left_at_broker};
 use removal::purge_doubts;
+pub(crate) use removal::{clean_up, left_at_broker};
 
 use convert::{Incoming, Outgoing};
 

@@ -399,8 +399,7 @@ async fn tenure(
         return why;
     }
     let now = engine.now();
-    if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take(report.doing().name())).await
-    {
+    if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take(report.doing().name())).await {
         tracing::warn!(job = %job.name, error = %e, "giving up the job's lease failed; it ends by itself");
     }
     why
@@ -433,7 +432,8 @@ async fn clean_up(
                 tracing::warn!(job = %job.name, error = %e, retry_in = ?backoff, "the removed job could not clean up at its broker");
                 report.failed(&format!("removing the job: {e}"), now);
                 let r = report.take("DELETE_PENDING");
-                match store.job_report(&job.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &r).await {
+                match store.job_report(&job.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &r).await
+                {
                     Ok(Some(o)) if o == cfg.owner => {}
                     Ok(_) => {
                         tracing::warn!(job = %job.name, "the removed job's row is gone (a forced removal): stopping");

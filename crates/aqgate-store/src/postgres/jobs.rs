@@ -17,9 +17,10 @@ pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, 
 /// a message id names no message.
 pub(super) const GW_DOUBT_PURGE: &str = "DELETE FROM gateway_doubt g WHERE g.job = $1 AND \
      CASE WHEN g.message_id ~ '^[0-9A-Fa-f]{32}$' THEN NOT EXISTS ( \
-         SELECT 1 FROM messages m WHERE m.msgid = decode(g.message_id, 'hex') AND m.queue_id = $2 \
-           AND (($3 = '' AND m.single) \
-                OR EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.consumer = $3))) \
+         SELECT 1 FROM messages m WHERE m.msgid = decode(g.message_id, 'hex') \
+           AND (($3 = '' AND m.single AND m.queue_id = $2) \
+                OR EXISTS (SELECT 1 FROM deliveries d \
+                           WHERE d.msg_seq = m.seq AND d.queue_id = $2 AND d.consumer = $3))) \
      ELSE true END";
 
 pub(super) fn gw_ids(ids: &[String]) -> Vec<String> {
