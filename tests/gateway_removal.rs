@@ -1,0 +1,249 @@
+//! Removing Messaging Gateway jobs through a real `aqgate serve` and real brokers (NATS with
+//! JetStream and Mosquitto on the machine; a private NATS for the test that kills it):
+//! `admin jobs --remove` then SIGHUP ends an inbound job's durable consumer or persistent
+//! session before its status goes, and its marks with it; while the broker is down the job
+//! stays DELETE_PENDING with the error, and `--force` takes it at once, leaving the broker
+//! as it is; a forced removal of a running job stops it at its next heartbeat without a
+//! reload; an outbound job forgets its doubts about messages no longer in its source.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::brokers::Broker;
+use common::gateway::*;
+use common::*;
+
+/// `aqgate serve` as [`serve`] does, with a lease of 3 s (a heartbeat every second).
+fn serve_quick(what: &str, db: &str, port: u16, topology: &std::path::Path) -> Proc {
+    let listen = format!("127.0.0.1:{port}");
+    let mut p = Proc::spawn(
+        &format!("aqgate serve ({what})"),
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
+            .args(["--topology", topology.to_str().expect("utf-8")])
+            .env("AQGATE_PROPAGATION_LEASE_TTL", "3"),
+    );
+    p.wait_ready(port, Duration::from_secs(60));
+    p
+}
+
+/// `aqgate admin jobs ARGS` on `db`: whether it succeeded, and what it printed.
+fn admin_jobs(db: &str, args: &[&str]) -> (bool, String) {
+    let out = aqgate(&["admin", "jobs", "--database", db]).args(args).output().expect("admin jobs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Waits until job `name` is no longer listed, then asserts it stays away for `stays`.
+fn wait_gone(db: &str, name: &str, within: Duration, stays: Duration) {
+    wait_until(&format!("job {name} gone from admin jobs"), within, || !jobs(db).contains_key(name));
+    let until = Instant::now() + stays;
+    while Instant::now() < until {
+        let all = jobs(db);
+        assert!(!all.contains_key(name), "job {name} came back: {all:#?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Rows of `table` (`gateway_seen` or `gateway_doubt`) for job `name`.
+async fn gateway_rows(db: &str, table: &str, name: &str) -> i64 {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db).await.expect("connect");
+    let agent = aqgate_core::topology::propagation::job_agent(name);
+    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table} WHERE job = $1"))
+        .bind(agent)
+        .fetch_one(&mut c)
+        .await
+        .expect("count")
+}
+
+async fn consumer_exists(js: &async_nats::jetstream::Context, stream: &str, durable: &str) -> bool {
+    let s = js.get_stream(stream).await.expect("stream");
+    match s.consumer_info(durable).await {
+        Ok(_) => true,
+        Err(e) if e.to_string().contains("not found") => false,
+        Err(e) => panic!("consumer info {durable}: {e}"),
+    }
+}
+
+/// Publishes `n` messages to `subject`, each acknowledged by the stream.
+async fn publish(js: &async_nats::jetstream::Context, subject: &str, n: usize) {
+    for i in 0..n {
+        let ack = js.publish(subject.to_string(), format!("{i:04}").into_bytes().into()).await.expect("publish");
+        ack.await.expect("PubAck");
+    }
+}
+
+/// NATS on the machine. Stale doubts: an outbound job's doubts about ids no longer in its
+/// source (one not there, one not an AQ id) count in `admin jobs` until the job starts,
+/// then go. Non-forced removal of the inbound job: after SIGHUP its durable consumer and its
+/// marks are gone, and the outbound job goes on. Forced removal of the outbound job with no
+/// SIGHUP: it stops within a few heartbeats and is not taken again; its messages wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn nats_removal_ends_the_consumer_and_forgets_doubts() {
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let topo = nats_topology("gateway-removal-nats", "nats://127.0.0.1:4222", "", &subject, &stream);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let js = jetstream(4222).await;
+
+    let s = serve_quick("removal", &db, port, &topo);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_job(&db, "TO_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    s.kill9();
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db).await.expect("connect");
+        let agent = aqgate_core::topology::propagation::job_agent("TO_NATS");
+        for id in ["0123456789ABCDEF0123456789ABCDEF", "not-an-aq-id"] {
+            sqlx::query("INSERT INTO gateway_doubt (job, message_id, since) VALUES ($1, $2, 1)")
+                .bind(&agent)
+                .bind(id)
+                .execute(&mut c)
+                .await
+                .expect("insert doubt");
+        }
+    }
+    assert_eq!(job(&admin_json(&db, "jobs"), "TO_NATS")["in_doubt"], 2, "stale doubts count until the job starts");
+    let s = serve_quick("removal", &db, port, &topo);
+    wait_job(&db, "TO_NATS", Duration::from_secs(30), |j| j["in_doubt"] == 0 && j["state"] == "RUNNING");
+    assert!(s.log().contains("forgot doubts about messages gone from the source"), "{}", s.log_tail(20));
+
+    // Inbound traffic, so that the job has marks and its consumer acknowledgements.
+    publish(&js, &subject, 5).await;
+    // The outbound job sends them back to the stream: what it publishes, the inbound job
+    // takes too; wait for a quiet RAW_ARCHIVE holding each.
+    send_numbered(port, "AQUSER.RAW_QUE", 0, 3, 3, "").await;
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 8, Duration::from_secs(30));
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await);
+    assert!(gateway_rows(&db, "gateway_seen", "FROM_NATS").await >= 8);
+
+    let (ok, said) = admin_jobs(&db, &["--remove", "from_nats"]);
+    assert!(ok, "{said}");
+    assert!(said.contains("removed from the stored topology; send SIGHUP"), "{said}");
+    s.signal("-HUP");
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(3));
+    assert!(!consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "the durable consumer is gone");
+    assert_eq!(gateway_rows(&db, "gateway_seen", "FROM_NATS").await, 0, "its marks are gone");
+    let before = stream_messages(&js, &stream).await;
+    send_numbered(port, "AQUSER.RAW_QUE", 10, 2, 2, "").await;
+    wait_until("the outbound job goes on", Duration::from_secs(30), || depth(&db, "AQUSER.RAW_QUE") == 0);
+    let after = stream_messages(&js, &stream).await;
+    assert_eq!(after, before + 2, "two more in the stream");
+
+    // Forced, and no SIGHUP: the running job finds its row gone at its next heartbeat.
+    let (ok, said) = admin_jobs(&db, &["--remove", "TO_NATS", "--force"]);
+    assert!(ok, "{said}");
+    assert!(said.contains("status deleted"), "{said}");
+    wait_gone(&db, "TO_NATS", Duration::from_secs(15), Duration::from_secs(4));
+    send_numbered(port, "AQUSER.RAW_QUE", 20, 2, 2, "").await;
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 2, "nothing takes the removed job's messages");
+    assert_eq!(stream_messages(&js, &stream).await, after);
+    assert!(s.log().contains("the job is gone from the stored topology"), "{}", s.log_tail(20));
+
+    let (ok, said) = admin_jobs(&db, &["--remove", "TO_NATS"]);
+    assert!(!ok && said.contains("no propagation job TO_NATS"), "{said}");
+    drop(s);
+    let _ = js.delete_stream(&stream).await;
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// Whether the MQTT broker on 127.0.0.1:`port` holds a session for `client_id`: connects
+/// taking it up (clean start off) with `expiry` seconds of session expiry, and disconnects.
+async fn mqtt_session_present(port: u16, client_id: &str, expiry: u32) -> bool {
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let mut o = MqttOptions::new(client_id, "127.0.0.1", port);
+    o.set_clean_start(false);
+    o.set_session_expiry_interval(Some(expiry));
+    let (c, mut el) = AsyncClient::new(o, 100);
+    let present = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match el.poll().await.expect("MQTT") {
+                Event::Incoming(Packet::ConnAck(a)) => return a.session_present,
+                _ => continue,
+            }
+        }
+    })
+    .await
+    .expect("CONNACK");
+    c.disconnect().await.expect("disconnect");
+    while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), el.poll()).await {}
+    present
+}
+
+/// Mosquitto on the machine: the inbound job keeps a persistent session while it exists
+/// (seen while aqgate is down); removed (then SIGHUP), the session is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_removal_ends_the_persistent_session() {
+    let t = tag();
+    let (tout, tin) = (format!("aqgt/{t}/out"), format!("aqgt/{t}/in"));
+    let topo = mqtt_topology("gateway-removal-mqtt", "mqtt://127.0.0.1:1883", "", &tout, &tin, &t);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let name = format!("FROM_MQTT_{}", t.to_uppercase());
+    let client_id = format!("aqgate-{name}");
+
+    let s = serve_quick("removal", &db, port, &topo);
+    wait_job(&db, &name, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    s.kill9();
+    assert!(mqtt_session_present(1883, &client_id, 600).await, "the job's session outlives its process");
+    let s = serve_quick("removal", &db, port, &topo);
+    wait_job(&db, &name, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+
+    let (ok, said) = admin_jobs(&db, &["--remove", &name]);
+    assert!(ok, "{said}");
+    s.signal("-HUP");
+    wait_gone(&db, &name, Duration::from_secs(30), Duration::from_secs(3));
+    assert!(s.log().contains("the removed job's state at its broker is gone"), "{}", s.log_tail(20));
+    assert!(!mqtt_session_present(1883, &client_id, 0).await, "the session is gone");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// A private NATS, killed: the removed inbound job stays DELETE_PENDING with the error
+/// while it cannot end its consumer; `--force` takes it at once and for good, and the
+/// consumer is left at the server (as the answer says of a forced removal).
+#[tokio::test(flavor = "multi_thread")]
+async fn removal_waits_for_a_dead_broker_and_force_ends_it() {
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let mut nats = Broker::nats();
+    let url = format!("nats://127.0.0.1:{}", nats.port);
+    let topo = nats_topology("gateway-removal-dead", &url, QUICK_RECONNECT, &subject, &stream);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let s = serve_quick("removal", &db, port, &topo);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+
+    nats.kill9();
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
+    assert!(ok, "{said}");
+    s.signal("-HUP");
+    let j = wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| {
+        j["state"] == "DELETE_PENDING" && j["last_error"].as_str().is_some_and(|e| e.contains("removing the job"))
+    });
+    println!("while NATS is down: {j}");
+    // Still there two leases later: the holder renews it while it retries.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(jobs(&db)["FROM_NATS"]["state"], "DELETE_PENDING");
+
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
+    assert!(!ok && said.contains("--force"), "only --force removes what is left: {said}");
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS", "--force"]);
+    assert!(ok && said.contains("status deleted"), "{said}");
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(1), Duration::from_secs(5));
+    wait_until("the holder stops retrying", Duration::from_secs(15), || {
+        s.log().contains("(a forced removal): stopping")
+    });
+
+    nats.start();
+    let js = jetstream(nats.port).await;
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "a forced removal leaves the broker as it is");
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
