@@ -23,6 +23,8 @@ rm -f "${TMPDIR:-/tmp}"/aqgate-test-*.db*
 # Everything is built with SAML login (the `saml` feature, on the system OpenSSL); the
 # default build (vendored OpenSSL, no SAML) is built and run by fresh-machine.sh below.
 features=(--no-default-features --features saml)
+# Every crate of the lock file, also the default build's (tests/tidy.rs reads its tree offline).
+cargo fetch --locked
 cargo fmt --all -- --check
 scripts/validate-compose.sh
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
