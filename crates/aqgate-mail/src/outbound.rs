@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
+use lettre::Message;
 
 /// Where replies go.
 #[derive(Clone)]
@@ -66,15 +66,35 @@ async fn send_raw(
 ) -> Result<(), SendError> {
     match transport {
         ReplyTransport::Files(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| SendError::Transient(format!("outbox {}: {e}", dir.display())))?;
-            AsyncFileTransport::<Tokio1Executor>::new(dir)
-                .send_raw(envelope, body)
+            let (dir, body) = (dir.clone(), body.to_vec());
+            tokio::task::spawn_blocking(move || write_outbox(&dir, &body))
                 .await
+                .map_err(|e| SendError::Transient(format!("outbox: {e}")))?
                 .map(|_| ())
-                .map_err(|e| SendError::Transient(e.to_string()))
+                .map_err(|e| SendError::Transient(format!("outbox: {e}")))
         }
         ReplyTransport::Relay(url) => relay_send(url, envelope, body).await,
     }
+}
+
+/// Writes one mail into the outbox directory as `<uuid>.eml`, whole or not at all, as a
+/// maildir does: written and synced under `tmp/`, then renamed into place and the directory
+/// synced. A reader of the directory (a user's `ls -t`, a test polling for the reply) never
+/// sees a file that is still being written, and a crash leaves no half mail behind.
+pub fn write_outbox(dir: &std::path::Path, mail: &[u8]) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    let tmp_dir = dir.join("tmp");
+    std::fs::create_dir_all(&tmp_dir)?;
+    let name = format!("{}.eml", uuid::Uuid::new_v4());
+    let tmp = tmp_dir.join(&name);
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(mail)?;
+    file.sync_all()?;
+    drop(file);
+    let path = dir.join(&name);
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(path)
 }
 
 /// Sends through a plain SMTP relay (`smtp://HOST:PORT`, a local MTA) with lettre's SMTP
@@ -261,6 +281,25 @@ mod tests {
             .subject(format!("Re: request {n}"))
             .body(format!("<reply n=\"{n}\"/>"))
             .expect("fake relay")
+    }
+
+    #[test]
+    fn the_outbox_gets_whole_mails_only() {
+        let dir = std::env::temp_dir().join(format!("aqgate-outbox-unit-{}", uuid::Uuid::new_v4()));
+        let mail = b"From: aq@example.com\r\n\r\nbody\r\n".repeat(1000);
+        let a = write_outbox(&dir, &mail).unwrap();
+        let b = write_outbox(&dir, b"second").unwrap();
+        assert_ne!(a, b, "each mail its own file");
+        assert_eq!(std::fs::read(&a).unwrap(), mail);
+        assert_eq!(std::fs::read(&b).unwrap(), b"second");
+        let emls: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "eml"))
+            .collect();
+        assert_eq!(emls.len(), 2);
+        assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0, "nothing left half-written");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
