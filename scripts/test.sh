@@ -10,6 +10,15 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+# A clean clone gains nothing from incremental compilation, whose files would double the
+# size of target/ (a whole run needs about 6 GB of disk: the test build, the release build
+# of the fresh-machine check and its chroot).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: only $((free_kb / 1024)) MB free on $(df -P . | awk 'NR == 2 { print $6 }'); the run needs about 6 GB" >&2
+fi
+
 export AQGATE_TEST_PG_URL="${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 scripts/ensure-postgres.sh
 scripts/ensure-brokers.sh

@@ -8,7 +8,11 @@
 //! commit. The dequeues and the enqueue are committed in one database transaction, so a
 //! message is in the source or in the destination, never both and never neither, whatever
 //! moment the process is killed at (an uncommitted batch is rolled back by the store, and
-//! its messages are moved again by the next batch).
+//! its messages are moved again by the next batch). On PostgreSQL, from a single-consumer
+//! source without history, the receive is part of that transaction too (`HeldTx`: the
+//! messages removed rather than locked, no session row), so a batch costs one commit;
+//! otherwise the receive locks the messages and writes the session's row in a commit of its
+//! own.
 //!
 //! Event-driven: the first receive of a batch waits (a long poll, woken by the commit that
 //! makes a message visible); the rest take what is there. With a schedule's latency the job
@@ -397,6 +401,9 @@ async fn move_batch(
     // One receive takes the whole batch (in one database transaction); it waits for the
     // first message.
     session.max_messages = batch;
+    // Where the store can (PostgreSQL) and the source allows (single consumer, no
+    // history), the receive and the send are one database transaction: one commit.
+    session.one_transaction = true;
     let messages = match waiting_receive(engine, &mut session, job, stats).await {
         Ok(Response::Receive(_, Some(r))) => r.messages,
         Ok(_) => Vec::new(),

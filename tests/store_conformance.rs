@@ -38,6 +38,7 @@ on_both_backends!(
     locked_messages_are_skipped_by_others_until_commit,
     a_batch_receive_takes_what_no_one_else_holds,
     a_job_batch_leaves_no_session_row,
+    a_job_batch_in_one_transaction_moves_all_or_nothing,
     a_job_batch_ended_by_a_restart_does_not_count_against_its_messages,
     priority_queues_sort_by_priority_then_time,
     selectors_by_correlation_message_id_and_condition,
@@ -533,6 +534,82 @@ async fn a_job_batch_leaves_no_session_row(b: Backend) {
     h.run(&mut client, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
     h.run(&mut client, &envelope(COMMIT)).await.expect("commit");
     assert_eq!(store.session_count().await.expect("count"), before + 1);
+}
+
+/// A propagation batch whose receive and send share one database transaction (where the
+/// store holds transactions: PostgreSQL; elsewhere the same requests take the usual two):
+/// while open, its messages are taken from everyone else; its send's commit moves them all
+/// at once, leaving no session row; a rollback puts every one back, not counted against it.
+async fn a_job_batch_in_one_transaction_moves_all_or_nothing(b: Backend) {
+    let archive = "[[queues]]\nname = \"AQUSER.RAW_ARCHIVE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
+    let h = Harness::with_topology(b, &format!("{}\n{archive}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let store = h.engine.store().clone();
+    let mut p = h.session("scott");
+    let msgs: Vec<(&str, &str)> = ["01", "02", "03", "04", "05"].iter().map(|x| ("", *x)).collect();
+    h.run(&mut p, &raw_send(RAWQ, &msgs, COMMIT)).await.expect("send");
+    let sessions = store.session_count().await.expect("count");
+    let batch = |h: &Harness| {
+        let mut s = h.session("scott");
+        s.propagates = true;
+        s.one_transaction = true;
+        s.max_messages = 3;
+        s
+    };
+    let mut job = batch(&h);
+    let r = h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), ["01", "02", "03"]);
+    assert_eq!(job.held.is_active(), store.holds_transactions(), "held where the store holds transactions");
+    if store.holds_transactions() {
+        assert_eq!(store.session_count().await.expect("count"), sessions, "a held batch writes no session row");
+    }
+    // Another consumer meanwhile gets what the batch does not hold.
+    let mut other = h.session("scott");
+    assert_eq!(recv_raw(&h, &mut other, "", "").await, Ok("04".into()));
+    h.run(&mut other, &envelope(ROLLBACK)).await.expect("rollback");
+    // (A client's session keeps its row.)
+    let sessions = store.session_count().await.expect("count") - i64::from(!store.holds_transactions());
+    let copies: Vec<(&str, &str)> = ["01", "02", "03"].iter().map(|x| ("", *x)).collect();
+    h.run(&mut job, &raw_send("AQUSER.RAW_ARCHIVE", &copies, COMMIT)).await.expect("send and commit");
+    assert!(!job.held.is_active(), "the commit ends the hold");
+    assert!(!job.pending);
+    assert_eq!(depth(&h, RAWQ).await, 2, "the three are gone from the source");
+    assert_eq!(depth(&h, "AQUSER.RAW_ARCHIVE").await, 3, "and in the destination, committed together");
+    assert_eq!(store.session_count().await.expect("count"), sessions, "no session row left");
+    // A batch that rolls back: its messages are back, their delivery count as it was.
+    let mut job = batch(&h);
+    let r = h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    assert_eq!(received(&r).iter().map(raw_of).collect::<Vec<_>>(), ["04", "05"]);
+    h.run(&mut job, &envelope(ROLLBACK)).await.expect("rollback");
+    assert!(!job.held.is_active() && !job.pending, "the rollback ends the hold");
+    assert_eq!(depth(&h, RAWQ).await, 2, "both back in the source");
+    assert_eq!(depth(&h, "AQUSER.RAW_ARCHIVE").await, 3);
+    let mut c = h.session("scott");
+    let r = h.run(&mut c, &receive(RAWQ, "<wait_time>0</wait_time>", COMMIT)).await.expect("back in its place");
+    assert_eq!(raw_of(&received(&r)[0]), "04");
+    assert_eq!(
+        received(&r)[0].header.delivery_count,
+        Some(1),
+        "counted once: the other consumer's rollback, not the job's"
+    );
+    if !store.holds_transactions() {
+        return;
+    }
+    // A held batch dropped without an end (its task cancelled): the database rolls it back.
+    let mut job = batch(&h);
+    h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect("receive");
+    drop(job);
+    let mut c = h.session("scott");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match recv_raw(&h, &mut c, "", COMMIT).await {
+            Ok(m) => {
+                assert_eq!(m, "05");
+                break;
+            }
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("the dropped batch's message did not come back: {e:?}"),
+        }
+    }
 }
 
 async fn priority_queues_sort_by_priority_then_time(b: Backend) {

@@ -428,6 +428,14 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
 
+    /// Whether a propagation job's batch may keep one database transaction open from its
+    /// receive to its send (the removes and the copies committed together, once): true
+    /// where writers do not wait for each other meanwhile (PostgreSQL, row locks); SQLite
+    /// has one writer, which the batch would hold while it converts its messages.
+    fn holds_transactions(&self) -> bool {
+        false
+    }
+
     /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
     /// to wait, a notification dispatcher with registrations on it) until the returned
     /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
@@ -669,6 +677,19 @@ pub trait StoreTx: Send {
     /// left. False if another session holds it. `shared`: the message may have other
     /// consumers' deliveries (multi-consumer queue).
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
+
+    /// [`StoreTx::remove_now`] for several deliveries of `consumer` at once (a propagation
+    /// job's batch taken in the transaction that also writes its copies, see
+    /// [`Store::holds_transactions`]): the seqs removed, in no particular order.
+    async fn remove_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, shared: bool) -> Result<Vec<i64>> {
+        let mut removed = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            if self.remove_now(seq, consumer, txn, shared).await? {
+                removed.push(seq);
+            }
+        }
+        Ok(removed)
+    }
 
     /// Publishes `txn`'s enqueues, performs its removes, releases its locks. `dequeues`:
     /// whether `txn` may hold removes or locks; false when it only enqueued, and then the

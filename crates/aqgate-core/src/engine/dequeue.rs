@@ -189,6 +189,21 @@ impl Engine {
             session.end_transaction();
             return Ok(vec![out]);
         }
+        if session.held.is_active() {
+            return Err(AqError::invalid("a propagation batch receives once, then sends"));
+        }
+        // A propagation batch from a single-consumer queue without history takes its
+        // messages in a transaction its send continues (`HeldTx`): removed at once, not
+        // locked, since nothing of it is visible until the send's commit.
+        let holds = session.one_transaction
+            && session.propagates
+            && !session.pending
+            && self.store.holds_transactions()
+            && o.dequeue_mode == DequeueMode::Remove
+            && !remove_now
+            && !queue.multi_consumer
+            && !queue.keeps_history()
+            && session.idempotency.is_none();
         let mut tx = self.store.begin().await?;
         let mut found = Vec::new();
         // A grouped queue navigates by groups (a propagation job's session moves messages
@@ -264,6 +279,12 @@ impl Engine {
                 }
                 match o.dequeue_mode {
                     DequeueMode::Browse => found.extend(picked),
+                    DequeueMode::Remove if holds => {
+                        let seqs: Vec<i64> = picked.iter().map(|m| m.seq).collect();
+                        let removed: std::collections::HashSet<i64> =
+                            tx.remove_many(&seqs, consumer, &session.txn, false).await?.into_iter().collect();
+                        found.extend(picked.into_iter().filter(|m| removed.contains(&m.seq)));
+                    }
                     DequeueMode::Remove if remove_now => {
                         for m in picked {
                             if tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await? {
@@ -370,6 +391,12 @@ impl Engine {
         } else if takes_lock {
             next.pending = true;
             next.dequeued = true;
+        }
+        if holds {
+            // No session row: a crash ends the transaction, and the messages are back.
+            self.settle(session, next, None);
+            session.held.hold(tx, qid);
+            return Ok(outs);
         }
         let response = session.idempotency.is_some().then(|| {
             Response::Receive(

@@ -127,7 +127,7 @@ impl Engine {
             next.enqueued += rows.len() as u64;
         }
         let response = wrap(EnqueueResult { destination: queue.name.clone(), message_ids: ids });
-        let version = if commit_now && !commit_session && !self.sealed(session) {
+        let version = if commit_now && !commit_session && !self.sealed(session) && !session.held.is_active() {
             // Nothing else to commit and no session row to write: one atomic write where
             // the backend can.
             self.store.insert_committed(&rows, session.origin).await?;
@@ -135,14 +135,26 @@ impl Engine {
         } else {
             // Tagged rows, published by a later durable commit: see `begin_provisional`.
             let provisional = !commit_now;
-            let mut tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
+            // A propagation batch's send continues the transaction its receive removed the
+            // messages in (`HeldTx`): its commit is the batch's only one.
+            let (mut tx, held) = self.held_or_begin(session, provisional).await?;
             // Sealed first: a backend may write the session row with the insert.
             let v = self.seal(&mut *tx, session, &next, Some(&response)).await?;
             tx.insert_messages(&rows).await?;
-            if commit_session {
-                woken.extend(publish(&mut *tx, session, session.dequeued).await?);
+            // A held transaction's removes are done already; only sends of it before this
+            // one have rows to publish.
+            if commit_session && (!held || session.enqueued > 0) {
+                woken.extend(publish(&mut *tx, session, session.dequeued && !held).await?);
             }
-            self.commit_tx(tx).await?;
+            if held && !req.commit {
+                // Still the batch's: its commit comes later.
+                session.held.put(tx);
+            } else {
+                self.commit_tx(tx).await?;
+                if held {
+                    session.held.end();
+                }
+            }
             v
         };
         self.settle(session, next, version);

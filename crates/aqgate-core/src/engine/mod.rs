@@ -37,7 +37,7 @@ use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
 pub use schedule::ClientSchedule;
-pub use session::{Abandon, Carried, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
+pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 
 /// Tunables of the engine.
 #[derive(Clone)]

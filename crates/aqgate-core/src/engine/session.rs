@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use rand::RngCore;
 
 use crate::clock::{MICROS_PER_SEC, Micros};
-use crate::store::{Position, QueueId, SessionRow};
+use crate::store::{Position, QueueId, SessionRow, StoreTx};
 
 /// 128 random bits, hex: unguessable, issued by the server only.
 pub fn random_id() -> String {
@@ -242,6 +242,65 @@ pub struct Session {
     /// request commits: their doubt goes in the same transaction
     /// (`StoreTx::gateway_doubt_clear`). Never set for a client.
     pub settled: Vec<String>,
+    /// A propagation job's batch whose receive and send may share one database
+    /// transaction (see [`HeldTx`]). Never set for a client.
+    pub one_transaction: bool,
+    /// The database transaction a `one_transaction` batch's receive left open for its send.
+    pub held: HeldTx,
+}
+
+/// The database transaction a propagation batch's receive holds open for the send that
+/// ends the batch (`Store::holds_transactions`): the messages are removed from the source
+/// in it and their copies written in it, and one commit makes both durable — no session row,
+/// no second commit; a crash or a rollback puts everything back as it was. Active from the
+/// receive until the commit or rollback that ends the AQ transaction; a request that fails
+/// after it took the transaction loses it (dropped, so rolled back), and the session's
+/// later requests then fail until it rolls back. (A mutex only so that a `Session` stays
+/// `Sync`; it is reached through `&mut Session`, never locked while contended.)
+#[derive(Default)]
+pub struct HeldTx {
+    tx: StdMutex<Option<Box<dyn StoreTx>>>,
+    queue: Option<QueueId>,
+    active: bool,
+}
+
+impl std::fmt::Debug for HeldTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldTx").field("queue", &self.queue).field("active", &self.active).finish()
+    }
+}
+
+impl HeldTx {
+    /// Holds `tx`, which removed messages of `queue`.
+    pub(super) fn hold(&mut self, tx: Box<dyn StoreTx>, queue: QueueId) {
+        *self.tx.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        self.queue = Some(queue);
+        self.active = true;
+    }
+
+    /// Gives back the transaction [`HeldTx::take`] took, for the batch's next request.
+    pub(super) fn put(&mut self, tx: Box<dyn StoreTx>) {
+        *self.tx.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// Whether the session's AQ transaction lives in a held database transaction (which
+    /// may be lost: see [`HeldTx::take`]).
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// The held transaction, for the request that continues it; `None` once a failed
+    /// request lost it. The session stays active until [`HeldTx::end`].
+    pub(super) fn take(&mut self) -> Option<Box<dyn StoreTx>> {
+        self.tx.get_mut().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Ends the hold: what is still held (to be rolled back), and the queue whose messages
+    /// it removed.
+    pub(super) fn end(&mut self) -> (Option<Box<dyn StoreTx>>, Option<QueueId>) {
+        self.active = false;
+        (self.take(), self.queue.take())
+    }
 }
 
 impl Session {
@@ -271,6 +330,8 @@ impl Session {
             schedule: None,
             seen: Vec::new(),
             settled: Vec::new(),
+            one_transaction: false,
+            held: HeldTx::default(),
         }
     }
 

@@ -185,8 +185,33 @@ impl Engine {
         Ok(())
     }
 
+    /// The database transaction a request that writes works in: the one its session holds
+    /// (a propagation batch's, see `HeldTx`; then `true` beside it), else a new one.
+    pub(super) async fn held_or_begin(
+        &self,
+        session: &mut Session,
+        provisional: bool,
+    ) -> Result<(Box<dyn StoreTx>, bool), AqError> {
+        if session.held.is_active() {
+            return session.held.take().map(|tx| (tx, true)).ok_or_else(held_lost_error);
+        }
+        let tx = if provisional { self.store.begin_provisional().await? } else { self.store.begin().await? };
+        Ok((tx, false))
+    }
+
     /// Commits the session's transaction.
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
+        if session.held.is_active() {
+            let Some(mut tx) = session.held.take() else { return Err(held_lost_error()) };
+            let woken = if session.enqueued > 0 { publish(&mut *tx, session, false).await? } else { Vec::new() };
+            self.commit_tx(tx).await?;
+            for q in woken {
+                self.wake(q);
+            }
+            session.held.end();
+            session.end_transaction();
+            return Ok(());
+        }
         let mut next = session.state();
         next.end_transaction();
         if !session.pending && !self.sealed(session) {
@@ -207,6 +232,21 @@ impl Engine {
     /// Rolls back the session's transaction. Dequeues that fail too often move their
     /// message to the exception queue (single-consumer queues).
     pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
+        if session.held.is_active() {
+            // Nothing of a held transaction is in the database until it commits.
+            let (tx, queue) = session.held.end();
+            session.end_transaction();
+            if let Some(tx) = tx
+                && let Err(e) = tx.rollback().await
+            {
+                // The connection goes, and its transaction with it.
+                tracing::warn!(error = %e, "rolling back a propagation batch's transaction");
+            }
+            if let Some(q) = queue {
+                self.wake(q);
+            }
+            return Ok(());
+        }
         let mut next = session.state();
         next.end_transaction();
         if !session.pending && !self.sealed(session) {
@@ -293,12 +333,6 @@ pub fn session_expired_error() -> AqError {
     )
 }
 
-/// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
-/// the queues that got new visible messages. Refuses, leaving `tx` to be rolled back, if
-/// the store does not hold exactly the messages the transaction enqueued: provisional
-/// writes lost with a database crash (`Store::begin_provisional`), or a send whose
-/// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
-/// to roll the transaction back.
 /// 25402 for a session whose open transaction may have lost writes.
 pub(super) fn transaction_lost_error() -> AqError {
     AqError::server(
@@ -308,6 +342,22 @@ pub(super) fn transaction_lost_error() -> AqError {
     )
 }
 
+/// 25402 for a request of a propagation batch whose held database transaction a failed
+/// request already rolled back (see `HeldTx`).
+fn held_lost_error() -> AqError {
+    AqError::server(
+        code::TRANSACTION_LOST,
+        "transaction must roll back: a request of it failed after writing, and its database transaction \
+         was rolled back; nothing was committed",
+    )
+}
+
+/// Publishes the session's transaction inside `tx` (`StoreTx::commit_session`); returns
+/// the queues that got new visible messages. Refuses, leaving `tx` to be rolled back, if
+/// the store does not hold exactly the messages the transaction enqueued: provisional
+/// writes lost with a database crash (`Store::begin_provisional`), or a send whose
+/// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
+/// to roll the transaction back.
 pub(super) async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
     if !session.intact {
         tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");

@@ -138,6 +138,10 @@ fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
 
 #[async_trait]
 impl Store for PgStore {
+    fn holds_transactions(&self) -> bool {
+        true
+    }
+
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.pool.begin().await.db()?;
         Ok(Box::new(PgTx::new(tx)))
