@@ -31,7 +31,9 @@
 //! **One process at a time** runs a job: the one holding the job's lease in the store
 //! (`lease`). A process that has just taken the lease rolls back the batches the job's agent
 //! left open (its dead holder's: killed between a batch's receives and its commit), so their
-//! messages move at once. Outside its schedule's windows a job holds no lease and no receive.
+//! messages move at once; a held batch (one transaction, see above) has no session to end:
+//! the database rolls it back when its holder's connection closes, or after 10 s without a
+//! statement (`Store::begin_held`). Outside its schedule's windows a job holds no lease and no receive.
 //!
 //! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
 //! reload) starts, a disabled one finishes its batch and stops, a removed one is

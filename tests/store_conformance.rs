@@ -562,6 +562,17 @@ async fn a_job_batch_in_one_transaction_moves_all_or_nothing(b: Backend) {
     if store.holds_transactions() {
         assert_eq!(store.session_count().await.expect("count"), sessions, "a held batch writes no session row");
     }
+    if store.holds_transactions() {
+        // A held batch takes one receive, then the send that commits it.
+        let e = h.run(&mut job, &receive(RAWQ, "<wait_time>0</wait_time>", "")).await.expect_err("a second receive");
+        assert_eq!(e.0, code::INTERNAL, "{e:?}");
+        let e = h
+            .run(&mut job, &raw_send("AQUSER.RAW_ARCHIVE", &[("", "01")], ""))
+            .await
+            .expect_err("a send without commit");
+        assert_eq!(e.0, code::INTERNAL, "{e:?}");
+        assert!(job.held.is_active(), "a refused request leaves the batch as it was");
+    }
     // Another consumer meanwhile gets what the batch does not hold.
     let mut other = h.session("scott");
     assert_eq!(recv_raw(&h, &mut other, "", "").await, Ok("04".into()));

@@ -392,6 +392,14 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
         self.begin().await
     }
 
+    /// A transaction a propagation batch holds open from its receive to its send (see
+    /// [`Store::holds_transactions`]): the database ends it by itself if its holder goes
+    /// silent without closing the connection (a host lost, not a process killed), so that
+    /// the rows it took come back. The default is [`Store::begin`].
+    async fn begin_held(&self) -> Result<Box<dyn StoreTx>> {
+        self.begin().await
+    }
+
     /// Rolls back the uncommitted work that no stored session owns (left by a process
     /// that ended without writing a session row for it, e.g. an older version). Work of
     /// stored sessions stays: their clients continue them.

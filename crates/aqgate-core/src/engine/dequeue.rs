@@ -189,12 +189,11 @@ impl Engine {
             session.end_transaction();
             return Ok(vec![out]);
         }
-        if session.held.is_active() {
-            return Err(AqError::invalid("a propagation batch receives once, then sends"));
-        }
         // A propagation batch from a single-consumer queue without history takes its
         // messages in a transaction its send continues (`HeldTx`): removed at once, not
-        // locked, since nothing of it is visible until the send's commit.
+        // locked, since nothing of it is visible until the send's commit. Not with a
+        // condition (the rows it passes over would stay locked for the whole batch) nor on
+        // a grouped queue (whose groups are claimed by committed locks).
         let holds = session.one_transaction
             && session.propagates
             && !session.pending
@@ -203,8 +202,10 @@ impl Engine {
             && !remove_now
             && !queue.multi_consumer
             && !queue.keeps_history()
+            && !queue.grouped
+            && filter.condition.is_none()
             && session.idempotency.is_none();
-        let mut tx = self.store.begin().await?;
+        let mut tx = if holds { self.store.begin_held().await? } else { self.store.begin().await? };
         let mut found = Vec::new();
         // A grouped queue navigates by groups (a propagation job's session moves messages
         // as from any queue: see `grouping`).

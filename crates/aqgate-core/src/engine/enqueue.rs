@@ -141,19 +141,14 @@ impl Engine {
             // Sealed first: a backend may write the session row with the insert.
             let v = self.seal(&mut *tx, session, &next, Some(&response)).await?;
             tx.insert_messages(&rows).await?;
-            // A held transaction's removes are done already; only sends of it before this
-            // one have rows to publish.
-            if commit_session && (!held || session.enqueued > 0) {
-                woken.extend(publish(&mut *tx, session, session.dequeued && !held).await?);
+            // A held transaction's removes are done already, and its send commits it
+            // (`execute` lets no other send into it): nothing to publish.
+            if commit_session && !held {
+                woken.extend(publish(&mut *tx, session, session.dequeued).await?);
             }
-            if held && !req.commit {
-                // Still the batch's: its commit comes later.
-                session.held.put(tx);
-            } else {
-                self.commit_tx(tx).await?;
-                if held {
-                    session.held.end();
-                }
+            self.commit_tx(tx).await?;
+            if held {
+                session.held.end();
             }
             v
         };

@@ -376,6 +376,12 @@ impl Engine {
             tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
             return Err(transaction_lost_error());
         }
+        if session.held.is_active() && !continues_held(&request) {
+            return Err(AqError::server(
+                code::INTERNAL,
+                "a propagation batch's held transaction ends with a committing persistent send, a commit or a rollback",
+            ));
+        }
         if session.schedule.is_some() && !matches!(request, Request::Send(_) | Request::Publish(_)) {
             return Err(AqError::invalid("AQ-Schedule applies to AQXmlSend and AQXmlPublish only"));
         }
@@ -408,6 +414,21 @@ impl Engine {
                 Ok(Response::Rollback(StatusResponse::ok()))
             }
         }
+    }
+}
+
+/// Whether `request` may continue a session's held transaction (`HeldTx`): a persistent
+/// ON_COMMIT send or publish that commits it (whose rows need no publishing), a commit or a
+/// rollback.
+fn continues_held(request: &Request) -> bool {
+    match request {
+        Request::Send(r) | Request::Publish(r) => {
+            r.commit
+                && r.producer.visibility == Visibility::OnCommit
+                && r.producer.delivery_mode == DeliveryMode::Persistent
+        }
+        Request::Commit | Request::Rollback => true,
+        Request::Receive(_) | Request::Register(_) => false,
     }
 }
 

@@ -278,11 +278,6 @@ impl HeldTx {
         self.active = true;
     }
 
-    /// Gives back the transaction [`HeldTx::take`] took, for the batch's next request.
-    pub(super) fn put(&mut self, tx: Box<dyn StoreTx>) {
-        *self.tx.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-    }
-
     /// Whether the session's AQ transaction lives in a held database transaction (which
     /// may be lost: see [`HeldTx::take`]).
     pub fn is_active(&self) -> bool {

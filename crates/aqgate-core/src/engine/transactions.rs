@@ -202,12 +202,8 @@ impl Engine {
     /// Commits the session's transaction.
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
         if session.held.is_active() {
-            let Some(mut tx) = session.held.take() else { return Err(held_lost_error()) };
-            let woken = if session.enqueued > 0 { publish(&mut *tx, session, false).await? } else { Vec::new() };
+            let Some(tx) = session.held.take() else { return Err(held_lost_error()) };
             self.commit_tx(tx).await?;
-            for q in woken {
-                self.wake(q);
-            }
             session.held.end();
             session.end_transaction();
             return Ok(());

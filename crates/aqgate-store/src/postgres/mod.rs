@@ -153,6 +153,13 @@ impl Store for PgStore {
         Ok(Box::new(PgTx::new(tx)))
     }
 
+    /// Ended by the server after 10 s without a statement: a batch converts its messages
+    /// between its statements in milliseconds.
+    async fn begin_held(&self) -> Result<Box<dyn StoreTx>> {
+        let tx = self.pool.begin_with("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '10s'").await.db()?;
+        Ok(Box::new(PgTx::new(tx)))
+    }
+
     async fn recover(&self) -> Result<u64> {
         let mut tx = self.pool.begin().await.db()?;
         let a: i64 = sqlx::query_scalar(
