@@ -25,11 +25,25 @@ echo "SELECT * FROM pgmq.send_batch('bench', :batch::jsonb[]);" >"$dir/batch.sql
 printf '%s\n' "SELECT msg_id AS mid FROM pgmq.read('bench', 30, 1) \\gset" \
   "SELECT pgmq.delete('bench', :mid::bigint);" >"$dir/read_delete.sql"
 echo "SELECT * FROM pgmq.pop('bench');" >"$dir/pop.sql"
+# CPU ticks of every PostgreSQL process so far: the live ones, and the exited ones (pgbench's
+# backends) through the postmaster's reaped children. Local servers only.
+pg_ticks() {
+  local pm t p
+  pm=$(pgrep -o -x postgres) || { echo 0; return; }
+  t=$(awk '{ print $16 + $17 }' "/proc/$pm/stat")
+  for p in $(pgrep -x postgres); do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
+hz=$(getconf CLK_TCK)
 run() { # name, msgs per transaction
-  local tps
-  tps=$(pgbench -n -c 4 -j 2 -M prepared -T "$secs" -D msg="$msg" -D batch="$batch" -f "$dir/$1.sql" "$db" 2>&1 |
-    sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-  printf 'pgmq %-12s %8.0f msgs/s\n' "$1" "$(echo "$tps * $2" | bc -l)"
+  local out tps t0 t1
+  t0=$(pg_ticks)
+  out=$(pgbench -n -c 4 -j 2 -M prepared -T "$secs" -D msg="$msg" -D batch="$batch" -f "$dir/$1.sql" "$db" 2>&1)
+  t1=$(pg_ticks)
+  tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+  # PostgreSQL's CPU per message over the run (the run lasts $secs s at the rate given).
+  printf 'pgmq %-12s %8.0f msgs/s  postgres %5.1f us/msg\n' "$1" "$(echo "$tps * $2" | bc -l)" \
+    "$(echo "($t1 - $t0) * 1000000 / $hz / ($tps * $2 * $secs)" | bc -l)"
 }
 run send 1
 run batch 100
