@@ -250,7 +250,32 @@ pub fn spooled(message_id: &str, idap: &str) -> aqgate_core::store::SpooledMail 
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Below the kernel's ephemeral range (from which bind(0) and every outgoing connection
+    // take their ports): a port handed out here and bound by a server a moment later cannot
+    // have been taken meanwhile by some other test's client connection, and a counter
+    // hands each port out once per test process (test binaries run one after another).
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    const FIRST: u32 = 20_000;
+    if low < FIRST + 1_000 {
+        return std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+    }
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = low - FIRST;
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id() % span, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let port = u16::try_from(FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % span).expect("a port below 65536");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {FIRST} and {low}")
 }
 
 /// Waits (at most 30 s) until something listens on 127.0.0.1:`port`.
