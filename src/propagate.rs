@@ -33,7 +33,8 @@
 //! left open (its dead holder's: killed between a batch's receives and its commit), so their
 //! messages move at once; a held batch (one transaction, see above) has no session to end:
 //! the database rolls it back when its holder's connection closes, or after 10 s without a
-//! statement (`Store::begin_held`). Outside its schedule's windows a job holds no lease and no receive.
+//! statement (`Store::begin_held`). Outside its schedule's windows a job holds no lease and
+//! no receive.
 //!
 //! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
 //! reload) starts, a disabled one finishes its batch and stops, a removed one is

@@ -686,13 +686,13 @@ pub trait StoreTx: Send {
     /// consumers' deliveries (multi-consumer queue).
     async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
 
-    /// [`StoreTx::remove_now`] for several deliveries of `consumer` at once (a propagation
-    /// job's batch taken in the transaction that also writes its copies, see
+    /// [`StoreTx::remove_now`] for several messages of single-consumer queues at once (a
+    /// propagation job's batch taken in the transaction that also writes its copies, see
     /// [`Store::holds_transactions`]): the seqs removed, in no particular order.
-    async fn remove_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, shared: bool) -> Result<Vec<i64>> {
+    async fn remove_singles(&mut self, seqs: &[i64], txn: &str) -> Result<Vec<i64>> {
         let mut removed = Vec::with_capacity(seqs.len());
         for &seq in seqs {
-            if self.remove_now(seq, consumer, txn, shared).await? {
+            if self.remove_now(seq, "", txn, false).await? {
                 removed.push(seq);
             }
         }

@@ -283,7 +283,7 @@ impl Engine {
                     DequeueMode::Remove if holds => {
                         let seqs: Vec<i64> = picked.iter().map(|m| m.seq).collect();
                         let removed: std::collections::HashSet<i64> =
-                            tx.remove_many(&seqs, consumer, &session.txn, false).await?.into_iter().collect();
+                            tx.remove_singles(&seqs, &session.txn).await?.into_iter().collect();
                         found.extend(picked.into_iter().filter(|m| removed.contains(&m.seq)));
                     }
                     DequeueMode::Remove if remove_now => {

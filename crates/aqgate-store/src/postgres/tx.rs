@@ -273,18 +273,9 @@ impl StoreTx for PgTx {
         Ok(removed.is_some())
     }
 
-    async fn remove_many(&mut self, seqs: &[i64], consumer: &str, txn: &str, shared: bool) -> Result<Vec<i64>> {
-        if !consumer.is_empty() {
-            let mut removed = Vec::with_capacity(seqs.len());
-            for &seq in seqs {
-                if self.remove_now(seq, consumer, txn, shared).await? {
-                    removed.push(seq);
-                }
-            }
-            return Ok(removed);
-        }
-        // A single-consumer batch in one statement: its rows are this transaction's already
-        // (the candidates were taken FOR UPDATE).
+    async fn remove_singles(&mut self, seqs: &[i64], txn: &str) -> Result<Vec<i64>> {
+        // One statement for the batch: its rows are this transaction's already (the
+        // candidates were taken FOR UPDATE).
         sqlx::query_scalar(
             "DELETE FROM messages WHERE seq = ANY($1) AND single AND (lock_txn IS NULL OR (lock_txn = $2 AND lock_kind = 2))
              RETURNING seq",
