@@ -26,10 +26,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Threads that run requests (the async runtime's workers); by default one per CPU.
-    /// With the database on the same small machine, fewer can be faster: on 2 cores with
-    /// PostgreSQL beside it, 1 serves single-message requests ~10 % faster and batches as
-    /// fast (BENCHMARKS.md).
+    /// Threads that run requests (the async runtime's workers). By default one per CPU, or
+    /// half of them (at least one) when the database is on this host: SQLite, or PostgreSQL
+    /// at a loopback address or a Unix socket, whose backends need the cores at the same
+    /// moments as the requests (see `default_workers`).
     #[arg(long, global = true, env = "AQGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
     /// Configuration file (TOML, every setting of serve, smtp and notify; see
@@ -245,7 +245,13 @@ fn main() -> ExitCode {
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
-    if let Some(n) = cli.worker_threads {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    // Services say how many they run on; the short-lived commands keep the runtime's default.
+    if let Some(db) = service_database(&cli.command) {
+        let n = cli.worker_threads.map_or_else(|| default_workers(cpus, db), usize::from);
+        tracing::info!(worker_threads = n, cpus, "runtime (--worker-threads sets the number)");
+        builder.worker_threads(n);
+    } else if let Some(n) = cli.worker_threads {
         builder.worker_threads(usize::from(n));
     }
     let rt = match builder.build() {
@@ -267,6 +273,51 @@ fn main() -> ExitCode {
             eprintln!("aqgate: {}", message(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The database of a command that runs a service (its runtime's size matters); `None` for
+/// the short-lived commands, which keep the runtime's default.
+fn service_database(command: &Command) -> Option<&str> {
+    match command {
+        Command::Serve(a) => Some(&a.db.database),
+        Command::Smtp(a) => Some(&a.db.database),
+        Command::Notify(a) => Some(&a.db.database),
+        _ => None,
+    }
+}
+
+/// Worker threads for a service on `cpus` CPUs whose store is `database`: one per CPU, or
+/// half of them (at least one) when the database runs on this host. A request spends about
+/// as much CPU in PostgreSQL's backend as in aqgate (BENCHMARKS.md, "Threads"), at the same
+/// moments: a worker per CPU then leaves the database's backends, the kernel's network
+/// stack and the clients on the host to preempt request threads, and every hand-off
+/// between tasks on two workers wakes a thread. Measured on 2 CPUs beside PostgreSQL, one
+/// worker is faster than two for every scenario, single messages and batches alike.
+fn default_workers(cpus: usize, database: &str) -> usize {
+    if database_is_local(database) { (cpus / 2).max(1) } else { cpus.max(1) }
+}
+
+/// Whether `database` (a store URL) is on this host: a SQLite file, or PostgreSQL at a
+/// loopback address, `localhost`, or a Unix socket (no host, or a `host=/path` parameter).
+fn database_is_local(database: &str) -> bool {
+    let Ok(url) = url::Url::parse(database) else { return !database.starts_with("postgres") };
+    if url.scheme().starts_with("sqlite") {
+        return true;
+    }
+    if url.query_pairs().any(|(k, v)| k == "host" && v.starts_with('/')) {
+        return true;
+    }
+    match url.host() {
+        None => true,
+        // `postgres:` is not a special scheme: its host is not parsed as an IP address.
+        Some(url::Host::Domain(d)) => {
+            d.is_empty()
+                || d.eq_ignore_ascii_case("localhost")
+                || d.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
     }
 }
 
@@ -391,5 +442,32 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             }
         }
         AdminCommand::HashPassword => admin::print_password_hash(&mut std::io::stdin().lock(), out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_on_this_host_gets_half_the_cpus() {
+        for local in [
+            "sqlite://aqgate.db",
+            "sqlite::memory:",
+            "postgres://postgres@127.0.0.1:5432/aqgate",
+            "postgres://u@localhost/aqgate",
+            "postgresql://u@[::1]:5432/aqgate",
+            "postgres:///aqgate",
+            "postgres://u@db/aqgate?host=/var/run/postgresql",
+        ] {
+            assert!(database_is_local(local), "{local}");
+            assert_eq!(default_workers(8, local), 4, "{local}");
+            assert_eq!(default_workers(2, local), 1, "{local}");
+            assert_eq!(default_workers(1, local), 1, "{local}");
+        }
+        for remote in ["postgres://u@db.example.com/aqgate", "postgres://u@10.0.0.7:5432/aqgate"] {
+            assert!(!database_is_local(remote), "{remote}");
+            assert_eq!(default_workers(8, remote), 8, "{remote}");
+        }
     }
 }
