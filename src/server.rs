@@ -261,7 +261,7 @@ pub fn start_mail(
     let gateway = aqgate_mail::gateway::Gateway {
         engine,
         directory: m.directory,
-        trust: m.trust,
+        trust: Arc::new(m.trust),
         clock,
         wake: worker.wake.clone(),
         reinject: m.smtp.reinject.as_ref().map(|addr| aqgate_mail::reinject::Reinjector {

@@ -196,7 +196,9 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
         let gateway = aqgate_mail::gateway::Gateway {
             engine: engine.clone(),
             directory: Arc::new(FailingDirectory { inner: embedded.clone(), mail: mail_err, certs: cert_err }),
-            trust: aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+            trust: Arc::new(
+                aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+            ),
             clock: clock.clone(),
             wake: Arc::new(tokio::sync::Notify::new()),
             reinject: None,
@@ -289,7 +291,9 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     let gateway = |to: &str| aqgate_mail::gateway::Gateway {
         engine: engine.clone(),
         directory: directory.clone(),
-        trust: aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+        trust: Arc::new(
+            aqgate_mail::smime::TrustStore::from_pem(&[&read("ca.pem")], &[&read("ca.crl")]).expect("trust"),
+        ),
         clock: clock.clone(),
         wake: Arc::new(tokio::sync::Notify::new()),
         reinject: Some(Reinjector {

@@ -26,7 +26,8 @@ use aqgate_core::topology::AgentInfo;
 pub struct Gateway {
     pub engine: Arc<Engine>,
     pub directory: Arc<dyn Directory>,
-    pub trust: TrustStore,
+    /// Shared with the blocking threads that verify signatures.
+    pub trust: Arc<TrustStore>,
     pub clock: Arc<dyn Clock>,
     /// Rung when a mail was spooled (the worker waits on it).
     pub wake: Arc<Notify>,
@@ -205,11 +206,18 @@ impl Gateway {
             Err(e) => return Err(directory_reply(&e, &format!("certificate of agent {}", agent.name))),
         };
         let now = self.clock.now();
-        let policy = smime::Policy {
-            replay_window: i64::try_from(self.replay_window.as_secs()).unwrap_or(i64::MAX),
-            gateway: self.identity.as_deref(),
-        };
-        let verified = match smime::verify_with(raw, &certs, &self.trust, &policy, now / MICROS_PER_SEC) {
+        let replay_window = i64::try_from(self.replay_window.as_secs()).unwrap_or(i64::MAX);
+        // The verification is CPU work of a millisecond or so (CMS, the chain, revocation):
+        // on a blocking thread, so the runtime's workers (one, with the database on a small
+        // host) keep serving requests meanwhile.
+        let (mail, trust, identity) = (raw.to_vec(), self.trust.clone(), self.identity.clone());
+        let verdict = tokio::task::spawn_blocking(move || {
+            let policy = smime::Policy { replay_window, gateway: identity.as_deref() };
+            smime::verify_with(&mail, &certs, &trust, &policy, now / MICROS_PER_SEC)
+        })
+        .await
+        .unwrap_or_else(|e| Verdict::TempError(format!("the verification did not finish: {e}")));
+        let verified = match verdict {
             Verdict::Pass(v) => *v,
             Verdict::Fail(why) => return Err(Reply::new(550, "5.7.1", format!("signature rejected: {why}"))),
             Verdict::PermError(why) => {
