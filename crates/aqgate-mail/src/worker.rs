@@ -261,18 +261,26 @@ impl Worker {
         let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or("localhost");
         let digest: String = m.dedupe_key.chars().filter(char::is_ascii_alphanumeric).take(16).collect();
         let message_id = format!("aqgate.{}.{index}.{digest}@{domain}", m.id);
-        let extra = [("X-AQ-Request-Id", m.id.to_string())];
-        let headers = ReplyHeaders {
-            from,
-            to: &m.reply_to,
-            subject: &subject,
-            message_id: &message_id,
-            in_reply_to: (!in_reply_to.is_empty()).then_some(in_reply_to.as_str()),
-            extra: &extra,
-        };
         let now = self.clock.now() / MICROS_PER_SEC;
-        let mail = reply_mail(&headers, response, self.cfg.identity.as_deref(), m.encrypt_to.as_deref(), now)
-            .map_err(|e| SendError::Permanent(format!("reply: {e}")))?;
+        // Signing (and encrypting) is CPU work: on a blocking thread, so the runtime's
+        // workers keep serving requests meanwhile.
+        let (id, from_owned, to, xml) = (m.id, from.clone(), m.reply_to.clone(), response.to_vec());
+        let (identity, encrypt_to) = (self.cfg.identity.clone(), m.encrypt_to.clone());
+        let mail = tokio::task::spawn_blocking(move || {
+            let extra = [("X-AQ-Request-Id", id.to_string())];
+            let headers = ReplyHeaders {
+                from: &from_owned,
+                to: &to,
+                subject: &subject,
+                message_id: &message_id,
+                in_reply_to: (!in_reply_to.is_empty()).then_some(in_reply_to.as_str()),
+                extra: &extra,
+            };
+            reply_mail(&headers, &xml, identity.as_deref(), encrypt_to.as_deref(), now)
+        })
+        .await
+        .map_err(|e| SendError::Transient(format!("reply: the signing did not finish: {e}")))?
+        .map_err(|e| SendError::Permanent(format!("reply: {e}")))?;
         send_formatted(&self.cfg.transport, from, &m.reply_to, &mail).await
     }
 }
