@@ -29,7 +29,7 @@ struct Cli {
     /// Threads that run requests (the async runtime's workers). By default one per CPU, or
     /// half of them (at least one) when the database is on this host: SQLite, or PostgreSQL
     /// at a loopback address or a Unix socket, whose backends need the cores at the same
-    /// moments as the requests (see `default_workers`).
+    /// moments as the requests.
     #[arg(long, global = true, env = "AQGATE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
     /// Configuration file (TOML, every setting of serve, smtp and notify; see
