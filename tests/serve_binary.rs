@@ -15,6 +15,15 @@ fn spawn_serve(db: &str, port: u16, extra: &[&str]) -> Proc {
     Proc::spawn("aqgate serve", aqgate(&["serve", "--no-smtp", "--listen", &listen, "--database", db]).args(extra))
 }
 
+/// The async runtime's worker threads of a running process.
+fn workers(p: &Proc) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", p.id()))
+        .expect("the process's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count()
+}
+
 /// Starts `serve` and waits until `/readyz` answers 200: the store is open, the topology
 /// applied and the servlet serving (the port alone is bound earlier).
 fn serve(db: &str, port: u16, extra: &[&str]) -> Proc {
@@ -225,12 +234,7 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     let port = free_port();
     // One worker thread: the long poll must not keep the other requests from being served.
     let mut s = serve(&db, port, &["--worker-threads", "1"]);
-    let workers = std::fs::read_dir(format!("/proc/{}/task", s.id()))
-        .expect("the process's threads")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tokio-rt-worker")
-        .count();
-    assert_eq!(workers, 1, "--worker-threads 1");
+    assert_eq!(workers(&s), 1, "--worker-threads 1");
     assert_eq!(metric(port, "aqgate_idap_requests_in_flight"), 0);
     let waiting = tokio::spawn(async move {
         let mut cookie = None;
@@ -248,6 +252,19 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     assert!(matches!(r, Response::Fault(ref f) if f.code == aqgate_core::error::code::NO_MESSAGE), "{r:?}");
     let status = s.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
+}
+
+/// The runtime's default size: with the database on this host (here a SQLite file), half
+/// the CPUs, at least one; `--worker-threads` overrides it.
+#[test]
+fn a_local_database_gets_half_the_cpus_by_default() {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let db = fresh_sqlite_url();
+    let s = serve(&db, free_port(), &[]);
+    assert_eq!(workers(&s), (cpus / 2).max(1), "default on {cpus} CPUs with a local database");
+    drop(s);
+    let s = serve(&db, free_port(), &["--worker-threads", "3"]);
+    assert_eq!(workers(&s), 3, "--worker-threads 3");
 }
 
 /// A SIGTERM while `serve` is still starting (the port is bound before the store is open
