@@ -423,4 +423,5 @@ async fn a_forward_repeated_after_a_crash_performs_nothing() {
     assert_eq!(again.response.as_deref(), Some(first.as_slice()), "the recorded response, byte for byte");
     let r = replies(&outbox);
     assert_eq!(r.len(), 2, "answered at least once (here: once per attempt)");
+    let _ = std::fs::remove_dir_all(&outbox);
 }
