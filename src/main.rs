@@ -299,26 +299,37 @@ fn default_workers(cpus: usize, database: &str) -> usize {
 }
 
 /// Whether `database` (a store URL) is on this host: a SQLite file, or PostgreSQL at a
-/// loopback address, `localhost`, or a Unix socket (no host, or a `host=/path` parameter).
+/// loopback address, `localhost`, or a Unix socket. The host is the one the driver
+/// connects to: a `host` or `hostaddr` parameter (the last one) over the URL's host, and
+/// with neither, `PGHOSTADDR` or `PGHOST` (a Unix socket when those are unset too). A
+/// database in another container of the same machine counts as elsewhere.
 fn database_is_local(database: &str) -> bool {
     let Ok(url) = url::Url::parse(database) else { return !database.starts_with("postgres") };
     if url.scheme().starts_with("sqlite") {
         return true;
     }
-    if url.query_pairs().any(|(k, v)| k == "host" && v.starts_with('/')) {
-        return true;
-    }
-    match url.host() {
+    let given = url.query_pairs().filter(|(k, _)| k == "host" || k == "hostaddr").map(|(_, v)| v.into_owned()).last();
+    // `postgres:` is not a special scheme: its host is neither parsed as an IP address nor
+    // percent-decoded (a socket directory may be written `%2Frun%2Fpostgresql`).
+    let host = given
+        .or_else(|| url.host_str().filter(|h| !h.is_empty()).map(|h| percent_decoded(h.trim_matches(['[', ']']))))
+        .or_else(|| std::env::var("PGHOSTADDR").ok().filter(|h| !h.is_empty()))
+        .or_else(|| std::env::var("PGHOST").ok().filter(|h| !h.is_empty()));
+    match host {
         None => true,
-        // `postgres:` is not a special scheme: its host is not parsed as an IP address.
-        Some(url::Host::Domain(d)) => {
-            d.is_empty()
-                || d.eq_ignore_ascii_case("localhost")
-                || d.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        Some(h) => {
+            h.starts_with('/')
+                || h.eq_ignore_ascii_case("localhost")
+                || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
         }
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
     }
+}
+
+/// `s` with its `%XX` escapes decoded (as far as they are valid UTF-8).
+fn percent_decoded(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
 }
 
 /// `e` and its causes, `: `-separated, each cause left out that the message before it
@@ -459,13 +470,21 @@ mod tests {
             "postgresql://u@[::1]:5432/aqgate",
             "postgres:///aqgate",
             "postgres://u@db/aqgate?host=/var/run/postgresql",
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/aqgate",
+            "postgres://u@db.example.com/aqgate?host=localhost",
         ] {
             assert!(database_is_local(local), "{local}");
             assert_eq!(default_workers(8, local), 4, "{local}");
             assert_eq!(default_workers(2, local), 1, "{local}");
             assert_eq!(default_workers(1, local), 1, "{local}");
         }
-        for remote in ["postgres://u@db.example.com/aqgate", "postgres://u@10.0.0.7:5432/aqgate"] {
+        for remote in [
+            "postgres://u@db.example.com/aqgate",
+            "postgres://u@10.0.0.7:5432/aqgate",
+            "postgres://u@localhost/aqgate?host=db.example.com",
+            "postgres:///aqgate?hostaddr=10.0.0.7",
+            "postgres://u@127.0.0.1/aqgate?host=/tmp&hostaddr=10.0.0.7",
+        ] {
             assert!(!database_is_local(remote), "{remote}");
             assert_eq!(default_workers(8, remote), 8, "{remote}");
         }

@@ -119,6 +119,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "IDAP requests being answered now, long polls included.",
         s.in_flight.load(Relaxed).to_string(),
     );
+    metric(
+        &mut out,
+        "aqgate_runtime_worker_threads",
+        "gauge",
+        "The async runtime's worker threads (--worker-threads).",
+        tokio::runtime::Handle::current().metrics().num_workers().to_string(),
+    );
     s.engine.config().metrics.render(&mut out);
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {

@@ -15,13 +15,10 @@ fn spawn_serve(db: &str, port: u16, extra: &[&str]) -> Proc {
     Proc::spawn("aqgate serve", aqgate(&["serve", "--no-smtp", "--listen", &listen, "--database", db]).args(extra))
 }
 
-/// The async runtime's worker threads of a running process.
-fn workers(p: &Proc) -> usize {
-    std::fs::read_dir(format!("/proc/{}/task", p.id()))
-        .expect("the process's threads")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tokio-rt-worker")
-        .count()
+/// The async runtime's worker threads of the server on `port` (the blocking pool's threads
+/// have the same thread name, so they are not counted from /proc).
+fn workers(port: u16) -> i64 {
+    metric(port, "aqgate_runtime_worker_threads")
 }
 
 /// Starts `serve` and waits until `/readyz` answers 200: the store is open, the topology
@@ -234,7 +231,7 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
     let port = free_port();
     // One worker thread: the long poll must not keep the other requests from being served.
     let mut s = serve(&db, port, &["--worker-threads", "1"]);
-    assert_eq!(workers(&s), 1, "--worker-threads 1");
+    assert_eq!(workers(port), 1, "--worker-threads 1");
     assert_eq!(metric(port, "aqgate_idap_requests_in_flight"), 0);
     let waiting = tokio::spawn(async move {
         let mut cookie = None;
@@ -260,11 +257,17 @@ async fn sigterm_finishes_in_flight_requests_then_exits_cleanly() {
 fn a_local_database_gets_half_the_cpus_by_default() {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let db = fresh_sqlite_url();
-    let s = serve(&db, free_port(), &[]);
-    assert_eq!(workers(&s), (cpus / 2).max(1), "default on {cpus} CPUs with a local database");
+    let port = free_port();
+    let s = serve(&db, port, &[]);
+    assert_eq!(
+        workers(port),
+        i64::try_from((cpus / 2).max(1)).expect("cpus"),
+        "default on {cpus} CPUs with a local database"
+    );
     drop(s);
-    let s = serve(&db, free_port(), &["--worker-threads", "3"]);
-    assert_eq!(workers(&s), 3, "--worker-threads 3");
+    let port = free_port();
+    let _s = serve(&db, port, &["--worker-threads", "3"]);
+    assert_eq!(workers(port), 3, "--worker-threads 3");
 }
 
 /// A SIGTERM while `serve` is still starting (the port is bound before the store is open

@@ -279,7 +279,10 @@ impl Worker {
             reply_mail(&headers, &xml, identity.as_deref(), encrypt_to.as_deref(), now)
         })
         .await
-        .map_err(|e| SendError::Transient(format!("reply: the signing did not finish: {e}")))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "reply signing task failed");
+            SendError::Transient("reply: the signing did not finish".into())
+        })?
         .map_err(|e| SendError::Permanent(format!("reply: {e}")))?;
         send_formatted(&self.cfg.transport, from, &m.reply_to, &mail).await
     }
