@@ -293,43 +293,29 @@ fn service_database(command: &Command) -> Option<&str> {
 /// moments: a worker per CPU then leaves the database's backends, the kernel's network
 /// stack and the clients on the host to preempt request threads, and every hand-off
 /// between tasks on two workers wakes a thread. Measured on 2 CPUs beside PostgreSQL, one
-/// worker is faster than two for every scenario, single messages and batches alike.
+/// worker serves single sends and receives faster than two and batches as fast; single
+/// sends mixed with batches lose about a tenth (BENCHMARKS.md, "Threads").
 fn default_workers(cpus: usize, database: &str) -> usize {
     if database_is_local(database) { (cpus / 2).max(1) } else { cpus.max(1) }
 }
 
-/// Whether `database` (a store URL) is on this host: a SQLite file, or PostgreSQL at a
-/// loopback address, `localhost`, or a Unix socket. The host is the one the driver
-/// connects to: a `host` or `hostaddr` parameter (the last one) over the URL's host, and
-/// with neither, `PGHOSTADDR` or `PGHOST` (a Unix socket when those are unset too). A
-/// database in another container of the same machine counts as elsewhere.
+/// Whether `database` (a store URL) is on this host: SQLite (any URL the store does not
+/// open as PostgreSQL, as `aqgate_store::open` decides), or PostgreSQL at a loopback
+/// address, `localhost`, or a Unix socket. The host is the one the driver connects to, read
+/// by the driver's own parser (`host`/`hostaddr` parameters, a percent-encoded socket
+/// path, `PGHOST` when the URL names none). A database in another container of the same
+/// machine counts as elsewhere.
 fn database_is_local(database: &str) -> bool {
-    let Ok(url) = url::Url::parse(database) else { return !database.starts_with("postgres") };
-    if url.scheme().starts_with("sqlite") {
+    use std::str::FromStr;
+    if !(database.starts_with("postgres://") || database.starts_with("postgresql://")) {
         return true;
     }
-    let given = url.query_pairs().filter(|(k, _)| k == "host" || k == "hostaddr").map(|(_, v)| v.into_owned()).last();
-    // `postgres:` is not a special scheme: its host is neither parsed as an IP address nor
-    // percent-decoded (a socket directory may be written `%2Frun%2Fpostgresql`).
-    let host = given
-        .or_else(|| url.host_str().filter(|h| !h.is_empty()).map(|h| percent_decoded(h.trim_matches(['[', ']']))))
-        .or_else(|| std::env::var("PGHOSTADDR").ok().filter(|h| !h.is_empty()))
-        .or_else(|| std::env::var("PGHOST").ok().filter(|h| !h.is_empty()));
-    match host {
-        None => true,
-        Some(h) => {
-            h.starts_with('/')
-                || h.eq_ignore_ascii_case("localhost")
-                || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-        }
-    }
-}
-
-/// `s` with its `%XX` escapes decoded (as far as they are valid UTF-8).
-fn percent_decoded(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-        .next()
-        .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
+    let Ok(o) = sqlx::postgres::PgConnectOptions::from_str(database) else { return false };
+    let host = o.get_host().trim_matches(['[', ']']);
+    o.get_socket().is_some()
+        || host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `e` and its causes, `: `-separated, each cause left out that the message before it
@@ -472,6 +458,8 @@ mod tests {
             "postgres://u@db/aqgate?host=/var/run/postgresql",
             "postgres://u@%2Fvar%2Frun%2Fpostgresql/aqgate",
             "postgres://u@db.example.com/aqgate?host=localhost",
+            // The socket wins over a later hostaddr: the driver connects through it.
+            "postgres://u@127.0.0.1/aqgate?host=/tmp&hostaddr=10.0.0.7",
         ] {
             assert!(database_is_local(local), "{local}");
             assert_eq!(default_workers(8, local), 4, "{local}");
@@ -483,7 +471,6 @@ mod tests {
             "postgres://u@10.0.0.7:5432/aqgate",
             "postgres://u@localhost/aqgate?host=db.example.com",
             "postgres:///aqgate?hostaddr=10.0.0.7",
-            "postgres://u@127.0.0.1/aqgate?host=/tmp&hostaddr=10.0.0.7",
         ] {
             assert!(!database_is_local(remote), "{remote}");
             assert_eq!(default_workers(8, remote), 8, "{remote}");
