@@ -243,7 +243,11 @@ start() {
             [ "$(cat "$DIR/smtp_port")" != "$(cat "$DIR/reinject_port")" ] || continue
         fi
         render "$DIR"
-        if ! $POSTFIX -c "$DIR/etc" check >>"$DIR/postfix.check.log" 2>&1; then
+        # `postfix check` runs post-install over the installation's shared directories and
+        # reports through syslog only (none here): instances started at once (the tests
+        # start several) take turns, so that one's check cannot trip over another's.
+        if ! flock "${TMPDIR:-/tmp}/aqgate-postfix-check.lock" \
+                $POSTFIX -c "$DIR/etc" check >>"$DIR/postfix.check.log" 2>&1; then
             tail -n 20 "$DIR/postfix.log" "$DIR/postfix.check.log" >&2 2>/dev/null || true
             die "postfix check failed for $DIR/etc"
         fi
