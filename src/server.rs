@@ -344,6 +344,10 @@ pub async fn time_manager(engine: Arc<Engine>, tick: Duration, mut shutdown: tok
         }
         let purge = purged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
         engine.time_manager_round(purge).await;
+        if engine.store().writes_refused() {
+            // Finds out that space was freed even when no request writes.
+            let _ = engine.store().probe_write().await;
+        }
         if purge {
             purged = Some(tokio::time::Instant::now());
         }

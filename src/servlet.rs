@@ -126,6 +126,18 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "The async runtime's worker threads (--worker-threads).",
         tokio::runtime::Handle::current().metrics().num_workers().to_string(),
     );
+    metric(
+        &mut out,
+        "aqgate_store_writes_refused",
+        "gauge",
+        "1 while the database refuses writes for want of space (fault 1653), else 0.",
+        u8::from(s.engine.store().writes_refused()).to_string(),
+    );
+    out.push_str(&format!(
+        "# HELP aqgate_store_full_refusals_total Writes the database refused for want of space.\n\
+         # TYPE aqgate_store_full_refusals_total counter\naqgate_store_full_refusals_total {}\n",
+        s.engine.store().full_refusals()
+    ));
     s.engine.config().metrics.render(&mut out);
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {
@@ -167,12 +179,12 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
+/// Ready when a write would succeed: the store commits a small write (see
+/// `Store::probe_write`); a full disk and an unreachable database are told apart.
 async fn readyz(State(s): State<AppState>) -> Response {
-    match s.engine.store().begin().await {
-        Ok(tx) => match tx.commit().await {
-            Ok(()) => (StatusCode::OK, "ready\n").into_response(),
-            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
-        },
+    match s.engine.store().probe_write().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) if e.is_full() => (StatusCode::SERVICE_UNAVAILABLE, "store full: writes are refused\n").into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
     }
 }

@@ -62,6 +62,15 @@ impl From<crate::store::StoreError> for AqError {
                 "another request with the same session cookie ran at the same time; nothing of this one was performed, send it again",
             );
         }
+        if e.is_full() {
+            // Logged by the store when writes start failing, not once per request.
+            tracing::debug!(error = %e, "store full");
+            return AqError::server(
+                code::STORE_FULL,
+                "the store cannot write: its disk is full; nothing of this request was performed, \
+                 send it again (with the same Idempotency-Key) once space is freed",
+            );
+        }
         // The cause is logged here once; the client sees a generic server fault.
         tracing::error!(error = %e, "store failure");
         AqError::server(code::INTERNAL, "internal store error; the request was not performed")

@@ -43,6 +43,8 @@ enum StoreErrorKind {
     Corrupt,
     /// A statement failed.
     Failed,
+    /// The database could not write: its disk (or quota) is full.
+    Full,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,11 @@ impl StoreError {
     /// lost).
     pub fn unavailable(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self { kind: StoreErrorKind::Unavailable, source: e.into() }
+    }
+    /// The database refused a write for want of space (SQLite's `SQLITE_FULL`,
+    /// PostgreSQL's `53100 disk_full`): nothing of the transaction was written.
+    pub fn full(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self { kind: StoreErrorKind::Full, source: e.into() }
     }
     /// A row is not what the store wrote, or an internal hand-off broke.
     pub fn corrupt(what: impl Into<String>) -> Self {
@@ -83,12 +90,18 @@ impl StoreError {
     pub fn is_session_conflict(&self) -> bool {
         self.kind == StoreErrorKind::SessionConflict
     }
+
+    /// See [`StoreError::full`]: retrying helps once space is freed, not before.
+    pub fn is_full(&self) -> bool {
+        self.kind == StoreErrorKind::Full
+    }
 }
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind {
             StoreErrorKind::Unavailable | StoreErrorKind::Failed => write!(f, "database: {}", self.source),
+            StoreErrorKind::Full => write!(f, "database full: {}", self.source),
             StoreErrorKind::Corrupt => write!(f, "corrupt row: {}", self.source),
             StoreErrorKind::SessionConflict => write!(f, "{}", self.source),
         }
@@ -398,6 +411,24 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// the rows it took come back. The default is [`Store::begin`].
     async fn begin_held(&self) -> Result<Box<dyn StoreTx>> {
         self.begin().await
+    }
+
+    /// Whether a write would succeed now (readiness): the database is reachable, and a
+    /// small write commits (a disk that is full refuses it with [`StoreError::is_full`]).
+    /// The default begins and commits an empty transaction.
+    async fn probe_write(&self) -> Result<()> {
+        self.begin().await?.commit().await
+    }
+
+    /// Whether the database has been refusing writes for want of space since a write was
+    /// last refused (until [`Store::probe_write`] commits one again).
+    fn writes_refused(&self) -> bool {
+        false
+    }
+
+    /// Writes the database refused for want of space since the process started.
+    fn full_refusals(&self) -> u64 {
+        0
     }
 
     /// Rolls back the uncommitted work that no stored session owns (left by a process

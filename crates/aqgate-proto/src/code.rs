@@ -66,5 +66,8 @@ pub const SESSION_BUSY: i32 = 24050;
 pub const IDEMPOTENCY_MISMATCH: i32 = 24051;
 /// aqgate: a request with the same `Idempotency-Key` is being performed now (HTTP 409).
 pub const IDEMPOTENCY_IN_PROGRESS: i32 = 24052;
+/// ORA-01653 unable to extend table: aqgate: the store cannot write, its disk is full;
+/// nothing of the request was performed, and it may be sent again once space is freed.
+pub const STORE_FULL: i32 = 1653;
 /// ORA-00600 internal error (store failure); details are logged, not returned.
 pub const INTERNAL: i32 = 600;

@@ -19,7 +19,32 @@ use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 
 use crate::*;
 
-type Outcome = Option<std::result::Result<(), String>>;
+type Outcome = Option<std::result::Result<(), Failure>>;
+
+/// Why a shared transaction failed, for each of its members: what kind of store error
+/// (so a full disk stays a full disk for every request of the batch) and its text.
+#[derive(Clone, Debug)]
+struct Failure {
+    full: bool,
+    unavailable: bool,
+    why: String,
+}
+
+impl Failure {
+    fn of(e: &StoreError, context: &str) -> Self {
+        Self { full: e.is_full(), unavailable: e.is_unavailable(), why: format!("{context}: {e}") }
+    }
+
+    fn to_error(&self) -> StoreError {
+        if self.full {
+            StoreError::full(self.why.clone())
+        } else if self.unavailable {
+            StoreError::unavailable(self.why.clone())
+        } else {
+            StoreError::corrupt(self.why.clone())
+        }
+    }
+}
 
 #[derive(Default)]
 struct Batch {
@@ -60,7 +85,7 @@ impl Lane {
             g.members = 0;
             g.dangling = false;
             let result = match tx {
-                Some(tx) => tx.commit().await.map_err(|e| e.to_string()),
+                Some(tx) => tx.commit().await.map_err(|e| Failure::of(&e, "group commit failed")),
                 None => Ok(()),
             };
             if let Some(d) = done {
@@ -71,12 +96,12 @@ impl Lane {
     }
 
     /// Gives up the open transaction: everything in it is rolled back and its members fail.
-    fn abort(&self, g: &mut Batch, why: &str) {
+    fn abort(&self, g: &mut Batch, why: Failure) {
         g.tx = None; // dropping a sqlx transaction rolls it back
         g.members = 0;
         g.dangling = false;
         if let Some(d) = g.done.take() {
-            let _ = d.send(Some(Err(why.to_string())));
+            let _ = d.send(Some(Err(why)));
         }
     }
 
@@ -86,12 +111,12 @@ impl Lane {
             return;
         }
         g.dangling = false;
-        let ok = match g.tx.as_mut() {
-            Some(tx) => tx.rollback_to_savepoint().await.is_ok(),
-            None => true,
+        let rolled_back = match g.tx.as_mut() {
+            Some(tx) => tx.rollback_to_savepoint().await,
+            None => Ok(()),
         };
-        if !ok {
-            self.abort(g, "rolling back a request inside a group commit failed");
+        if let Err(e) = rolled_back {
+            self.abort(g, Failure::of(&e, "rolling back a request inside a group commit failed"));
         }
     }
 }
@@ -121,7 +146,7 @@ impl Store for GroupCommitStore {
             None => Err(StoreError::corrupt("group commit lost its transaction")),
         };
         if let Err(e) = sp {
-            lane.abort(&mut g, "could not open a savepoint");
+            lane.abort(&mut g, Failure::of(&e, "could not open a savepoint"));
             return Err(e);
         }
         g.dangling = true;
@@ -130,6 +155,18 @@ impl Store for GroupCommitStore {
 
     async fn recover(&self) -> Result<u64> {
         self.inner.recover().await
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        self.inner.probe_write().await
+    }
+
+    fn writes_refused(&self) -> bool {
+        self.inner.writes_refused()
+    }
+
+    fn full_refusals(&self) -> u64 {
+        self.inner.full_refusals()
     }
 
     async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
@@ -572,7 +609,7 @@ impl StoreTx for GroupTx {
         };
         if let Err(e) = released {
             // The request's work cannot be told apart from the others': fail them all.
-            self.lane.abort(&mut g, "releasing a savepoint failed");
+            self.lane.abort(&mut g, Failure::of(&e, "releasing a savepoint failed"));
             return Err(e);
         }
         g.dangling = false;
@@ -583,7 +620,7 @@ impl StoreTx for GroupTx {
         let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
         match outcome {
             Ok(Some(Ok(()))) => Ok(()),
-            Ok(Some(Err(e))) => Err(StoreError::corrupt(format!("group commit failed: {e}"))),
+            Ok(Some(Err(e))) => Err(e.to_error()),
             _ => Err(StoreError::corrupt("group commit was abandoned")),
         }
     }

@@ -5,6 +5,7 @@
 // First: its macro serves both backends below.
 #[macro_use]
 mod jobs;
+pub mod full;
 pub mod group;
 mod interest;
 pub mod postgres;
@@ -19,9 +20,14 @@ pub(crate) use aqgate_core::store::*;
 /// A pooled database connection idle this long is pinged before it is used again.
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The store's error for a database failure: unavailable when the connection is gone or
+/// The store's error for a database failure: full when it refused a write for want of space
+/// (see [`full`]), unavailable when the connection is gone or
 /// none is to be had (and then remembered, see [`connection_lost`]), else failed.
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+    if full::is_full(&e) {
+        full::refused(&e.to_string());
+        return StoreError::full(e);
+    }
     if connection_broken(&e) {
         connection_lost();
         return StoreError::unavailable(e);

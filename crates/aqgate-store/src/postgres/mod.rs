@@ -142,6 +142,18 @@ impl Store for PgStore {
         true
     }
 
+    async fn probe_write(&self) -> Result<()> {
+        crate::full::probe(&self.pool).await
+    }
+
+    fn writes_refused(&self) -> bool {
+        crate::full::writes_refused()
+    }
+
+    fn full_refusals(&self) -> u64 {
+        crate::full::refused_total()
+    }
+
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let tx = self.pool.begin().await.db()?;
         Ok(Box::new(PgTx::new(tx)))

@@ -4,6 +4,8 @@
 //! queue for it in order; a long-poll never holds it while waiting.
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,6 +25,31 @@ use {spool::*, tx::*};
 
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Set when a transaction-control statement failed: the connection's state is unknown.
+    poisoned: Arc<AtomicBool>,
+}
+
+/// Whether a connection coming back to the pool may serve again: not if a statement that
+/// begins, ends or nests a transaction failed on it (`poisoned`), nor if sqlx still counts
+/// it inside a transaction (a rollback that failed). After a failed COMMIT (a full disk,
+/// an I/O error) SQLite may have rolled back or kept the transaction, and sqlx's count of
+/// open transactions and savepoints may no longer match SQLite's: a "commit" on such a
+/// connection could release only a nested savepoint and report success for work that is
+/// never written. Such a connection is closed (which rolls back whatever it held) and the
+/// pool opens a fresh one.
+async fn fit_to_serve(
+    conn: &mut sqlx::SqliteConnection,
+    poisoned: &AtomicBool,
+) -> std::result::Result<bool, sqlx::Error> {
+    // Runs the rollback a dropped transaction queued, so its outcome is counted below.
+    sqlx::Connection::ping(conn).await?;
+    let poisoned = poisoned.swap(false, Ordering::SeqCst);
+    let in_transaction = sqlx::Connection::is_in_transaction(conn);
+    if poisoned || in_transaction {
+        tracing::warn!(poisoned, in_transaction, "SQLite: a connection in an unknown transaction state is closed");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 impl SqliteStore {
@@ -36,8 +63,14 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let flag = poisoned.clone();
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
+            .after_release(move |conn, _| {
+                let flag = flag.clone();
+                Box::pin(async move { fit_to_serve(conn, &flag).await })
+            })
             .acquire_timeout(Duration::from_secs(60))
             // A local file does not go stale like a socket: no ping round trip through
             // sqlx's worker thread before every statement.
@@ -46,7 +79,7 @@ impl SqliteStore {
             .await
             .map_err(|e| cannot_connect("open", url, &e))?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await.db()?;
-        Ok(Self { pool })
+        Ok(Self { pool, poisoned })
     }
 }
 
@@ -78,8 +111,15 @@ fn stored_from_row(r: &SqliteRow) -> Result<StoredMessage> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.pool.begin().await.db()?;
-        Ok(Box::new(SqliteTx { tx }))
+        let tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => {
+                // A BEGIN refused on a connection SQLite still holds in a transaction.
+                self.poisoned.store(true, Ordering::SeqCst);
+                return Err(db_error(e));
+            }
+        };
+        Ok(Box::new(SqliteTx { tx, poisoned: self.poisoned.clone() }))
     }
 
     async fn recover(&self) -> Result<u64> {
@@ -158,5 +198,17 @@ impl Store for SqliteStore {
 
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         Ok(None)
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        crate::full::probe(&self.pool).await
+    }
+
+    fn writes_refused(&self) -> bool {
+        crate::full::writes_refused()
+    }
+
+    fn full_refusals(&self) -> u64 {
+        crate::full::refused_total()
     }
 }

@@ -4,6 +4,23 @@ use super::*;
 
 pub struct SqliteTx {
     pub(super) tx: Transaction<'static, Sqlite>,
+    /// The store's flag: set when a statement that begins, ends or nests a transaction
+    /// fails, so the pool closes the connection (see `fit_to_serve`).
+    pub(super) poisoned: Arc<AtomicBool>,
+}
+
+impl SqliteTx {
+    /// Runs a transaction-control statement; if it fails, the connection is not used again.
+    async fn control(&mut self, sql: &'static str) -> Result<()> {
+        match sqlx::query(sql).execute(&mut *self.tx).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.poisoned.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::debug!(error = %e, sql, "SQLite: a transaction-control statement failed");
+                Err(db_error(e))
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -441,29 +458,36 @@ impl StoreTx for SqliteTx {
     }
 
     async fn savepoint(&mut self) -> Result<()> {
-        sqlx::query("SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
-        Ok(())
+        self.control("SAVEPOINT aq_request").await
     }
 
     async fn release_savepoint(&mut self) -> Result<()> {
-        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
-        Ok(())
+        self.control("RELEASE SAVEPOINT aq_request").await
     }
 
     async fn rollback_to_savepoint(&mut self) -> Result<()> {
-        sqlx::query("ROLLBACK TO SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
-        sqlx::query("RELEASE SAVEPOINT aq_request").execute(&mut *self.tx).await.db()?;
-        Ok(())
+        self.control("ROLLBACK TO SAVEPOINT aq_request").await?;
+        self.control("RELEASE SAVEPOINT aq_request").await
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {
-        self.tx.commit().await.db()?;
-        Ok(())
+        let poisoned = self.poisoned.clone();
+        match self.tx.commit().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                poisoned.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::debug!(error = %e, "SQLite: COMMIT failed");
+                Err(db_error(e))
+            }
+        }
     }
 
     async fn rollback(self: Box<Self>) -> Result<()> {
-        self.tx.rollback().await.db()?;
-        Ok(())
+        let poisoned = self.poisoned.clone();
+        self.tx.rollback().await.map_err(|e| {
+            poisoned.store(true, std::sync::atomic::Ordering::SeqCst);
+            db_error(e)
+        })
     }
 }
 
