@@ -46,6 +46,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AQGATE_PROPAGATION_LEASE_TTL", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub propagation_lease_ttl: u64,
+    /// Messaging Gateway, inbound: the largest broker message body a job takes into its
+    /// destination, for links without `max_message_bytes`; a larger one goes to the job's
+    /// exception queue (MQTT announces twice this, plus 64 KiB, as its Maximum Packet Size).
+    #[arg(long, env = "AQGATE_BROKER_MAX_MESSAGE_BYTES", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u64).range(1024..=(128 << 20)))]
+    pub broker_max_message_bytes: u64,
     /// Flow control: buffered messages a queue holds in memory at most (unspilled); a
     /// buffered enqueue beyond is refused with 25307 until consumers catch up.
     #[arg(long, env = "AQGATE_BUFFERED_MAX_MESSAGES", default_value_t = 5000)]

@@ -80,6 +80,7 @@ pub const KEYS: &[Key] = &[
     key("sessions.max", "max_sessions", Kind::Integer),
     key("sessions.secure_cookie", "secure_cookie", Kind::Flag),
     key("propagation.lease_ttl", "propagation_lease_ttl", Kind::Integer),
+    key("propagation.broker_max_message_bytes", "broker_max_message_bytes", Kind::Integer),
     key("buffered.max_messages", "buffered_max_messages", Kind::Integer),
     key("buffered.spill_bytes", "buffered_spill_bytes", Kind::Integer),
     key("buffered.spill_after", "buffered_spill_after", Kind::Integer),

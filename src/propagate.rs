@@ -76,6 +76,9 @@ pub(crate) struct Counters {
     failures: Counter,
     /// Gateway jobs: messages published again after a doubt (a consumer may see them twice).
     in_doubt: Counter,
+    /// Inbound gateway jobs: broker messages over the link's `max_message_bytes`, moved to
+    /// the exception queue.
+    oversize: Counter,
 }
 
 impl Counters {
@@ -103,6 +106,12 @@ impl Counters {
             in_doubt: m.labelled(
                 "aqgate_gateway_redelivered_total",
                 "Messages a gateway job published again after a doubt, marked x-aqgate-redelivered.",
+                "job",
+                job,
+            ),
+            oversize: m.labelled(
+                "aqgate_gateway_oversize_total",
+                "Broker messages an inbound gateway job refused as over its link's max_message_bytes (moved to the exception queue).",
                 "job",
                 job,
             ),

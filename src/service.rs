@@ -23,6 +23,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_body,
         max_sessions,
         propagation_lease_ttl,
+        broker_max_message_bytes,
         buffered_max_messages,
         buffered_spill_bytes,
         buffered_spill_after,
@@ -66,7 +67,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         limits: Limits { max_bytes: max_body, ..Limits::default() },
         tick: Duration::from_secs(1),
         max_sessions,
-        propagation_lease: aqgate::propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl)),
+        propagation_lease: aqgate::propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
+            .broker_max_message_bytes(broker_max_message_bytes),
         secure_cookie,
         tls: tls_files,
         plain_listen: tls.plain_listen,

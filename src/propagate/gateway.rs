@@ -17,11 +17,12 @@
 //! by its `Nats-Msg-Id` (and past the stream's duplicate window the job looks for the id in
 //! the stream first), RabbitMQ and MQTT get it marked `x-aqgate-redelivered` and counted.
 //!
-//! **Inbound** (broker → AQ): fetch up to `batch_size` messages, drop the redeliveries of
-//! messages already enqueued (`gateway_seen`), convert, enqueue them with their marks in one
-//! transaction (`Session::seen`), and ack them only after that commit. A crash before the
-//! ack makes the broker deliver them again; their marks make the job ack them without a
-//! second enqueue.
+//! **Inbound** (broker → AQ, `inbound`): fetch up to `batch_size` messages, drop the
+//! redeliveries of messages already enqueued (`gateway_seen`), convert, enqueue them with
+//! their marks in one transaction (`Session::seen`), and ack them only after that commit. A
+//! crash before the ack makes the broker deliver them again; their marks make the job ack
+//! them without a second enqueue. A message over the link's `max_message_bytes`, or one
+//! that does not convert, goes to the exception queue and is acked after that commit.
 //!
 //! A link that fails (refused, dropped, a timeout) is reconnected with the link's backoff;
 //! meanwhile its state is RECONNECTING and the job RETRYING, and `/readyz` stays ready.
@@ -39,6 +40,7 @@ use aqgate_core::topology::gateway::{Direction, ForeignQueueDef, GatewayRoute, L
 use aqgate_proto::idap::{Message, Request, Response};
 
 mod convert;
+mod inbound;
 mod mqtt;
 mod nats;
 mod rabbitmq;
@@ -86,6 +88,12 @@ pub(crate) trait Source: Send {
     fn spent(&self) -> bool {
         false
     }
+    /// After a failed fetch: why, when the broker sent what the client cannot read at all
+    /// (an MQTT packet over the limit the job announced). The job is then FAILED with it
+    /// (and reconnects with the link's backoff), not merely RETRYING.
+    fn unreadable(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The link's user and password, the password read now from the environment or the file.
@@ -102,11 +110,13 @@ async fn sink(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn
     }
 }
 
-async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Source>, String> {
+/// The inbound side of `link` for job `job`, taking bodies of up to `max_body` bytes (MQTT
+/// announces its packet limit from it; the others' clients read what their broker sends).
+async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str, max_body: u64) -> Result<Box<dyn Source>, String> {
     match link.kind {
         LinkKind::Nats => Ok(Box::new(nats::source(link, fq, job).await?)),
         LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::source(link, fq, job).await?)),
-        LinkKind::Mqtt => Ok(Box::new(mqtt::source(link, fq, job).await?)),
+        LinkKind::Mqtt => Ok(Box::new(mqtt::source(link, fq, job, max_body).await?)),
     }
 }
 
@@ -116,6 +126,8 @@ async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<d
 pub struct Board {
     owner: String,
     links: Mutex<BTreeMap<String, Seen>>,
+    /// Inbound: the largest body a job takes, on links without `max_message_bytes`.
+    max_message_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +143,18 @@ const REFRESH: Micros = 10_000_000;
 
 impl Board {
     pub fn new(owner: &str) -> Self {
-        Self { owner: owner.to_string(), links: Mutex::new(BTreeMap::new()) }
+        Self { owner: owner.to_string(), links: Mutex::new(BTreeMap::new()), max_message_bytes: 1 << 20 }
+    }
+
+    /// With `n` bytes the largest inbound body on links that set none.
+    #[must_use]
+    pub fn max_message_bytes(self, n: u64) -> Self {
+        Self { max_message_bytes: n, ..self }
+    }
+
+    /// The largest inbound body `link` takes.
+    fn max_body(&self, link: &LinkDef) -> u64 {
+        link.max_message_bytes.unwrap_or(self.max_message_bytes)
     }
 
     /// Job `job`'s connection over `link` is up (`Ok(true)`), closed in good order
@@ -235,7 +258,7 @@ pub(crate) async fn work(
 ) {
     match route.direction {
         Direction::Outbound => outbound(&engine, &job, &route, &stats, &board).await,
-        Direction::Inbound => inbound(&engine, &job, &route, &stats, &board).await,
+        Direction::Inbound => inbound::inbound(&engine, &job, &route, &stats, &board).await,
     }
 }
 
@@ -243,6 +266,9 @@ pub(crate) async fn work(
 enum Fail {
     /// The link: reconnect before the next try.
     Link(String),
+    /// The broker sent what the client cannot read (`Source::unreadable`): reconnect, and
+    /// the job is FAILED with the reason until a fetch succeeds.
+    Unreadable(String),
     /// Anything else (the store, the destination): retry with backoff.
     Aq(AqError),
 }
@@ -291,9 +317,13 @@ impl Pacing {
                 AqError::server(code::INTERNAL, format!("link {}: {why}", link.name)),
                 Duration::from_millis(link.reconnect_max_ms),
             ),
+            Fail::Unreadable(why) => (
+                AqError::client(code::NOT_PERMITTED, format!("link {}: {why}", link.name)),
+                Duration::from_millis(link.reconnect_max_ms),
+            ),
             Fail::Aq(e) => (e.clone(), super::MAX_BACKOFF),
         };
-        if matches!(e, Fail::Link(_)) && self.doing == lease::Doing::Running {
+        if matches!(e, Fail::Link(_) | Fail::Unreadable(_)) && self.doing == lease::Doing::Running {
             self.backoff = Duration::from_millis(link.reconnect_backoff_ms);
         }
         let next = stats.failed(&err, engine.now());
@@ -559,208 +589,4 @@ async fn refuse(
         }
         Err(e) => Err(Fail::Aq(rolled_back(engine, session, e).await)),
     }
-}
-
-async fn inbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
-    let mut pacing = Pacing::new(job);
-    let mut conn: Option<Box<dyn Source>> = None;
-    let mut exceptions: Option<Box<dyn Sink>> = None;
-    while !*stats.stop.borrow() {
-        if conn.is_none() {
-            let made = source(&route.link, &route.foreign, &job.name).await;
-            conn = connected(engine, job, route, stats, board, &mut pacing, made).await;
-        }
-        let Some(s) = conn.as_mut() else { continue };
-        board.alive(engine, &route.link.name).await;
-        let batch = if pacing.alone() { 1 } else { job.batch_size as usize };
-        let step = in_batch(engine, job, route, s.as_mut(), &mut exceptions, batch, stats).await;
-        if s.spent() {
-            conn = None;
-            board.closed(engine, &route.link.name, &job.name).await;
-        }
-        match step {
-            Ok(Moved::Done(_)) => pacing.done(job, stats),
-            Ok(Moved::Refused) => pacing.refused(job),
-            Err(e) => {
-                if let Fail::Link(why) = &e {
-                    conn = None;
-                    exceptions = None;
-                    board.report(engine, &route.link.name, &job.name, Err(why)).await;
-                }
-                pacing.failed(engine, job, (&route.link, board), stats, &e).await;
-            }
-        }
-    }
-    if conn.is_some() {
-        board.closed(engine, &route.link.name, &job.name).await;
-    }
-    pacing.end(stats);
-}
-
-/// One inbound batch of up to `max` broker messages.
-async fn in_batch(
-    engine: &Engine,
-    job: &PropagationInfo,
-    route: &GatewayRoute,
-    src: &mut dyn Source,
-    exceptions: &mut Option<Box<dyn Sink>>,
-    max: usize,
-    stats: &Stats,
-) -> Result<Moved, Fail> {
-    let mut stop = stats.stop.clone();
-    let fetched = tokio::select! {
-        r = src.fetch(max, Duration::from_secs(super::WAIT)) => r.map_err(Fail::Link)?,
-        _ = stop.wait_for(|s| *s) => return Ok(Moved::Done(0)),
-    };
-    if fetched.is_empty() {
-        return Ok(Moved::Done(0));
-    }
-    let all: Vec<u64> = fetched.iter().map(|m| m.tag).collect();
-    // Messages enqueued already (a redelivery after a crash between the commit and the
-    // ack, or the same broker id twice in this batch): acked, not enqueued again.
-    let ids: Vec<String> = fetched.iter().filter_map(|m| m.broker_id.clone()).collect();
-    let mut seen: std::collections::HashSet<String> = if ids.is_empty() {
-        Default::default()
-    } else {
-        match engine.store().gateway_seen(&job.agent, &ids).await {
-            Ok(s) => s.into_iter().collect(),
-            Err(e) => {
-                let _ = src.requeue(&all).await;
-                return Err(Fail::Aq(e.into()));
-            }
-        }
-    };
-    let mut take = Vec::new();
-    let mut bad: Vec<(&Incoming, String)> = Vec::new();
-    for m in &fetched {
-        if let Some(id) = &m.broker_id
-            && !seen.insert(id.clone())
-        {
-            tracing::info!(job = %job.name, broker_id = %id, redelivered = m.redelivered,
-                "a broker message enqueued already: acked, not enqueued again");
-            continue;
-        }
-        match convert::message_of(&route.payload, m, &job.agent, job.preserve_message_id) {
-            Ok(msg) => take.push((m, msg)),
-            Err(why) => bad.push((m, why)),
-        }
-    }
-    let result = async {
-        if !bad.is_empty() {
-            in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
-        }
-        if !take.is_empty() {
-            let mut session = Session::new(&job.agent, engine.now());
-            session.propagates = true;
-            session.seen = take.iter().filter_map(|(m, _)| m.broker_id.clone()).collect();
-            let msgs: Vec<Message> = take
-                .iter()
-                .enumerate()
-                .map(|(i, (_, m))| Message { number: Some(u32::try_from(i + 1).unwrap_or(u32::MAX)), ..m.clone() })
-                .collect();
-            let sent = carried_send(
-                engine,
-                &mut session,
-                &job.destination,
-                route.inbound_transformation.clone(),
-                msgs,
-                Vec::new(),
-            )
-            .await;
-            session.seen.clear();
-            match sent {
-                Ok(_) => {}
-                Err(e) if super::permanent(&e) && take.len() > 1 => return Ok(false),
-                Err(e) if super::permanent(&e) => {
-                    let why = format!("the destination refused it: {}", e.message);
-                    let bad: Vec<(&Incoming, String)> = take.iter().map(|(m, _)| (*m, why.clone())).collect();
-                    in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
-                    return Ok(true);
-                }
-                Err(e) => return Err(Fail::Aq(e)),
-            }
-            stats.moved(take.len(), engine.now());
-        }
-        Ok(true)
-    }
-    .await;
-    match result {
-        Ok(true) => {
-            src.ack(&all).await.map_err(Fail::Link)?;
-            Ok(Moved::Done(all.len()))
-        }
-        Ok(false) => {
-            src.requeue(&all).await.map_err(Fail::Link)?;
-            Ok(Moved::Refused)
-        }
-        Err(e) => {
-            let _ = src.requeue(&all).await;
-            Err(e)
-        }
-    }
-}
-
-/// Broker messages that cannot become AQ messages: to the job's exception queue (a local
-/// RAW queue, the bytes as they came with the reason as correlation; or a foreign queue of
-/// the same link), committed with their marks; without one, the job fails naming them.
-async fn in_exceptions(
-    engine: &Engine,
-    job: &PropagationInfo,
-    route: &GatewayRoute,
-    exceptions: &mut Option<Box<dyn Sink>>,
-    bad: &[(&Incoming, String)],
-    stats: &Stats,
-) -> Result<(), Fail> {
-    let why = |m: &Incoming, w: &str| format!("{}: {w}", m.broker_id.as_deref().unwrap_or("a message without an id"));
-    if let Some(eq) = &job.exception_queue {
-        let mut session = Session::new(&job.agent, engine.now());
-        session.propagates = true;
-        session.seen = bad.iter().filter_map(|(m, _)| m.broker_id.clone()).collect();
-        let msgs: Vec<Message> = bad
-            .iter()
-            .map(|(m, w)| {
-                // To be looked at now: no delay, no expiry (as outbound exception copies).
-                let raw = Incoming { correlation: Some(why(m, w)), delay: None, expiration: None, ..(*m).clone() };
-                convert::message_of(&aqgate_core::payload::PayloadKind::Raw, &raw, &job.agent, false)
-                    .map_err(|e| Fail::Aq(AqError::server(code::INTERNAL, e)))
-            })
-            .collect::<Result<_, _>>()?;
-        let r = carried_send(engine, &mut session, eq, None, msgs, Vec::new()).await;
-        session.seen.clear();
-        r.map_err(Fail::Aq)?;
-    } else if let Some(fq) = &route.foreign_exception {
-        if exceptions.is_none() {
-            *exceptions = Some(sink(&route.link, fq, &job.name).await.map_err(Fail::Link)?);
-        }
-        let Some(s) = exceptions.as_mut() else { return Err(Fail::Link("no exception link".into())) };
-        let out: Vec<Outgoing> = bad
-            .iter()
-            .map(|(m, w)| Outgoing {
-                id: m.message_id.clone().unwrap_or_else(aqgate_core::engine::session::random_id),
-                body: m.body.clone(),
-                content_type: "application/octet-stream",
-                correlation: Some(why(m, w)),
-                priority: m.priority.unwrap_or(1),
-                expiration_ms: None,
-                redelivered: m.redelivered,
-                queue: job.source.clone(),
-            })
-            .collect();
-        for r in s.publish(&out).await.map_err(Fail::Link)? {
-            if let Published::Refused(w) = r {
-                return Err(Fail::Aq(AqError::client(
-                    code::NOT_PERMITTED,
-                    format!("the exception queue refused: {w}"),
-                )));
-            }
-        }
-    } else {
-        let list = bad.iter().map(|(m, w)| why(m, w)).collect::<Vec<_>>().join("; ");
-        return Err(Fail::Aq(AqError::client(code::NOT_PERMITTED, format!("{list} (the job has no exception queue)"))));
-    }
-    stats.excepted(bad.len(), engine.now());
-    for (m, w) in bad {
-        tracing::warn!(job = %job.name, reason = %why(m, w), "a broker message went to the exception queue");
-    }
-    Ok(())
 }

@@ -45,6 +45,14 @@ impl LeaseConfig {
         Self { ttl, board: Arc::new(super::gateway::Board::new(&owner)), owner }
     }
 
+    /// Inbound gateway jobs take bodies of up to `n` bytes on links that set no
+    /// `max_message_bytes` of their own.
+    #[must_use]
+    pub fn broker_max_message_bytes(mut self, n: u64) -> Self {
+        self.board = Arc::new(super::gateway::Board::new(&self.owner).max_message_bytes(n));
+        self
+    }
+
     /// How often a held lease is renewed (and a free one looked for).
     pub fn heartbeat(&self) -> Duration {
         (self.ttl / 3).max(Duration::from_millis(100))

@@ -16,16 +16,25 @@
 //!   `message-id` user property), so a redelivery (DUP) already enqueued is acked without a
 //!   second enqueue. Without such a property a message is at least once. MQTT has no
 //!   negative ack: a batch given back is redelivered by reconnecting.
+//! - **Sizes, inbound.** The job announces a Maximum Packet Size (CONNECT) of twice the
+//!   link's `max_message_bytes` plus 64 KiB (`packet_limit`), and its client reads packets
+//!   up to that size (rumqttc's own default is 10 KiB, never announced: a bigger message
+//!   broke the connection at every delivery). A broker keeping to MQTT v5 does not send a
+//!   bigger one: it discards it as if delivered (Mosquitto logs it). A body over
+//!   `max_message_bytes` that fits goes to the exception queue. Should a broker send a
+//!   packet over the limit all the same, the client cannot read it: the job is FAILED with
+//!   the reason (`Source::unreadable`) and reconnects with the link's backoff.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef};
+use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef, packet_limit};
 use rumqttc::Outgoing as Out;
+use rumqttc::v5::mqttbytes::Error as MqttError;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason, PubRecReason, Publish, PublishProperties};
-use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, StateError};
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::mpsc;
 
@@ -86,8 +95,11 @@ fn tls_config(link: &LinkDef) -> Result<rustls::ClientConfig, String> {
     }
 }
 
+/// What ends a connection: why, and whether it is a packet over the limit the client reads.
+type Ended = (String, bool);
+
 /// Polls `el` until it fails, handing on the events the link cares about.
-fn drive(mut el: EventLoop, tx: mpsc::UnboundedSender<Result<Event, String>>) {
+fn drive(mut el: EventLoop, tx: mpsc::UnboundedSender<Result<Event, Ended>>) {
     tokio::spawn(async move {
         loop {
             match el.poll().await {
@@ -97,7 +109,7 @@ fn drive(mut el: EventLoop, tx: mpsc::UnboundedSender<Result<Event, String>>) {
                     }
                 }
                 Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
+                    let _ = tx.send(Err(ended(&e)));
                     return;
                 }
             }
@@ -105,13 +117,32 @@ fn drive(mut el: EventLoop, tx: mpsc::UnboundedSender<Result<Event, String>>) {
     });
 }
 
+/// Why connection error `e` ended the connection; `true` when it is a packet over the
+/// client's limit (which the broker sends again at every reconnect).
+fn ended(e: &ConnectionError) -> Ended {
+    match e {
+        ConnectionError::MqttState(StateError::Deserialization(MqttError::PayloadSizeLimitExceeded {
+            pkt_size,
+            max,
+        })) => (
+            format!(
+                "the broker sent a packet of {pkt_size} bytes, over the Maximum Packet Size of {max} the job \
+                 announced (from max_message_bytes): it does not keep to it, and the client cannot read the \
+                 message; raise max_message_bytes or take the message off the broker"
+            ),
+            true,
+        ),
+        other => (other.to_string(), false),
+    }
+}
+
 /// Waits for the CONNACK (the first event that says the session is up).
-async fn connected(rx: &mut mpsc::UnboundedReceiver<Result<Event, String>>) -> Result<(), String> {
+async fn connected(rx: &mut mpsc::UnboundedReceiver<Result<Event, Ended>>) -> Result<(), String> {
     loop {
         match tokio::time::timeout(Duration::from_secs(15), rx.recv()).await {
             Err(_) => return Err("no CONNACK within 15 s".into()),
             Ok(None) => return Err("the connection ended".into()),
-            Ok(Some(Err(e))) => return Err(e),
+            Ok(Some(Err((e, _)))) => return Err(e),
             Ok(Some(Ok(Event::Incoming(Packet::ConnAck(_))))) => return Ok(()),
             Ok(Some(Ok(_))) => {}
         }
@@ -120,7 +151,7 @@ async fn connected(rx: &mut mpsc::UnboundedReceiver<Result<Event, String>>) -> R
 
 pub struct MqttSink {
     client: AsyncClient,
-    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    events: mpsc::UnboundedReceiver<Result<Event, Ended>>,
     topic: String,
     qos: QoS,
 }
@@ -165,7 +196,7 @@ impl Sink for MqttSink {
             let e = match tokio::time::timeout(Duration::from_secs(30), self.events.recv()).await {
                 Err(_) => return Err("no acknowledgement within 30 s".into()),
                 Ok(None) => return Err("the connection ended".into()),
-                Ok(Some(Err(e))) => return Err(e),
+                Ok(Some(Err((e, _)))) => return Err(e),
                 Ok(Some(Ok(e))) => e,
             };
             let (pkid, verdict) = match e {
@@ -209,24 +240,30 @@ impl Sink for MqttSink {
 
 pub struct MqttSource {
     client: AsyncClient,
-    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    events: mpsc::UnboundedReceiver<Result<Event, Ended>>,
     held: HashMap<u64, Publish>,
     next: u64,
     spent: bool,
+    /// The connection ended on a packet over the client's limit: why.
+    unreadable: Option<String>,
 }
 
-pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<MqttSource, String> {
+/// The inbound side of job `job`, for bodies of up to `max_body` bytes (its packet limit
+/// announced from it).
+pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str, max_body: u64) -> Result<MqttSource, String> {
     let mut o = options(link, &format!("aqgate-{job}"))?;
     o.set_clean_start(false);
     o.set_session_expiry_interval(Some(7 * 24 * 3600));
     o.set_manual_acks(true);
     o.set_receive_maximum(Some(u16::try_from(link.window).unwrap_or(u16::MAX)));
+    // Announced in the CONNECT, and the client's own limit on what it reads.
+    o.set_max_packet_size(Some(packet_limit(max_body)));
     let (client, el) = AsyncClient::new(o, 1024);
     let (tx, mut events) = mpsc::unbounded_channel();
     drive(el, tx);
     connected(&mut events).await.map_err(|e| format!("{}: {e}", link.url))?;
     client.subscribe(fq.native_name.clone(), qos(fq.qos)).await.map_err(|e| format!("subscribe: {e}"))?;
-    Ok(MqttSource { client, events, held: HashMap::new(), next: 0, spent: false })
+    Ok(MqttSource { client, events, held: HashMap::new(), next: 0, spent: false, unreadable: None })
 }
 
 fn incoming(p: &Publish) -> Incoming {
@@ -257,7 +294,12 @@ impl Source for MqttSource {
             let e = match tokio::time::timeout_at(until, self.events.recv()).await {
                 Err(_) => break,
                 Ok(None) => return Err("the connection ended".into()),
-                Ok(Some(Err(e))) => return Err(e),
+                Ok(Some(Err((e, over)))) => {
+                    if over {
+                        self.unreadable = Some(e.clone());
+                    }
+                    return Err(e);
+                }
                 Ok(Some(Ok(e))) => e,
             };
             if let Event::Incoming(Packet::Publish(p)) = e {
@@ -294,6 +336,10 @@ impl Source for MqttSource {
     fn spent(&self) -> bool {
         self.spent
     }
+
+    fn unreadable(&self) -> Option<String> {
+        self.unreadable.clone()
+    }
 }
 
 /// Ends what an inbound job keeps at the broker: its persistent session `aqgate-<job>`
@@ -311,7 +357,7 @@ pub async fn remove(link: &LinkDef, job: &str) -> Result<Option<String>, String>
         match tokio::time::timeout(Duration::from_secs(15), events.recv()).await {
             Err(_) => return Err(format!("{}: no CONNACK within 15 s", link.url)),
             Ok(None) => return Err(format!("{}: the connection ended", link.url)),
-            Ok(Some(Err(e))) => return Err(format!("{}: {e}", link.url)),
+            Ok(Some(Err((e, _)))) => return Err(format!("{}: {e}", link.url)),
             Ok(Some(Ok(Event::Incoming(Packet::ConnAck(a))))) => break a.session_present,
             Ok(Some(Ok(_))) => {}
         }

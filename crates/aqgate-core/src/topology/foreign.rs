@@ -65,6 +65,24 @@ pub struct LinkDef {
     /// maximum (MQTT).
     #[serde(default = "default_window")]
     pub window: u32,
+    /// Inbound: the largest message body a job takes into its destination, in bytes; a
+    /// larger one goes to the job's exception queue. `None`: the process's default
+    /// (`--broker-max-message-bytes`). MQTT announces twice this (and 64 KiB for the topic
+    /// and properties) as its Maximum Packet Size: see [`packet_limit`].
+    #[serde(default)]
+    pub max_message_bytes: Option<u64>,
+}
+
+/// The accepted range of `max_message_bytes`: 1 KiB to 128 MiB.
+pub const MAX_MESSAGE_BYTES_RANGE: std::ops::RangeInclusive<u64> = 1024..=(128 << 20);
+
+/// The largest packet an inbound MQTT job announces (Maximum Packet Size) and its client
+/// reads, for bodies of up to `max_message_bytes`: twice that, and 64 KiB for the topic and
+/// properties, at most MQTT's own limit. What is bigger the broker does not send (MQTT v5
+/// discards it); what is over `max_message_bytes` but fits goes to the exception queue.
+pub fn packet_limit(max_message_bytes: u64) -> u32 {
+    const MQTT_MAX: u64 = 268_435_455;
+    u32::try_from(max_message_bytes.saturating_mul(2).saturating_add(64 << 10).min(MQTT_MAX)).unwrap_or(u32::MAX)
 }
 
 fn default_heartbeat() -> u16 {

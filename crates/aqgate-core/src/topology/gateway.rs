@@ -127,6 +127,9 @@ pub fn resolve(
         if !(1..=65_535).contains(&l.window) {
             errors.push(format!("{key}.window: 1 to 65535"));
         }
+        if l.max_message_bytes.is_some_and(|m| !MAX_MESSAGE_BYTES_RANGE.contains(&m)) {
+            errors.push(format!("{key}.max_message_bytes: 1024 to 134217728 (1 KiB to 128 MiB)"));
+        }
         let mut l = l.clone();
         l.name = name.clone();
         l.reconnect_backoff_ms = l.reconnect_backoff_ms.clamp(10, 60_000);
@@ -476,6 +479,12 @@ name = "wrong"
 kind = "mqtt"
 url = "nats://127.0.0.1:4222"
 
+[[gateway.links]]
+name = "tiny"
+kind = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+max_message_bytes = 100
+
 [[gateway.foreign_queues]]
 name = "nostream"
 link = "nats"
@@ -508,6 +517,7 @@ destination = "nothere@rabbit"
         for want in [
             "gateway.links[2] (leaky).url: no credentials in the URL",
             "gateway.links[3] (wrong).url: a mqtt:// or mqtts:// URL",
+            "gateway.links[4] (tiny).max_message_bytes: 1024 to 134217728",
             "gateway.foreign_queues[2] (nostream).stream",
             "gateway.foreign_queues[3] (ghost).link: unknown link NOLINK",
             "gateway.jobs[0] (both): one of source and destination is a foreign queue",
@@ -516,6 +526,18 @@ destination = "nothere@rabbit"
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
+    }
+
+    #[test]
+    fn the_mqtt_packet_limit_leaves_room_for_oversized_messages_within_mqtts_own() {
+        assert_eq!(packet_limit(1 << 20), (2 << 20) + (64 << 10));
+        assert_eq!(packet_limit(*MAX_MESSAGE_BYTES_RANGE.end()), 268_435_455);
+        let c = resolved(
+            "[[gateway.links]]\nname = \"m\"\nkind = \"mqtt\"\nurl = \"mqtt://h\"\nmax_message_bytes = 2048\n",
+        )
+        .expect("resolves");
+        assert_eq!(c.gateway_links["M"].max_message_bytes, Some(2048));
+        assert_eq!(c.gateway_links["RABBIT"].max_message_bytes, None);
     }
 
     #[test]
