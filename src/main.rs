@@ -122,7 +122,7 @@ enum AdminCommand {
         queue: String,
         #[command(flatten)]
         db: Db,
-        /// Only messages in this state: READY, WAIT, PROCESSED or EXPIRED.
+        /// Only messages in this state: READY, WAIT, PROCESSED, EXPIRED or UNDELIVERABLE.
         #[arg(long)]
         state: Option<String>,
         /// Print every column of every row as a JSON array.

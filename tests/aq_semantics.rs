@@ -1,8 +1,9 @@
 //! Oracle AQ's queue semantics over real HTTP, on SQLite and on PostgreSQL: the default
 //! exception queue `AQ$_<TABLE>_E` (listed, granted, NULL `exception_queue` after a
 //! fallback), the JMS properties the server fills at dequeue (`timestamp`, `userid`), the
-//! four `sort_list` orders, `retry_delay` after a rollback, and `retention_time` with the
-//! dequeue history (PROCESSED messages in the views).
+//! four `sort_list` orders, `retry_delay` after a rollback, `retention_time` with the
+//! dequeue history (PROCESSED messages in the views), and `max_retries` on a
+//! multi-consumer queue (through the real binary).
 
 mod common;
 
@@ -481,4 +482,119 @@ async fn retention_and_the_dequeue_history_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_and_the_dequeue_history_on_postgres() {
     retention_and_history(Backend::Postgres).await;
+}
+
+/// `admin messages QUEUE --json` of the binary: (CORR_ID, CONSUMER_NAME, MSG_STATE) of
+/// every row.
+fn admin_rows(url: &str, queue: &str) -> Vec<(String, String, String)> {
+    let out = aqgate(&["admin", "messages", queue, "--database", url, "--json"]).output().expect("admin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let field = |r: &serde_json::Value, c: &str| r[c].as_str().unwrap_or("").to_string();
+    let mut rows: Vec<_> = v
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (field(r, "CORR_ID"), field(r, "CONSUMER_NAME"), field(r, "MSG_STATE")))
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn row(corr: &str, consumer: &str, state: &str) -> (String, String, String) {
+    (corr.to_string(), consumer.to_string(), state.to_string())
+}
+
+/// max_retries on a multi-consumer queue through the real binary (`aqgate serve` with a
+/// topology file, over HTTP; `admin messages` beside it): with max_retries = 1, APP1 rolls
+/// a message back twice and no longer sees it (UNDELIVERABLE in the view); the message
+/// waits for APP2, and moves to the exception queue at APP2's commit. The other order
+/// (APP2 first) moves it at APP1's last rollback. It is never lost.
+async fn max_retries_on_a_multi_consumer_queue_through_the_binary(b: Backend) {
+    let url = fresh_url(b).await;
+    let q = "name = \"AQUSER.EMP_TOPIC\"\nqueue_table = \"AQUSER.EMP_TOPIC_TAB\"\n";
+    assert!(aqgate::DEFAULT_TOPOLOGY.contains(q));
+    let topology = aqgate::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1);
+    let port = free_port();
+    let file = std::env::temp_dir().join(format!("aqgate-retries-{port}.toml"));
+    std::fs::write(&file, topology).expect("write topology");
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = Proc::spawn(
+        "aqgate serve",
+        aqgate(&["serve", "--no-smtp", "--listen", &listen, "--database", &url]).arg("--topology").arg(&file),
+    );
+    server.wait_ready(port, Duration::from_secs(60));
+    let (topic, eq) = ("AQUSER.EMP_TOPIC", "AQUSER.AQ$_EMP_TOPIC_TAB_E");
+    let publish = |corr: &str| {
+        envelope(&format!(
+            r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{topic}</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>{corr}</correlation><recipient_list><recipient><agent_name>APP1</agent_name></recipient><recipient><agent_name>APP2</agent_name></recipient></recipient_list></message_header><message_payload><EMP_TYP><EMPNO>1</EMPNO><ENAME>X</ENAME><DEPTNO>30</DEPTNO></EMP_TYP></message_payload></message></message_set><AQXmlCommit/></AQXmlPublish>"#
+        ))
+    };
+    let take = |name: &str, extra: &str| receive(topic, &consumer(name), extra);
+    let fault = |r: Response| match r {
+        Response::Fault(f) => f.code,
+        r => panic!("expected a fault: {r:?}"),
+    };
+    let fail_twice = |corr: &'static str| async move {
+        let mut c = None;
+        for i in 0..2 {
+            let r = idap_in(port, SCOTT, &mut c, &take("APP1", "")).await;
+            assert_eq!(received(&r)[0].header.correlation.as_deref(), Some(corr), "attempt {i}: {r:?}");
+            assert!(matches!(idap_in(port, SCOTT, &mut c, &envelope(ROLLBACK)).await, Response::Rollback(_)));
+        }
+        assert_eq!(fault(idap_in(port, SCOTT, &mut c, &take("APP1", COMMIT)).await), code::NO_MESSAGE);
+    };
+
+    // APP1 gives up first: the message waits for APP2, then moves at its commit.
+    assert!(!matches!(http(port, &publish("FIRST")).await, Response::Fault(_)));
+    fail_twice("FIRST").await;
+    assert_eq!(admin_rows(&url, topic), [row("FIRST", "APP1", "UNDELIVERABLE"), row("FIRST", "APP2", "READY")]);
+    let out =
+        aqgate(&["admin", "messages", topic, "--database", &url, "--state", "undeliverable"]).output().expect("admin");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.lines().count() == 2 && text.contains("UNDELIVERABLE"), "{text}");
+    assert!(admin_rows(&url, eq).is_empty());
+    let mut c = None;
+    let r = idap_in(port, SCOTT, &mut c, &take("APP2", "")).await;
+    assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("FIRST"));
+    assert!(admin_rows(&url, eq).is_empty(), "not before APP2's commit");
+    assert!(matches!(idap_in(port, SCOTT, &mut c, &envelope(COMMIT)).await, Response::Commit(_)));
+    assert!(admin_rows(&url, topic).is_empty());
+    assert_eq!(admin_rows(&url, eq), [row("FIRST", "", "EXPIRED"), row("FIRST", "APP2", "PROCESSED")]);
+
+    // APP2 first: the message moves at APP1's last rollback.
+    assert!(!matches!(http(port, &publish("SECOND")).await, Response::Fault(_)));
+    let r = http(port, &take("APP2", COMMIT)).await;
+    assert_eq!(received(&r)[0].header.correlation.as_deref(), Some("SECOND"));
+    fail_twice("SECOND").await;
+    assert!(admin_rows(&url, topic).is_empty());
+
+    // Both in the exception queue, in state 3 (EXPIRED), each once.
+    let mut got = Vec::new();
+    loop {
+        match http(port, &receive(eq, "<wait_time>0</wait_time>", COMMIT)).await {
+            Response::Fault(f) => {
+                assert_eq!(f.code, code::NO_MESSAGE);
+                break;
+            }
+            r => {
+                let m = &received(&r)[0];
+                assert_eq!(m.header.message_state, Some(3));
+                got.push(m.header.correlation.clone().unwrap_or_default());
+            }
+        }
+    }
+    assert_eq!(got, ["FIRST", "SECOND"]);
+    drop(server);
+    let _ = std::fs::remove_file(file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_retries_on_a_multi_consumer_queue_through_the_binary_on_sqlite() {
+    max_retries_on_a_multi_consumer_queue_through_the_binary(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_retries_on_a_multi_consumer_queue_through_the_binary_on_postgres() {
+    max_retries_on_a_multi_consumer_queue_through_the_binary(Backend::Postgres).await;
 }

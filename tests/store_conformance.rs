@@ -31,6 +31,8 @@ on_both_backends!(
     a_queue_with_messages_keeps_its_payload_type,
     conditions_naming_nothing_the_queue_has_are_refused,
     a_multi_consumer_message_moves_once_no_consumer_can_take_it,
+    a_consumer_that_gave_up_sends_the_message_to_the_exception_queue_in_either_order,
+    max_retries_on_a_multi_consumer_queue_in_any_order,
     a_message_that_cannot_be_returned_stays_where_it_was,
     immediate_enqueue_is_visible_at_once,
     rolled_back_remove_returns_the_message_with_a_delivery_count,
@@ -1433,6 +1435,283 @@ async fn a_multi_consumer_message_moves_once_no_consumer_can_take_it(b: Backend)
     assert_eq!(received(&r)[0].header.message_state, Some(3));
     assert_eq!(deptno_of(&r), "30");
     assert_eq!(depth(&h, TOPIC).await, 0);
+}
+
+/// The default topology with `max_retries = 1` on AQUSER.EMP_TOPIC: a consumer's second
+/// rollback of a message is one too many.
+fn one_retry_topology() -> String {
+    let q = "name = \"AQUSER.EMP_TOPIC\"\nqueue_table = \"AQUSER.EMP_TOPIC_TAB\"\n";
+    assert!(aqgate::DEFAULT_TOPOLOGY.contains(q));
+    aqgate::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1)
+}
+
+const EMP_EQ: &str = "AQUSER.AQ$_EMP_TOPIC_TAB_E";
+
+/// A publish to `consumers` of a message with correlation `corr`.
+fn publish_to(corr: &str, consumers: &[&str]) -> String {
+    let list: String =
+        consumers.iter().map(|c| format!("<recipient><agent_name>{c}</agent_name></recipient>")).collect();
+    publish_emp(30, &format!("<correlation>{corr}</correlation><recipient_list>{list}</recipient_list>"), COMMIT)
+}
+
+/// A REMOVE of `consumer`'s message with correlation `corr` (`extra`: e.g. a commit).
+fn take_corr(consumer: &str, corr: &str, extra: &str) -> String {
+    receive(
+        TOPIC,
+        &format!(
+            "<consumer_name>{consumer}</consumer_name><wait_time>0</wait_time>\
+             <selector><correlation>{corr}</correlation></selector>"
+        ),
+        extra,
+    )
+}
+
+/// The `AQ$EMP_TOPIC_TAB` rows of the message with correlation `corr` in `queue`, as
+/// (consumer, state).
+async fn view_of(h: &Harness, queue: &str, corr: &str) -> Vec<(String, String)> {
+    let rows = h.engine.store().view_rows("AQUSER.EMP_TOPIC_TAB", queue, 10_000).await.expect("view");
+    let at = |c: &str| aqgate_store::views::COLUMNS.iter().position(|x| *x == c).expect("column");
+    let mut out: Vec<(String, String)> = rows
+        .into_iter()
+        .filter(|r| r[at("corr_id")].as_deref() == Some(corr))
+        .map(|r| (r[at("consumer_name")].clone().unwrap_or_default(), r[at("msg_state")].clone().unwrap_or_default()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn rows(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pairs.iter().map(|(c, s)| (c.to_string(), s.to_string())).collect();
+    v.sort();
+    v
+}
+
+/// max_retries = 1 and consumers APP1 and APP2: APP1 rolls back twice and gives up on the
+/// message, which it never processed; so the message ends in the exception queue once APP2
+/// is done with it, whether APP2 took it before or after (by a commit of its own or in the
+/// request of its receive), and not before.
+async fn a_consumer_that_gave_up_sends_the_message_to_the_exception_queue_in_either_order(b: Backend) {
+    let h = Harness::with_topology(b, &one_retry_topology()).await;
+    let mut p = h.session("scott");
+    let fail_twice = |corr: &'static str| {
+        let h = &h;
+        async move {
+            let mut c = h.session("scott");
+            for i in 0..2 {
+                let r = h.run(&mut c, &take_corr("APP1", corr, "")).await;
+                assert_eq!(deptno_of(&r.expect("delivered again")), "30", "{corr}: attempt {i}");
+                h.run(&mut c, &envelope(ROLLBACK)).await.expect("rollback");
+            }
+            let r = h.run(&mut c, &take_corr("APP1", corr, COMMIT)).await;
+            assert_eq!(fault_code(r), code::NO_MESSAGE, "{corr}: APP1 gave up on it");
+        }
+    };
+    // APP1 gives up first; APP2 then takes it and commits: it moves at that commit.
+    for (corr, one_request) in [("first-then-commit", false), ("first-then-take-and-commit", true)] {
+        h.run(&mut p, &publish_to(corr, &["APP1", "APP2"])).await.expect("publish");
+        fail_twice(corr).await;
+        assert_eq!(
+            view_of(&h, TOPIC, corr).await,
+            rows(&[("APP1", "UNDELIVERABLE"), ("APP2", "READY")]),
+            "{corr}: APP2 can still take it"
+        );
+        assert!(view_of(&h, EMP_EQ, corr).await.is_empty(), "{corr}");
+        let mut c = h.session("scott");
+        if one_request {
+            let r = h.run(&mut c, &take_corr("APP2", corr, COMMIT)).await.expect("APP2 takes it");
+            assert_eq!(deptno_of(&r), "30");
+        } else {
+            let r = h.run(&mut c, &take_corr("APP2", corr, "")).await.expect("APP2 takes it");
+            assert_eq!(deptno_of(&r), "30");
+            assert!(view_of(&h, EMP_EQ, corr).await.is_empty(), "{corr}: not before APP2's commit");
+            h.run(&mut c, &envelope(COMMIT)).await.expect("commit");
+        }
+        assert!(view_of(&h, TOPIC, corr).await.is_empty(), "{corr}");
+        assert_eq!(
+            view_of(&h, EMP_EQ, corr).await,
+            rows(&[("", "EXPIRED"), ("APP2", "PROCESSED")]),
+            "{corr}: in the exception queue, with APP2's dequeue"
+        );
+    }
+    // APP2 takes it first; APP1 then gives up: it moves at APP1's last rollback.
+    let corr = "second";
+    h.run(&mut p, &publish_to(corr, &["APP1", "APP2"])).await.expect("publish");
+    let mut c = h.session("scott");
+    h.run(&mut c, &take_corr("APP2", corr, COMMIT)).await.expect("APP2 takes it");
+    assert_eq!(view_of(&h, TOPIC, corr).await, rows(&[("APP1", "READY"), ("APP2", "PROCESSED")]));
+    fail_twice(corr).await;
+    assert!(view_of(&h, TOPIC, corr).await.is_empty());
+    assert_eq!(view_of(&h, EMP_EQ, corr).await, rows(&[("", "EXPIRED"), ("APP2", "PROCESSED")]));
+    // Three exception-queue messages, each once, in state 3.
+    let mut got = Vec::new();
+    loop {
+        match h.run(&mut c, &receive(EMP_EQ, "<wait_time>0</wait_time>", COMMIT)).await {
+            Ok(r) => {
+                let m = &received(&r)[0];
+                assert_eq!(m.header.message_state, Some(3));
+                got.push(m.header.correlation.clone().unwrap_or_default());
+            }
+            Err((c, _)) => {
+                assert_eq!(c, code::NO_MESSAGE);
+                break;
+            }
+        }
+    }
+    got.sort();
+    assert_eq!(got, ["first-then-commit", "first-then-take-and-commit", "second"]);
+    assert_eq!(depth(&h, TOPIC).await, 0);
+}
+
+/// Where a consumer of one message stands, in the model of
+/// `max_retries_on_a_multi_consumer_queue_in_any_order`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stand {
+    /// Has not taken it (yet), after `retries` failed attempts.
+    Open { retries: u32 },
+    /// Holds it (an uncommitted REMOVE).
+    Holding { retries: u32 },
+    /// Took it and committed.
+    Done,
+    /// Rolled it back more than max_retries (1) times.
+    GaveUp,
+}
+
+/// What a consumer does next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    /// A REMOVE left uncommitted.
+    Take,
+    Rollback,
+    Commit,
+    /// A REMOVE that commits in its own request.
+    TakeAndCommit,
+    /// A REMOVE that must find nothing (the consumer is done with the message, or gave up).
+    Probe,
+}
+
+/// A consumer's script: `failures` taken-and-rolled-back attempts (two: it gives up), then,
+/// unless it gave up, the message taken and committed (in one request, or two).
+fn script(failures: u32, one_request: bool) -> Vec<Step> {
+    let mut s: Vec<Step> = (0..failures).flat_map(|_| [Step::Take, Step::Rollback]).collect();
+    if failures < 2 {
+        s.extend(if one_request { &[Step::TakeAndCommit][..] } else { &[Step::Take, Step::Commit][..] });
+    }
+    s.push(Step::Probe);
+    s
+}
+
+/// The README's rule for max_retries on a multi-consumer queue, over random interleavings
+/// of the dequeues, rollbacks and commits of two or three consumers (max_retries = 1): a
+/// consumer past max_retries no longer sees the message; the message moves to the
+/// exception queue once no consumer can take it any more if some consumer gave up on it,
+/// is deleted once all of them took it otherwise, and stays until then. Checked after
+/// every step through the `AQ$` view.
+async fn max_retries_on_a_multi_consumer_queue_in_any_order(b: Backend) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let h = Harness::with_topology(b, &one_retry_topology()).await;
+    let handle = tokio::runtime::Handle::current();
+    let (case, moved_at_commit) = (AtomicU32::new(0), AtomicU32::new(0));
+    // Per consumer (failed attempts, taken in one request), and the interleaving: which of
+    // the consumers with steps left goes next.
+    let strategy = (2usize..=3).prop_flat_map(|k| {
+        (proptest::collection::vec((0u32..=2, any::<bool>()), k), proptest::collection::vec(any::<u32>(), 24))
+    });
+    let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
+    let outcome = runner.run(&strategy, |(consumers, picks)| {
+        let corr = format!("case-{}", case.fetch_add(1, Ordering::Relaxed));
+        let scripts: Vec<Vec<Step>> = consumers.iter().map(|&(f, one)| script(f, one)).collect();
+        let at_commit = tokio::task::block_in_place(|| handle.block_on(retry_case(&h, &corr, scripts, &picks)));
+        moved_at_commit.fetch_add(u32::from(at_commit), Ordering::Relaxed);
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+    assert!(moved_at_commit.load(Ordering::Relaxed) > 0, "no case had a consumer give up before another one's commit");
+}
+
+/// One case of `max_retries_on_a_multi_consumer_queue_in_any_order`: the consumers' scripts
+/// interleaved as `picks` say. Returns whether the message moved at a commit (the remove
+/// of the last consumer that could still take it, after another one gave up).
+async fn retry_case(h: &Harness, corr: &str, scripts: Vec<Vec<Step>>, picks: &[u32]) -> bool {
+    let names = ["APP1", "APP2", "APP3"];
+    let names = &names[..scripts.len()];
+    let mut p = h.session("scott");
+    h.run(&mut p, &publish_to(corr, names)).await.expect("publish");
+    let mut sessions: Vec<_> = names.iter().map(|_| h.session("scott")).collect();
+    let mut stand = vec![Stand::Open { retries: 0 }; names.len()];
+    let mut scripts: Vec<std::collections::VecDeque<Step>> = scripts.into_iter().map(Into::into).collect();
+    let mut moved_at_commit = false;
+    for i in 0.. {
+        let ready: Vec<usize> = (0..scripts.len()).filter(|c| !scripts[*c].is_empty()).collect();
+        if ready.is_empty() {
+            break;
+        }
+        let c = ready[picks.get(i).map_or(0, |p| *p as usize % ready.len())];
+        let step = scripts[c].pop_front().expect("a step");
+        let (name, s) = (names[c], &mut sessions[c]);
+        let ctx = format!("{corr}, step {i}: {name} {step:?}, before: {stand:?}");
+        let got = |r: Result<Response, (i32, String)>| {
+            assert_eq!(deptno_of(&r.unwrap_or_else(|e| panic!("{ctx}: {e:?}"))), "30", "{ctx}");
+        };
+        stand[c] = match (step, stand[c]) {
+            (Step::Take, Stand::Open { retries }) => {
+                got(h.run(s, &take_corr(name, corr, "")).await);
+                Stand::Holding { retries }
+            }
+            (Step::TakeAndCommit, Stand::Open { .. }) => {
+                got(h.run(s, &take_corr(name, corr, COMMIT)).await);
+                Stand::Done
+            }
+            (Step::Rollback, Stand::Holding { retries }) => {
+                h.run(s, &envelope(ROLLBACK)).await.expect("rollback");
+                if retries + 1 > 1 { Stand::GaveUp } else { Stand::Open { retries: retries + 1 } }
+            }
+            (Step::Commit, Stand::Holding { .. }) => {
+                h.run(s, &envelope(COMMIT)).await.expect("commit");
+                Stand::Done
+            }
+            (Step::Probe, done @ (Stand::Done | Stand::GaveUp)) => {
+                let r = h.run(s, &take_corr(name, corr, COMMIT)).await;
+                assert_eq!(fault_code(r), code::NO_MESSAGE, "{ctx}: no longer seen");
+                done
+            }
+            other => panic!("{ctx}: the script does not fit the model: {other:?}"),
+        };
+        // Where the message is now, by the rule.
+        let left = stand.iter().any(|s| matches!(s, Stand::Open { .. } | Stand::Holding { .. }));
+        let gave_up = stand.contains(&Stand::GaveUp);
+        let in_topic = view_of(h, TOPIC, corr).await;
+        let in_eq = view_of(h, EMP_EQ, corr).await;
+        let state = |s: &Stand| match s {
+            Stand::Done => "PROCESSED",
+            Stand::GaveUp => "UNDELIVERABLE",
+            _ => "READY",
+        };
+        if left {
+            let want: Vec<(&str, &str)> = names.iter().zip(&stand).map(|(n, s)| (*n, state(s))).collect();
+            assert_eq!(in_topic, rows(&want), "{ctx}: still in the queue");
+            assert!(in_eq.is_empty(), "{ctx}: not in the exception queue yet: {in_eq:?}");
+        } else if gave_up {
+            assert!(in_topic.is_empty(), "{ctx}: moved: {in_topic:?}");
+            let mut want: Vec<(&str, &str)> =
+                names.iter().zip(&stand).filter(|(_, s)| **s == Stand::Done).map(|(n, _)| (*n, "PROCESSED")).collect();
+            want.push(("", "EXPIRED"));
+            assert_eq!(in_eq, rows(&want), "{ctx}: in the exception queue");
+            moved_at_commit |= matches!(step, Step::Commit | Step::TakeAndCommit);
+        } else {
+            assert!(in_topic.is_empty() && in_eq.is_empty(), "{ctx}: deleted: {in_topic:?} {in_eq:?}");
+        }
+    }
+    if stand.contains(&Stand::GaveUp) {
+        // Taken from the exception queue, so that it stays small.
+        let sel = format!("<wait_time>0</wait_time><selector><correlation>{corr}</correlation></selector>");
+        let r = h.run(&mut p, &receive(EMP_EQ, &sel, COMMIT)).await.expect("from the exception queue");
+        assert_eq!(received(&r)[0].header.message_state, Some(3), "{corr}");
+    }
+    moved_at_commit
 }
 
 async fn payload_conditions_on_adt_and_jms(b: Backend) {

@@ -9,7 +9,7 @@ use aqgate_core::topology::canon;
 use aqgate_store::views::COLUMNS;
 
 /// The states a message is shown in (`MSG_STATE`).
-pub const STATES: [&str; 4] = ["READY", "WAIT", "PROCESSED", "EXPIRED"];
+pub const STATES: [&str; 5] = ["READY", "WAIT", "PROCESSED", "EXPIRED", "UNDELIVERABLE"];
 
 /// The rows of `queue` in its queue table's view (in `state` only, when given), each as
 /// (column, value) pairs in the view's order.
@@ -68,7 +68,7 @@ pub async fn print_messages(
     };
     out!(
         w,
-        "{:<32} {:<9} {:>4} {:<26} {:<12} {:<12} {:>5} {:<16} {}",
+        "{:<32} {:<13} {:>4} {:<26} {:<12} {:<12} {:>5} {:<16} {}",
         "MSG_ID",
         "STATE",
         "PRIO",
@@ -82,7 +82,7 @@ pub async fn print_messages(
     for r in &rows {
         out!(
             w,
-            "{:<32} {:<9} {:>4} {:<26} {:<12} {:<12} {:>5} {:<16} {}",
+            "{:<32} {:<13} {:>4} {:<26} {:<12} {:<12} {:>5} {:<16} {}",
             get(r, "msg_id"),
             get(r, "msg_state"),
             get(r, "msg_priority"),

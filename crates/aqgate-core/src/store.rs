@@ -117,7 +117,8 @@ impl std::error::Error for StoreError {
 mod delivery;
 mod history;
 mod interest;
-pub use {delivery::*, history::*, interest::*};
+mod removal;
+pub use {delivery::*, history::*, interest::*, removal::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -208,26 +209,6 @@ pub enum LockKind {
     Remove = 1,
     /// A LOCKED dequeue: released at commit.
     Locked = 2,
-}
-
-/// A remove released by a rollback (see [`StoreTx::rollback_session`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Released {
-    pub seq: i64,
-    pub queue: QueueId,
-    pub retry_count: i64,
-    /// `""` on a single-consumer queue.
-    pub consumer: String,
-    /// The message's own exception queue, if it names one.
-    pub exception_queue: Option<String>,
-}
-
-/// What a session commit did: queues that got new visible messages (to wake waiters).
-#[derive(Debug, Default, Clone)]
-pub struct CommitOutcome {
-    pub enqueued_queues: Vec<QueueId>,
-    /// How many of the transaction's enqueued messages it made visible.
-    pub published: u64,
 }
 
 /// A registration for notifications (AQXmlRegister): one per (queue, consumer, agent);
@@ -510,7 +491,7 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
                 tx.rollback().await?;
                 return Ok(None);
             };
-            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await? {
+            if tx.remove_now(m.seq, &q.consumer, &q.txn, false).await?.removed() {
                 tx.commit().await?;
                 return Ok(Some(m));
             }
@@ -713,9 +694,9 @@ pub trait StoreTx: Send {
     }
 
     /// Removes a delivery now (IMMEDIATE REMOVE); the message goes when no delivery is
-    /// left. False if another session holds it. `shared`: the message may have other
-    /// consumers' deliveries (multi-consumer queue).
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool>;
+    /// left, and is [`Stranded`] when only given-up ones are. `shared`: the message may
+    /// have other consumers' deliveries (multi-consumer queue).
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal>;
 
     /// [`StoreTx::remove_now`] for several messages of single-consumer queues at once (a
     /// propagation job's batch taken in the transaction that also writes its copies, see
@@ -723,14 +704,16 @@ pub trait StoreTx: Send {
     async fn remove_singles(&mut self, seqs: &[i64], txn: &str) -> Result<Vec<i64>> {
         let mut removed = Vec::with_capacity(seqs.len());
         for &seq in seqs {
-            if self.remove_now(seq, "", txn, false).await? {
+            if self.remove_now(seq, "", txn, false).await?.removed() {
                 removed.push(seq);
             }
         }
         Ok(removed)
     }
 
-    /// Publishes `txn`'s enqueues, performs its removes, releases its locks. `dequeues`:
+    /// Publishes `txn`'s enqueues, performs its removes (a message goes with its last
+    /// delivery; one left with given-up deliveries only is reported [`Stranded`]),
+    /// releases its locks. `dequeues`:
     /// whether `txn` may hold removes or locks; false when it only enqueued, and then the
     /// backend skips looking for them (four statements on PostgreSQL).
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
@@ -740,9 +723,12 @@ pub trait StoreTx: Send {
     async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>>;
 
     /// A consumer of a multi-consumer message gives up on it (too many failed dequeues):
-    /// its delivery goes. Returns how many deliveries the message has left; consumers of
-    /// one message serialise here, so exactly one of them sees 0.
-    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64>;
+    /// its delivery stays, marked, and no dequeue of it sees the message any more; the
+    /// removes of the other consumers leave the message [`Stranded`] instead of deleting
+    /// it. Returns how many deliveries the message has left that a consumer can still
+    /// take; consumers of one message serialise here (and with removes of it), so exactly
+    /// one of them sees 0 or is told it is stranded.
+    async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64>;
 
     /// Records REMOVE dequeues in the dequeue history (replacing an earlier row of the same
     /// message and consumer). A row whose delivery still exists (its remove is pending)

@@ -522,7 +522,7 @@ impl StoreTx for GroupTx {
     async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
         self.tx()?.lock(seq, consumer, txn, kind).await
     }
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal> {
         self.tx()?.remove_now(seq, consumer, txn, shared).await
     }
     async fn groups(
@@ -545,8 +545,8 @@ impl StoreTx for GroupTx {
     async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
         self.tx()?.rollback_session(txn, counts).await
     }
-    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
-        self.tx()?.drop_delivery(seq, consumer).await
+    async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        self.tx()?.give_up(seq, consumer).await
     }
     async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
         self.tx()?.define_views(tables, retained).await

@@ -40,7 +40,7 @@ pub(crate) const SPOOL_GET: &str = "SELECT * FROM mail_spool WHERE id = $1";
 pub(crate) const IDEMPOTENCY_PUT: &str = "INSERT INTO idempotency (agent, key, request_hash, response, created_at)
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent, key) DO NOTHING";
 pub(crate) const DELIVERY_LOCK: &str = "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
-             WHERE msg_seq = $3 AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))";
+             WHERE msg_seq = $3 AND consumer = $4 AND NOT gave_up AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))";
 pub(crate) const DELIVERIES_UNLOCK_TXN: &str =
     "UPDATE deliveries SET lock_txn = NULL, lock_kind = NULL WHERE lock_txn = $1";
 pub(crate) const NOTIFY_DROP_TXN: &str = "DELETE FROM notify_outbox WHERE txn = $1";

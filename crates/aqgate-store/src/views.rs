@@ -9,9 +9,10 @@
 //! not ended), EXPIRED (in an exception queue) or PROCESSED (removed, and kept for its
 //! queue's `retention_time`); times are timestamps (UTC), `expiration` seconds from the end
 //! of the delay. A multi-consumer message has one row per consumer (`consumer_name`): those
-//! that have still to take it, and, from the dequeue history, those that took it (PROCESSED,
-//! with `deq_time` and `deq_user_id`). A single-consumer one has a row with `consumer_name`
-//! NULL.
+//! that have still to take it, those that gave up on it (UNDELIVERABLE: rolled back more
+//! than `max_retries` times; the message waits for the others, then moves to its exception
+//! queue), and, from the dequeue history, those that took it (PROCESSED, with `deq_time`
+//! and `deq_user_id`). A single-consumer one has a row with `consumer_name` NULL.
 //!
 //! The trigger `aqgate_retain` (also redefined here) copies a message deleted from a queue
 //! with a retention time to `processed_messages`: whichever statement removes it, a
@@ -132,6 +133,10 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
         )
     };
     let live = |retry: &str, consumer: &str| columns(&state, retry, consumer, null_ts, null_text);
+    // A consumer that gave up on a message (too many failed dequeues) still has its row,
+    // UNDELIVERABLE, until the message moves to its exception queue.
+    let delivery_state = format!("CASE WHEN d.gave_up THEN 'UNDELIVERABLE' ELSE {state} END");
+    let delivery = |retry: &str, consumer: &str| columns(&delivery_state, retry, consumer, null_ts, null_text);
     // Consumers of a message still in the queue that have taken it (their delivery is gone;
     // a pending remove keeps it), and messages kept after their removal, with who took them.
     let dequeued = columns(processed, "h.retry_count", "NULLIF(h.consumer, '')", &ts("h.deq_time"), "h.deq_user_id");
@@ -158,7 +163,7 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
               WHERE d.queue_id IN ({ids}) AND m.enq_txn IS NULL
              UNION ALL
              {history}",
-            live("d.retry_count", "NULLIF(d.consumer, '')")
+            delivery("d.retry_count", "NULLIF(d.consumer, '')")
         ),
         // A single-consumer message carries its own delivery.
         Dialect::Postgres => format!(
@@ -170,7 +175,7 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
              UNION ALL
              {history}",
             live("m.retry_count", "NULL::text"),
-            live("d.retry_count", "d.consumer")
+            delivery("d.retry_count", "d.consumer")
         ),
     };
     format!("CREATE VIEW {} AS {body}", quoted(&view_name(queue_table)))

@@ -207,6 +207,9 @@ impl Engine {
             && session.idempotency.is_none();
         let mut tx = if holds { self.store.begin_held().await? } else { self.store.begin().await? };
         let mut found = Vec::new();
+        // Exception queues that got a message this request's removes left to consumers
+        // that gave up on it.
+        let mut moved = Vec::new();
         // A grouped queue navigates by groups (a propagation job's session moves messages
         // as from any queue: see `grouping`).
         let grouped = queue.grouped && !session.propagates;
@@ -288,9 +291,13 @@ impl Engine {
                     }
                     DequeueMode::Remove if remove_now => {
                         for m in picked {
-                            if tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await? {
-                                found.push(m);
+                            match tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await? {
+                                Removal::Missed => continue,
+                                Removal::Removed => {}
+                                // The consumers left gave up on it: it moves now.
+                                Removal::Stranded(s) => moved.extend(move_stranded(&mut *tx, resolved, &[s]).await?),
                             }
+                            found.push(m);
                         }
                     }
                     DequeueMode::Locked | DequeueMode::Remove => {
@@ -406,9 +413,9 @@ impl Engine {
             )
         });
         let version = self.seal(&mut *tx, session, &next, response.as_ref()).await?;
-        let mut woken = Vec::new();
+        let mut woken = moved;
         if req.commit && (session.pending || takes_lock) {
-            woken = publish(&mut *tx, session, session.dequeued || takes_lock).await?;
+            woken.extend(publish(&mut *tx, resolved, session, session.dequeued || takes_lock).await?);
         }
         self.commit_tx(tx).await?;
         self.settle(session, next, version);

@@ -144,7 +144,7 @@ impl Engine {
             // A held transaction's removes are done already, and its send commits it
             // (`execute` lets no other send into it): nothing to publish.
             if commit_session && !held {
-                woken.extend(publish(&mut *tx, session, session.dequeued).await?);
+                woken.extend(publish(&mut *tx, resolved, session, session.dequeued).await?);
             }
             self.commit_tx(tx).await?;
             if held {

@@ -177,7 +177,15 @@ impl Take<'_> {
                 let taken = if self.browse {
                     true
                 } else if self.o.dequeue_mode == DequeueMode::Remove && self.remove_now {
-                    tx.remove_now(m.seq, &q.consumer, &q.txn, self.queue.multi_consumer).await?
+                    match tx.remove_now(m.seq, &q.consumer, &q.txn, self.queue.multi_consumer).await? {
+                        Removal::Missed => false,
+                        Removal::Removed => true,
+                        // The consumers left gave up on it: it moves now.
+                        Removal::Stranded(s) => {
+                            move_stranded(tx, self.resolved, &[s]).await?;
+                            true
+                        }
+                    }
                 } else {
                     let kind =
                         if self.o.dequeue_mode == DequeueMode::Locked { LockKind::Locked } else { LockKind::Remove };

@@ -49,7 +49,7 @@ impl Engine {
         let version = self.seal(&mut *tx, session, &next, Some(&response)).await?;
         let mut woken = Vec::new();
         if req.commit && session.pending {
-            woken = publish(&mut *tx, session, session.dequeued).await?;
+            woken = publish(&mut *tx, resolved, session, session.dequeued).await?;
         }
         self.commit_tx(tx).await?;
         self.settle(session, next, version);

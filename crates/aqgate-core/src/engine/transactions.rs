@@ -216,7 +216,11 @@ impl Engine {
         }
         let mut tx = self.store.begin().await?;
         let version = self.seal(&mut *tx, session, &next, Some(&Response::Commit(StatusResponse::ok()))).await?;
-        let woken = if session.pending { publish(&mut *tx, session, session.dequeued).await? } else { Vec::new() };
+        let woken = if session.pending {
+            publish(&mut *tx, &self.resolved(), session, session.dequeued).await?
+        } else {
+            Vec::new()
+        };
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {
@@ -226,7 +230,8 @@ impl Engine {
     }
 
     /// Rolls back the session's transaction. Dequeues that fail too often move their
-    /// message to the exception queue (single-consumer queues).
+    /// message to the exception queue (on a multi-consumer queue, once no consumer can
+    /// take it any more).
     pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
         if session.held.is_active() {
             // Nothing of a held transaction is in the database until it commits.
@@ -305,12 +310,36 @@ pub(super) async fn rollback_work(
             continue;
         };
         // A multi-consumer message moves once none of its consumers can take it any more
-        // (as Oracle does); a consumer that gave up no longer sees it.
-        if !q.multi_consumer || tx.drop_delivery(r.seq, &r.consumer).await? == 0 {
+        // (as Oracle does); a consumer that gave up no longer sees it, and if others still
+        // can, the remove of the last of them moves it (`move_stranded`).
+        if !q.multi_consumer || tx.give_up(r.seq, &r.consumer).await? == 0 {
             tx.move_to_exception(r.seq, eq, forget).await?;
+            woken.push(eq);
         }
     }
     Ok(woken)
+}
+
+/// Moves messages that a remove of this transaction left to consumers that gave up on them
+/// only ([`Stranded`]) to their exception queue, inside `tx`. Returns the exception queues.
+pub(super) async fn move_stranded(
+    tx: &mut dyn StoreTx,
+    resolved: &Resolved,
+    stranded: &[Stranded],
+) -> Result<Vec<QueueId>, AqError> {
+    let mut moved = Vec::new();
+    for s in stranded {
+        let q = resolved.names.get(&s.queue).and_then(|n| resolved.catalog.queues.get(n));
+        let Some((eq, forget)) = q.and_then(|q| exception_target(resolved, q, s.exception_queue.as_deref(), s.seq))
+        else {
+            // Its queue left the topology: it stays, as that queue's other messages do.
+            tracing::warn!(seq = s.seq, "a message no consumer can take has no exception queue; left in place");
+            continue;
+        };
+        tx.move_to_exception(s.seq, eq, forget).await?;
+        moved.push(eq);
+    }
+    Ok(moved)
 }
 
 /// The fault for a request that found its session changed by another request meanwhile.
@@ -354,7 +383,12 @@ fn held_lost_error() -> AqError {
 /// writes lost with a database crash (`Store::begin_provisional`), or a send whose
 /// commit failed with an unknown outcome. As in Oracle (ORA-25402), the client then has
 /// to roll the transaction back.
-pub(super) async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: bool) -> Result<Vec<QueueId>, AqError> {
+pub(super) async fn publish(
+    tx: &mut dyn StoreTx,
+    resolved: &Resolved,
+    session: &Session,
+    dequeues: bool,
+) -> Result<Vec<QueueId>, AqError> {
     if !session.intact {
         tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");
         return Err(transaction_lost_error());
@@ -375,5 +409,7 @@ pub(super) async fn publish(tx: &mut dyn StoreTx, session: &Session, dequeues: b
             ),
         ));
     }
-    Ok(outcome.enqueued_queues)
+    let mut woken = outcome.enqueued_queues;
+    woken.extend(move_stranded(tx, resolved, &outcome.stranded).await?);
+    Ok(woken)
 }

@@ -22,7 +22,7 @@ fn push_from_filter(b: &mut QueryBuilder<'_, Postgres>, q: &CandidateQuery) {
         b.push(" FROM messages m WHERE m.single AND m.queue_id = ").push_bind(q.queue);
     } else {
         b.push(" FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ").push_bind(q.queue);
-        b.push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        b.push(" AND d.consumer = ").push_bind(q.consumer.clone()).push(" AND NOT d.gave_up");
     }
     b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
     if !q.include_waiting {

@@ -20,7 +20,7 @@ pub(super) const GW_DOUBT_PURGE: &str = "DELETE FROM gateway_doubt g WHERE g.job
          SELECT 1 FROM messages m WHERE m.msgid = decode(g.message_id, 'hex') \
            AND (($3 = '' AND m.single AND m.queue_id = $2) \
                 OR EXISTS (SELECT 1 FROM deliveries d \
-                           WHERE d.msg_seq = m.seq AND d.queue_id = $2 AND d.consumer = $3))) \
+                           WHERE d.msg_seq = m.seq AND d.queue_id = $2 AND d.consumer = $3 AND NOT d.gave_up))) \
      ELSE true END";
 
 pub(super) fn gw_ids(ids: &[String]) -> Vec<String> {
@@ -60,7 +60,7 @@ job_store!(PgStore, PgRow, {
                                  THEN CASE WHEN $4 THEN m.enq_time ELSE GREATEST(m.enq_time, m.delay_until) END
                             END) AS ready
                  FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
-                 WHERE d.queue_id = $1 AND d.consumer = $3 AND m.enq_txn IS NULL",
+                 WHERE d.queue_id = $1 AND d.consumer = $3 AND NOT d.gave_up AND m.enq_txn IS NULL",
             )
             .bind(queue)
             .bind(now)

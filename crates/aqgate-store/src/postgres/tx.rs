@@ -147,7 +147,7 @@ impl StoreTx for PgTx {
             b.push("FROM messages m WHERE m.single AND m.queue_id = ").push_bind(q.queue);
         } else {
             b.push("FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ").push_bind(q.queue);
-            b.push(" AND d.consumer = ").push_bind(q.consumer.clone());
+            b.push(" AND d.consumer = ").push_bind(q.consumer.clone()).push(" AND NOT d.gave_up");
         }
         b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
         if !q.include_waiting {
@@ -224,7 +224,8 @@ impl StoreTx for PgTx {
         } else {
             sqlx::query_scalar(
                 "UPDATE deliveries SET lock_txn = $1, lock_kind = $2
-                 WHERE msg_seq = ANY($3) AND consumer = $4 AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))
+                 WHERE msg_seq = ANY($3) AND consumer = $4 AND NOT gave_up
+                   AND (lock_txn IS NULL OR (lock_txn = $1 AND lock_kind = 2))
                  RETURNING msg_seq",
             )
         };
@@ -235,7 +236,7 @@ impl StoreTx for PgTx {
         q.fetch_all(&mut *self.tx).await.db()
     }
 
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<bool> {
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal> {
         if consumer.is_empty() {
             let r = sqlx::query(
                 "DELETE FROM messages WHERE seq = $1 AND single AND (lock_txn IS NULL OR (lock_txn = $2 AND lock_kind = 2))",
@@ -244,7 +245,7 @@ impl StoreTx for PgTx {
             .bind(txn)
             .execute(&mut *self.tx)
             .await.db()?;
-            return Ok(r.rows_affected() == 1);
+            return Ok(if r.rows_affected() == 1 { Removal::Removed } else { Removal::Missed });
         }
         if shared {
             // Consumers of one message serialise on its row, so the last one out sees that
@@ -255,22 +256,34 @@ impl StoreTx for PgTx {
                 .await
                 .db()?;
         }
-        let removed: Option<i64> = sqlx::query_scalar(
+        // Left only to consumers that gave up on it (a given-up delivery keeps the message):
+        // stranded.
+        let removed: Option<PgRow> = sqlx::query(
             "WITH d AS (
-                DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))
+                DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 AND NOT gave_up
+                  AND (lock_txn IS NULL OR (lock_txn = $3 AND lock_kind = 2))
                 RETURNING msg_seq
              ), m AS (
                 DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
                   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = $1 AND x.consumer <> $2)
              )
-             SELECT msg_seq FROM d",
+             SELECT d.msg_seq, s.queue_id, s.exception_queue
+             FROM d LEFT JOIN messages s ON s.seq = d.msg_seq
+                AND EXISTS (SELECT 1 FROM deliveries g WHERE g.msg_seq = $1 AND g.gave_up)
+                AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = $1 AND x.consumer <> $2 AND NOT x.gave_up)",
         )
         .bind(seq)
         .bind(consumer)
         .bind(txn)
         .fetch_optional(&mut *self.tx)
         .await.db()?;
-        Ok(removed.is_some())
+        let Some(r) = removed else { return Ok(Removal::Missed) };
+        Ok(match r.try_get::<Option<i64>, _>("queue_id").db()? {
+            Some(queue) => {
+                Removal::Stranded(Stranded { seq, queue, exception_queue: r.try_get("exception_queue").db()? })
+            }
+            None => Removal::Removed,
+        })
     }
 
     async fn remove_singles(&mut self, seqs: &[i64], txn: &str) -> Result<Vec<i64>> {
@@ -309,6 +322,7 @@ impl StoreTx for PgTx {
         };
         let queues: Vec<i64> = published.iter().map(|(q, _)| *q).collect();
         let published = published.iter().map(|(_, n)| u64::try_from(*n).unwrap_or(0)).sum();
+        let mut stranded = Vec::new();
         if dequeues {
             // Lock the messages whose deliveries this transaction removes (in one order, so
             // concurrent commits cannot deadlock); then a message whose last delivery goes is
@@ -321,16 +335,31 @@ impl StoreTx for PgTx {
             .execute(&mut *self.tx)
             .await
             .db()?;
-            sqlx::query(
-                "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq)
-                 DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
-                   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
+            // (The statement's own deletes are not visible to it: the deliveries it removes
+            // are told apart by their lock.) A message left only to consumers that gave up
+            // on it (a given-up delivery keeps it) is stranded.
+            let rows = sqlx::query(
+                "WITH d AS (DELETE FROM deliveries WHERE lock_txn = $1 AND lock_kind = 1 RETURNING msg_seq),
+                      m AS (DELETE FROM messages WHERE seq IN (SELECT msg_seq FROM d)
+                              AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = messages.seq
+                                              AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1)))
+                 SELECT s.seq, s.queue_id, s.exception_queue FROM messages s
+                 WHERE s.seq IN (SELECT msg_seq FROM d)
+                   AND EXISTS (SELECT 1 FROM deliveries g WHERE g.msg_seq = s.seq AND g.gave_up)
+                   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = s.seq AND NOT x.gave_up
                                    AND NOT (x.lock_txn IS NOT NULL AND x.lock_txn = $1 AND x.lock_kind = 1))",
             )
             .bind(txn)
-            .execute(&mut *self.tx)
+            .fetch_all(&mut *self.tx)
             .await
             .db()?;
+            for r in &rows {
+                stranded.push(Stranded {
+                    seq: r.try_get("seq").db()?,
+                    queue: r.try_get("queue_id").db()?,
+                    exception_queue: r.try_get("exception_queue").db()?,
+                });
+            }
             sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
             // Single-consumer messages: removed ones go, locked ones are released (disjoint
             // rows, so one statement).
@@ -343,7 +372,7 @@ impl StoreTx for PgTx {
             .await
             .db()?;
         }
-        Ok(CommitOutcome { enqueued_queues: queues, published })
+        Ok(CommitOutcome { enqueued_queues: queues, published, stranded })
     }
 
     async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
@@ -393,13 +422,14 @@ impl StoreTx for PgTx {
             .collect()
     }
 
-    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+    async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         // The message row first: its consumers giving up (or removing) at the same time
-        // count one after the other, so exactly one of them sees no delivery left.
+        // count one after the other, so exactly one of them sees no live delivery left.
         sqlx::query("SELECT 1 FROM messages WHERE seq = $1 FOR UPDATE").bind(seq).execute(&mut *self.tx).await.db()?;
         Ok(sqlx::query_scalar(
-            "WITH gone AS (DELETE FROM deliveries WHERE msg_seq = $1 AND consumer = $2 RETURNING 1)
-             SELECT count(*) FROM deliveries WHERE msg_seq = $1 AND consumer <> $2",
+            "WITH g AS (UPDATE deliveries SET gave_up = true, lock_txn = NULL, lock_kind = NULL
+                        WHERE msg_seq = $1 AND consumer = $2 RETURNING 1)
+             SELECT count(*) FROM deliveries WHERE msg_seq = $1 AND consumer <> $2 AND NOT gave_up",
         )
         .bind(seq)
         .bind(consumer)

@@ -10,6 +10,7 @@ const GROUP_OF: &str = "COALESCE(m.grp, -m.seq)";
 /// The conditions of `StoreTx::candidates` (all but the position) on `d` and `m`.
 fn push_filter(b: &mut QueryBuilder<'_, Sqlite>, q: &CandidateQuery) {
     b.push(" WHERE d.queue_id = ").push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+    b.push(" AND NOT d.gave_up");
     b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
     if !q.include_waiting {
         b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");

@@ -20,7 +20,7 @@ pub(super) const GW_SEEN_PUT: &str = "INSERT INTO gateway_seen (job, broker_id, 
 pub(super) const GW_DOUBT_PURGE: &str = "DELETE FROM gateway_doubt WHERE job = $1 AND NOT EXISTS ( \
      SELECT 1 FROM messages m JOIN deliveries d ON d.msg_seq = m.seq \
      WHERE length(gateway_doubt.message_id) = 32 AND m.msgid = unhex(gateway_doubt.message_id) \
-       AND d.queue_id = $2 AND d.consumer = $3)";
+       AND d.queue_id = $2 AND d.consumer = $3 AND NOT d.gave_up)";
 
 pub(super) fn gw_ids(ids: &[String]) -> String {
     serde_json::Value::from(ids.to_vec()).to_string()
@@ -44,7 +44,7 @@ job_store!(SqliteStore, SqliteRow, {
                                        ELSE MAX(m.enq_time, COALESCE(m.delay_until, m.enq_time)) END
                         END) AS ready
              FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
-             WHERE d.queue_id = $1 AND d.consumer = $3 AND m.enq_txn IS NULL",
+             WHERE d.queue_id = $1 AND d.consumer = $3 AND NOT d.gave_up AND m.enq_txn IS NULL",
         )
         .bind(queue)
         .bind(now)

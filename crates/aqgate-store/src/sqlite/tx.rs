@@ -174,7 +174,7 @@ impl StoreTx for SqliteTx {
                     m.expire_at, m.sender, m.enq_user_id, m.exception_queue, m.payload, d.retry_count, m.state
              FROM deliveries d JOIN messages m ON m.seq = d.msg_seq WHERE d.queue_id = ",
         );
-        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone());
+        b.push_bind(q.queue).push(" AND d.consumer = ").push_bind(q.consumer.clone()).push(" AND NOT d.gave_up");
         b.push(" AND (m.enq_txn IS NULL OR m.enq_txn = ").push_bind(q.txn.clone()).push(")");
         if !q.include_waiting {
             b.push(" AND (m.delay_until IS NULL OR m.delay_until <= ").push_bind(q.now).push(")");
@@ -220,7 +220,7 @@ impl StoreTx for SqliteTx {
         for part in seqs.chunks(500) {
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE deliveries SET lock_txn = ");
             b.push_bind(txn).push(", lock_kind = ").push_bind(kind as i64);
-            b.push(" WHERE consumer = ").push_bind(consumer).push(" AND msg_seq IN (");
+            b.push(" WHERE consumer = ").push_bind(consumer).push(" AND NOT gave_up AND msg_seq IN (");
             let mut list = b.separated(", ");
             for seq in part {
                 list.push_bind(*seq);
@@ -233,25 +233,25 @@ impl StoreTx for SqliteTx {
         Ok(taken)
     }
 
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, _shared: bool) -> Result<bool> {
+    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, _shared: bool) -> Result<Removal> {
         // One writer at a time: no other consumer can interleave here.
         let r = sqlx::query(
-            "DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2 AND (lock_txn IS NULL OR (lock_txn = ?3 AND lock_kind = 2))",
+            "DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2 AND NOT gave_up
+               AND (lock_txn IS NULL OR (lock_txn = ?3 AND lock_kind = 2))",
         )
         .bind(seq)
         .bind(consumer)
         .bind(txn)
         .execute(&mut *self.tx)
-        .await.db()?;
+        .await
+        .db()?;
         if r.rows_affected() != 1 {
-            return Ok(false);
+            return Ok(Removal::Missed);
         }
-        sqlx::query("DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)")
-            .bind(seq)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
-        Ok(true)
+        if delete_if_done(&mut self.tx, seq).await? {
+            return Ok(Removal::Removed);
+        }
+        Ok(stranded(&mut self.tx, seq).await?.map_or(Removal::Removed, Removal::Stranded))
     }
 
     async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
@@ -267,6 +267,7 @@ impl StoreTx for SqliteTx {
                 .await
                 .db()?;
         let published = queues.len() as u64;
+        let mut stranded_msgs = Vec::new();
         if dequeues {
             let removed: Vec<i64> =
                 sqlx::query_scalar("DELETE FROM deliveries WHERE lock_txn = ?1 AND lock_kind = 1 RETURNING msg_seq")
@@ -274,21 +275,23 @@ impl StoreTx for SqliteTx {
                     .fetch_all(&mut *self.tx)
                     .await
                     .db()?;
+            let mut kept = Vec::new();
             for seq in removed {
-                sqlx::query(
-                    "DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)",
-                )
-                .bind(seq)
-                .execute(&mut *self.tx)
-                .await
-                .db()?;
+                if !delete_if_done(&mut self.tx, seq).await? {
+                    kept.push(seq);
+                }
             }
             sqlx::query(sql::DELIVERIES_UNLOCK_TXN).bind(txn).execute(&mut *self.tx).await.db()?;
+            // Messages that other consumers still have, or that only consumers that gave up
+            // on them have.
+            for seq in kept {
+                stranded_msgs.extend(stranded(&mut self.tx, seq).await?);
+            }
         }
         let mut enqueued_queues = queues;
         enqueued_queues.sort_unstable();
         enqueued_queues.dedup();
-        Ok(CommitOutcome { enqueued_queues, published })
+        Ok(CommitOutcome { enqueued_queues, published, stranded: stranded_msgs })
     }
 
     async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
@@ -309,14 +312,16 @@ impl StoreTx for SqliteTx {
         rows.iter().map(released_from_row).collect()
     }
 
-    async fn drop_delivery(&mut self, seq: i64, consumer: &str) -> Result<i64> {
-        sqlx::query("DELETE FROM deliveries WHERE msg_seq = ?1 AND consumer = ?2")
-            .bind(seq)
-            .bind(consumer)
-            .execute(&mut *self.tx)
-            .await
-            .db()?;
-        Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE msg_seq = ?1")
+    async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64> {
+        sqlx::query(
+            "UPDATE deliveries SET gave_up = 1, lock_txn = NULL, lock_kind = NULL WHERE msg_seq = ?1 AND consumer = ?2",
+        )
+        .bind(seq)
+        .bind(consumer)
+        .execute(&mut *self.tx)
+        .await
+        .db()?;
+        Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE msg_seq = ?1 AND NOT gave_up")
             .bind(seq)
             .fetch_one(&mut *self.tx)
             .await
@@ -489,6 +494,34 @@ impl StoreTx for SqliteTx {
             db_error(e)
         })
     }
+}
+
+/// Deletes message `seq` if no delivery of it is left (given-up ones count): whether it did.
+async fn delete_if_done(tx: &mut Transaction<'static, Sqlite>, seq: i64) -> Result<bool> {
+    let r =
+        sqlx::query("DELETE FROM messages WHERE seq = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE msg_seq = ?1)")
+            .bind(seq)
+            .execute(&mut **tx)
+            .await
+            .db()?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Message `seq`, if only consumers that gave up on it still have a delivery of it.
+async fn stranded(tx: &mut Transaction<'static, Sqlite>, seq: i64) -> Result<Option<Stranded>> {
+    let row = sqlx::query(
+        "SELECT m.queue_id, m.exception_queue FROM messages m WHERE m.seq = ?1
+            AND EXISTS (SELECT 1 FROM deliveries g WHERE g.msg_seq = ?1 AND g.gave_up)
+            AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = ?1 AND NOT x.gave_up)",
+    )
+    .bind(seq)
+    .fetch_optional(&mut **tx)
+    .await
+    .db()?;
+    row.map(|r| {
+        Ok(Stranded { seq, queue: r.try_get("queue_id").db()?, exception_queue: r.try_get("exception_queue").db()? })
+    })
+    .transpose()
 }
 
 pub(super) fn released_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<Released> {
