@@ -50,10 +50,20 @@ pub struct ServeArgs {
     /// buffered enqueue beyond is refused with 25307 until consumers catch up.
     #[arg(long, env = "AQGATE_BUFFERED_MAX_MESSAGES", default_value_t = 5000)]
     pub buffered_max_messages: usize,
-    /// Payload bytes of buffered messages a queue keeps in memory; past them the oldest
-    /// are spilled to the store.
+    /// Bytes of buffered messages a queue keeps in memory (each counted whole: payload,
+    /// recipients, header fields); past them the queue's oldest are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_BYTES", default_value_t = 64 << 20)]
     pub buffered_spill_bytes: usize,
+    /// Bytes of buffered messages the process keeps in memory, all queues together; past
+    /// them the oldest are spilled, and while spilling fails an enqueue that would go past
+    /// them is refused with 25307.
+    #[arg(long, env = "AQGATE_BUFFERED_MAX_BYTES", default_value_t = 256 << 20)]
+    pub buffered_max_bytes: usize,
+    /// Recipients one message's recipient_list may name (Oracle's limit is 1,024); a request
+    /// naming more is refused whole with 24031.
+    #[arg(long, env = "AQGATE_MAX_RECIPIENTS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_recipients: u64,
     /// Buffered messages in memory longer than this many seconds are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_AFTER", default_value_t = 600)]
     pub buffered_spill_after: u64,

@@ -126,6 +126,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "The async runtime's worker threads (--worker-threads).",
         tokio::runtime::Handle::current().metrics().num_workers().to_string(),
     );
+    metric(
+        &mut out,
+        "aqgate_buffered_bytes",
+        "gauge",
+        "Bytes of memory this process's unspilled buffered messages hold (at most --buffered-max-bytes).",
+        s.engine.buffered_bytes().to_string(),
+    );
     s.engine.config().metrics.render(&mut out);
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {

@@ -59,6 +59,9 @@ pub struct EngineConfig {
     pub idempotency_window: Duration,
     /// Buffered messages: flow control and spilling.
     pub buffered: BufferConfig,
+    /// Recipients one message's `recipient_list` may name (Oracle's lists hold at most
+    /// 1,024); a request with a longer list is refused whole (24031).
+    pub max_recipients: usize,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("idempotency_window", &self.idempotency_window)
             .field("buffered", &self.buffered)
+            .field("max_recipients", &self.max_recipients)
             .finish()
     }
 }
@@ -86,9 +90,13 @@ impl Default for EngineConfig {
             tombstone_ttl: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
             buffered: BufferConfig::default(),
+            max_recipients: DEFAULT_MAX_RECIPIENTS,
         }
     }
 }
+
+/// The default of [`EngineConfig::max_recipients`]: Oracle's limit.
+pub const DEFAULT_MAX_RECIPIENTS: usize = 1024;
 
 /// The catalog plus the store's queue ids.
 #[derive(Debug, Default)]
@@ -146,6 +154,8 @@ pub struct Engine {
     retained: StdMutex<HashMap<String, (AgentInfo, usize)>>,
     /// This process's buffered messages (lost with it, unless spilled).
     buffers: buffered::Buffers,
+    /// Requests refused for a recipient list over [`EngineConfig::max_recipients`].
+    recipients_refused: crate::metrics::Counter,
 }
 
 /// Keeps an agent usable by [`Engine::execute`] after a reload removed it, until dropped
@@ -205,8 +215,13 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Arc<Self>, AqError> {
         let buffers = buffered::Buffers::new(config.buffered.clone(), &config.metrics);
+        let recipients_refused = config.metrics.counter(
+            "aqgate_recipient_list_refused_total",
+            "Enqueues refused for a recipient list longer than --max-recipients.",
+        );
         let engine = Arc::new(Self {
             buffers,
+            recipients_refused,
             store,
             clock,
             config,
