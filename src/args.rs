@@ -274,6 +274,16 @@ pub struct NotifyArgs {
     /// `*.suffix`. Private, loopback and link-local addresses need an explicit rule.
     #[arg(long = "notify-allow", env = "AQGATE_NOTIFY_ALLOW", value_delimiter = ',', default_value = "public")]
     pub notify_allow: Vec<String>,
+    /// Allowed mailto: addresses (repeatable or comma-separated): `directory` (the mail of
+    /// an entry in the directory), a domain (`example.com`), `*.domain` (its subdomains),
+    /// or `any`. The directory's notification aliases are always allowed.
+    #[arg(
+        long = "notify-mail-allow",
+        env = "AQGATE_NOTIFY_MAIL_ALLOW",
+        value_delimiter = ',',
+        default_value = "directory"
+    )]
+    pub notify_mail_allow: Vec<String>,
     /// Seconds one HTTP notification may take.
     #[arg(long, env = "AQGATE_NOTIFY_TIMEOUT", default_value_t = 10)]
     pub notify_timeout: u64,
@@ -300,6 +310,7 @@ impl NotifyArgs {
         directory: std::sync::Arc<dyn aqgate_directory::Directory>,
     ) -> anyhow::Result<aqgate::notify::NotifyConfig> {
         let policy = aqgate::notify::Policy::parse(&self.notify_allow).map_err(|e| anyhow::anyhow!(e))?;
+        let mail_policy = self.mail_policy()?;
         let from = match &self.notify_from {
             Some(f) => f.clone(),
             None => mail.gateway_addresses.first().cloned().unwrap_or_else(|| "aq@localhost".into()),
@@ -310,6 +321,7 @@ impl NotifyArgs {
         }
         Ok(aqgate::notify::NotifyConfig {
             policy: std::sync::Arc::new(policy),
+            mail_policy: std::sync::Arc::new(mail_policy),
             extra_roots_pem,
             http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
             concurrency: self.notify_concurrency.max(1),
@@ -318,6 +330,13 @@ impl NotifyArgs {
             directory: Some(directory),
             ..Default::default()
         })
+    }
+}
+
+impl NotifyArgs {
+    /// The `mailto:` policy of `--notify-mail-allow`.
+    pub fn mail_policy(&self) -> anyhow::Result<aqgate::notify::policy::MailPolicy> {
+        aqgate::notify::policy::MailPolicy::parse(&self.notify_mail_allow).map_err(|e| anyhow::anyhow!(e))
     }
 }
 

@@ -113,6 +113,7 @@ pub const KEYS: &[Key] = &[
     secret("mail.relay", "mail_relay"),
     key("notify.enabled", "no_notify", Kind::NotFlag),
     key("notify.allow", "notify_allow", Kind::List),
+    key("notify.mail_allow", "notify_mail_allow", Kind::List),
     key("notify.timeout", "notify_timeout", Kind::Integer),
     key("notify.max_attempts", "notify_max_attempts", Kind::Integer),
     key("notify.concurrency", "notify_concurrency", Kind::Integer),

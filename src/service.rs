@@ -65,6 +65,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
             ),
+            notify_mail_policy: std::sync::Arc::new(notify_args.mail_policy()?),
             ..EngineConfig::default()
         },
         limits: Limits { max_bytes: max_body, ..Limits::default() },

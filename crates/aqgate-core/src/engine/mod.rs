@@ -51,6 +51,8 @@ pub struct EngineConfig {
     pub directory: Option<Arc<dyn Directory>>,
     /// Which HTTP notification targets a registration may name.
     pub notify_policy: Arc<crate::notify_policy::Policy>,
+    /// Which `mailto:` addresses a registration may name.
+    pub notify_mail_policy: Arc<crate::notify_policy::MailPolicy>,
     /// The process's metrics registry (the store opened with it registers there too).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How long an expired session's cookie is still answered "expired" (then "unknown").
@@ -71,6 +73,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("session_timeout", &self.session_timeout)
             .field("directory", &self.directory.is_some())
             .field("notify_policy", &self.notify_policy)
+            .field("notify_mail_policy", &self.notify_mail_policy)
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("idempotency_window", &self.idempotency_window)
             .field("buffered", &self.buffered)
@@ -86,6 +89,7 @@ impl Default for EngineConfig {
             session_timeout: Duration::from_secs(300),
             directory: None,
             notify_policy: Arc::new(crate::notify_policy::Policy::default()),
+            notify_mail_policy: Arc::new(crate::notify_policy::MailPolicy::default()),
             metrics: crate::metrics::Metrics::new(),
             tombstone_ttl: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
