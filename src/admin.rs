@@ -20,6 +20,17 @@ macro_rules! out {
     };
 }
 
+/// [`out!`] for a row of a table: each field shown through [`Cell`] (escaped, then padded
+/// by the format's width), the one after `;` as the free-text last column (spaces kept).
+macro_rules! row {
+    ($w:expr, $fmt:literal, $($cell:expr),+ ; $last:expr) => {
+        out!($w, $fmt, $($crate::admin::Cell::field(&$cell)),+, $crate::admin::Cell::last(&$last))
+    };
+    ($w:expr, $fmt:literal, $($cell:expr),+ $(,)?) => {
+        out!($w, $fmt, $($crate::admin::Cell::field(&$cell)),+)
+    };
+}
+
 pub mod gateway;
 pub mod jobs;
 pub mod messages;
@@ -28,6 +39,62 @@ pub mod spool;
 pub mod topology;
 
 pub use topology::{AgentRow, QueueRow, agents, queues};
+
+/// One field of an admin table as printed. What the store holds came from clients (a
+/// correlation, a consumer, a mail's Message-ID, a broker's error), so nothing of it may
+/// reach the terminal as anything but text on its own line and in its own column: control
+/// characters (C0, DEL, C1: a newline would forge a row, a CR or an escape sequence rewrite
+/// the screen), Unicode's invisible format characters (bidi overrides and isolates, zero
+/// widths, line and paragraph separators) and the backslash are escaped (`\n`, `\x1b`,
+/// `\u{202e}`, `\\`), and so is whitespace in any column but the last, which would shift
+/// the columns after it (`\x20`). The format's width and alignment apply to the escaped
+/// text.
+pub struct Cell<'a> {
+    value: &'a dyn std::fmt::Display,
+    last: bool,
+}
+
+impl<'a> Cell<'a> {
+    pub fn field(value: &'a dyn std::fmt::Display) -> Self {
+        Self { value, last: false }
+    }
+
+    /// The last column: free text, its spaces kept.
+    pub fn last(value: &'a dyn std::fmt::Display) -> Self {
+        Self { value, last: true }
+    }
+}
+
+impl std::fmt::Display for Cell<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&escape_field(&self.value.to_string(), self.last))
+    }
+}
+
+/// See [`Cell`].
+pub fn escape_field(text: &str, last: bool) -> String {
+    use std::fmt::Write as _;
+    let invisible = |c: char| {
+        matches!(c,
+            '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || invisible(c) || (c.is_whitespace() && !last) => {
+                let n = u32::from(c);
+                let _ = if n < 0x100 { write!(out, "\\x{n:02x}") } else { write!(out, "\\u{{{n:04x}}}") };
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// Writing a command's output failed.
 #[derive(Debug, thiserror::Error)]
@@ -256,4 +323,33 @@ pub fn print_password_hash(input: &mut dyn BufRead, w: &mut dyn Write) -> anyhow
     let h = auth::hash_password(line.trim_end_matches(['\r', '\n'])).map_err(|e| anyhow::anyhow!(e))?;
     out!(w, "{h}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_cannot_forge_rows_columns_or_terminal_output() {
+        let forged = "X\nMSGID READY 1 2026 SCOTT";
+        assert_eq!(escape_field(forged, true), "X\\nMSGID READY 1 2026 SCOTT");
+        assert_eq!(escape_field(forged, false), "X\\nMSGID\\x20READY\\x201\\x202026\\x20SCOTT");
+        assert_eq!(escape_field("a\rb\u{1b}[2Jc\u{7f}\u{85}", true), "a\\rb\\x1b[2Jc\\x7f\\x85");
+        assert_eq!(escape_field("evil\u{202e}txt.exe\u{2066}\u{200b}", true), "evil\\u{202e}txt.exe\\u{2066}\\u{200b}");
+        assert_eq!(escape_field("line\u{2028}sep\tend", true), "line\\u{2028}sep\\tend");
+        assert_eq!(escape_field("a\u{a0}b\u{3000}c", false), "a\\xa0b\\u{3000}c");
+        assert_eq!(escape_field("a\u{a0}b", true), "a\u{a0}b", "the last column keeps its spaces");
+        assert_eq!(escape_field("C:\\x20", false), "C:\\\\x20", "an escape in the text stays apart from ours");
+        assert_eq!(escape_field("ÄQ-ORDER ✓", true), "ÄQ-ORDER ✓");
+    }
+
+    #[test]
+    fn rows_pad_the_escaped_fields() -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        let w: &mut dyn Write = &mut out;
+        row!(w, "{:<6}|{:>4}|{} {}", "a b", 7, "x"; "free text\nnext");
+        row!(w, "{:<6}|{:>4}", "\u{202e}", "");
+        assert_eq!(String::from_utf8(out)?, "a\\x20b|   7|x free text\\nnext\n\\u{202e}|    \n");
+        Ok(())
+    }
 }

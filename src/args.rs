@@ -56,10 +56,20 @@ pub struct ServeArgs {
     /// buffered enqueue beyond is refused with 25307 until consumers catch up.
     #[arg(long, env = "AQGATE_BUFFERED_MAX_MESSAGES", default_value_t = 5000)]
     pub buffered_max_messages: usize,
-    /// Payload bytes of buffered messages a queue keeps in memory; past them the oldest
-    /// are spilled to the store.
+    /// Bytes of buffered messages a queue keeps in memory (each counted whole: payload,
+    /// recipients, header fields); past them the queue's oldest are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_BYTES", default_value_t = 64 << 20)]
     pub buffered_spill_bytes: usize,
+    /// Bytes of buffered messages the process keeps in memory, all queues together; past
+    /// them the oldest are spilled, and while spilling fails an enqueue that would go past
+    /// them is refused with 25307.
+    #[arg(long, env = "AQGATE_BUFFERED_MAX_BYTES", default_value_t = 256 << 20)]
+    pub buffered_max_bytes: usize,
+    /// Recipients one message's recipient_list may name (Oracle's limit is 1,024); a request
+    /// naming more is refused whole with 24031.
+    #[arg(long, env = "AQGATE_MAX_RECIPIENTS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_recipients: u64,
     /// Buffered messages in memory longer than this many seconds are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_AFTER", default_value_t = 600)]
     pub buffered_spill_after: u64,
@@ -270,6 +280,16 @@ pub struct NotifyArgs {
     /// `*.suffix`. Private, loopback and link-local addresses need an explicit rule.
     #[arg(long = "notify-allow", env = "AQGATE_NOTIFY_ALLOW", value_delimiter = ',', default_value = "public")]
     pub notify_allow: Vec<String>,
+    /// Allowed mailto: addresses (repeatable or comma-separated): `directory` (the mail of
+    /// an entry in the directory), a domain (`example.com`), `*.domain` (its subdomains),
+    /// or `any`. The directory's notification aliases are always allowed.
+    #[arg(
+        long = "notify-mail-allow",
+        env = "AQGATE_NOTIFY_MAIL_ALLOW",
+        value_delimiter = ',',
+        default_value = "directory"
+    )]
+    pub notify_mail_allow: Vec<String>,
     /// Seconds one HTTP notification may take.
     #[arg(long, env = "AQGATE_NOTIFY_TIMEOUT", default_value_t = 10)]
     pub notify_timeout: u64,
@@ -296,6 +316,7 @@ impl NotifyArgs {
         directory: std::sync::Arc<dyn aqgate_directory::Directory>,
     ) -> anyhow::Result<aqgate::notify::NotifyConfig> {
         let policy = aqgate::notify::Policy::parse(&self.notify_allow).map_err(|e| anyhow::anyhow!(e))?;
+        let mail_policy = self.mail_policy()?;
         let from = match &self.notify_from {
             Some(f) => f.clone(),
             None => mail.gateway_addresses.first().cloned().unwrap_or_else(|| "aq@localhost".into()),
@@ -306,6 +327,7 @@ impl NotifyArgs {
         }
         Ok(aqgate::notify::NotifyConfig {
             policy: std::sync::Arc::new(policy),
+            mail_policy: std::sync::Arc::new(mail_policy),
             extra_roots_pem,
             http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
             concurrency: self.notify_concurrency.max(1),
@@ -314,6 +336,13 @@ impl NotifyArgs {
             directory: Some(directory),
             ..Default::default()
         })
+    }
+}
+
+impl NotifyArgs {
+    /// The `mailto:` policy of `--notify-mail-allow`.
+    pub fn mail_policy(&self) -> anyhow::Result<aqgate::notify::policy::MailPolicy> {
+        aqgate::notify::policy::MailPolicy::parse(&self.notify_mail_allow).map_err(|e| anyhow::anyhow!(e))
     }
 }
 

@@ -68,6 +68,8 @@ impl Counters {
 #[derive(Clone)]
 pub struct NotifyConfig {
     pub policy: Arc<Policy>,
+    /// Which `mailto:` addresses (not aliases) may be mailed, checked again at delivery.
+    pub mail_policy: Arc<policy::MailPolicy>,
     /// Per HTTP request (connect + answer).
     pub http_timeout: Duration,
     /// Deliveries in flight at once.
@@ -92,6 +94,7 @@ impl Default for NotifyConfig {
     fn default() -> Self {
         Self {
             policy: Arc::new(Policy::default()),
+            mail_policy: Arc::new(policy::MailPolicy::default()),
             http_timeout: Duration::from_secs(10),
             concurrency: 64,
             max_attempts: 15,
@@ -357,6 +360,12 @@ impl Dispatcher {
         };
         let target = target.trim_start_matches("//").trim();
         let address = if target.contains('@') {
+            // Allowed at registration; a policy narrowed since parks it.
+            match self.cfg.mail_policy.check(target, self.cfg.directory.as_deref()).await {
+                Ok(()) => {}
+                Err(policy::MailRefusal::NotAllowed(why)) => return Err(Failure::Park(why)),
+                Err(policy::MailRefusal::Directory(err)) => return Err(Failure::Retry(format!("directory: {err}"))),
+            }
             target.to_string()
         } else {
             let Some(dir) = &self.cfg.directory else {

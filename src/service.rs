@@ -26,7 +26,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         broker_max_message_bytes,
         buffered_max_messages,
         buffered_spill_bytes,
+        buffered_max_bytes,
         buffered_spill_after,
+        max_recipients,
         secure_cookie,
         tls,
         directory: directory_args,
@@ -56,12 +58,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             buffered: aqgate_core::engine::BufferConfig {
                 max_messages: buffered_max_messages,
                 spill_bytes: buffered_spill_bytes,
+                max_bytes: buffered_max_bytes,
                 spill_after: Duration::from_secs(buffered_spill_after),
             },
+            max_recipients: usize::try_from(max_recipients).unwrap_or(usize::MAX),
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
             ),
+            notify_mail_policy: std::sync::Arc::new(notify_args.mail_policy()?),
             ..EngineConfig::default()
         },
         limits: Limits { max_bytes: max_body, ..Limits::default() },

@@ -138,6 +138,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
          # TYPE aqgate_store_full_refusals_total counter\naqgate_store_full_refusals_total {}\n",
         s.engine.store().full_refusals()
     ));
+    metric(
+        &mut out,
+        "aqgate_buffered_bytes",
+        "gauge",
+        "Bytes of memory this process's unspilled buffered messages hold (at most --buffered-max-bytes).",
+        s.engine.buffered_bytes().to_string(),
+    );
     s.engine.config().metrics.render(&mut out);
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {

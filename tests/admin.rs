@@ -94,3 +94,45 @@ rule = "priority > 1"
     assert!(!listing.contains("AQUSER.RAW_B"), "nothing applied: {listing}");
     let _ = std::fs::remove_file(&file);
 }
+
+/// What clients stored reaches `admin messages` as text in its own row and column: a
+/// correlation with a newline cannot forge a row, a CR or a bidi override does not reach
+/// the terminal, and a recipient name with a space does not shift the columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_messages_escapes_what_clients_stored() {
+    use aqgate_proto::idap::Response;
+    let db = fresh_sqlite_url();
+    let port = common::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut serve = common::Proc::spawn(
+        "aqgate serve",
+        &mut common::aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db]),
+    );
+    serve.wait_port(port);
+    let forged =
+        "X&#10;0123456789ABCDEF0123456789ABCDEF READY 1 2026-01-01 SCOTT SCOTT 0 APP1 FORGED&#13;\u{202e}gpj.exe";
+    let publish = common::envelope(&format!(
+        r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>AQUSER.EMP_TOPIC</destination></producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><correlation>{forged}</correlation><recipient_list><agent_name>APP1</agent_name><agent_name>TWO WORDS</agent_name></recipient_list></message_header><message_payload><EMP_TYP><EMPNO>1</EMPNO><ENAME>X</ENAME><JOB>Y</JOB><MGR>2</MGR><HIREDATE>2024-01-01 0:0:0</HIREDATE><SAL>1</SAL><COMM>0</COMM><DEPTNO>10</DEPTNO></EMP_TYP></message_payload></message></message_set><AQXmlCommit/></AQXmlPublish>"#
+    ));
+    let r = common::http(port, &publish).await;
+    assert!(matches!(r, Response::Publish(..)), "{r:?}");
+    let listing = admin(&["messages", "AQUSER.EMP_TOPIC", "--database", &db]);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and one row per recipient:\n{listing}");
+    assert!(!listing.contains(['\r', '\u{202e}']), "{listing:?}");
+    for l in &lines[1..] {
+        assert!(
+            l.ends_with(
+                "X\\n0123456789ABCDEF0123456789ABCDEF READY 1 2026-01-01 SCOTT SCOTT 0 APP1 FORGED\\r\\u{202e}gpj.exe"
+            ),
+            "{l}"
+        );
+        // Eight columns before the correlation, whatever the names hold.
+        let before = l.split_whitespace().take(8).collect::<Vec<_>>();
+        assert!(before[7] == "APP1" || before[7] == "TWO\\x20WORDS", "{l}");
+    }
+    // The JSON form keeps the values as they are (JSON escapes them itself).
+    let json: serde_json::Value =
+        serde_json::from_str(&admin(&["messages", "AQUSER.EMP_TOPIC", "--database", &db, "--json"])).expect("JSON");
+    assert_eq!(json[0]["CORR_ID"].as_str().map(|c| c.contains("X\n0123")), Some(true), "{json}");
+}

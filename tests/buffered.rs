@@ -148,7 +148,7 @@ fn recv(dest: &str, mode: &str, consumer: &str, wait: u64) -> String {
 }
 
 fn config(max_messages: usize, spill_bytes: usize, spill_after: Duration) -> BufferConfig {
-    BufferConfig { max_messages, spill_bytes, spill_after }
+    BufferConfig { max_messages, spill_bytes, spill_after, ..BufferConfig::default() }
 }
 
 async fn buffered_messages_go_and_come_back_by_their_own_kind(b: Backend) {
@@ -308,12 +308,22 @@ async fn flow_control_refuses_and_recovers_postgres() {
     flow_control_refuses_and_recovers(Backend::Postgres).await;
 }
 
-/// Spilled by threshold (each RAW payload is 2 bytes: past 5 bytes, the oldest go), then a
+/// What one buffered message of `hex` to `dest` (by scott, with `header`) holds in memory,
+/// measured on a throwaway server.
+async fn message_bytes(b: Backend, dest: &str, hex: &str, header: &str) -> usize {
+    let s = Server::start(b, BufferConfig::default()).await;
+    s.ok(&send(dest, hex, "BUFFERED", "IMMEDIATE", header)).await;
+    s.engine.buffered_bytes()
+}
+
+/// Spilled by threshold (two and a half messages' bytes: past them, the oldest go), then a
 /// restart: what was spilled is there, what was in memory is gone.
 async fn spilled_messages_survive_a_restart_and_the_rest_is_lost(b: Backend) {
-    let s = Server::start(b, config(100, 5, Duration::from_secs(600))).await;
+    let size = message_bytes(b, RAW, "AA00", "").await;
+    let s = Server::start(b, config(100, size * 5 / 2, Duration::from_secs(600))).await;
     s.send_buffered(RAW, &["AA01", "AA02", "AA03", "AA04", "AA05"]).await;
-    assert_eq!(s.engine.buffered_len(RAW), 2, "4 bytes stay in memory");
+    assert_eq!(s.engine.buffered_len(RAW), 2, "two messages' bytes stay in memory");
+    assert_eq!(s.engine.buffered_bytes(), 2 * size);
     assert_eq!(depth(&s).await, 3, "the three oldest were spilled to the store");
     // A persistent dequeue does not take spilled messages.
     assert_eq!(s.drain(RAW, "PERSISTENT", "").await, Vec::<String>::new());
@@ -360,4 +370,106 @@ async fn old_buffered_messages_are_spilled_sqlite() {
 #[tokio::test]
 async fn old_buffered_messages_are_spilled_postgres() {
     old_buffered_messages_are_spilled(Backend::Postgres).await;
+}
+
+/// A recipient list of `n` names of `len` characters (`R…` numbered), as message_header XML.
+fn recipients(n: usize, len: usize) -> String {
+    let names: String = (0..n).map(|i| format!("<agent_name>R{i:0>w$}</agent_name>", w = len - 1)).collect();
+    format!("<recipient_list>{names}</recipient_list>")
+}
+
+/// Messages of a one-byte payload and a long recipient list count whole against the
+/// process's budget (`max_bytes`): past it the oldest are spilled, the bytes held stay
+/// within it, and every message is still taken once, in order.
+async fn the_process_budget_counts_whole_messages_and_spills_the_oldest(b: Backend) {
+    let header = recipients(1000, 200);
+    let size = message_bytes(b, TOPIC, "01", &header).await;
+    assert!(size > 1000 * 200, "the recipients count: {size}");
+    let budget = size * 4 + size / 2;
+    let s = Server::start(b, BufferConfig { max_bytes: budget, ..BufferConfig::default() }).await;
+    let hexes: Vec<String> = (1..=10).map(|i| format!("{i:02X}")).collect();
+    for h in &hexes {
+        s.ok(&send(TOPIC, h, "BUFFERED", "IMMEDIATE", &header)).await;
+        assert!(s.engine.buffered_bytes() <= budget, "{} > {budget}", s.engine.buffered_bytes());
+    }
+    assert!(s.engine.buffered_len(TOPIC) <= 4, "{}", s.engine.buffered_len(TOPIC));
+    let spilled = 10 - s.engine.buffered_len(TOPIC);
+    assert_eq!(depth(&s).await, spilled as i64, "the rest were spilled to the store");
+    let m = s.metrics().await;
+    assert!(m.contains(&format!("aqgate_buffered_budget_spilled_total {spilled}")), "{m}");
+    assert!(m.contains(&format!("aqgate_buffered_bytes {}", s.engine.buffered_bytes())), "{m}");
+    assert!(m.contains("aqgate_buffered_budget_refused_total 0"), "{m}");
+    // One recipient takes all ten, spilled ones first, in order; another still has them.
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "R0000000000").await.len(), 0, "no such recipient");
+    let first = format!("R{:0>199}", 0);
+    assert_eq!(s.drain(TOPIC, "BUFFERED", &first).await, hexes);
+    let last = format!("R{:0>199}", 999);
+    assert_eq!(s.drain(TOPIC, "BUFFERED", &last).await, hexes);
+}
+
+#[tokio::test]
+async fn the_process_budget_counts_whole_messages_and_spills_the_oldest_sqlite() {
+    the_process_budget_counts_whole_messages_and_spills_the_oldest(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_process_budget_counts_whole_messages_and_spills_the_oldest_postgres() {
+    the_process_budget_counts_whole_messages_and_spills_the_oldest(Backend::Postgres).await;
+}
+
+/// Makes every insert into `messages` fail (`on`), or lets them through again.
+async fn refuse_inserts(url: &str, on: bool) {
+    use sqlx::Connection;
+    let sql: &[&str] = match (url.starts_with("sqlite:"), on) {
+        (true, true) => &["CREATE TRIGGER no_room BEFORE INSERT ON messages BEGIN SELECT RAISE(ABORT, 'no room'); END"],
+        (true, false) => &["DROP TRIGGER no_room"],
+        (false, true) => &[
+            "CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no room'; END $$",
+            "CREATE TRIGGER no_room BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION no_room()",
+        ],
+        (false, false) => &["DROP TRIGGER no_room ON messages", "DROP FUNCTION no_room()"],
+    };
+    if url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.expect("open sqlite");
+        for s in sql {
+            sqlx::query(s).execute(&mut c).await.expect("trigger");
+        }
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.expect("connect postgres");
+        for s in sql {
+            sqlx::query(s).execute(&mut c).await.expect("trigger");
+        }
+    }
+}
+
+/// With the budget spent and the store refusing the spill, a buffered enqueue is refused
+/// with flow control (25307), the messages meant to be spilled stay in memory, and once the
+/// store writes again the same enqueue goes through.
+async fn a_spent_budget_that_cannot_spill_refuses_with_flow_control(b: Backend) {
+    let size = message_bytes(b, RAW, "AA00", "").await;
+    let s = Server::start(b, BufferConfig { max_bytes: size * 3 + size / 2, ..BufferConfig::default() }).await;
+    s.send_buffered(RAW, &["AA01", "AA02", "AA03"]).await;
+    refuse_inserts(&s.url, true).await;
+    let (c, m) = s.fault(&send(RAW, "AA04", "BUFFERED", "IMMEDIATE", "")).await;
+    assert_eq!(c, code::FLOW_CONTROL, "{m}");
+    assert!(m.contains("--buffered-max-bytes") && m.contains("spilling 1 of them to the store failed"), "{m}");
+    assert_eq!(s.engine.buffered_len(RAW), 3, "the one meant to be spilled is back in memory");
+    assert_eq!(s.engine.buffered_bytes(), 3 * size);
+    let m = s.metrics().await;
+    assert!(m.contains("aqgate_buffered_budget_refused_total 1"), "{m}");
+    assert!(m.contains("aqgate_buffered_flow_control_total 1"), "{m}");
+    refuse_inserts(&s.url, false).await;
+    s.send_buffered(RAW, &["AA04"]).await;
+    assert_eq!(depth(&s).await, 1, "the oldest was spilled");
+    assert_eq!(s.drain(RAW, "BUFFERED", "").await, ["AA01", "AA02", "AA03", "AA04"]);
+}
+
+#[tokio::test]
+async fn a_spent_budget_that_cannot_spill_refuses_with_flow_control_sqlite() {
+    a_spent_budget_that_cannot_spill_refuses_with_flow_control(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_that_cannot_spill_refuses_with_flow_control_postgres() {
+    a_spent_budget_that_cannot_spill_refuses_with_flow_control(Backend::Postgres).await;
 }

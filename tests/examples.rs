@@ -145,7 +145,10 @@ async fn start_server(b: Backend) -> u16 {
     let url = fresh_url(b).await;
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
     let directory = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
-    let config = EngineConfig { directory: Some(directory), ..Default::default() };
+    // Example 09 registers mailto:hr-events@example.com: the examples' domain is allowed
+    // (`--notify-mail-allow directory,example.com`).
+    let mail = aqgate_core::notify_policy::MailPolicy::parse(&["directory", "example.com"]).expect("mail policy");
+    let config = EngineConfig { directory: Some(directory), notify_mail_policy: Arc::new(mail), ..Default::default() };
     let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();

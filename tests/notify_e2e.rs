@@ -323,6 +323,59 @@ async fn mailto_alias_notifications_are_mailed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The mail files in `outbox` (not its `tmp/`).
+fn mails(outbox: &std::path::Path) -> Vec<String> {
+    let files = std::fs::read_dir(outbox).into_iter().flatten().flatten().filter(|e| e.path().is_file());
+    files.map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).collect()
+}
+
+/// Both notification policies through the binary: IPv6 forms of loopback and metadata
+/// addresses are refused at registration (1031), and so are mail addresses outside
+/// `--notify-mail-allow` (by default the directory's mailboxes); an address allowed when it
+/// was registered and not by the policy at delivery is parked there, never mailed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_targets_are_held_to_both_policies() {
+    let dir = scratch("policies");
+    let outbox = dir.join("outbox");
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let refused = |r: Response| match r {
+        Response::Fault(f) if f.code == 1031 => f.message,
+        other => panic!("not refused with 1031: {other:?}"),
+    };
+    let s = serve(&db, port, &["--no-notify", "--notify-mail-allow", "any"]);
+    for v6 in ["[::127.0.0.1]", "[::a9fe:a9fe]", "[::ffff:0:127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::1]"] {
+        let m = refused(idap(port, "scott", "tiger", &register(RAWQ, &format!("http://{v6}:9/x"))).await);
+        assert!(m.contains("not allowed"), "{v6}: {m}");
+    }
+    let r = idap(port, "scott", "tiger", &register(RAWQ, "mailto:stranger@elsewhere.test")).await;
+    assert!(matches!(r, Response::Register(_)), "`any` allows it: {r:?}");
+    let first = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "0F")], COMMIT)).await);
+    drop(s);
+    let outbox_arg = outbox.to_str().expect("utf-8 path");
+    let _s = serve(&db, port, &["--mail-outbox", outbox_arg, "--notify-from", "aq@aqgate.example"]);
+    let m = refused(idap(port, "john", "welcome", &register(RAWQ, "mailto:other@elsewhere.test")).await);
+    assert!(m.contains("other@elsewhere.test") && m.contains("--notify-mail-allow"), "{m}");
+    let r = idap(port, "john", "welcome", &register(RAWQ, "mailto:john@example.com")).await;
+    assert!(matches!(r, Response::Register(_)), "john's mailbox in the directory: {r:?}");
+    let second = msgid(&idap(port, "scott", "tiger", &raw_send(RAWQ, &[("", "10")], COMMIT)).await);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = admin(&["notifications", "--database", &db], &[]);
+        let mailed = mails(&outbox).iter().any(|m| m.contains(&second) && m.contains("To: john@example.com"));
+        if out.starts_with("0 pending, 2 parked") && mailed {
+            assert!(out.contains("stranger@elsewhere.test is not allowed"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not parked and mailed: {out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all = mails(&outbox);
+    assert_eq!(all.len(), 1, "only john's notification was mailed");
+    assert!(all.iter().all(|m| !m.contains("stranger@") && !m.contains(&first)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An HTTPS receiver with the TEST ONLY gateway certificate (localhost, 127.0.0.1; signed by
 /// certs/ca.pem): answers every request 200 and records the bodies.
 async fn tls_receiver() -> (Arc<Mutex<Vec<String>>>, u16) {

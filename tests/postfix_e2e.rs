@@ -128,6 +128,9 @@ fn notifying_server(work: &Path, hp: u16, postfix: &Postfix) -> Proc {
         "aq@aq.example.com",
         "--mail-relay",
         &relay,
+        // The directory's mailboxes, and a domain Postfix refuses to relay to.
+        "--notify-mail-allow",
+        "directory,elsewhere.test",
     ];
     let serve = spawn(&args, &[], &work.join("aqgate.log"));
     wait_port(hp);

@@ -29,7 +29,10 @@ impl Server {
     }
 
     async fn start_with(b: Backend, limits: Limits) -> Self {
-        Self::start_configured(b, limits, EngineConfig::default()).await
+        // Example 09 registers mailto:hr-events@example.com: the examples' domain is allowed.
+        let mail = aqgate_core::notify_policy::MailPolicy::parse(&["example.com"]).expect("mail policy");
+        let config = EngineConfig { notify_mail_policy: Arc::new(mail), ..EngineConfig::default() };
+        Self::start_configured(b, limits, config).await
     }
 
     async fn start_configured(b: Backend, limits: Limits, config: EngineConfig) -> Self {

@@ -1166,7 +1166,12 @@ fn register(dest: &str, consumer: &str, url: &str) -> String {
 }
 
 async fn registrations(b: Backend) {
-    let h = Harness::new(b).await;
+    let mail = aqgate_core::notify_policy::MailPolicy::parse(&["example.com"]).expect("mail policy");
+    let config = aqgate_core::engine::EngineConfig {
+        notify_mail_policy: std::sync::Arc::new(mail),
+        ..aqgate_core::engine::EngineConfig::default()
+    };
+    let h = Harness::with_config(b, aqgate::DEFAULT_TOPOLOGY, config).await;
     let mut s = h.session("scott");
     let reg = |url: &str| register("AQUSER.EMP_TOPIC", "APP1", url);
     assert!(matches!(h.run(&mut s, &reg("mailto:app1@example.com")).await, Ok(Response::Register(_))));
@@ -1189,6 +1194,14 @@ async fn registrations(b: Backend) {
     assert_eq!(fault_code(h.run(&mut s, &reg("http://localhost/notify")).await), code::NOT_PERMITTED);
     assert_eq!(fault_code(h.run(&mut s, &reg("https://169.254.169.254/latest")).await), code::NOT_PERMITTED);
     assert_eq!(fault_code(h.run(&mut s, &reg("http://[::ffff:10.0.0.1]/x")).await), code::NOT_PERMITTED);
+    for v6 in ["[::127.0.0.1]", "[::a9fe:a9fe]", "[::ffff:0:7f00:1]", "[64:ff9b::a9fe:a9fe]", "[2002:a00:1::1]"] {
+        let r = h.run(&mut s, &reg(&format!("http://{v6}/x"))).await;
+        assert_eq!(fault_code(r), code::NOT_PERMITTED, "{v6}");
+    }
+    // mailto: addresses outside the allowed domain (example.com here).
+    let r = h.run(&mut s, &reg("mailto:someone@elsewhere.test")).await;
+    assert!(matches!(&r, Err((c, m)) if *c == code::NOT_PERMITTED && m.contains("--notify-mail-allow")), "{r:?}");
+    assert_eq!(fault_code(h.run(&mut s, &reg("mailto:a@sub.example.com")).await), code::NOT_PERMITTED);
     assert_eq!(fault_code(h.run(&mut s, &reg("https://user:pw@93.184.216.34/x")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("plsql://aq.notify_proc")).await), code::INVALID_VALUE);
     assert_eq!(fault_code(h.run(&mut s, &reg("ftp://x")).await), code::INVALID_VALUE);
@@ -1217,6 +1230,12 @@ async fn notification_aliases_resolve_through_the_directory(b: Backend) {
     assert!(matches!(r, Ok(Response::Register(_))), "{r:?}");
     let r = h.run(&mut s, &register("AQUSER.EMP_TOPIC", "APP1", "mailto:NO_SUCH_ALIAS")).await;
     assert_eq!(fault_code(r), code::DIRECTORY);
+    // By default an address must be a mailbox of the directory (john's is); others are
+    // refused, whatever their domain.
+    let r = h.run(&mut s, &register("AQUSER.EMP_TOPIC", "APP1", "mailto:John@Example.com")).await;
+    assert!(matches!(r, Ok(Response::Register(_))), "{r:?}");
+    let r = h.run(&mut s, &register("AQUSER.EMP_TOPIC", "APP1", "mailto:hr-events@example.com")).await;
+    assert!(matches!(&r, Err((c, m)) if *c == code::NOT_PERMITTED && m.contains("directory")), "{r:?}");
 }
 
 /// Outbox entries due now (claimed with a lease of 60 s).

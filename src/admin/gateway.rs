@@ -73,7 +73,7 @@ pub async fn print_gateway(store: &dyn Store, json: bool, w: &mut dyn Write) -> 
             (Some(e), Some(t)) => format!("{t} {}", e.replace(['\r', '\n'], " ")),
             _ => "-".into(),
         };
-        out!(
+        row!(
             w,
             "{:<16} {:<9} {:<32} {:<28} {:<13} {:<20} {}",
             r.name,
@@ -81,7 +81,7 @@ pub async fn print_gateway(store: &dyn Store, json: bool, w: &mut dyn Write) -> 
             r.url,
             r.owner.as_deref().unwrap_or("-"),
             r.state,
-            r.since.as_deref().unwrap_or("-"),
+            r.since.as_deref().unwrap_or("-");
             error
         );
     }

@@ -144,7 +144,7 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
             (Some(e), None) => e.replace(['\r', '\n'], " "),
             (None, _) => "-".into(),
         };
-        out!(
+        row!(
             w,
             "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {}",
             j.name,
@@ -159,11 +159,11 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
             j.backlog,
             format!("{:.1}s", j.lag),
             j.next_window.map_or_else(|| "-".to_string(), time),
-            j.in_doubt,
+            j.in_doubt;
             error
         );
         if let Some(g) = j.guarantee {
-            out!(w, "{:<20} guarantee: {g}", "");
+            row!(w, "{:<20} guarantee: {}", ""; g);
         }
     }
     Ok(())

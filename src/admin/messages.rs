@@ -80,7 +80,7 @@ pub async fn print_messages(
         "CORR_ID"
     );
     for r in &rows {
-        out!(
+        row!(
             w,
             "{:<32} {:<13} {:>4} {:<26} {:<12} {:<12} {:>5} {:<16} {}",
             get(r, "msg_id"),
@@ -90,7 +90,7 @@ pub async fn print_messages(
             get(r, "enq_user_id"),
             get(r, "sender_name"),
             get(r, "retry_count"),
-            get(r, "consumer_name"),
+            get(r, "consumer_name");
             get(r, "corr_id")
         );
     }

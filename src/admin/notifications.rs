@@ -26,7 +26,7 @@ pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow
         "TARGET"
     );
     for e in store.notify_pending(LIMIT).await? {
-        out!(
+        row!(
             w,
             "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} {}",
             e.notification_id(),
@@ -34,7 +34,7 @@ pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow
             e.attempts,
             names.get(&e.queue).map_or("?", String::as_str),
             if e.consumer.is_empty() { "-" } else { &e.consumer },
-            crate::notify::redact_url(&e.notify_url),
+            crate::notify::redact_url(&e.notify_url);
             e.last_error.as_deref().unwrap_or("-")
         );
     }
@@ -54,12 +54,12 @@ pub async fn print_registrations(store: &dyn Store, w: &mut dyn Write) -> anyhow
     let names: HashMap<_, _> = store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
     out!(w, "{:<28} {:<16} {:<16} NOTIFY_URL", "QUEUE", "CONSUMER", "AGENT");
     for r in store.all_registrations().await? {
-        out!(
+        row!(
             w,
             "{:<28} {:<16} {:<16} {}",
             names.get(&r.queue).map_or("?", String::as_str),
             if r.consumer.is_empty() { "-" } else { &r.consumer },
-            r.agent,
+            r.agent;
             crate::notify::redact_url(&r.notify_url)
         );
     }

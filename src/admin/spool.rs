@@ -24,7 +24,7 @@ pub async fn print_spool(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result
         "MESSAGE_ID"
     );
     for m in rows {
-        out!(
+        row!(
             w,
             "{:>6} {:<8} {:<10} {:>8} {:>3}/{:<3}  {:<40} {}",
             m.id,
@@ -33,7 +33,7 @@ pub async fn print_spool(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result
             m.attempts,
             m.replies_sent,
             m.replies_wanted,
-            m.message_id,
+            m.message_id;
             m.last_error.as_deref().unwrap_or("-")
         );
     }

@@ -47,7 +47,7 @@ pub async fn print_queues(store: &dyn Store, w: &mut dyn Write) -> anyhow::Resul
     let rows = queues(store).await?;
     out!(w, "{:<32} {:<16} {:<28} {:>8}", "QUEUE", "KIND", "PAYLOAD", "DEPTH");
     for q in rows {
-        out!(w, "{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
+        row!(w, "{:<32} {:<16} {:<28} {:>8}", q.name, q.kind, q.payload, q.depth);
     }
     Ok(())
 }
@@ -93,13 +93,13 @@ pub async fn print_agents(store: &dyn Store, w: &mut dyn Write) -> anyhow::Resul
     let rows = agents(store).await?;
     out!(w, "{:<16} {:<10} {:<20} {:<8} CERTIFICATE_LOCATION", "AGENT", "PROTOCOLS", "DB_USERS", "GATEWAY");
     for a in rows {
-        out!(
+        row!(
             w,
             "{:<16} {:<10} {:<20} {:<8} {}",
             a.name,
             a.protocols,
             a.db_users,
-            if a.gateway { "yes" } else { "no" },
+            if a.gateway { "yes" } else { "no" };
             a.certificate_location.as_deref().unwrap_or("-")
         );
     }

@@ -22,6 +22,8 @@ impl Engine {
         let carry = std::mem::take(&mut session.carry);
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
+        // Before any alias is looked up: a list over the cap costs no directory search.
+        self.check_recipient_counts(&req.messages)?;
         let mut req = req;
         for m in req.messages.iter_mut() {
             self.resolve_aliases(&mut m.header).await?;
@@ -267,7 +269,10 @@ impl Engine {
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {
-                let mut names = Vec::new();
+                // The first mention of each name, in the list's order; a set makes the
+                // duplicate check linear (the list's length is capped: `check_recipient_counts`).
+                let mut names = Vec::with_capacity(h.recipient_list.len());
+                let mut seen = std::collections::HashSet::with_capacity(h.recipient_list.len());
                 for r in &h.recipient_list {
                     if r.alias.is_some() {
                         return Err(AqError::client(
@@ -279,7 +284,7 @@ impl Engine {
                         return Err(AqError::invalid("recipient without agent_name"));
                     };
                     let n = canon(n);
-                    if !names.contains(&n) {
+                    if seen.insert(n.clone()) {
                         names.push(n);
                     }
                 }
@@ -309,6 +314,25 @@ impl Engine {
             ));
         }
         Ok(row)
+    }
+
+    /// Refuses the whole request (24031) if a message's `recipient_list` names more than
+    /// [`EngineConfig::max_recipients`] recipients (duplicates counted: the list as sent).
+    pub(super) fn check_recipient_counts(&self, messages: &[Message]) -> Result<(), AqError> {
+        let max = self.config.max_recipients;
+        for (i, m) in messages.iter().enumerate() {
+            let count = m.header.recipient_list.len();
+            if count > max {
+                self.recipients_refused.inc();
+                let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+                return Err(AqError::invalid(format!(
+                    "message {n}: recipient_list names {count} recipients, and a message may name at most {max} \
+                     (--max-recipients): nothing was enqueued; send to fewer recipients per message, or to \
+                     subscribers"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The delay an `AQ-Schedule` gives the messages of a request to a remote queue space.

@@ -51,6 +51,8 @@ pub struct EngineConfig {
     pub directory: Option<Arc<dyn Directory>>,
     /// Which HTTP notification targets a registration may name.
     pub notify_policy: Arc<crate::notify_policy::Policy>,
+    /// Which `mailto:` addresses a registration may name.
+    pub notify_mail_policy: Arc<crate::notify_policy::MailPolicy>,
     /// The process's metrics registry (the store opened with it registers there too).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How long an expired session's cookie is still answered "expired" (then "unknown").
@@ -59,6 +61,9 @@ pub struct EngineConfig {
     pub idempotency_window: Duration,
     /// Buffered messages: flow control and spilling.
     pub buffered: BufferConfig,
+    /// Recipients one message's `recipient_list` may name (Oracle's lists hold at most
+    /// 1,024); a request with a longer list is refused whole (24031).
+    pub max_recipients: usize,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -68,9 +73,11 @@ impl std::fmt::Debug for EngineConfig {
             .field("session_timeout", &self.session_timeout)
             .field("directory", &self.directory.is_some())
             .field("notify_policy", &self.notify_policy)
+            .field("notify_mail_policy", &self.notify_mail_policy)
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("idempotency_window", &self.idempotency_window)
             .field("buffered", &self.buffered)
+            .field("max_recipients", &self.max_recipients)
             .finish()
     }
 }
@@ -82,13 +89,18 @@ impl Default for EngineConfig {
             session_timeout: Duration::from_secs(300),
             directory: None,
             notify_policy: Arc::new(crate::notify_policy::Policy::default()),
+            notify_mail_policy: Arc::new(crate::notify_policy::MailPolicy::default()),
             metrics: crate::metrics::Metrics::new(),
             tombstone_ttl: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
             buffered: BufferConfig::default(),
+            max_recipients: DEFAULT_MAX_RECIPIENTS,
         }
     }
 }
+
+/// The default of [`EngineConfig::max_recipients`]: Oracle's limit.
+pub const DEFAULT_MAX_RECIPIENTS: usize = 1024;
 
 /// The catalog plus the store's queue ids.
 #[derive(Debug, Default)]
@@ -146,6 +158,8 @@ pub struct Engine {
     retained: StdMutex<HashMap<String, (AgentInfo, usize)>>,
     /// This process's buffered messages (lost with it, unless spilled).
     buffers: buffered::Buffers,
+    /// Requests refused for a recipient list over [`EngineConfig::max_recipients`].
+    recipients_refused: crate::metrics::Counter,
 }
 
 /// Keeps an agent usable by [`Engine::execute`] after a reload removed it, until dropped
@@ -205,8 +219,13 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Arc<Self>, AqError> {
         let buffers = buffered::Buffers::new(config.buffered.clone(), &config.metrics);
+        let recipients_refused = config.metrics.counter(
+            "aqgate_recipient_list_refused_total",
+            "Enqueues refused for a recipient list longer than --max-recipients.",
+        );
         let engine = Arc::new(Self {
             buffers,
+            recipients_refused,
             store,
             clock,
             config,

@@ -3,6 +3,7 @@
 use super::*;
 use crate::error::{AqError, code};
 use crate::idap::model::*;
+use crate::notify_policy::MailRefusal;
 use crate::store::*;
 use crate::topology::{AgentInfo, Privilege};
 
@@ -60,7 +61,7 @@ impl Engine {
     }
 
     /// Checks a registration's notify_url: `http(s)://` allowed by the notification policy,
-    /// or `mailto:` with an address or a directory notification alias.
+    /// or `mailto:` with an address the mail policy allows or a directory notification alias.
     pub(super) async fn check_notify_url(&self, url: &str) -> Result<(), AqError> {
         let lower = url.to_ascii_lowercase();
         if lower.starts_with("plsql://") {
@@ -80,7 +81,11 @@ impl Engine {
             if addr.starts_with('@') || addr.ends_with('@') || !crate::notify_policy::is_mail_address(addr) {
                 return Err(AqError::invalid(format!("notify_url '{url}' is not a valid mailto: address")));
             }
-            return Ok(());
+            return match self.config.notify_mail_policy.check(addr, self.config.directory.as_deref()).await {
+                Ok(()) => Ok(()),
+                Err(MailRefusal::NotAllowed(why)) => Err(AqError::client(code::NOT_PERMITTED, why)),
+                Err(MailRefusal::Directory(e)) => Err(AqError::directory(e, &format!("the mail address {addr}"))),
+            };
         }
         // No '@': a notification alias the directory resolves (again at each delivery).
         let alias = url["mailto:".len()..].trim_start_matches("//").trim();
