@@ -128,14 +128,14 @@ async fn metrics(State(s): State<AppState>) -> Response {
     );
     metric(
         &mut out,
-        "aqgate_store_writes_refused",
+        "aqgate_database_writes_refused",
         "gauge",
         "1 while the database refuses writes for want of space (fault 1653), else 0.",
         u8::from(s.engine.store().writes_refused()).to_string(),
     );
     out.push_str(&format!(
-        "# HELP aqgate_store_full_refusals_total Writes the database refused for want of space.\n\
-         # TYPE aqgate_store_full_refusals_total counter\naqgate_store_full_refusals_total {}\n",
+        "# HELP aqgate_database_full_refusals_total Writes the database refused for want of space.\n\
+         # TYPE aqgate_database_full_refusals_total counter\naqgate_database_full_refusals_total {}\n",
         s.engine.store().full_refusals()
     ));
     metric(
@@ -189,12 +189,20 @@ async fn metrics(State(s): State<AppState>) -> Response {
 /// Ready when a write would succeed: the store commits a small write (see
 /// `Store::probe_write`); a full disk and an unreachable database are told apart.
 async fn readyz(State(s): State<AppState>) -> Response {
-    match s.engine.store().probe_write().await {
-        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
-        Err(e) if e.is_full() => (StatusCode::SERVICE_UNAVAILABLE, "store full: writes are refused\n").into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+    match tokio::time::timeout(READYZ_WITHIN, s.engine.store().probe_write()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(Err(e)) if e.is_full() => {
+            (StatusCode::SERVICE_UNAVAILABLE, "store full: writes are refused\n").into_response()
+        }
+        Ok(Err(_)) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable: no answer in time\n").into_response(),
     }
 }
+
+/// `/readyz` answers within this: a database that does not answer (a connection attempt
+/// waiting out its timeout) is not ready, and a health checker learns it before its own
+/// timeout.
+const READYZ_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A connection's name for the store's group commit (never 0, which means "unknown").
 fn origin_of(peer: &std::net::SocketAddr) -> u64 {

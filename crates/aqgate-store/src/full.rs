@@ -35,6 +35,16 @@ pub(crate) fn is_full(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether PostgreSQL said it with a PANIC (or FATAL): the server (or the backend) ended
+/// with it, and whatever the connection was committing may or may not be on disk; the
+/// caller reports the connection lost, not the write refused.
+pub(crate) fn ended_the_server(e: &sqlx::Error) -> bool {
+    use sqlx::postgres::{PgDatabaseError, PgSeverity};
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<PgDatabaseError>())
+        .is_some_and(|p| matches!(p.severity(), PgSeverity::Panic | PgSeverity::Fatal))
+}
+
 /// A write was refused for want of space.
 pub(crate) fn refused(why: &str) {
     REFUSED.fetch_add(1, Ordering::Relaxed);

@@ -26,6 +26,10 @@ pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     if full::is_full(&e) {
         full::refused(&e.to_string());
+        if full::ended_the_server(&e) {
+            connection_lost();
+            return StoreError::unavailable(e);
+        }
         return StoreError::full(e);
     }
     if connection_broken(&e) {

@@ -123,6 +123,9 @@ impl Engine {
         match tx.commit().await {
             Ok(()) => Ok(()),
             Err(e) if e.is_session_conflict() => Err(session_busy_error()),
+            // The database answered the COMMIT with "no space": it did not commit (SQLite
+            // leaves the transaction uncommitted, PostgreSQL rolls it back).
+            Err(e) if e.is_full() => Err(e.into()),
             Err(e) => {
                 tracing::error!(error = %e, "store failure at commit");
                 Err(AqError::server(
