@@ -244,6 +244,12 @@ pub fn start_mail(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     let clock: Arc<dyn aqgate_core::clock::Clock> = Arc::new(SystemClock);
+    let claim_owner = crate::propagate::lease::process_owner();
+    {
+        // Mail a dead predecessor on this host had claimed: forwarded now, not after the claim.
+        let (store, me, now) = (engine.store().clone(), claim_owner.clone(), clock.now());
+        tokio::spawn(async move { crate::propagate::lease::end_dead_local_claims(store.as_ref(), &me, now).await });
+    }
     let worker = Arc::new(aqgate_mail::worker::Worker::new(
         engine.store().clone(),
         clock.clone(),
@@ -256,6 +262,7 @@ pub fn start_mail(
             max_attempts: 20,
             dedupe_window: m.dedupe_window,
             identity: m.identity.clone(),
+            claim_owner,
         },
     ));
     let gateway = aqgate_mail::gateway::Gateway {

@@ -54,6 +54,7 @@ async fn spooled_mail_is_forwarded_once_and_answered() {
         max_attempts: 5,
         dedupe_window: std::time::Duration::from_secs(7 * 24 * 3600),
         identity: None,
+        claim_owner: "test:1:worker".into(),
     };
 
     // The servlet is unreachable at first: the mail waits, with backoff.
@@ -399,6 +400,7 @@ async fn a_forward_repeated_after_a_crash_performs_nothing() {
         max_attempts: 5,
         dedupe_window: std::time::Duration::from_secs(7 * 24 * 3600),
         identity: None,
+        claim_owner: "test:1:worker".into(),
     };
     let worker = Arc::new(Worker::new(store.clone(), clock.clone() as Arc<dyn Clock>, cfg));
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");

@@ -423,3 +423,50 @@ async fn a_signed_request_naming_another_sender_is_refused() {
     assert_eq!(userid.as_deref(), Some("JOHN"), "{r:?}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A mail whose claim a crashed process held (on PostgreSQL a claim is a lease of 150 s,
+/// so that other nodes leave the mail alone) is forwarded at once by the process that
+/// restarts on the same host, not after the lease: the claim names its process, and a
+/// dead one of this host is recognised at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_takes_back_the_claims_of_its_dead_predecessor_at_once() {
+    use aqgate_core::store::SpoolPut;
+    let db = fresh_pg_url().await;
+    let store = store_with_topology(&db, aqgate::DEFAULT_TOPOLOGY).await;
+    let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
+    let SpoolPut::New(id) = store.spool_put(&spooled("<order-claimed@example.com>", &send)).await.expect("spool")
+    else {
+        panic!("a new mail")
+    };
+    // A process of this host that has ended.
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    let dead_pid = gone.id();
+    gone.wait().expect("reap");
+    let dead = format!("{}:{dead_pid}:deadbeef", aqgate_mail::outbound::hostname());
+    let now = aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock);
+    assert!(store.spool_claim(id, now, &dead).await.expect("claim"), "claimed by the dead process");
+    // A live process's claim is left alone.
+    let SpoolPut::New(other) = store.spool_put(&spooled("<order-live@example.com>", &send)).await.expect("spool")
+    else {
+        panic!("a new mail")
+    };
+    let alive = format!("{}:{}:cafebabe", aqgate_mail::outbound::hostname(), std::process::id());
+    assert!(store.spool_claim(other, now, &alive).await.expect("claim"), "claimed by a live process");
+
+    let (work, out_dir) = scratch("claims");
+    let (hp, sp) = (free_port(), free_port());
+    let _serve = serve_mail(hp, sp, &db, out_dir.to_str().expect("utf-8"), &[]);
+    let started = Instant::now();
+    let mut performed = false;
+    while started.elapsed() < Duration::from_secs(30) {
+        if store.spool_get(id).await.expect("get").expect("row").response.is_some() {
+            performed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(performed, "the dead process's claim taken back and the mail forwarded within 30 s (its lease is 150 s)");
+    let live = store.spool_get(other).await.expect("get").expect("row");
+    assert!(live.response.is_none() && live.attempts == 0, "a live process's claim is left alone: {live:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}

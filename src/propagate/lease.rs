@@ -70,7 +70,7 @@ impl Default for LeaseConfig {
 }
 
 /// `host:pid:random`: unique per process, and telling the operator which one it is.
-fn process_owner() -> String {
+pub fn process_owner() -> String {
     let host = aqgate_mail::outbound::hostname();
     let random = aqgate_core::engine::session::random_id();
     format!("{host}:{}:{}", std::process::id(), &random[..8])
@@ -111,6 +111,24 @@ pub async fn end_dead_local_leases(store: &dyn aqgate_core::store::Store, me: &s
                 tracing::info!(owner = %owner, jobs = n, "ended the propagation leases of a dead process of this host")
             }
             Err(e) => tracing::warn!(owner = %owner, error = %e, "ending a dead process's leases failed"),
+        }
+    }
+}
+
+/// Ends the claims on spooled mail held by dead processes of this host (see [`dead_here`]):
+/// a mail a crashed worker had claimed is forwarded at once by the restarted process, not
+/// after the claim's lease. A failure only means waiting for the claims to end.
+pub async fn end_dead_local_claims(store: &dyn aqgate_core::store::Store, me: &str, now: aqgate_core::clock::Micros) {
+    let owners = match store.spool_claim_owners(now).await {
+        Ok(o) => o,
+        Err(e) => return tracing::warn!(error = %e, "reading the spool's claims failed"),
+    };
+    for owner in owners.into_iter().filter(|o| dead_here(o, me)) {
+        match store.spool_unclaim(&owner, now).await {
+            Ok(n) => {
+                tracing::info!(owner = %owner, mails = n, "took back the spool claims of a dead process of this host")
+            }
+            Err(e) => tracing::warn!(owner = %owner, error = %e, "ending a dead process's spool claims failed"),
         }
     }
 }

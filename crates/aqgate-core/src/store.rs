@@ -461,9 +461,21 @@ pub trait SpoolStore: Send + Sync {
     /// lease, so that the workers of other processes leave it alone meanwhile (a crashed
     /// process's claim comes due again then). False if it is not due any more (another
     /// process claimed it). SQLite has one process: always true.
-    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
-        let _ = (id, now);
+    async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool> {
+        let _ = (id, now, owner);
         Ok(true)
+    }
+
+    /// The processes (`host:pid:random`) that hold claims on spooled mail not yet due.
+    async fn spool_claim_owners(&self, now: Micros) -> Result<Vec<String>> {
+        let _ = now;
+        Ok(Vec::new())
+    }
+
+    /// Ends the claims `owner` holds (a dead process's): its mails are due at `now`.
+    async fn spool_unclaim(&self, owner: &str, now: Micros) -> Result<u64> {
+        let _ = (owner, now);
+        Ok(0)
     }
 
     /// Records the outcome of a forwarding attempt: `response` when forwarded, else the

@@ -43,6 +43,9 @@ pub struct WorkerConfig {
     /// The gateway's S/MIME certificate and key: replies are signed with it (`None`:
     /// replies are plain text/xml mail).
     pub identity: Option<Arc<GatewayIdentity>>,
+    /// This process (`host:pid:random`), named in its claims on spooled mail, so that a
+    /// restart after a crash takes them back at once (`Store::spool_unclaim`).
+    pub claim_owner: String,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -149,7 +152,7 @@ impl Worker {
 
     /// Forwards (if not done yet) and replies; returns (id, replies sent) when replies went out.
     async fn handle(&self, m: &SpooledMail) -> Result<Option<(i64, i64)>, aqgate_core::store::StoreError> {
-        if !self.store.spool_claim(m.id, self.clock.now()).await? {
+        if !self.store.spool_claim(m.id, self.clock.now(), &self.cfg.claim_owner).await? {
             // Another process's worker has it.
             return Ok(None);
         }

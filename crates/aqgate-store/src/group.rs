@@ -264,8 +264,8 @@ impl SpoolStore for GroupCommitStore {
         self.inner.spool_due(now, limit).await
     }
 
-    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
-        self.inner.spool_claim(id, now).await
+    async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool> {
+        self.inner.spool_claim(id, now, owner).await
     }
 
     async fn spool_attempted(

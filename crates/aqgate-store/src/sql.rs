@@ -74,7 +74,7 @@ pub(crate) const SPOOL_WANT_REPLY: &str =
          WHERE id = $1";
 pub(crate) const SPOOL_ATTEMPTED: &str =
     "UPDATE mail_spool SET state = $2, attempts = attempts + 1, response = COALESCE($3, response),
-               last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at) WHERE id = $1";
+               last_error = $4, next_attempt_at = COALESCE($5, next_attempt_at), claimed_by = NULL WHERE id = $1";
 /// Takes the lease of a job that nobody holds (or whose lease ended), or renews one's own.
 pub(crate) const JOB_LEASE: &str =
     "INSERT INTO propagation_jobs (name, owner, lease_until, state, updated_at) VALUES ($1, $2, $4, 'RUNNING', $3)

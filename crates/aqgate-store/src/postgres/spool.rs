@@ -27,18 +27,43 @@ impl SpoolStore for PgStore {
         rows.iter().map(spool_from_row).collect()
     }
 
-    async fn spool_claim(&self, id: i64, now: Micros) -> Result<bool> {
+    async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool> {
         let r = sqlx::query(
-            "UPDATE mail_spool SET next_attempt_at = $3
+            "UPDATE mail_spool SET next_attempt_at = $3, claimed_by = $4
               WHERE id = $1 AND next_attempt_at <= $2 AND (state = 'new' OR replies_sent < replies_wanted)",
         )
         .bind(id)
         .bind(now)
         .bind(now.saturating_add(SPOOL_LEASE))
+        .bind(owner)
         .execute(&self.pool)
         .await
         .db()?;
         Ok(r.rows_affected() == 1)
+    }
+
+    async fn spool_claim_owners(&self, now: Micros) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT claimed_by FROM mail_spool
+              WHERE claimed_by IS NOT NULL AND next_attempt_at > $1 AND (state = 'new' OR replies_sent < replies_wanted)",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .db()
+    }
+
+    async fn spool_unclaim(&self, owner: &str, now: Micros) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE mail_spool SET next_attempt_at = $2, claimed_by = NULL
+              WHERE claimed_by = $1 AND next_attempt_at > $2 AND (state = 'new' OR replies_sent < replies_wanted)",
+        )
+        .bind(owner)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .db()?;
+        Ok(r.rows_affected())
     }
 
     async fn spool_attempted(
