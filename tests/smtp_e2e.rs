@@ -470,3 +470,38 @@ async fn a_restarted_node_takes_back_the_claims_of_its_dead_predecessor_at_once(
     assert!(live.response.is_none() && live.attempts == 0, "a live process's claim is left alone: {live:?}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A verified mail that cannot be spooled because the store's disk is full is answered
+/// `452 4.3.1` (insufficient system storage: the sending MTA keeps it and retries), never
+/// 250; once space is freed the same mail is accepted and performed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_452_and_the_mail_is_accepted_once_space_returns() {
+    let fs = common::tmpfs::Tmpfs::mount("smtp", 24);
+    let db = format!("sqlite://{}", fs.dir.join("aq.db").display());
+    let (work, out_dir) = scratch("full");
+    let (hp, sp) = (free_port(), free_port());
+    let _serve = serve_mail(hp, sp, &db, out_dir.to_str().expect("utf-8"), &[]);
+    // Big requests (a 64 KB payload each), so that each needs new pages.
+    let mails: Vec<PathBuf> = (0..40)
+        .map(|i| {
+            let payload: String = (0..32 * 1024).map(|k| format!("{:02X}", (k * 7 + i * 13) % 251)).collect();
+            let send = common::raw_send("AQUSER.RAW_QUE", &[("", payload.as_str())], common::COMMIT);
+            sign(&work, &format!("big-{i}"), &send, "scott", "scott@example.com")
+        })
+        .collect();
+    let filler = common::tmpfs::fill(&fs.dir);
+    let mut refused = None;
+    for (i, m) in mails.iter().enumerate() {
+        let (ok, transcript) = swaks(sp, "scott@example.com", m);
+        if transcript.contains("452 4.3.1") {
+            refused = Some(i);
+            break;
+        }
+        assert!(ok, "before the disk refuses, mail is accepted: {transcript}");
+    }
+    let refused = refused.expect("a mail answered 452 4.3.1 once the disk is full");
+    std::fs::remove_file(&filler).expect("remove the filler");
+    let (ok, transcript) = swaks(sp, "scott@example.com", &mails[refused]);
+    assert!(ok && transcript.contains("250 2.0.0"), "accepted once space is back: {transcript}");
+    let _ = std::fs::remove_dir_all(&work);
+}

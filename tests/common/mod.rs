@@ -16,6 +16,7 @@ mod numbered;
 mod procs;
 mod simplesamlphp;
 mod slapd;
+pub mod tmpfs;
 
 pub use idap_http::{SCOTT, aqserv, http, http_as, idap, idap_in, idap_request, parse_idap, set_cookie};
 pub use numbered::{
