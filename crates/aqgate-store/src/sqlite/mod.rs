@@ -41,15 +41,30 @@ async fn fit_to_serve(
     conn: &mut sqlx::SqliteConnection,
     poisoned: &AtomicBool,
 ) -> std::result::Result<bool, sqlx::Error> {
-    // Runs the rollback a dropped transaction queued, so its outcome is counted below.
+    if poisoned.swap(false, Ordering::SeqCst) {
+        replaced("a connection whose transaction state is unknown is closed and replaced");
+        return Ok(false);
+    }
+    if !sqlx::Connection::is_in_transaction(conn) {
+        return Ok(true);
+    }
+    // A dropped transaction queued its rollback: run it, then count again.
     sqlx::Connection::ping(conn).await?;
-    let poisoned = poisoned.swap(false, Ordering::SeqCst);
-    let in_transaction = sqlx::Connection::is_in_transaction(conn);
-    if poisoned || in_transaction {
-        tracing::warn!(poisoned, in_transaction, "SQLite: a connection in an unknown transaction state is closed");
+    if sqlx::Connection::is_in_transaction(conn) {
+        replaced("a connection left inside a transaction is closed and replaced");
         return Ok(false);
     }
     Ok(true)
+}
+
+/// Logs a replaced connection: a warning, but while the disk is full (when every failed
+/// write replaces one) at debug level, the full disk being logged once (`crate::full`).
+fn replaced(what: &str) {
+    if crate::full::writes_refused() {
+        tracing::debug!("SQLite: {what}");
+    } else {
+        tracing::warn!("SQLite: {what}");
+    }
 }
 
 impl SqliteStore {
