@@ -230,6 +230,41 @@ pub struct MailArgs {
     /// Largest mail accepted, in bytes (larger: 552).
     #[arg(long, env = "AQGATE_SMTP_MAX_SIZE", default_value_t = 10 * 1024 * 1024)]
     pub smtp_max_size: usize,
+    /// SMTP sessions held at once; one more is refused with 421 4.3.2.
+    #[arg(long, env = "AQGATE_SMTP_MAX_CONNECTIONS", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub smtp_max_connections: u64,
+    /// SMTP sessions one client (an IPv4 address, an IPv6 /64) holds at once; one more is
+    /// refused with 421 4.7.0.
+    #[arg(long, env = "AQGATE_SMTP_MAX_PER_CLIENT", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub smtp_max_per_client: u64,
+    /// Clients exempt from --smtp-max-per-client (repeatable or comma-separated addresses
+    /// and CIDR blocks), e.g. the MTA in front of a content filter, which speaks for all.
+    #[arg(long = "smtp-per-client-exempt", env = "AQGATE_SMTP_PER_CLIENT_EXEMPT", value_delimiter = ',')]
+    pub smtp_per_client_exempt: Vec<String>,
+    /// Seconds a client has to start a mail transaction (MAIL FROM), from connecting or from
+    /// its previous message; then 421 4.4.2.
+    #[arg(long, env = "AQGATE_SMTP_MAIL_TIMEOUT", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub smtp_mail_timeout: u64,
+    /// Seconds a whole DATA may take, from its 354 to the final dot; then 421 4.4.2.
+    #[arg(long, env = "AQGATE_SMTP_DATA_TIMEOUT", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub smtp_data_timeout: u64,
+    /// Bytes of a mail body kept in memory while it arrives; the rest goes to an unnamed
+    /// temporary file in --smtp-data-dir.
+    #[arg(long, env = "AQGATE_SMTP_DATA_MEMORY", default_value_t = 1 << 20)]
+    pub smtp_data_memory: usize,
+    /// Directory in which the filter makes its private directory for mail bodies past
+    /// --smtp-data-memory (default: the system's temporary directory).
+    #[arg(long, env = "AQGATE_SMTP_DATA_DIR")]
+    pub smtp_data_dir: Option<PathBuf>,
+    /// Mail bodies past --smtp-data-memory read back into memory and decided at once; the
+    /// others wait, on disk, for their turn.
+    #[arg(long, env = "AQGATE_SMTP_MAX_LARGE_MESSAGES", default_value_t = 4,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub smtp_max_large_messages: u64,
     /// PEM file of CA certificates that agent certificates must chain to (repeatable).
     /// Default with the embedded directory: the TEST ONLY CA in certs/ca.pem.
     #[arg(long = "smime-ca", env = "AQGATE_SMIME_CA")]

@@ -240,9 +240,10 @@ pub async fn serve(
 pub fn start_mail(
     engine: Arc<Engine>,
     servlet_url: String,
-    m: MailConfig,
+    mut m: MailConfig,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    m.smtp.counters = aqgate_mail::limits::SmtpCounters::register(&engine.config().metrics);
     let clock: Arc<dyn aqgate_core::clock::Clock> = Arc::new(SystemClock);
     let claim_owner = crate::propagate::lease::process_owner();
     {

@@ -172,6 +172,19 @@ async fn mail_config(
             },
             max_message_size: a.smtp_max_size,
             idle_timeout: Duration::from_secs(300),
+            mail_timeout: Duration::from_secs(a.smtp_mail_timeout),
+            data_timeout: Duration::from_secs(a.smtp_data_timeout),
+            spool: aqgate_mail::data::DataSpool::new(
+                a.smtp_data_dir.clone().unwrap_or_else(std::env::temp_dir),
+                a.smtp_data_memory,
+                usize::try_from(a.smtp_max_large_messages).unwrap_or(usize::MAX),
+            ),
+            max_connections: usize::try_from(a.smtp_max_connections).unwrap_or(usize::MAX),
+            max_per_client: usize::try_from(a.smtp_max_per_client).unwrap_or(usize::MAX),
+            per_client_exempt: aqgate_mail::limits::parse_exempt(&a.smtp_per_client_exempt)
+                .map_err(|e| anyhow::anyhow!("--smtp-per-client-exempt: {e}"))?,
+            // Registered with the process's metrics when the filter starts.
+            counters: aqgate_mail::limits::SmtpCounters::default(),
             starttls: tls.is_some(),
             max_session: Duration::from_secs(1800),
             lmtp: a.lmtp,

@@ -287,7 +287,9 @@ impl Gateway {
     }
 }
 
-/// Accepts SMTP connections until `shutdown` changes; one task per connection.
+/// Accepts SMTP connections until `shutdown` changes; one task per connection. A client
+/// over its share of connections (`max_per_client`), or any client while the listener
+/// holds `max_connections`, gets 421 and is hung up on.
 pub async fn serve_smtp(
     listener: tokio::net::TcpListener,
     cfg: crate::smtp::SmtpConfig,
@@ -298,7 +300,8 @@ pub async fn serve_smtp(
     let mut cfg = cfg;
     cfg.starttls = tls.is_some();
     let cfg = Arc::new(cfg);
-    let limit = Arc::new(tokio::sync::Semaphore::new(256));
+    let limit = Arc::new(tokio::sync::Semaphore::new(cfg.max_connections.max(1)));
+    let clients = crate::limits::Clients::new(cfg.max_per_client, cfg.per_client_exempt.clone());
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -313,13 +316,15 @@ pub async fn serve_smtp(
         };
         // Replies are small and each one waits for the client: no Nagle delay.
         let _ = stream.set_nodelay(true);
+        let Some(slot) = clients.admit(peer.ip()) else {
+            cfg.counters.refused_per_client.inc();
+            tracing::debug!(%peer, "SMTP: too many connections from this client");
+            refuse(stream, "421 4.7.0 too many connections from your address, try again later\r\n");
+            continue;
+        };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            // Too many sessions: say so and hang up.
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                let mut s = stream;
-                let _ = s.write_all(b"421 4.3.2 too many connections, try again later\r\n").await;
-            });
+            cfg.counters.refused_full.inc();
+            refuse(stream, "421 4.3.2 too many connections, try again later\r\n");
             continue;
         };
         let cfg = cfg.clone();
@@ -330,7 +335,7 @@ pub async fn serve_smtp(
             match run_session(stream, &cfg, acceptor.as_ref(), false).await {
                 Ok(Ended::StartTls(plain)) => {
                     if let Some(t) = tls {
-                        match tokio::time::timeout(cfg.idle_timeout, t.accept(plain)).await {
+                        match tokio::time::timeout(cfg.mail_timeout, t.accept(plain)).await {
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                             Ok(Ok(secure)) => {
                                 if let Err(e) = run_session(secure, &cfg, acceptor.as_ref(), true).await {
@@ -344,9 +349,18 @@ pub async fn serve_smtp(
                 Ok(Ended::Closed) => {}
                 Err(e) => tracing::debug!(%peer, error = %e, "SMTP session ended"),
             }
-            drop(permit);
+            drop((permit, slot));
         });
     }
+}
+
+/// Says `why` and hangs up (a client that does not read gets a few seconds).
+fn refuse(stream: tokio::net::TcpStream, why: &'static str) {
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut s = stream;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.write_all(why.as_bytes())).await;
+    });
 }
 
 /// A TLS server configuration (ring provider) from PEM certificate chain and key files.

@@ -1,13 +1,26 @@
 //! The SMTP receiving side: a session loop generic over its stream, with smtp-proto parsing
 //! the commands. The session knows SMTP; what happens to a complete message (verify, spool)
 //! is the [`Acceptor`]'s business, and its answer is sent at the end of DATA.
+//!
+//! Time is bounded in every phase, so that no client holds a connection slot for long
+//! without sending mail: outside a transaction MAIL FROM must come within
+//! `mail_timeout` of the connection or of the previous message (NOOP and RSET do not
+//! extend it); DATA must end within `data_timeout` of its 354; inside a transaction a
+//! client may be silent for `idle_timeout`; the whole session lasts `max_session` at most.
+//! Each ends with `421 4.4.2` and is counted. The body goes to disk past the spool's
+//! memory share ([`crate::data`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use smtp_proto::request::receiver::{DataReceiver, RequestReceiver};
 use smtp_proto::{Error as ProtoError, Request};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::data::{Body, DataSpool, Refused};
+use crate::limits::{Network, SmtpCounters};
 
 /// An SMTP reply: code, enhanced status, text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +108,23 @@ pub struct SmtpConfig {
     pub reinject: Option<String>,
     /// Largest message accepted (bytes); larger gets 552.
     pub max_message_size: usize,
-    /// A client silent for this long is disconnected (421).
+    /// A client silent for this long inside a transaction is disconnected (421).
     pub idle_timeout: Duration,
+    /// Outside a transaction, MAIL FROM must come within this of the connection (or of the
+    /// previous message's reply); else 421.
+    pub mail_timeout: Duration,
+    /// DATA must end within this of its 354; else 421.
+    pub data_timeout: Duration,
+    /// Where bodies past the memory share go, and how many large ones are decided at once.
+    pub spool: Arc<DataSpool>,
+    /// Sessions the listener holds at once; more are refused with 421.
+    pub max_connections: usize,
+    /// Sessions one client (an IPv4 address, an IPv6 /64) holds at once; more are refused
+    /// with 421 4.7.0.
+    pub max_per_client: usize,
+    /// Clients the per-client limit does not apply to (an MTA in front).
+    pub per_client_exempt: Vec<Network>,
+    pub counters: SmtpCounters,
     /// Whether STARTTLS is offered (the caller holds a TLS configuration).
     pub starttls: bool,
     /// Longest a whole session may last (421 after it).
@@ -114,6 +142,13 @@ impl Default for SmtpConfig {
             reinject: None,
             max_message_size: 10 * 1024 * 1024,
             idle_timeout: Duration::from_secs(300),
+            mail_timeout: Duration::from_secs(30),
+            data_timeout: Duration::from_secs(300),
+            spool: DataSpool::new(std::env::temp_dir(), 1 << 20, 4),
+            max_connections: 256,
+            max_per_client: 16,
+            per_client_exempt: Vec::new(),
+            counters: SmtpCounters::default(),
             starttls: false,
             max_session: Duration::from_secs(1800),
             lmtp: false,
@@ -133,10 +168,36 @@ struct Envelope {
 
 enum Mode {
     Command,
-    Data { buf: Vec<u8>, receiver: DataReceiver, too_big: bool },
+    /// Receiving the body, which must end by `until`.
+    Data {
+        body: Body,
+        receiver: DataReceiver,
+        until: Instant,
+    },
 }
 
-/// Runs one SMTP session until QUIT, disconnect, idle timeout or STARTTLS. `tls`: the
+/// The limit a read waits against: the nearest one says what a timeout means.
+#[derive(Clone, Copy)]
+enum Phase {
+    BeforeMail,
+    Data,
+    Idle,
+}
+
+/// Writes and flushes `bytes`, within `limit`: a client that does not read its replies
+/// cannot hold the session.
+async fn send<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8], limit: Duration) -> std::io::Result<()> {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client does not read its replies")),
+    }
+}
+
+/// Runs one SMTP session until QUIT, disconnect, a time limit or STARTTLS. `tls`: the
 /// stream is already encrypted (no greeting is sent again, STARTTLS is not offered).
 pub async fn run_session<S>(
     mut stream: S,
@@ -148,24 +209,39 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     if !tls {
-        stream.write_all(format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes()).await?;
+        send(&mut stream, format!("220 {} ESMTP aqgate\r\n", cfg.hostname).as_bytes(), cfg.idle_timeout).await?;
     }
     let offer_tls = cfg.starttls && !tls;
-    // Besides the per-read idle timeout, a whole session is bounded: a client trickling a
+    // Besides the limits of each phase, a whole session is bounded: a client trickling a
     // byte now and then cannot hold a connection slot for ever.
-    let deadline = tokio::time::Instant::now() + cfg.max_session;
+    let deadline = Instant::now() + cfg.max_session;
+    // Outside a transaction, MAIL FROM must come by then (set again after each message).
+    let mut mail_by = Instant::now() + cfg.mail_timeout;
     let mut env = Envelope::default();
     let mut receiver = RequestReceiver::default();
     let mut mode = Mode::Command;
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
-        let wait = cfg.idle_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-        let n = match tokio::time::timeout(wait, stream.read(&mut chunk)).await {
+        let idle = (Instant::now() + cfg.idle_timeout, Phase::Idle);
+        let phase = match &mode {
+            Mode::Data { until, .. } => (*until, Phase::Data),
+            Mode::Command if env.mail_from.is_none() => (mail_by, Phase::BeforeMail),
+            Mode::Command => idle,
+        };
+        let nearest = [phase, idle, (deadline, Phase::Idle)].into_iter().min_by_key(|(at, _)| *at).unwrap_or(idle);
+        let n = match tokio::time::timeout_at(nearest.0, stream.read(&mut chunk)).await {
             Ok(Ok(0)) => return Ok(Ended::Closed),
             Ok(Ok(n)) => n,
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                stream.write_all(b"421 4.4.2 timeout, closing\r\n").await?;
+                let (counter, why) = match nearest.1 {
+                    Phase::BeforeMail => (&cfg.counters.timeout_before_mail, "no mail transaction in time"),
+                    Phase::Data => (&cfg.counters.timeout_data, "the message did not arrive in time"),
+                    Phase::Idle => (&cfg.counters.timeout_idle, "timeout"),
+                };
+                counter.inc();
+                let bye = format!("421 4.4.2 {} {why}, closing\r\n", cfg.hostname);
+                send(&mut stream, bye.as_bytes(), cfg.idle_timeout).await?;
                 return Ok(Ended::Closed);
             }
         };
@@ -173,27 +249,23 @@ where
         let mut out = String::new();
         loop {
             match &mut mode {
-                Mode::Data { buf, receiver: data, too_big } => {
-                    let done = data.ingest(&mut bytes, buf);
-                    if buf.len() > cfg.max_message_size {
-                        // Keep reading to the end of DATA, but keep nothing.
-                        *too_big = true;
-                        buf.clear();
+                Mode::Data { body, receiver: data, .. } => {
+                    let done = data.ingest(&mut bytes, &mut body.buf);
+                    let was_spooled = body.spooled();
+                    if let Some(e) = body.settle(cfg.max_message_size, &cfg.spool).await {
+                        cfg.counters.data_spool_failed.inc();
+                        tracing::warn!(error = %e, "SMTP: writing a mail body to disk failed");
+                    }
+                    if body.spooled() && !was_spooled {
+                        cfg.counters.data_spooled.inc();
                     }
                     if !done {
                         break;
                     }
-                    let replies = if *too_big {
-                        vec![Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size))]
-                    } else {
-                        let envelope = MailEnvelope {
-                            mail_from: env.mail_from.clone().unwrap_or_default(),
-                            rcpts: env.rcpts.clone(),
-                            body_8bit: env.body_8bit,
-                            lmtp: env.lmtp,
-                        };
-                        acceptor.accept(&envelope, buf).await
+                    let Mode::Data { body, .. } = std::mem::replace(&mut mode, Mode::Command) else {
+                        unreachable!("matched above")
                     };
+                    let replies = decide(body, &env, cfg, acceptor).await;
                     let fallback = Reply::new(451, "4.3.0", "no decision about the message; try again later");
                     let first = replies.first().unwrap_or(&fallback);
                     if env.lmtp {
@@ -208,7 +280,7 @@ where
                     env.mail_from = None;
                     env.body_8bit = false;
                     env.rcpts.clear();
-                    mode = Mode::Command;
+                    mail_by = Instant::now() + cfg.mail_timeout;
                 }
                 Mode::Command => {
                     if bytes.as_slice().is_empty() {
@@ -227,17 +299,17 @@ where
                     match next {
                         Next::Stay => {}
                         Next::Data => {
-                            mode = Mode::Data { buf: Vec::new(), receiver: DataReceiver::new(), too_big: false }
+                            let until = Instant::now() + cfg.data_timeout;
+                            mode = Mode::Data { body: Body::new(), receiver: DataReceiver::new(), until }
                         }
                         Next::Quit => {
-                            stream.write_all(out.as_bytes()).await?;
+                            send(&mut stream, out.as_bytes(), cfg.idle_timeout).await?;
                             return Ok(Ended::Closed);
                         }
                         Next::StartTls => {
                             // Whatever the client pipelined after STARTTLS is discarded: it
                             // was sent in the clear and must not be taken as if encrypted.
-                            stream.write_all(out.as_bytes()).await?;
-                            stream.flush().await?;
+                            send(&mut stream, out.as_bytes(), cfg.idle_timeout).await?;
                             return Ok(Ended::StartTls(stream));
                         }
                     }
@@ -245,10 +317,46 @@ where
             }
         }
         if !out.is_empty() {
-            stream.write_all(out.as_bytes()).await?;
-            stream.flush().await?;
+            send(&mut stream, out.as_bytes(), cfg.idle_timeout).await?;
         }
     }
+}
+
+/// The answer to a complete body: refused for its size or for want of storage, else the
+/// acceptor's. A body that went to disk is read back whole in its turn among the large
+/// messages (at most the spool's number at once).
+async fn decide(body: Body, env: &Envelope, cfg: &SmtpConfig, acceptor: &dyn Acceptor) -> Vec<Reply> {
+    let storage = || Reply::new(452, "4.3.1", "insufficient system storage for the message; try again later");
+    match body.refused() {
+        Some(Refused::TooBig) => {
+            return vec![Reply::new(552, "5.3.4", format!("message larger than {} bytes", cfg.max_message_size))];
+        }
+        Some(Refused::Storage) => return vec![storage()],
+        None => {}
+    }
+    let _turn = if body.spooled() {
+        match tokio::time::timeout(cfg.idle_timeout, cfg.spool.large_turn()).await {
+            Ok(turn) => Some(turn),
+            Err(_) => return vec![Reply::new(451, "4.3.2", "too many large messages at once; try again later")],
+        }
+    } else {
+        None
+    };
+    let raw = match body.into_bytes().await {
+        Ok(raw) => raw,
+        Err(e) => {
+            cfg.counters.data_spool_failed.inc();
+            tracing::warn!(error = %e, "SMTP: reading a mail body back from disk failed");
+            return vec![storage()];
+        }
+    };
+    let envelope = MailEnvelope {
+        mail_from: env.mail_from.clone().unwrap_or_default(),
+        rcpts: env.rcpts.clone(),
+        body_8bit: env.body_8bit,
+        lmtp: env.lmtp,
+    };
+    acceptor.accept(&envelope, &raw).await
 }
 
 enum Next {
@@ -586,5 +694,176 @@ mod tests {
         )
         .await;
         assert_eq!(codes(&out), ["220", "250", "250", "250", "250", "354", "451", "250", "221"], "{out}");
+    }
+
+    /// A client over an in-memory stream that sends at chosen moments (time is paused and
+    /// advances by itself while everyone waits).
+    struct Client(tokio::io::DuplexStream, tokio::time::Instant);
+
+    impl Client {
+        fn start(cfg: SmtpConfig, acc: Arc<Recorder>) -> (Self, tokio::task::JoinHandle<()>) {
+            let (c, s) = tokio::io::duplex(1 << 20);
+            let server = tokio::spawn(async move {
+                let _ = run_session(s, &cfg, acc.as_ref(), false).await;
+            });
+            (Self(c, tokio::time::Instant::now()), server)
+        }
+
+        async fn say(&mut self, line: &str) -> String {
+            self.0.write_all(line.as_bytes()).await.expect("write");
+            self.reply().await
+        }
+
+        async fn reply(&mut self) -> String {
+            let mut buf = vec![0u8; 4096];
+            let n = self.0.read(&mut buf).await.expect("read");
+            String::from_utf8_lossy(&buf[..n]).to_string()
+        }
+
+        fn secs(&self) -> u64 {
+            self.1.elapsed().as_secs()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn before_mail_a_client_has_the_short_timeout_and_noop_does_not_extend_it() {
+        let metrics = aqgate_core::metrics::Metrics::new();
+        let counters = SmtpCounters::register(&metrics);
+        let cfg = SmtpConfig { counters: counters.clone(), ..SmtpConfig::default() };
+        let (mut c, server) = Client::start(cfg, Arc::default());
+        assert!(c.reply().await.starts_with("220"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(c.say("EHLO c\r\n").await.starts_with("250"));
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert!(c.say("NOOP\r\n").await.starts_with("250"));
+        let bye = c.reply().await;
+        assert!(bye.starts_with("421 4.4.2") && bye.contains("no mail transaction"), "{bye}");
+        assert_eq!(c.secs(), 30, "30 s from the connection, whatever was said before MAIL");
+        server.await.expect("session");
+        assert_eq!((counters.timeout_before_mail.get(), counters.timeout_idle.get()), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inside_a_transaction_the_long_idle_timeout_applies_and_a_message_restarts_the_short_one() {
+        let cfg = SmtpConfig::default();
+        let counters = cfg.counters.clone();
+        let acc = Arc::new(Recorder::default());
+        let (mut c, server) = Client::start(cfg, acc.clone());
+        c.reply().await;
+        c.say("EHLO c\r\n").await;
+        assert!(c.say("MAIL FROM:<a@b>\r\n").await.starts_with("250"));
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        assert!(c.say("RCPT TO:<aq@localhost>\r\n").await.starts_with("250"), "still there after 200 s");
+        c.say("DATA\r\n").await;
+        assert!(c.say("Subject: x\r\n\r\nhi\r\n.\r\n").await.starts_with("250"));
+        let accepted_at = c.secs();
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert!(c.say("MAIL FROM:<a@b>\r\n").await.starts_with("250"), "within 30 s of the last message");
+        let bye = c.reply().await;
+        assert!(bye.starts_with("421 4.4.2") && bye.contains("timeout"), "{bye}");
+        assert_eq!(c.secs() - accepted_at, 25 + 300, "the idle timeout inside the transaction");
+        server.await.expect("session");
+        assert_eq!((counters.timeout_before_mail.get(), counters.timeout_idle.get()), (0, 1));
+        assert_eq!(acc.0.lock().expect("lock").len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_data_is_cut_off_at_the_data_timeout() {
+        let cfg = SmtpConfig { data_timeout: Duration::from_secs(60), ..SmtpConfig::default() };
+        let counters = cfg.counters.clone();
+        let acc = Arc::new(Recorder::default());
+        let (mut c, server) = Client::start(cfg, acc.clone());
+        c.reply().await;
+        c.say("EHLO c\r\n").await;
+        c.say("MAIL FROM:<a@b>\r\n").await;
+        c.say("RCPT TO:<aq@localhost>\r\n").await;
+        assert!(c.say("DATA\r\n").await.starts_with("354"));
+        let start = c.secs();
+        // A byte every 5 s: never silent for the idle timeout, never finished.
+        let bye = loop {
+            c.0.write_all(b"x").await.expect("write");
+            tokio::select! {
+                r = c.reply() => break r,
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        };
+        assert!(bye.starts_with("421 4.4.2") && bye.contains("did not arrive in time"), "{bye}");
+        assert_eq!(c.secs() - start, 60);
+        server.await.expect("session");
+        assert_eq!(counters.timeout_data.get(), 1);
+        assert!(acc.0.lock().expect("lock").is_empty(), "nothing decided");
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_memory_share_is_spooled_and_reaches_the_acceptor_whole() {
+        let cfg = SmtpConfig { spool: DataSpool::new(std::env::temp_dir(), 4096, 1), ..SmtpConfig::default() };
+        let counters = cfg.counters.clone();
+        let acc = Recorder::default();
+        let lines: String = (0..5000).map(|i| format!("line {i}\r\n..stuffed {i}\r\n")).collect();
+        let out = converse(
+            &cfg,
+            &acc,
+            &[
+                "",
+                "EHLO c\r\n",
+                "MAIL FROM:<a@b>\r\n",
+                "RCPT TO:<aq@localhost>\r\n",
+                "DATA\r\n",
+                &format!("Subject: big\r\n\r\n{lines}.\r\n"),
+                "QUIT\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(codes(&out), ["220", "250", "250", "250", "354", "250", "221"], "{out}");
+        let want = format!("Subject: big\r\n\r\n{}", lines.replace("\n..", "\n."));
+        assert_eq!(String::from_utf8_lossy(&acc.0.lock().expect("lock")[0]), want);
+        assert_eq!(counters.data_spooled.get(), 1);
+    }
+
+    /// Holds each message a while, noting how many it held at once.
+    #[derive(Default)]
+    struct Slow(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl Acceptor for Slow {
+        async fn accept(&self, _: &MailEnvelope, _: &[u8]) -> Vec<Reply> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.0.fetch_add(1, SeqCst) + 1;
+            self.1.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.fetch_sub(1, SeqCst);
+            vec![Reply::new(250, "2.0.0", "queued")]
+        }
+    }
+
+    #[tokio::test]
+    async fn large_messages_are_decided_one_turn_at_a_time_small_ones_at_once() {
+        let cfg = SmtpConfig { spool: DataSpool::new(std::env::temp_dir(), 1024, 2), ..SmtpConfig::default() };
+        let mail = |size: usize| format!("Subject: x\r\n\r\n{}\r\n.\r\n", "y".repeat(size));
+        let run = |acc: Arc<Slow>, size: usize| {
+            let cfg = cfg.clone();
+            async move {
+                let (mut c, s) = tokio::io::duplex(1 << 16);
+                let client = async {
+                    let mut buf = vec![0u8; 4096];
+                    for l in ["", "EHLO c\r\n", "MAIL FROM:<a@b>\r\n", "RCPT TO:<aq@localhost>\r\n", "DATA\r\n"] {
+                        c.write_all(l.as_bytes()).await.expect("write");
+                        let _ = c.read(&mut buf).await.expect("read");
+                    }
+                    c.write_all(mail(size).as_bytes()).await.expect("write");
+                    let n = c.read(&mut buf).await.expect("read");
+                    drop(c);
+                    String::from_utf8_lossy(&buf[..n]).to_string()
+                };
+                let (_, reply) = tokio::join!(run_session(s, &cfg, acc.as_ref(), false), client);
+                assert!(reply.starts_with("250"), "{reply}");
+            }
+        };
+        let large = Arc::new(Slow::default());
+        futures_util::future::join_all((0..6).map(|_| run(large.clone(), 20_000))).await;
+        assert_eq!(large.1.load(std::sync::atomic::Ordering::SeqCst), 2, "two large messages at most");
+        let small = Arc::new(Slow::default());
+        futures_util::future::join_all((0..6).map(|_| run(small.clone(), 100))).await;
+        assert_eq!(small.1.load(std::sync::atomic::Ordering::SeqCst), 6, "small ones are not held back");
     }
 }
