@@ -222,6 +222,9 @@ async fn deployment_b_aqgate_as_a_before_queue_content_filter_of_postfix() {
             "aq@aq.example.com",
             "--smtp-reinject",
             &reinject,
+            // Every proxied session comes from Postfix (deploy/postfix/README.md).
+            "--smtp-per-client-exempt",
+            "127.0.0.1",
             "--mail-relay",
             &reinject,
             "--ldap-url",
