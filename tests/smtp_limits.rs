@@ -137,7 +137,8 @@ async fn an_idle_client_and_a_trickling_data_are_cut_off_with_421() {
     let bye = reply(&mut idle).await;
     let took = start.elapsed();
     assert!(bye.starts_with("421 4.4.2") && bye.contains("no mail transaction"), "{bye}");
-    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(4), "{took:?}");
+    // (That NOOP does not extend it is timed exactly in the session's unit tests.)
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(6), "{took:?}");
     assert_eq!(reply(&mut idle).await, "", "closed");
     assert_eq!(metric(hp, "aqgate_smtp_timeouts_total{phase=\"before_mail\"}"), 1);
 
@@ -151,11 +152,11 @@ async fn an_idle_client_and_a_trickling_data_are_cut_off_with_421() {
         if let Ok(n) = tokio::time::timeout(Duration::from_millis(200), slow.read(&mut buf)).await {
             break String::from_utf8_lossy(&buf[..n.expect("read")]).to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "never cut off");
+        assert!(start.elapsed() < Duration::from_secs(15), "never cut off");
     };
     let took = start.elapsed();
     assert!(bye.starts_with("421 4.4.2") && bye.contains("did not arrive in time"), "{bye}");
-    assert!(took >= Duration::from_millis(2900) && took < Duration::from_secs(5), "{took:?}");
+    assert!(took >= Duration::from_millis(2900) && took < Duration::from_secs(7), "{took:?}");
     assert_eq!(metric(hp, "aqgate_smtp_timeouts_total{phase=\"data\"}"), 1);
     let _ = std::fs::remove_dir_all(&work);
 }

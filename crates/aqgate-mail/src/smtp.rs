@@ -836,7 +836,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    // Time is paused: the acceptor's 50 ms pass only once every session waits, so the
+    // sessions overlap however slowly the machine runs them.
+    #[tokio::test(start_paused = true)]
     async fn large_messages_are_decided_one_turn_at_a_time_small_ones_at_once() {
         let cfg = SmtpConfig { spool: DataSpool::new(std::env::temp_dir(), 1024, 2), ..SmtpConfig::default() };
         let mail = |size: usize| format!("Subject: x\r\n\r\n{}\r\n.\r\n", "y".repeat(size));
