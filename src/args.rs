@@ -335,6 +335,17 @@ pub struct NotifyArgs {
     /// Notifications in flight at once.
     #[arg(long, env = "AQGATE_NOTIFY_CONCURRENCY", default_value_t = 64)]
     pub notify_concurrency: usize,
+    /// Notifications in flight at once to one target (an HTTP origin: scheme, host and
+    /// port; a mailto: domain), so that a slow target never holds every slot.
+    #[arg(long, env = "AQGATE_NOTIFY_PER_TARGET", default_value_t = 4)]
+    pub notify_per_target: usize,
+    /// Failed attempts in a row (timeouts, refused connections, non-2xx answers) after
+    /// which a target's circuit opens: nothing is sent to it for the cool-down; 0 never.
+    #[arg(long, env = "AQGATE_NOTIFY_BREAKER_FAILURES", default_value_t = 5)]
+    pub notify_breaker_failures: u32,
+    /// Seconds an open circuit waits before one probe (doubling while probes fail, up to 5 min).
+    #[arg(long, env = "AQGATE_NOTIFY_BREAKER_COOLDOWN", default_value_t = 30)]
+    pub notify_breaker_cooldown: u64,
     /// From address of mailto: notifications (default: the first --gateway-address).
     #[arg(long, env = "AQGATE_NOTIFY_FROM")]
     pub notify_from: Option<String>,
@@ -366,6 +377,9 @@ impl NotifyArgs {
             extra_roots_pem,
             http_timeout: Duration::from_secs(self.notify_timeout.max(1)),
             concurrency: self.notify_concurrency.max(1),
+            per_target: self.notify_per_target.max(1),
+            breaker_failures: self.notify_breaker_failures,
+            breaker_cooldown: Duration::from_secs(self.notify_breaker_cooldown.max(1)),
             max_attempts: self.notify_max_attempts.max(1),
             mail: Some((mail_transport(mail), from)),
             directory: Some(directory),

@@ -19,11 +19,20 @@
 //!   against the [`Policy`] allowlist at registration and again, after DNS, at
 //!   every delivery; redirects are not followed. A registration with a secret gets an
 //!   `AQ-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<id>.<body>")>`.
+//! - Fair shares between targets ([`targets`]): at most `per_target` attempts in flight to
+//!   one target (an HTTP origin, a mail domain), claims that leave out the rows of targets
+//!   with no room and take at most `per_target` rows of one URL, the claimed rows started
+//!   round-robin across targets, and a circuit breaker per target: a target that keeps
+//!   failing (or never answers) is left alone for a cool-down, its rows pending, and gets one
+//!   probe after it. One agent's dead receiver never delays another agent's notifications.
 //! - `mailto:`: the XML as a text/xml mail through the mail transport (relay or `.eml`
 //!   files); `mailto:ALIAS` (no `@`) is resolved through the directory at delivery.
 
 pub use aqgate_core::notify_policy as policy;
 
+mod targets;
+
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +43,8 @@ use tokio::sync::{Notify, Semaphore};
 
 use aqgate_core::clock::{MICROS_PER_SEC, Micros};
 use aqgate_core::engine::{Engine, agent_from_json};
-use aqgate_core::metrics::Counter;
-use aqgate_core::store::{OutboxEntry, Store};
+use aqgate_core::metrics::{Counter, Gauge};
+use aqgate_core::store::{ClaimShape, OutboxEntry, Store};
 use aqgate_directory::Directory;
 use aqgate_mail::outbound::{ReplyTransport, SendError, send_mail};
 use aqgate_proto::idap::model::{Envelope, MessageHeader, Notification, Response};
@@ -48,6 +57,9 @@ struct Counters {
     delivered: Counter,
     failed_attempts: Counter,
     parked: Counter,
+    breaker_opens: Counter,
+    breakers_open: Gauge,
+    target_waits: Counter,
 }
 
 impl Counters {
@@ -59,6 +71,18 @@ impl Counters {
             parked: m.counter(
                 "aqgate_notifications_parked_total",
                 "Notifications this process parked after failing too often.",
+            ),
+            breaker_opens: m.counter(
+                "aqgate_notify_breaker_opens_total",
+                "Times a notification target's circuit opened (failing again and again, or a failed probe).",
+            ),
+            breakers_open: m.gauge(
+                "aqgate_notify_breakers_open",
+                "Notification targets whose circuit is open now (or half-open, waiting for its probe).",
+            ),
+            target_waits: m.counter(
+                "aqgate_notify_target_limit_waits_total",
+                "Claimed notifications given back because their target had --notify-per-target in flight.",
             ),
         }
     }
@@ -74,6 +98,13 @@ pub struct NotifyConfig {
     pub http_timeout: Duration,
     /// Deliveries in flight at once.
     pub concurrency: usize,
+    /// Deliveries in flight at once to one target (an HTTP origin, a mail domain).
+    pub per_target: usize,
+    /// Consecutive failed attempts to one target that open its circuit (0: never).
+    pub breaker_failures: u32,
+    /// How long an open circuit waits before one probe; doubles while probes fail, up to
+    /// `max_backoff`.
+    pub breaker_cooldown: Duration,
     /// Attempts before a notification is parked.
     pub max_attempts: i64,
     /// First retry delay; doubles per attempt up to `max_backoff`.
@@ -97,6 +128,9 @@ impl Default for NotifyConfig {
             mail_policy: Arc::new(policy::MailPolicy::default()),
             http_timeout: Duration::from_secs(10),
             concurrency: 64,
+            per_target: 4,
+            breaker_failures: 5,
+            breaker_cooldown: Duration::from_secs(30),
             max_attempts: 15,
             min_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
@@ -114,6 +148,9 @@ impl std::fmt::Debug for NotifyConfig {
             .field("policy", &self.policy)
             .field("http_timeout", &self.http_timeout)
             .field("concurrency", &self.concurrency)
+            .field("per_target", &self.per_target)
+            .field("breaker_failures", &self.breaker_failures)
+            .field("breaker_cooldown", &self.breaker_cooldown)
             .field("max_attempts", &self.max_attempts)
             .finish_non_exhaustive()
     }
@@ -122,8 +159,13 @@ impl std::fmt::Debug for NotifyConfig {
 /// Why an attempt failed.
 #[derive(Debug)]
 enum Failure {
-    /// Try again later.
+    /// Try again later; the target is not to blame (e.g. the directory could not be asked).
     Retry(String),
+    /// The target did not take it (timeout, connection, status, the relay's transient
+    /// refusal): try again later; counts toward its circuit.
+    Target(String),
+    /// Given up in flight: the target's circuit opened meanwhile.
+    Abandoned,
     /// Will not work without an operator (e.g. the target is not allowed): park now.
     Park(String),
 }
@@ -135,8 +177,15 @@ pub struct Dispatcher {
     http: reqwest::Client,
     /// Rung on every commit that may have produced notifications.
     wake: Arc<Notify>,
+    /// Rung when a target that had no room has some again.
+    freed: Notify,
+    targets: targets::Targets,
     counters: Counters,
 }
+
+/// An attempt's outcome, with the time before which a retry must not come (the target's
+/// circuit is open until then).
+type Done = (OutboxEntry, Result<(), Failure>, Option<Micros>);
 
 /// Claims per store round trip.
 const BATCH: usize = 256;
@@ -165,7 +214,13 @@ impl Dispatcher {
         let store = engine.store().clone();
         let wake = engine.commit_signal();
         let counters = Counters::register(&engine.config().metrics);
-        Ok(Arc::new(Self { engine, store, cfg, http, wake, counters }))
+        let targets = targets::Targets::new(targets::Limits {
+            per_target: cfg.per_target.max(1),
+            failures: cfg.breaker_failures,
+            cooldown: i64::try_from(cfg.breaker_cooldown.as_micros()).unwrap_or(i64::MAX).max(1),
+            max_cooldown: i64::try_from(cfg.max_backoff.max(cfg.breaker_cooldown).as_micros()).unwrap_or(i64::MAX),
+        });
+        Ok(Arc::new(Self { engine, store, cfg, http, wake, freed: Notify::new(), targets, counters }))
     }
 
     /// Delivers until `shutdown` changes.
@@ -188,9 +243,11 @@ impl Dispatcher {
                 }
                 refreshed = Some(tokio::time::Instant::now());
             }
-            // Is anything due? A read, before any claim (a write).
+            // Is anything due? A read, before any claim (a write). Targets with no room
+            // now (their limit in flight, their circuit open) are left out.
             let now = self.engine.now();
-            let due = match self.store.notify_next_due().await {
+            let skip = self.targets.skip_urls(now);
+            let due = match self.store.notify_next_due(&skip).await {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::warn!(error = %e, "notification outbox: next due");
@@ -198,14 +255,20 @@ impl Dispatcher {
                 }
             };
             if due.is_none_or(|t| t > now) {
-                // Sleep until a commit, the next due row, or shutdown.
-                let mut sleep_for = due.map_or(REFRESH, |t| micros_to_duration(t.saturating_sub(now)).min(REFRESH));
+                // Sleep until a commit, a target has room again, the next due row or
+                // probe, or shutdown.
+                let next = match (due, self.targets.next_half_open(now)) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let mut sleep_for = next.map_or(REFRESH, |t| micros_to_duration(t.saturating_sub(now)).min(REFRESH));
                 if let Some(p) = self.cfg.fallback_poll {
                     sleep_for = sleep_for.min(p);
                 }
                 let sleep = tokio::time::sleep(sleep_for);
                 tokio::select! {
                     _ = self.wake.notified() => {}
+                    _ = self.freed.notified() => {}
                     _ = sleep => {}
                     _ = shutdown.changed() => break,
                 }
@@ -218,7 +281,8 @@ impl Dispatcher {
             };
             let room = (permits.available_permits() + 1).min(BATCH);
             let now = self.engine.now();
-            let claimed = match self.store.notify_claim(now, now.saturating_add(lease), room as i64).await {
+            let shape = ClaimShape { per_url: Some(self.cfg.per_target.max(1) as i64), skip_urls: skip };
+            let claimed = match self.store.notify_claim(now, now.saturating_add(lease), room as i64, &shape).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "notification outbox: claim failed; retrying");
@@ -237,31 +301,99 @@ impl Dispatcher {
                     _ = shutdown.changed() => break,
                 }
             }
-            let mut first = Some(first);
-            for entry in claimed {
-                let permit = match first.take() {
-                    Some(p) => p,
-                    None => match permits.clone().acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                };
-                let me = self.clone();
-                let done = done_tx.clone();
-                tokio::spawn(async move {
-                    let result = me.deliver(&entry).await;
-                    let _ = done.send((entry, result));
-                    drop(permit);
-                });
-            }
+            self.start(claimed, first, &permits, &done_tx).await;
         }
         drop(done_tx);
         // Deliveries in flight finish (bounded by the HTTP timeout) and are recorded.
         let _ = tokio::time::timeout(self.cfg.http_timeout + Duration::from_secs(1), recorder).await;
     }
 
+    /// Starts the claimed rows round-robin across their targets, each within its target's
+    /// limit and circuit; the rest are given back (due now, or when the circuit half-opens).
+    async fn start(
+        self: &Arc<Self>,
+        claimed: Vec<OutboxEntry>,
+        first: tokio::sync::OwnedSemaphorePermit,
+        permits: &Arc<Semaphore>,
+        done_tx: &tokio::sync::mpsc::UnboundedSender<Done>,
+    ) {
+        let now = self.engine.now();
+        let mut first = Some(first);
+        let mut back: BTreeMap<Micros, Vec<i64>> = BTreeMap::new();
+        for entry in round_robin(claimed) {
+            let ticket = match self.targets.admit(&entry.notify_url, now) {
+                targets::Admit::Go(t) => t,
+                targets::Admit::Busy => {
+                    self.counters.target_waits.inc();
+                    back.entry(now).or_default().push(entry.id);
+                    continue;
+                }
+                targets::Admit::Open(until) => {
+                    back.entry(until).or_default().push(entry.id);
+                    continue;
+                }
+            };
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match permits.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let me = self.clone();
+            let done = done_tx.clone();
+            tokio::spawn(async move {
+                let mut opened = ticket.opened.clone();
+                let result = tokio::select! {
+                    r = me.deliver(&entry) => r,
+                    _ = opened.changed() => Err(Failure::Abandoned),
+                };
+                let not_before = me.finish(&ticket, &result).await;
+                let _ = done.send((entry, result, not_before));
+                drop(permit);
+            });
+        }
+        for (at, ids) in back {
+            if let Err(e) = self.store.notify_release(&ids, at).await {
+                // Their lease runs out and they are claimed again.
+                tracing::warn!(error = %e, n = ids.len(), "could not give back notifications");
+            }
+        }
+    }
+
+    /// Ends an attempt for its target's limit and circuit. Returns until when the circuit is
+    /// open, if it is (no retry before then).
+    async fn finish(&self, ticket: &targets::Ticket, result: &Result<(), Failure>) -> Option<Micros> {
+        let outcome = match result {
+            Ok(()) => targets::Outcome::Delivered,
+            Err(Failure::Target(_)) => targets::Outcome::Failed,
+            Err(_) => targets::Outcome::Neutral,
+        };
+        let now = self.engine.now();
+        let f = self.targets.finish(ticket, outcome, now);
+        if let Some((until, urls)) = &f.opened {
+            self.counters.breaker_opens.inc();
+            let secs = until.saturating_sub(now) / MICROS_PER_SEC;
+            tracing::warn!(target = %ticket.key, cooldown_secs = secs, "notification target keeps failing: circuit open");
+            // Its pending rows wait for the probe: nobody claims them meanwhile.
+            if let Err(e) = self.store.notify_defer(urls, *until).await {
+                tracing::warn!(error = %e, "could not defer a failing target's notifications");
+            }
+        }
+        if f.closed {
+            tracing::info!(target = %ticket.key, "notification target answers again: circuit closed");
+        }
+        if f.opened.is_some() || f.closed {
+            self.counters.breakers_open.set(self.targets.not_closed() as u64);
+        }
+        if f.freed || f.closed {
+            self.freed.notify_one();
+        }
+        self.targets.open_until(&ticket.key, now)
+    }
+
     /// Records outcomes: deliveries in batches (one statement for many), failures one by one.
-    async fn record(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<(OutboxEntry, Result<(), Failure>)>) {
+    async fn record(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Done>) {
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < 512 {
@@ -270,7 +402,7 @@ impl Dispatcher {
                     Err(_) => break,
                 }
             }
-            let delivered: Vec<i64> = batch.iter().filter(|(_, r)| r.is_ok()).map(|(e, _)| e.id).collect();
+            let delivered: Vec<i64> = batch.iter().filter(|(_, r, _)| r.is_ok()).map(|(e, _, _)| e.id).collect();
             if !delivered.is_empty() {
                 if let Err(e) = self.store.notify_delivered(&delivered).await {
                     // The lease runs out and they go again: at least once, never lost.
@@ -278,17 +410,24 @@ impl Dispatcher {
                 }
                 self.counters.delivered.add(delivered.len() as u64);
             }
-            for (entry, result) in batch {
+            for (entry, result, not_before) in batch {
                 let Err(f) = result else { continue };
                 self.counters.failed_attempts.inc();
                 let (why, park) = match f {
-                    Failure::Retry(w) => {
+                    Failure::Retry(w) | Failure::Target(w) => {
                         let park = entry.attempts >= self.cfg.max_attempts;
                         (w, park)
                     }
+                    Failure::Abandoned => {
+                        let park = entry.attempts >= self.cfg.max_attempts;
+                        ("given up: the target's circuit opened (it keeps failing)".to_string(), park)
+                    }
                     Failure::Park(w) => (w, true),
                 };
-                let next = (!park).then(|| self.engine.now().saturating_add(self.backoff(entry.attempts)));
+                let next = (!park).then(|| {
+                    let retry = self.engine.now().saturating_add(self.backoff(entry.attempts));
+                    not_before.map_or(retry, |t| t.max(retry))
+                });
                 if park {
                     self.counters.parked.inc();
                     tracing::warn!(id = entry.id, url = %redact_url(&entry.notify_url), attempts = entry.attempts, error = %why, "notification parked");
@@ -344,12 +483,12 @@ impl Dispatcher {
         }
         match req.body(body).send().await {
             Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) => Err(Failure::Retry(format!("HTTP {}", r.status()))),
+            Ok(r) => Err(Failure::Target(format!("HTTP {}", r.status()))),
             Err(err) => {
                 if let Some(why) = denied(&err) {
                     return Err(Failure::Park(why));
                 }
-                Err(Failure::Retry(error_chain(&err)))
+                Err(Failure::Target(error_chain(&err)))
             }
         }
     }
@@ -398,7 +537,7 @@ impl Dispatcher {
         send_mail(transport, msg).await.map_err(|e| match e {
             // The relay refused it for good (5xx): the same mail would be refused again.
             SendError::Permanent(why) => Failure::Park(why),
-            SendError::Transient(why) => Failure::Retry(why),
+            SendError::Transient(why) => Failure::Target(why),
         })
     }
 
@@ -433,6 +572,28 @@ impl Dispatcher {
         };
         aqgate_proto::idap::write::write_response(&Envelope { headers: Vec::new(), body: Response::Notification(n) })
     }
+}
+
+/// The claimed rows in claim order within each target, taking one of each target in turn.
+fn round_robin(claimed: Vec<OutboxEntry>) -> Vec<OutboxEntry> {
+    let mut queues: Vec<(String, std::collections::VecDeque<OutboxEntry>)> = Vec::new();
+    let n = claimed.len();
+    for e in claimed {
+        let key = targets::target_of(&e.notify_url);
+        match queues.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, q)) => q.push_back(e),
+            None => queues.push((key, std::collections::VecDeque::from([e]))),
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        for (_, q) in queues.iter_mut() {
+            if let Some(e) = q.pop_front() {
+                out.push(e);
+            }
+        }
+    }
+    out
 }
 
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<notification id>.<body>")>`.

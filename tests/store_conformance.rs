@@ -66,6 +66,7 @@ on_both_backends!(
     notification_outbox_is_transactional,
     notification_outbox_survives_restart_with_its_session,
     notification_retries_park_and_unpark,
+    notification_claims_are_shaped_per_target,
     multi_consumer_notifications_follow_deliveries,
     long_poll_wakes_on_commit,
     too_many_failed_dequeues_move_to_exception_queue,
@@ -1241,7 +1242,7 @@ async fn notification_aliases_resolve_through_the_directory(b: Backend) {
 /// Outbox entries due now (claimed with a lease of 60 s).
 async fn claim(h: &Harness) -> Vec<aqgate_core::store::OutboxEntry> {
     let now = h.clock.now();
-    h.engine.store().notify_claim(now, now + 60_000_000, 100).await.expect("claim")
+    h.engine.store().notify_claim(now, now + 60_000_000, 100, &Default::default()).await.expect("claim")
 }
 
 async fn notification_outbox_is_transactional(b: Backend) {
@@ -1302,14 +1303,14 @@ async fn notification_outbox_survives_restart_with_its_session(b: Backend) {
     let clock = h.clock.clone() as std::sync::Arc<dyn aqgate_core::clock::Clock>;
     let e2 = aqgate_core::engine::Engine::start(store.clone(), clock, Default::default()).await.expect("restart");
     let now = h.clock.now();
-    let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
+    let got = e2.store().notify_claim(now, now + 1, 100, &Default::default()).await.expect("claim");
     assert_eq!(got.len(), 1, "{got:?}");
     let aqgate_core::engine::Resumed::Live(mut s2) = e2.resume(&s.id).await.expect("resume") else {
         panic!("the session survives the restart")
     };
     let req = aqgate_proto::idap::parse_request(envelope(COMMIT).as_bytes(), &Default::default()).expect("parse").body;
     e2.execute(&mut s2, req).await.expect("commit");
-    let got = e2.store().notify_claim(now, now + 1, 100).await.expect("claim");
+    let got = e2.store().notify_claim(now, now + 1, 100, &Default::default()).await.expect("claim");
     assert_eq!(got.len(), 1, "the committed send's notification: {got:?}");
 }
 
@@ -1327,7 +1328,7 @@ async fn notification_retries_park_and_unpark(b: Backend) {
     assert!(!format!("{e:?}").contains("s3cret"), "secrets stay out of Debug output");
     let later = h.clock.now() + 5_000_000;
     store.notify_failed(e.id, "HTTP 503", Some(later)).await.expect("failed");
-    assert_eq!(store.notify_next_due().await.expect("next"), Some(later));
+    assert_eq!(store.notify_next_due(&[]).await.expect("next"), Some(later));
     assert!(claim(&h).await.is_empty(), "not due before its retry time");
     h.clock.advance_secs(5);
     let e = claim(&h).await.pop().expect("due again");
@@ -1346,10 +1347,62 @@ async fn notification_retries_park_and_unpark(b: Backend) {
     // Delayed messages notify when they become visible.
     h.run(&mut s, &raw_send(RAWQ, &[("<delay>10</delay>", "02")], COMMIT)).await.expect("delayed");
     assert!(claim(&h).await.is_empty());
-    assert_eq!(store.notify_next_due().await.expect("next"), Some(h.clock.now() + 10_000_000));
+    assert_eq!(store.notify_next_due(&[]).await.expect("next"), Some(h.clock.now() + 10_000_000));
     // Unregistering drops what is still owed.
     h.run(&mut s, &register(RAWQ, "", "")).await.expect("unregister");
-    assert_eq!(store.notify_next_due().await.expect("next"), None);
+    assert_eq!(store.notify_next_due(&[]).await.expect("next"), None);
+}
+
+async fn notification_claims_are_shaped_per_target(b: Backend) {
+    use aqgate_core::store::ClaimShape;
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let (slow, quick) = ("http://93.184.216.34/slow".to_string(), "http://93.184.216.35/quick".to_string());
+    let mut s = h.session("scott");
+    h.run(&mut s, &register(RAWQ, "", &slow)).await.expect("register scott");
+    let mut j = h.session("john");
+    h.run(&mut j, &register(RAWQ, "", &quick)).await.expect("register john");
+    for i in 0..5 {
+        h.run(&mut s, &raw_send(RAWQ, &[("", &format!("{i:02X}"))], COMMIT)).await.expect("send");
+    }
+    let now = h.clock.now();
+    let lease = now + 60_000_000;
+    let take = |shape: ClaimShape| {
+        let (store, now) = (store.clone(), h.clock.now());
+        async move { store.notify_claim(now, lease, 100, &shape).await.expect("claim") }
+    };
+    let urls = |v: &[aqgate_core::store::OutboxEntry]| v.iter().map(|e| e.notify_url.clone()).collect::<Vec<_>>();
+    // At most two per URL: both targets get their share, the oldest first.
+    let got = take(ClaimShape { per_url: Some(2), skip_urls: Vec::new() }).await;
+    assert_eq!(urls(&got).iter().filter(|u| **u == slow).count(), 2, "{got:?}");
+    assert_eq!(urls(&got).iter().filter(|u| **u == quick).count(), 2, "{got:?}");
+    // A skipped URL is neither claimed nor due.
+    let got = take(ClaimShape { per_url: Some(10), skip_urls: vec![slow.clone()] }).await;
+    assert_eq!(urls(&got), vec![quick.clone(); 3]);
+    assert_eq!(
+        store.notify_next_due(std::slice::from_ref(&slow)).await.expect("next"),
+        Some(lease),
+        "quick's are all leased"
+    );
+    assert_eq!(store.notify_next_due(&[]).await.expect("next"), Some(now), "slow's three are due");
+    // Given back unattempted: due again at once, the claim's attempt taken back.
+    let ids: Vec<i64> = got.iter().map(|e| e.id).collect();
+    store.notify_release(&ids, now).await.expect("release");
+    let again = take(ClaimShape { per_url: Some(10), skip_urls: vec![slow.clone()] }).await;
+    assert_eq!(
+        again.iter().map(|e| (e.id, e.attempts)).collect::<Vec<_>>(),
+        ids.iter().map(|i| (*i, 1)).collect::<Vec<_>>()
+    );
+    // Deferred (its circuit opened): slow's pending rows wait until then, unattempted.
+    let until = now + 30_000_000;
+    assert_eq!(store.notify_defer(std::slice::from_ref(&slow), until).await.expect("defer"), 3);
+    assert_eq!(store.notify_defer(std::slice::from_ref(&slow), now).await.expect("never earlier"), 0);
+    assert_eq!(store.notify_next_due(&[]).await.expect("next"), Some(until));
+    assert!(take(ClaimShape::default()).await.is_empty());
+    h.clock.advance_secs(30);
+    let late = take(ClaimShape::default()).await;
+    assert_eq!(urls(&late), vec![slow.clone(); 3]);
+    assert!(late.iter().all(|e| e.attempts == 1), "{late:?}");
 }
 
 async fn multi_consumer_notifications_follow_deliveries(b: Backend) {

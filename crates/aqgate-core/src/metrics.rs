@@ -22,9 +22,24 @@ impl Counter {
     }
 }
 
+/// A value that goes up and down (set by its owner). Cheap to clone; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Gauge(Counter);
+
+impl Gauge {
+    pub fn set(&self, v: u64) {
+        self.0.0.store(v, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
 struct Entry {
     name: &'static str,
     help: &'static str,
+    /// `counter` or `gauge`.
+    kind: &'static str,
     /// `key="value"` of a labelled counter (see [`Metrics::labelled`]), else empty.
     labels: String,
     counter: Counter,
@@ -51,23 +66,28 @@ impl Metrics {
     /// The counter named `name` (Prometheus naming: `aqgate_…_total`), registered with
     /// `help` the first time; a second registration of the name gets the same counter.
     pub fn counter(&self, name: &'static str, help: &'static str) -> Counter {
-        self.register(name, help, String::new())
+        self.register(name, help, "counter", String::new())
+    }
+
+    /// The gauge named `name`, registered with `help` the first time.
+    pub fn gauge(&self, name: &'static str, help: &'static str) -> Gauge {
+        Gauge(self.register(name, help, "gauge", String::new()))
     }
 
     /// The counter `name{key="value"}` (e.g. one per propagation job): one family per
     /// name, one series per value. Quotes and backslashes in `value` are escaped.
     pub fn labelled(&self, name: &'static str, help: &'static str, key: &'static str, value: &str) -> Counter {
         let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-        self.register(name, help, format!("{key}=\"{escaped}\""))
+        self.register(name, help, "counter", format!("{key}=\"{escaped}\""))
     }
 
-    fn register(&self, name: &'static str, help: &'static str, labels: String) -> Counter {
+    fn register(&self, name: &'static str, help: &'static str, kind: &'static str, labels: String) -> Counter {
         let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(e) = entries.iter().find(|e| e.name == name && e.labels == labels) {
             return e.counter.clone();
         }
         let counter = Counter::default();
-        entries.push(Entry { name, help, labels, counter: counter.clone() });
+        entries.push(Entry { name, help, kind, labels, counter: counter.clone() });
         counter
     }
 
@@ -81,7 +101,7 @@ impl Metrics {
                 continue;
             }
             done.push(e.name);
-            out.push_str(&format!("# HELP {0} {1}\n# TYPE {0} counter\n", e.name, e.help));
+            out.push_str(&format!("# HELP {0} {1}\n# TYPE {0} {2}\n", e.name, e.help, e.kind));
             for s in entries.iter().filter(|s| s.name == e.name) {
                 if s.labels.is_empty() {
                     out.push_str(&format!("{} {}\n", s.name, s.counter.get()));
@@ -124,6 +144,12 @@ mod tests {
             ),
             "{out}"
         );
+        let g = m.gauge("aqgate_d", "D now.");
+        g.set(4);
+        g.set(3);
+        let mut out = String::new();
+        m.render(&mut out);
+        assert!(out.ends_with("# HELP aqgate_d D now.\n# TYPE aqgate_d gauge\naqgate_d 3\n"), "{out}");
         let other = Metrics::new();
         assert_eq!(other.counter("aqgate_a_total", "A things.").get(), 0, "registries count apart");
     }

@@ -322,8 +322,22 @@ impl NotifyStore for GroupCommitStore {
         self.inner.set_registration_secret(queue, consumer, agent, secret).await
     }
 
-    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
-        self.inner.notify_claim(now, lease_until, limit).await
+    async fn notify_claim(
+        &self,
+        now: Micros,
+        lease_until: Micros,
+        limit: i64,
+        shape: &ClaimShape,
+    ) -> Result<Vec<OutboxEntry>> {
+        self.inner.notify_claim(now, lease_until, limit, shape).await
+    }
+
+    async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()> {
+        self.inner.notify_release(ids, at).await
+    }
+
+    async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64> {
+        self.inner.notify_defer(urls, until).await
     }
 
     async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
@@ -334,8 +348,8 @@ impl NotifyStore for GroupCommitStore {
         self.inner.notify_failed(id, error, next_attempt_at).await
     }
 
-    async fn notify_next_due(&self) -> Result<Option<Micros>> {
-        self.inner.notify_next_due().await
+    async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>> {
+        self.inner.notify_next_due(skip_urls).await
     }
 
     async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {

@@ -32,13 +32,30 @@ impl NotifyStore for PgStore {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
-        // Concurrent dispatchers (several processes) skip each other's rows.
+    async fn notify_claim(
+        &self,
+        now: Micros,
+        lease_until: Micros,
+        limit: i64,
+        shape: &ClaimShape,
+    ) -> Result<Vec<OutboxEntry>> {
+        // The candidates: due, not to a skipped URL, at most `per_url` of one URL, oldest
+        // first. Concurrent dispatchers (several processes) skip each other's rows; a row
+        // another one claimed meanwhile is due no more when re-checked under the lock.
         let rows = sqlx::query(
             "WITH c AS (
                 UPDATE notify_outbox SET next_attempt_at = $2, attempts = attempts + 1
-                WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= $1
-                             ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+                WHERE id IN (
+                    SELECT id FROM notify_outbox
+                    WHERE id IN (SELECT id FROM (
+                                   SELECT id, next_attempt_at AS due,
+                                          ROW_NUMBER() OVER (PARTITION BY notify_url ORDER BY next_attempt_at, id) AS rn
+                                   FROM notify_outbox
+                                   WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= $1
+                                     AND notify_url <> ALL($5)) w
+                                 WHERE rn <= $4 ORDER BY due, id LIMIT $3)
+                      AND state = 'new' AND txn IS NULL AND next_attempt_at <= $1
+                    FOR UPDATE SKIP LOCKED)
                 RETURNING *
              )
              SELECT c.*, r.secret FROM c
@@ -47,12 +64,45 @@ impl NotifyStore for PgStore {
         .bind(now)
         .bind(lease_until)
         .bind(limit)
+        .bind(shape.per_url.unwrap_or(i64::MAX))
+        .bind(&shape.skip_urls)
         .fetch_all(&self.pool)
         .await
         .db()?;
         let mut out = rows.iter().map(outbox_from_row).collect::<Result<Vec<_>>>()?;
         out.sort_by_key(|e| e.id);
         Ok(out)
+    }
+
+    async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()> {
+        if !ids.is_empty() {
+            sqlx::query(
+                "UPDATE notify_outbox SET attempts = GREATEST(attempts - 1, 0), next_attempt_at = $2
+                 WHERE id = ANY($1) AND state = 'new'",
+            )
+            .bind(ids)
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .db()?;
+        }
+        Ok(())
+    }
+
+    async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64> {
+        if urls.is_empty() {
+            return Ok(0);
+        }
+        let r = sqlx::query(
+            "UPDATE notify_outbox SET next_attempt_at = $2
+             WHERE state = 'new' AND txn IS NULL AND next_attempt_at < $2 AND notify_url = ANY($1)",
+        )
+        .bind(urls)
+        .bind(until)
+        .execute(&self.pool)
+        .await
+        .db()?;
+        Ok(r.rows_affected())
     }
 
     async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
@@ -78,8 +128,12 @@ impl NotifyStore for PgStore {
         Ok(())
     }
 
-    async fn notify_next_due(&self) -> Result<Option<Micros>> {
-        Ok(sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db()?)
+    async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>> {
+        if skip_urls.is_empty() {
+            return sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db();
+        }
+        let q = format!("{} AND notify_url <> ALL($1)", sql::NOTIFY_NEXT_DUE);
+        Ok(sqlx::query_scalar(&q).bind(skip_urls).fetch_one(&self.pool).await.db()?)
     }
 
     async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {

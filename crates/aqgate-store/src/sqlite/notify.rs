@@ -41,6 +41,19 @@ pub(super) fn outbox_from_row(r: &SqliteRow) -> Result<OutboxEntry> {
     })
 }
 
+/// ` AND notify_url NOT IN (…)` for the URLs a claim skips (nothing when there are none).
+fn push_skip<'a>(b: &mut QueryBuilder<'a, Sqlite>, skip: &'a [String]) {
+    if skip.is_empty() {
+        return;
+    }
+    b.push(" AND notify_url NOT IN (");
+    let mut sep = b.separated(", ");
+    for u in skip {
+        sep.push_bind(u.as_str());
+    }
+    b.push(")");
+}
+
 #[async_trait]
 impl NotifyStore for SqliteStore {
     async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
@@ -71,20 +84,33 @@ impl NotifyStore for SqliteStore {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64) -> Result<Vec<OutboxEntry>> {
+    async fn notify_claim(
+        &self,
+        now: Micros,
+        lease_until: Micros,
+        limit: i64,
+        shape: &ClaimShape,
+    ) -> Result<Vec<OutboxEntry>> {
         let mut tx = self.pool.begin().await.db()?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "UPDATE notify_outbox SET next_attempt_at = ?2, attempts = attempts + 1
-             WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= ?1
-                          ORDER BY next_attempt_at, id LIMIT ?3)
-             RETURNING id",
-        )
-        .bind(now)
-        .bind(lease_until)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await
-        .db()?;
+        // Due, not to a skipped URL, at most `per_url` of one URL, oldest first.
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE notify_outbox SET next_attempt_at = ");
+        b.push_bind(lease_until);
+        b.push(
+            ", attempts = attempts + 1
+             WHERE id IN (SELECT id FROM (
+                            SELECT id, next_attempt_at AS due,
+                                   ROW_NUMBER() OVER (PARTITION BY notify_url ORDER BY next_attempt_at, id) AS rn
+                            FROM notify_outbox
+                            WHERE state = 'new' AND txn IS NULL AND next_attempt_at <= ",
+        );
+        b.push_bind(now);
+        push_skip(&mut b, &shape.skip_urls);
+        b.push(") WHERE rn <= ");
+        b.push_bind(shape.per_url.unwrap_or(i64::MAX));
+        b.push(" ORDER BY due, id LIMIT ");
+        b.push_bind(limit);
+        b.push(") RETURNING id");
+        let ids: Vec<i64> = b.build_query_scalar().fetch_all(&mut *tx).await.db()?;
         let mut out = Vec::with_capacity(ids.len());
         for part in ids.chunks(500) {
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(OUTBOX_SELECT);
@@ -132,8 +158,47 @@ impl NotifyStore for SqliteStore {
         Ok(())
     }
 
-    async fn notify_next_due(&self) -> Result<Option<Micros>> {
-        Ok(sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db()?)
+    async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()> {
+        for part in ids.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> =
+                QueryBuilder::new("UPDATE notify_outbox SET attempts = MAX(attempts - 1, 0), next_attempt_at = ");
+            b.push_bind(at);
+            b.push(" WHERE state = 'new' AND id IN (");
+            let mut sep = b.separated(", ");
+            for id in part {
+                sep.push_bind(*id);
+            }
+            b.push(")");
+            b.build().execute(&self.pool).await.db()?;
+        }
+        Ok(())
+    }
+
+    async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64> {
+        let mut n = 0;
+        for part in urls.chunks(500) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE notify_outbox SET next_attempt_at = ");
+            b.push_bind(until);
+            b.push(" WHERE state = 'new' AND txn IS NULL AND next_attempt_at < ");
+            b.push_bind(until);
+            b.push(" AND notify_url IN (");
+            let mut sep = b.separated(", ");
+            for u in part {
+                sep.push_bind(u.as_str());
+            }
+            b.push(")");
+            n += b.build().execute(&self.pool).await.db()?.rows_affected();
+        }
+        Ok(n)
+    }
+
+    async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>> {
+        if skip_urls.is_empty() {
+            return sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db();
+        }
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(sql::NOTIFY_NEXT_DUE);
+        push_skip(&mut b, skip_urls);
+        Ok(b.build_query_scalar().fetch_one(&self.pool).await.db()?)
     }
 
     async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
