@@ -70,6 +70,12 @@ pub struct ServeArgs {
     #[arg(long, env = "AQGATE_MAX_RECIPIENTS", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_recipients: u64,
+    /// Receives one agent may have waiting at once (long polls, wait_time > 0); one more is
+    /// answered at once as a receive that does not wait (a message if one is there, else
+    /// 25228 saying why).
+    #[arg(long, env = "AQGATE_MAX_LONG_POLLS_PER_AGENT", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_long_polls_per_agent: u64,
     /// Buffered messages in memory longer than this many seconds are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_AFTER", default_value_t = 600)]
     pub buffered_spill_after: u64,

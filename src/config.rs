@@ -65,6 +65,7 @@ pub const KEYS: &[Key] = &[
     key("http.listen", "listen", Kind::Text),
     key("http.max_body", "max_body", Kind::Integer),
     key("http.max_wait", "max_wait", Kind::Integer),
+    key("http.max_long_polls_per_agent", "max_long_polls_per_agent", Kind::Integer),
     key("http.idempotency_window", "idempotency_window", Kind::Integer),
     key("http.tls_cert", "tls_cert", Kind::Text),
     key("http.tls_key", "tls_key", Kind::Text),

@@ -29,6 +29,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         buffered_max_bytes,
         buffered_spill_after,
         max_recipients,
+        max_long_polls_per_agent,
         secure_cookie,
         tls,
         directory: directory_args,
@@ -62,6 +63,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 spill_after: Duration::from_secs(buffered_spill_after),
             },
             max_recipients: usize::try_from(max_recipients).unwrap_or(usize::MAX),
+            max_long_polls_per_agent: usize::try_from(max_long_polls_per_agent).unwrap_or(usize::MAX),
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,

@@ -55,6 +55,8 @@ impl Engine {
         let wait = o.wait_time.map(Duration::from_secs).unwrap_or(self.config.max_wait).min(self.config.max_wait);
         let deadline = self.clock.instant() + wait;
         let mut interest: Option<crate::store::Interest> = None;
+        let mut waiting: Option<LongPoll<'_>> = None;
+        let mut over_cap = false;
         let abandon = session.abandon.clone();
         loop {
             let waker = self.waker(qid);
@@ -73,6 +75,16 @@ impl Engine {
             let now_i = self.clock.instant();
             if now_i >= deadline {
                 break;
+            }
+            // One agent's long polls are capped: one more is a receive that does not wait.
+            if waiting.is_none() {
+                match self.long_poll(&agent.name) {
+                    Some(w) => waiting = Some(w),
+                    None => {
+                        over_cap = true;
+                        break;
+                    }
+                }
             }
             // Other processes signal a queue only while somebody holds interest in it:
             // take it before the first wait, then look once more for what was committed
@@ -113,6 +125,15 @@ impl Engine {
             return Err(AqError::client(
                 code::NO_SUCH_MESSAGE_ID,
                 format!("no message in queue {} with the given message ID", queue.name),
+            ));
+        }
+        if over_cap {
+            return Err(AqError::client(
+                code::NO_MESSAGE,
+                format!(
+                    "no message in {} now, and not waiting: agent {} has {} receives waiting already (--max-long-polls-per-agent)",
+                    queue.name, agent.name, self.config.max_long_polls_per_agent
+                ),
             ));
         }
         Err(AqError::client(

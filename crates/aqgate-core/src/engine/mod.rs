@@ -64,6 +64,9 @@ pub struct EngineConfig {
     /// Recipients one message's `recipient_list` may name (Oracle's lists hold at most
     /// 1,024); a request with a longer list is refused whole (24031).
     pub max_recipients: usize,
+    /// Receives one agent may have waiting at once (long polls); one more is answered at
+    /// once, as a receive that does not wait.
+    pub max_long_polls_per_agent: usize,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -78,6 +81,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("idempotency_window", &self.idempotency_window)
             .field("buffered", &self.buffered)
             .field("max_recipients", &self.max_recipients)
+            .field("max_long_polls_per_agent", &self.max_long_polls_per_agent)
             .finish()
     }
 }
@@ -95,12 +99,16 @@ impl Default for EngineConfig {
             idempotency_window: Duration::from_secs(24 * 3600),
             buffered: BufferConfig::default(),
             max_recipients: DEFAULT_MAX_RECIPIENTS,
+            max_long_polls_per_agent: DEFAULT_MAX_LONG_POLLS_PER_AGENT,
         }
     }
 }
 
 /// The default of [`EngineConfig::max_recipients`]: Oracle's limit.
 pub const DEFAULT_MAX_RECIPIENTS: usize = 1024;
+
+/// The default of [`EngineConfig::max_long_polls_per_agent`].
+pub const DEFAULT_MAX_LONG_POLLS_PER_AGENT: usize = 100;
 
 /// The catalog plus the store's queue ids.
 #[derive(Debug, Default)]
@@ -160,6 +168,31 @@ pub struct Engine {
     buffers: buffered::Buffers,
     /// Requests refused for a recipient list over [`EngineConfig::max_recipients`].
     recipients_refused: crate::metrics::Counter,
+    /// Receives waiting now, per agent (see [`EngineConfig::max_long_polls_per_agent`]).
+    long_polls: StdMutex<HashMap<String, usize>>,
+    /// Receives answered without waiting because their agent had its long polls waiting.
+    long_polls_refused: crate::metrics::Counter,
+    /// Receives waiting now, all agents together.
+    long_polls_waiting: crate::metrics::Gauge,
+}
+
+/// One agent's place among the receives waiting now; given back when dropped.
+pub(super) struct LongPoll<'a> {
+    engine: &'a Engine,
+    agent: String,
+}
+
+impl Drop for LongPoll<'_> {
+    fn drop(&mut self) {
+        let mut m = self.engine.long_polls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.agent) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.agent);
+            }
+        }
+        self.engine.long_polls_waiting.set(m.values().map(|n| *n as u64).sum());
+    }
 }
 
 /// Keeps an agent usable by [`Engine::execute`] after a reload removed it, until dropped
@@ -223,9 +256,18 @@ impl Engine {
             "aqgate_recipient_list_refused_total",
             "Enqueues refused for a recipient list longer than --max-recipients.",
         );
+        let long_polls_refused = config.metrics.counter(
+            "aqgate_long_polls_refused_total",
+            "Receives answered without waiting because their agent had --max-long-polls-per-agent waiting.",
+        );
         let engine = Arc::new(Self {
             buffers,
             recipients_refused,
+            long_polls: StdMutex::new(HashMap::new()),
+            long_polls_refused,
+            long_polls_waiting: config
+                .metrics
+                .gauge("aqgate_long_polls_waiting", "Receives waiting for a message now (long polls), all agents."),
             store,
             clock,
             config,
@@ -313,6 +355,21 @@ impl Engine {
     fn waker(&self, queue: QueueId) -> Arc<Notify> {
         let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
         w.entry(queue).or_insert_with(|| Arc::new(Notify::new())).clone()
+    }
+
+    /// A place for one more of `agent`'s receives to wait, if it has fewer than
+    /// [`EngineConfig::max_long_polls_per_agent`] waiting (else counted as refused).
+    pub(super) fn long_poll(&self, agent: &str) -> Option<LongPoll<'_>> {
+        let mut m = self.long_polls.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(agent.to_string()).or_insert(0);
+        if *n >= self.config.max_long_polls_per_agent {
+            drop(m);
+            self.long_polls_refused.inc();
+            return None;
+        }
+        *n += 1;
+        self.long_polls_waiting.set(m.values().map(|n| *n as u64).sum());
+        Some(LongPoll { engine: self, agent: agent.to_string() })
     }
 
     /// Wakes long-polls waiting on `queue`, and the notification dispatcher.
