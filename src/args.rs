@@ -86,6 +86,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
+    pub edge: EdgeArgs,
+    #[command(flatten)]
     pub directory: DirectoryArgs,
     #[command(flatten)]
     pub mail: MailArgs,
@@ -168,6 +170,71 @@ impl TlsArgs {
             }
             (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key (http.tls_key)"),
             (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (http.tls_cert)"),
+        }
+    }
+}
+
+/// The HTTP listeners' bounds and the password checks' (what one client may hold).
+#[derive(clap::Args, Clone)]
+pub struct EdgeArgs {
+    /// Seconds a connection may take to send a whole request head: from its start (after
+    /// the TLS handshake, which has as long), or from its first byte after an idle spell.
+    #[arg(long, env = "AQGATE_HTTP_HEADER_TIMEOUT", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub http_header_timeout: u64,
+    /// Seconds a request body may take to arrive whole (longer: 408, the connection closes).
+    #[arg(long, env = "AQGATE_HTTP_BODY_TIMEOUT", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub http_body_timeout: u64,
+    /// Seconds a kept connection may stay idle between requests.
+    #[arg(long, env = "AQGATE_HTTP_IDLE_TIMEOUT", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub http_idle_timeout: u64,
+    /// Connections held at once, all HTTP listeners together (kept below half the open
+    /// files limit); one more is closed at once.
+    #[arg(long, env = "AQGATE_HTTP_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub http_max_connections: u64,
+    /// Connections held at once from one client address (an IPv6 /64); one more is closed
+    /// at once. 0: no such cap (behind a proxy, every client has its address).
+    #[arg(long, env = "AQGATE_HTTP_MAX_CONNECTIONS_PER_IP", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub http_max_connections_per_ip: u64,
+    /// Password checks (argon2, 19 MiB each) run at once.
+    #[arg(long, env = "AQGATE_PASSWORD_CHECKS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub password_checks: u64,
+    /// Milliseconds a request waits for its password check's turn (longer: 503).
+    #[arg(long, env = "AQGATE_PASSWORD_CHECK_WAIT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub password_check_wait_ms: u64,
+    /// Failed logins in a row, from one client address or for one agent, before they are
+    /// barred (429): 1 s, doubling with each further failure.
+    #[arg(long, env = "AQGATE_AUTH_FAILURES_BEFORE_BACKOFF", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub auth_failures_before_backoff: u64,
+    /// The longest bar after failed logins, in seconds.
+    #[arg(long, env = "AQGATE_AUTH_BACKOFF_MAX", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub auth_backoff_max: u64,
+}
+
+impl EdgeArgs {
+    pub fn edge(&self) -> aqgate::edge::EdgeConfig {
+        aqgate::edge::EdgeConfig {
+            header_timeout: Duration::from_secs(self.http_header_timeout),
+            idle_timeout: Duration::from_secs(self.http_idle_timeout),
+            max_connections: usize::try_from(self.http_max_connections).unwrap_or(usize::MAX),
+            max_connections_per_ip: usize::try_from(self.http_max_connections_per_ip).unwrap_or(usize::MAX),
+        }
+    }
+
+    pub fn passwords(&self) -> aqgate::servlet::PasswordLimits {
+        aqgate::servlet::PasswordLimits {
+            concurrent: usize::try_from(self.password_checks).unwrap_or(1),
+            wait: Duration::from_millis(self.password_check_wait_ms),
+            failures_before_backoff: u32::try_from(self.auth_failures_before_backoff).unwrap_or(u32::MAX),
+            backoff_max: Duration::from_secs(self.auth_backoff_max),
         }
     }
 }

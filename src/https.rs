@@ -18,6 +18,7 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
@@ -25,6 +26,7 @@ use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyD
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::edge;
 use crate::servlet::TlsConnection;
 
 /// The files of the servlet's TLS configuration, read again on reload.
@@ -115,14 +117,15 @@ impl Reloadable {
     }
 }
 
-/// A handshake that takes longer than this is dropped (a client that connects and says
-/// nothing holds no task for long).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A request head that takes longer than this closes the connection (a client that opens
-/// a request and trickles it, or stops, holds no connection for long, and does not hold up
-/// a graceful shutdown, which waits for every connection's request in progress).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A handshake that takes longer than the request-head timeout is dropped (a client that
+/// connects and says nothing holds no task for long).
+///
+/// A connection with no request in progress is closed when [`edge::Activity`] says it is
+/// due: no request head within `--http-header-timeout` of the connection's start or of its
+/// first byte after an idle spell, or `--http-idle-timeout` idle between requests (HTTP/2
+/// gets a GOAWAY). A connection told to close that still has no request in progress a
+/// second later is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves `router` over TLS on `listener` until `shutdown` resolves, then lets the
 /// connections' in-flight requests finish (as `axum::serve`'s graceful shutdown does).
@@ -130,30 +133,35 @@ pub async fn serve(
     listener: TcpListener,
     tls: Reloadable,
     router: Router,
+    edge: Arc<edge::Connections>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_connections(listener, Some(tls), router, shutdown).await
+    serve_connections(listener, Some(tls), router, edge, shutdown).await
 }
 
 /// [`serve`] in plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge), with the same
-/// request-head timeout.
+/// bounds.
 pub async fn serve_plain(
     listener: TcpListener,
     router: Router,
+    edge: Arc<edge::Connections>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_connections(listener, None, router, shutdown).await
+    serve_connections(listener, None, router, edge, shutdown).await
 }
 
 async fn serve_connections(
     listener: TcpListener,
     tls: Option<Reloadable>,
     router: Router,
+    edge: Arc<edge::Connections>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(hyper_util::rt::TokioTimer::new());
+    // Every connection task holds a clone; the loop waits for all of them at the end.
+    let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -168,51 +176,137 @@ async fn serve_connections(
             },
             () = &mut shutdown => break,
         };
+        // Over a cap: closed at once, before a byte is read.
+        let Some(slot) = edge.admit(peer.ip()) else { continue };
         // Answers go out at once (no Nagle delay behind a client's delayed ACK).
         let _ = tcp.set_nodelay(true);
         let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.get()));
         let router = router.clone();
         let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let edge = edge.clone();
+        let alive = alive_tx.clone();
+        let down = down_rx.clone();
         tokio::spawn(async move {
+            let _slot = slot;
+            let _alive = alive;
             // The peer address tells the store's group commit which connection a request
-            // came on.
+            // came on, and the password checks' back-off who is guessing.
             let Some(acceptor) = acceptor else {
+                let activity = edge::Activity::new();
+                let a = activity.clone();
                 let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-                    router.clone().oneshot(req.map(axum::body::Body::new))
+                    let guard = a.enter();
+                    let call = router.clone().oneshot(req.map(axum::body::Body::new));
+                    async move {
+                        let r = call.await;
+                        drop(guard);
+                        r
+                    }
                 });
-                if let Err(e) = watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(tcp), service)).await
-                {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
+                let io = TokioIo::new(edge::Watched::new(tcp, activity.clone()));
+                let conn = builder.serve_connection_with_upgrades(io, service);
+                watch(conn, &activity, &edge, down, peer).await;
                 return;
             };
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let handshake = edge.config.header_timeout;
+            let stream = match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::info!(%peer, error = %e, "TLS handshake refused");
                     return;
                 }
                 Err(_) => {
+                    edge.header_timeouts.inc();
                     tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
             let client_cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
             let conn = TlsConnection::new(client_cert);
+            // The head timeout runs from the end of the handshake.
+            let activity = edge::Activity::new();
+            let a = activity.clone();
             let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
                 req.extensions_mut().insert(conn.clone());
-                router.clone().oneshot(req.map(axum::body::Body::new))
+                let guard = a.enter();
+                let call = router.clone().oneshot(req.map(axum::body::Body::new));
+                async move {
+                    let r = call.await;
+                    drop(guard);
+                    r
+                }
             });
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            let io = TokioIo::new(edge::Watched::new(stream, activity.clone()));
+            let connection = builder.serve_connection(io, service);
+            watch(connection, &activity, &edge, down, peer).await;
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let _ = down_tx.send(true);
+    drop(alive_tx);
+    // Every connection task has ended once no sender is left.
+    let _ = alive_rx.recv().await;
     Ok(())
+}
+
+/// Drives one connection to its end: closed gracefully when it is due (see
+/// [`edge::Activity::due`]) or the server stops; dropped when, told to close, it still
+/// has no request in progress [`CLOSE_GRACE`] later.
+async fn watch<C>(
+    conn: C,
+    activity: &edge::Activity,
+    edge: &edge::Connections,
+    mut down: tokio::sync::watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+) where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    tokio::pin!(conn);
+    let cfg = &edge.config;
+    let mut closing: Option<tokio::time::Instant> = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        let wake = match (closing, activity.due(cfg)) {
+            (Some(since), _) => since + CLOSE_GRACE,
+            (None, Some((at, _))) => tokio::time::Instant::from_std(at),
+            // A request is in progress: look again later.
+            (None, None) => now + cfg.header_timeout,
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            r = down.wait_for(|d| *d), if closing.is_none() => {
+                let _ = r;
+                conn.as_mut().graceful_shutdown();
+                closing = Some(tokio::time::Instant::now());
+            }
+            () = tokio::time::sleep_until(wake) => {
+                match closing {
+                    Some(_) if activity.in_flight() == 0 => return,
+                    // A request is finishing: wait for it.
+                    Some(_) => closing = Some(tokio::time::Instant::now()),
+                    None => {
+                        if let Some((at, why)) = activity.due(cfg)
+                            && at <= std::time::Instant::now()
+                        {
+                            match why {
+                                edge::Due::Header => edge.header_timeouts.inc(),
+                                edge::Due::Idle => edge.idle_timeouts.inc(),
+                            };
+                            tracing::debug!(%peer, ?why, "closing a connection without a request in progress");
+                            conn.as_mut().graceful_shutdown();
+                            closing = Some(tokio::time::Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! (see ARCHITECTURE.md).
 
 pub mod admin;
+pub mod edge;
 pub mod https;
 pub mod notify;
 pub mod propagate;

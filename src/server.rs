@@ -53,6 +53,12 @@ pub struct ServeConfig {
     pub saml: Option<std::sync::Arc<crate::servlet::SamlVerifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
     pub notify: Option<crate::notify::NotifyConfig>,
+    /// The listeners' connection caps and timeouts.
+    pub edge: crate::edge::EdgeConfig,
+    /// A request body not received whole within this is answered 408.
+    pub body_timeout: Duration,
+    /// Bounds on password checks.
+    pub passwords: crate::servlet::PasswordLimits,
 }
 
 /// A SQLite file is one process's store (one writer; long polls and the time manager see
@@ -99,6 +105,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Held until the server ends (and let go by the OS if it dies).
     let _sole = sole_server_on_sqlite(&cfg.database_url)?;
+    // Connections are files: as many as the system allows, and the cap below half of them.
+    let mut edge_cfg = cfg.edge.clone();
+    edge_cfg.max_connections = crate::edge::fit_to_nofile(edge_cfg.max_connections, crate::edge::raise_nofile());
     // One metrics registry for the process: the store, the engine and the dispatcher
     // register their counters in it, the servlet renders it.
     let engine_cfg = cfg.engine.clone();
@@ -163,6 +172,10 @@ pub async fn serve(
     state.max_sessions = cfg.max_sessions;
     state.secure_cookie = cfg.secure_cookie;
     state.saml = cfg.saml.clone();
+    state.body_timeout = cfg.body_timeout;
+    state.edge = crate::edge::Connections::new(edge_cfg, &engine.config().metrics);
+    state.passwords = Arc::new(crate::servlet::PasswordGate::new(cfg.passwords.clone(), &engine.config().metrics));
+    let edge = state.edge.clone();
     #[cfg(unix)]
     {
         // SIGHUP reloads the topology (e.g. after `aqgate admin apply` from another process)
@@ -209,16 +222,16 @@ pub async fn serve(
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
     let main = match tls {
-        Some(t) => tokio::spawn(crate::https::serve(listener, t, router.clone(), down())),
-        None => tokio::spawn(crate::https::serve_plain(listener, router.clone(), down())),
+        Some(t) => tokio::spawn(crate::https::serve(listener, t, router.clone(), edge.clone(), down())),
+        None => tokio::spawn(crate::https::serve_plain(listener, router.clone(), edge.clone(), down())),
     };
     let mut others = Vec::new();
     if let Some(l) = plain {
         tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
-        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), down())));
+        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), edge.clone(), down())));
     }
     if let Some(l) = internal {
-        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), down())));
+        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), edge.clone(), down())));
     }
     let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
     for o in others {

@@ -32,6 +32,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_long_polls_per_agent,
         secure_cookie,
         tls,
+        edge,
         directory: directory_args,
         mail: mail_args,
         notify: notify_args,
@@ -81,6 +82,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         plain_listen: tls.plain_listen,
         saml,
         notify: if notify_args.no_notify { None } else { Some(notify_args.config(&mail_args, directory.clone())?) },
+        edge: edge.edge(),
+        body_timeout: Duration::from_secs(edge.http_body_timeout),
+        passwords: edge.passwords(),
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
     let mail = if mail_args.no_smtp {

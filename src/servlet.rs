@@ -2,8 +2,9 @@
 //!
 //! `POST /aqserv` (also `/aqserv/servlet/{name}`, the original's path shape) takes an
 //! IDAP document (`text/xml` or `application/xml`) and answers `text/xml`. Transport-level
-//! failures get an HTTP status and no XML body (401, 413, 415); everything the IDAP layer
-//! can decode gets an IDAP response or `Fault` with status 200.
+//! failures get an HTTP status and no XML body (401, 408, 413, 415, 429, 503); everything
+//! the IDAP layer can decode gets an IDAP response or `Fault` with status 200. The caller
+//! is authenticated from the request's head before its body is read (`login`).
 //!
 //! Authentication is HTTP Basic against the agents of the topology, or over HTTPS a client
 //! certificate ([`client_cert`]); the first request of a client opens a session and answers with an `AQSESSIONID` cookie that carries it (and its
@@ -14,8 +15,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,16 +23,18 @@ use axum::routing::{get, post};
 use aqgate_core::auth;
 use aqgate_core::engine::{Abandon, ClientSchedule, Engine, IdempotencyClaim, Resumed, Session};
 use aqgate_core::error::{AqError, code};
-use aqgate_core::topology::AgentInfo;
 use aqgate_proto::idap::{self, Envelope, Limits};
 
 mod client_cert;
+mod login;
+mod password;
 #[cfg_attr(not(feature = "saml"), path = "servlet/no_saml.rs")]
 mod saml;
 
 pub use saml::SamlVerifier;
 
 pub use client_cert::TlsConnection;
+pub use password::{PasswordGate, PasswordLimits};
 
 use aqgate_proto::names::WSSE_NS;
 pub use aqgate_proto::names::{
@@ -57,6 +59,12 @@ pub struct AppState {
     pub idempotent_in_flight: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
     /// SAML login (see [`saml`]); `None`: off.
     pub saml: Option<Arc<SamlVerifier>>,
+    /// A request body not received whole within this is answered 408.
+    pub body_timeout: std::time::Duration,
+    /// The listeners' connections (their caps and counters; `/metrics` shows them).
+    pub edge: Arc<crate::edge::Connections>,
+    /// Bounds on password checks (see [`password`]).
+    pub passwords: Arc<PasswordGate>,
 }
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
@@ -79,7 +87,6 @@ impl Drop for InFlight {
 impl AppState {
     pub fn new(engine: Arc<Engine>, limits: Limits) -> Self {
         Self {
-            engine,
             limits,
             credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
             max_sessions: 100_000,
@@ -87,19 +94,21 @@ impl AppState {
             in_flight: Arc::default(),
             idempotent_in_flight: Arc::default(),
             saml: None,
+            body_timeout: std::time::Duration::from_secs(30),
+            edge: crate::edge::Connections::new(crate::edge::EdgeConfig::default(), &engine.config().metrics),
+            passwords: Arc::new(PasswordGate::new(PasswordLimits::default(), &engine.config().metrics)),
+            engine,
         }
     }
 }
 
 pub fn app(state: AppState) -> Router {
-    let max_body = state.limits.max_bytes;
     Router::new()
         .route("/aqserv", post(idap_post))
         .route("/aqserv/servlet/{name}", post(idap_post))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
 
@@ -118,6 +127,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "gauge",
         "IDAP requests being answered now, long polls included.",
         s.in_flight.load(Relaxed).to_string(),
+    );
+    metric(
+        &mut out,
+        "aqgate_http_connections_open",
+        "gauge",
+        "Connections the HTTP listeners hold now (at most --http-max-connections).",
+        s.edge.open().to_string(),
     );
     metric(
         &mut out,
@@ -326,103 +342,6 @@ fn saml_refused(msg: impl Into<String>) -> Response {
     r
 }
 
-/// Works out who is calling. Basic credentials (+ on-behalf-of), when present, are always
-/// verified (wrong ones are 401, whatever the cookie); the cookie then counts only if it
-/// names a session of that agent. Over HTTPS a client certificate that maps to an agent
-/// logs in as that agent without a password; with Basic credentials as well, both must
-/// name the same agent. Without either, the session cookie alone is the credential: a
-/// server-issued token of one agent, valid while the session lives (and the agent
-/// exists) — checked when the session is loaded.
-/// A SAML assertion (`saml`) is checked first, and excludes the others.
-async fn authenticate(
-    s: &AppState,
-    headers: &HeaderMap,
-    tls: Option<&TlsConnection>,
-    body: &Bytes,
-) -> Result<Who, Response> {
-    if let Some(who) = saml::login(s, headers, tls, body).await {
-        return who;
-    }
-    let basic = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::parse_basic);
-    let on_behalf = headers.get(ON_BEHALF_HEADER).and_then(|v| v.to_str().ok()).map(str::trim).map(String::from);
-    let by_cert = match tls {
-        Some(t) => t.agent(&s.engine).await,
-        None => None,
-    };
-    let agent = match (basic, by_cert) {
-        (Some((user, password)), by_cert) => {
-            let agent = basic_login(s, &user, &password).await?;
-            if let Some(Ok(c)) = by_cert
-                && c != agent.name
-            {
-                return Err(unauthorized_because(&format!(
-                    "the client certificate logs in as {c}, the credentials as {}",
-                    agent.name
-                )));
-            }
-            agent
-        }
-        (None, Some(Ok(name))) => s.engine.agent(&name).ok_or_else(unauthorized)?,
-        (None, Some(Err(reason))) => {
-            tracing::info!(%reason, "client certificate refused");
-            return Err(unauthorized_because(&reason));
-        }
-        (None, None) => {
-            let id = session_cookie(headers).filter(|_| on_behalf.is_none()).ok_or_else(unauthorized)?;
-            return Ok(Who::Cookie(id));
-        }
-    };
-    let effective = match on_behalf {
-        None => {
-            if !agent.http {
-                return Err(fault(
-                    &AqError::client(
-                        code::NOT_PERMITTED,
-                        format!("agent {} is not enabled for HTTP access", agent.name),
-                    ),
-                    None,
-                ));
-            }
-            agent.name.clone()
-        }
-        Some(other) => on_behalf_of(s, &agent, &other).map_err(|e| fault(&e, None))?,
-    };
-    Ok(Who::Agent { agent: effective, cookie: session_cookie(headers), soap_token: false, saml: None })
-}
-
-/// The agent whose Basic credentials these are (401 otherwise).
-async fn basic_login(s: &AppState, user: &str, password: &str) -> Result<AgentInfo, Response> {
-    let Some(agent) = s.engine.agent(user) else { return Err(unauthorized()) };
-    let Some(hash) = agent.password_hash.clone() else { return Err(unauthorized()) };
-    if !s.credentials.check(&agent.name, password) {
-        let p = password.to_string();
-        let ok = tokio::task::spawn_blocking(move || auth::verify_password(&p, &hash)).await.unwrap_or(false);
-        if !ok {
-            return Err(unauthorized());
-        }
-        s.credentials.remember(&agent.name, password);
-    }
-    Ok(agent)
-}
-
-fn on_behalf_of(s: &AppState, gateway: &AgentInfo, other: &str) -> Result<String, AqError> {
-    if !gateway.gateway {
-        return Err(AqError::client(
-            code::NOT_PERMITTED,
-            format!("agent {} may not act on behalf of other agents", gateway.name),
-        ));
-    }
-    let target =
-        s.engine.agent(other).ok_or_else(|| AqError::client(code::NOT_PERMITTED, format!("unknown agent {other}")))?;
-    if !target.smtp {
-        return Err(AqError::client(
-            code::NOT_PERMITTED,
-            format!("agent {} is not enabled for SMTP access", target.name),
-        ));
-    }
-    Ok(target.name)
-}
-
 /// Only XML is accepted: a browser cannot send `text/xml` cross-site without a CORS
 /// preflight, so a hostile page cannot replay a victim's cached Basic credentials with a
 /// "simple" (form-encoded or untyped) request.
@@ -511,18 +430,31 @@ async fn idap_post(
     peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     tls: Option<axum::Extension<TlsConnection>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     // Which connection the request came on (absent when the router is driven directly).
-    let origin = peer.map_or(0, |axum::Extension(axum::extract::ConnectInfo(a))| origin_of(&a));
+    let peer = peer.map(|axum::Extension(axum::extract::ConnectInfo(a))| a);
+    let origin = peer.as_ref().map_or(0, origin_of);
     let _in_flight = InFlight::enter(&s.in_flight);
     if !content_type_ok(&headers) {
+        login::discard_arrived(&headers, body).await;
         return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
     }
     let tls = tls.map(|axum::Extension(t)| t);
     // Over TLS the cookie is Secure: the client sends it back over HTTPS only.
     s.secure_cookie |= tls.is_some();
-    let who = match authenticate(&s, &headers, tls.as_ref(), &body).await {
+    let head = match login::authenticate(&s, &headers, tls.as_ref(), peer.map(|p| p.ip())).await {
+        Ok(w) => w,
+        Err(r) => {
+            login::discard_arrived(&headers, body).await;
+            return r;
+        }
+    };
+    let body = match login::read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let who = match login::authenticate_by_body(&s, &headers, tls.as_ref(), &body, head).await {
         Ok(w) => w,
         Err(r) => return r,
     };

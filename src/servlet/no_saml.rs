@@ -16,11 +16,21 @@ use super::{AppState, TlsConnection, Who};
 pub enum SamlVerifier {}
 
 /// `None` without an `AQ-SAML-Assertion` header; with one, the refusal.
-pub(super) async fn login(
+pub(super) async fn login_by_header(
     _s: &AppState,
     headers: &HeaderMap,
     _tls: Option<&TlsConnection>,
-    _body: &Bytes,
 ) -> Option<Result<Who, Response>> {
     headers.contains_key(SAML_ASSERTION_HEADER).then(|| Err(super::saml_refused(crate::SAML_FEATURE_MISSING)))
+}
+
+/// Always `None`: a `wsse:Security` token is refused after parsing.
+pub(super) async fn login_by_body(
+    _s: &AppState,
+    _headers: &HeaderMap,
+    _tls: Option<&TlsConnection>,
+    _body: &Bytes,
+    _by_header: bool,
+) -> Option<Result<Who, Response>> {
+    None
 }

@@ -23,16 +23,30 @@ pub type SamlVerifier = aqgate_saml::Verifier;
 
 use super::saml_refused as refused;
 
-/// `None` when the request does not log in with SAML (no `AQ-SAML-Assertion` header, no
-/// `wsse:Security` header entry); else who it is, or the refusal. A client certificate on
-/// the connection that logs in as another agent is a refusal too (as with Basic).
-pub(super) async fn login(
+/// `None` when the request does not log in with an `AQ-SAML-Assertion` header; else who
+/// it is, or the refusal. A client certificate on the connection that logs in as another
+/// agent is a refusal too (as with Basic).
+pub(super) async fn login_by_header(
+    s: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&TlsConnection>,
+) -> Option<Result<Who, Response>> {
+    if !headers.contains_key(SAML_ASSERTION_HEADER) {
+        return None;
+    }
+    Some(login_with(s, headers, tls, &Bytes::new(), Form::Standalone).await)
+}
+
+/// The same for a token in the body's IDAP `Header` (`wsse:Security`), once the body is
+/// read; `by_header`: the request logged in with `AQ-SAML-Assertion` already, and a token
+/// in the body too is refused (a request logs in with one).
+pub(super) async fn login_by_body(
     s: &AppState,
     headers: &HeaderMap,
     tls: Option<&TlsConnection>,
     body: &Bytes,
+    by_header: bool,
 ) -> Option<Result<Who, Response>> {
-    let in_header = headers.contains_key(SAML_ASSERTION_HEADER);
     // Parsing the request for its header is the blocking pool's work; only a request that
     // names WS-Security's namespace at all is parsed. One the strict parser refuses is
     // refused with its reason: whatever token it carries is not ignored.
@@ -46,18 +60,14 @@ pub(super) async fn login(
     } else {
         false
     };
-    let form = match (in_header, in_soap) {
-        (true, true) => {
-            return Some(Err(refused(
-                "the request carries SAML assertions both in AQ-SAML-Assertion and in its IDAP Header \
-                 (wsse:Security); a request logs in with one",
-            )));
-        }
-        (true, false) => Form::Standalone,
-        (false, true) => Form::SoapHeader,
-        (false, false) => return None,
-    };
-    Some(login_with(s, headers, tls, body, form).await)
+    match (by_header, in_soap) {
+        (true, true) => Some(Err(refused(
+            "the request carries SAML assertions both in AQ-SAML-Assertion and in its IDAP Header \
+             (wsse:Security); a request logs in with one",
+        ))),
+        (false, true) => Some(login_with(s, headers, tls, body, Form::SoapHeader).await),
+        (_, false) => None,
+    }
 }
 
 fn mentions(body: &[u8], what: &str) -> bool {
