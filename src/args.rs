@@ -76,6 +76,22 @@ pub struct ServeArgs {
     #[arg(long, env = "AQGATE_MAX_LONG_POLLS_PER_AGENT", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_long_polls_per_agent: u64,
+    /// Steps one evaluation of a dequeue condition, subscriber rule or transformation may
+    /// take (nodes, characters compared, copied or scanned); over it, the request is refused
+    /// with 2393 naming the condition.
+    #[arg(long, env = "AQGATE_CONDITION_MAX_STEPS", default_value_t = aqgate_proto::selector::DEFAULT_MAX_STEPS,
+          value_parser = clap::value_parser!(u64).range(1000..=1_000_000_000))]
+    pub condition_max_steps: u64,
+    /// Bytes the longest text of an evaluation may have (a payload attribute, `tab.user_data`
+    /// of a RAW message as hex, a concatenation, a function's result); over it, 2393.
+    #[arg(long, env = "AQGATE_CONDITION_MAX_TEXT_BYTES", default_value_t = aqgate_proto::selector::DEFAULT_MAX_TEXT_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(64..=(64 << 20)))]
+    pub condition_max_text_bytes: u64,
+    /// Steps all the condition evaluations of one dequeue scan (or one enqueue's rules) may
+    /// take together, payload bytes read counted; over it, 2393.
+    #[arg(long, env = "AQGATE_CONDITION_REQUEST_STEPS", default_value_t = aqgate_core::engine::DEFAULT_REQUEST_STEPS,
+          value_parser = clap::value_parser!(u64).range(1000..=100_000_000_000))]
+    pub condition_request_steps: u64,
     /// Buffered messages in memory longer than this many seconds are spilled to the store.
     #[arg(long, env = "AQGATE_BUFFERED_SPILL_AFTER", default_value_t = 600)]
     pub buffered_spill_after: u64,

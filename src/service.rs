@@ -30,6 +30,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         buffered_spill_after,
         max_recipients,
         max_long_polls_per_agent,
+        condition_max_steps,
+        condition_max_text_bytes,
+        condition_request_steps,
         secure_cookie,
         tls,
         edge,
@@ -65,6 +68,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             },
             max_recipients: usize::try_from(max_recipients).unwrap_or(usize::MAX),
             max_long_polls_per_agent: usize::try_from(max_long_polls_per_agent).unwrap_or(usize::MAX),
+            conditions: aqgate_core::engine::ConditionLimits {
+                limits: aqgate_proto::selector::Limits {
+                    max_steps: condition_max_steps,
+                    max_text_bytes: usize::try_from(condition_max_text_bytes).unwrap_or(usize::MAX),
+                },
+                request_steps: condition_request_steps,
+            },
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,

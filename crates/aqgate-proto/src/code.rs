@@ -45,6 +45,10 @@ pub const NO_SUCH_MESSAGE_ID: i32 = 25263;
 pub const NOT_A_SUBSCRIBER: i32 = 24035;
 /// ORA-25200 invalid value for a selector condition (aqgate: condition not supported).
 pub const BAD_CONDITION: i32 = 25200;
+/// ORA-02393 exceeded call limit on CPU usage: aqgate: a condition, rule or
+/// transformation needs more work or a longer text than its budget allows (the text names
+/// the condition and the limit); nothing of the request was performed.
+pub const CONDITION_BUDGET: i32 = 2393;
 /// ORA-25402 transaction must roll back: the store lost part of the session's
 /// uncommitted work (the database restarted since it was sent); the client rolls back.
 pub const TRANSACTION_LOST: i32 = 25402;

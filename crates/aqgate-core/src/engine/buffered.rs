@@ -294,12 +294,13 @@ impl Buffers {
         qid: QueueId,
         consumer: &str,
         now: Micros,
-        matches: &dyn Fn(&StoredMessage) -> bool,
-    ) -> Option<(StoredMessage, NewMessage)> {
+        matches: &dyn Fn(&StoredMessage) -> Result<bool, AqError>,
+    ) -> Result<Option<(StoredMessage, NewMessage)>, AqError> {
         let mut held = self.held();
-        let b = held.queues.get(&qid)?;
+        let Some(b) = held.queues.get(&qid) else { return Ok(None) };
         let mut expired = Vec::new();
         let mut found = None;
+        let mut refused = None;
         for (key, m) in &b.msgs {
             if m.expire_at.is_some_and(|t| t <= now) {
                 expired.push(*key);
@@ -309,22 +310,34 @@ impl Buffers {
                 continue;
             }
             let s = stored_view(m, key, consumer);
-            if matches(&s) {
-                found = Some((*key, s));
-                break;
+            match matches(&s) {
+                Ok(true) => {
+                    found = Some((*key, s));
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
             }
         }
         for k in &expired {
             held.remove(qid, k);
         }
         self.expired.add(expired.len() as u64);
-        let (key, s) = found?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        let Some((key, s)) = found else { return Ok(None) };
         self.dequeued.inc();
         held.change(qid, &key, |m| m.consumers.retain(|c| c != consumer));
-        let m = held.queues.get(&qid)?.msgs.get(&key)?;
-        let mut one = if m.consumers.is_empty() { held.remove(qid, &key)? } else { m.clone() };
-        one.consumers = vec![consumer.to_string()];
-        Some((s, one))
+        let Some(m) = held.queues.get(&qid).and_then(|b| b.msgs.get(&key)) else { return Ok(None) };
+        let one = if m.consumers.is_empty() { held.remove(qid, &key) } else { Some(m.clone()) };
+        Ok(one.map(|mut one| {
+            one.consumers = vec![consumer.to_string()];
+            (s, one)
+        }))
     }
 
     /// Puts a message taken by [`Buffers::take`] (or out to be spilled) back.
@@ -447,6 +460,7 @@ impl Engine {
         }
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
+        let work = self.work();
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             if m.header.delay.is_some_and(|d| d != 0) {
@@ -459,7 +473,7 @@ impl Engine {
                 ));
             }
             let row = self
-                .new_message(resolved, queue, qid, m, now, None, None, &session.agent)
+                .new_message(resolved, queue, qid, m, now, None, None, &session.agent, &work)
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             ids.push(crate::payload::hex_upper(&row.msgid));
             rows.push(row);
@@ -552,7 +566,7 @@ impl Engine {
             self.buffers.found_none_spilled(qid, consumer, now);
         }
         let matches = |m: &StoredMessage| filter.matches(m, queue, resolved);
-        if let Some((m, row)) = self.buffers.take(qid, consumer, now, &matches) {
+        if let Some((m, row)) = self.buffers.take(qid, consumer, now, &matches)? {
             let out = match self.message_out(resolved, queue, &m, now, true, filter.transformation.as_deref()) {
                 Ok(out) => out,
                 Err(e) => {
@@ -680,12 +694,12 @@ mod tests {
         let (first, second) = (row(1, 0, &["A", "B"], 1, 0), row(1, 0, &["A"], 1, 0));
         let ids = [first.msgid, second.msgid];
         admitted(&b, &q, 1, vec![first, second]);
-        let all = |_: &StoredMessage| true;
-        assert_eq!(b.take(1, "A", 0, &all).map(|(m, _)| m.msgid), Some(ids[0]));
+        let all = |_: &StoredMessage| Ok(true);
+        assert_eq!(b.take(1, "A", 0, &all).expect("matches").map(|(m, _)| m.msgid), Some(ids[0]));
         assert_eq!(b.bytes(), recount(&b), "a consumer gone counts");
-        assert_eq!(b.take(1, "B", 0, &all).map(|(m, _)| m.msgid), Some(ids[0]));
-        assert!(b.take(1, "B", 0, &all).is_none(), "B has had its one message");
-        assert_eq!(b.take(1, "A", 0, &all).map(|(m, _)| m.msgid), Some(ids[1]));
+        assert_eq!(b.take(1, "B", 0, &all).expect("matches").map(|(m, _)| m.msgid), Some(ids[0]));
+        assert!(b.take(1, "B", 0, &all).expect("matches").is_none(), "B has had its one message");
+        assert_eq!(b.take(1, "A", 0, &all).expect("matches").map(|(m, _)| m.msgid), Some(ids[1]));
         assert_eq!(b.len(1), 0);
         assert_eq!(b.bytes(), 0);
     }
@@ -698,7 +712,7 @@ mod tests {
         let e = b.admit(&q, 1, vec![row(1, 0, &[""], 1, 0)]).err().expect("a third does not fit");
         assert_eq!(e.code, code::FLOW_CONTROL);
         assert!(e.message.contains("flow control enabled: queue A.Q holds 2"), "{}", e.message);
-        assert!(b.take(1, "", 0, &|_| true).is_some());
+        assert!(b.take(1, "", 0, &|_| Ok(true)).expect("matches").is_some());
         admitted(&b, &q, 1, vec![row(1, 0, &[""], 1, 0)]);
     }
 
@@ -775,7 +789,7 @@ mod tests {
         let mut m = row(1, 0, &[""], 1, 0);
         m.expire_at = Some(5);
         admitted(&b, &queue(), 1, vec![m]);
-        assert!(b.take(1, "", 5, &|_| true).is_none());
+        assert!(b.take(1, "", 5, &|_| Ok(true)).expect("matches").is_none());
         assert_eq!(b.len(1), 0);
         assert_eq!(b.bytes(), 0);
     }

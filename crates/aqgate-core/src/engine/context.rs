@@ -129,6 +129,10 @@ impl ConditionContext for MessageContext<'_> {
         self.payload.user_data(path)
     }
 
+    fn user_data_within(&self, path: &[String], max_bytes: usize) -> Result<Value, usize> {
+        self.payload.user_data_within(path, max_bytes)
+    }
+
     fn user_property(&self, name: &str) -> Value {
         self.payload.user_property(name)
     }

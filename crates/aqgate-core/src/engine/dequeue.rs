@@ -40,7 +40,8 @@ impl Engine {
         if o.dequeue_mode == DequeueMode::Locked && o.visibility == Visibility::Immediate {
             return Err(AqError::invalid("a LOCKED dequeue holds its lock until commit: use ON_COMMIT visibility"));
         }
-        let mut filter = Filter { corrid: None, msgid: None, condition: None, transformation };
+        let work = self.work();
+        let mut filter = Filter { corrid: None, msgid: None, condition: None, transformation, work };
         match &o.selector {
             None => {}
             Some(Selector::Correlation(c)) => filter.corrid = Some(c.clone()),
@@ -68,6 +69,7 @@ impl Engine {
                 // Nobody is there to receive: take nothing.
                 return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
             }
+            filter.work.renew();
             let messages = self.try_receive_any(resolved, session, queue, qid, &consumer, &req, &filter).await?;
             if !messages.is_empty() {
                 return Ok(ReceiveResult { destination: queue.name.clone(), messages });
@@ -289,18 +291,15 @@ impl Engine {
                         break;
                     }
                     q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
-                    if let Some(c) = &filter.condition {
-                        let ctx = context::MessageContext::for_stored(
-                            &m,
-                            &queue.name,
-                            &queue.payload,
-                            &resolved.catalog.types,
-                        );
-                        if !c.eval(&ctx) {
-                            continue;
+                    match filter.matches_condition(&m, queue, resolved) {
+                        Ok(true) => picked.push(m),
+                        Ok(false) => {}
+                        Err(e) => {
+                            // Over its budget: the locks this scan took go with the Fault.
+                            tx.rollback().await?;
+                            return Err(e);
                         }
                     }
-                    picked.push(m);
                 }
                 match o.dequeue_mode {
                     DequeueMode::Browse => found.extend(picked),
@@ -446,6 +445,11 @@ impl Engine {
         Ok(outs)
     }
 
+    /// A fresh budget for the conditions of one scan.
+    pub(super) fn work(&self) -> work::Work {
+        work::Work::new(self.config.conditions, self.condition_refused.clone())
+    }
+
     /// Enqueues a single-consumer message taken by `take_head` again, as it was.
     pub(super) async fn put_back(&self, m: &StoredMessage, spilled: bool) -> Result<(), AqError> {
         tracing::error!(queue = m.queue, msgid = %payload::hex_upper(&m.msgid), "a stored message could not be returned; it is put back");
@@ -488,7 +492,7 @@ impl Engine {
         transformation: Option<&payload::Transformation>,
     ) -> Result<Message, AqError> {
         let mut payload = match transformation {
-            Some(t) => transform::outgoing(&resolved.catalog, t, &m.payload)?,
+            Some(t) => transform::outgoing(&resolved.catalog, t, &m.payload, &self.config.conditions)?,
             None => payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
                 .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?,
         };
@@ -509,6 +513,8 @@ pub(super) struct Filter {
     /// Applied to each message returned; a failure returns none of them (nothing is
     /// removed, locked or passed).
     pub(super) transformation: Option<std::sync::Arc<payload::Transformation>>,
+    /// The budget of the condition's evaluations in one scan.
+    pub(super) work: work::Work,
 }
 
 impl Filter {
@@ -518,17 +524,28 @@ impl Filter {
     }
 
     /// Whether `m` passes the selector (what the store's query checks of correlation and
-    /// message id, and the condition), for messages the store does not hold.
-    pub(super) fn matches(&self, m: &StoredMessage, queue: &QueueInfo, resolved: &Resolved) -> bool {
+    /// message id, and the condition), for messages the store does not hold. A condition
+    /// over its budget is a Fault (2393).
+    pub(super) fn matches(&self, m: &StoredMessage, queue: &QueueInfo, resolved: &Resolved) -> Result<bool, AqError> {
         if self.corrid.as_ref().is_some_and(|c| m.corrid.as_ref() != Some(c)) {
-            return false;
+            return Ok(false);
         }
         if self.msgid.is_some_and(|id| id != m.msgid) {
-            return false;
+            return Ok(false);
         }
-        self.condition.as_ref().is_none_or(|c| {
-            c.eval(&context::MessageContext::for_stored(m, &queue.name, &queue.payload, &resolved.catalog.types))
-        })
+        self.matches_condition(m, queue, resolved)
+    }
+
+    /// Whether `m` meets the condition (true without one), within the scan's budget.
+    pub(super) fn matches_condition(
+        &self,
+        m: &StoredMessage,
+        queue: &QueueInfo,
+        resolved: &Resolved,
+    ) -> Result<bool, AqError> {
+        let Some(c) = &self.condition else { return Ok(true) };
+        let ctx = context::MessageContext::for_stored(m, &queue.name, &queue.payload, &resolved.catalog.types);
+        self.work.eval(&|| "dequeue condition".to_string(), c, &ctx, m.payload.len())
     }
 }
 

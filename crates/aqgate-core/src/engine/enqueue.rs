@@ -73,7 +73,7 @@ impl Engine {
             // Every message is transformed before any is stored: one that fails fails the request.
             for (i, m) in req.messages.iter_mut().enumerate() {
                 let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-                m.payload = transform::incoming(&resolved.catalog, t, &m.payload)
+                m.payload = transform::incoming(&resolved.catalog, t, &m.payload, &self.config.conditions)
                     .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             }
         }
@@ -85,12 +85,13 @@ impl Engine {
         let commit_now = immediate || req.commit;
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
+        let work = self.work();
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             let carried = if session.propagates { carry.get(i) } else { None };
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
-                .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name)
+                .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name, &work)
                 .map_err(|e| match &queue.remote {
                     Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
                         message: format!(
@@ -174,6 +175,7 @@ impl Engine {
         carried: Option<&Carried>,
         enq_txn: Option<String>,
         enq_user: &str,
+        work: &work::Work,
     ) -> Result<NewMessage, AqError> {
         let h = &m.header;
         if h.message_id.is_some() {
@@ -291,12 +293,19 @@ impl Engine {
                 names
             } else {
                 let view = context::MessageContext::for_new(&row, &queue.name, &queue.payload, &resolved.catalog.types);
-                queue
-                    .subscribers
-                    .iter()
-                    .filter(|s| s.rule.as_ref().is_none_or(|r| r.eval(&view)))
-                    .map(|s| s.name.clone())
-                    .collect()
+                let mut names = Vec::new();
+                for s in &queue.subscribers {
+                    let takes = match &s.rule {
+                        None => true,
+                        Some(r) => {
+                            work.eval(&|| format!("rule of subscriber {}", s.name), r, &view, row.payload.len())?
+                        }
+                    };
+                    if takes {
+                        names.push(s.name.clone());
+                    }
+                }
+                names
             }
         } else {
             if !h.recipient_list.is_empty() {

@@ -171,7 +171,7 @@ impl Take<'_> {
             let exhausted = (batch.len() as i64) < limit;
             for m in batch {
                 q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
-                if !self.filter.matches(&m, self.queue, self.resolved) {
+                if !self.filter.matches(&m, self.queue, self.resolved)? {
                     continue;
                 }
                 let taken = if self.browse {

@@ -16,6 +16,7 @@ pub mod session;
 mod time_manager;
 mod transactions;
 mod transform;
+mod work;
 
 pub use buffered::BufferConfig;
 pub use dequeue::header_of;
@@ -38,6 +39,7 @@ use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
 pub use schedule::ClientSchedule;
 pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
+pub use work::{ConditionLimits, DEFAULT_REQUEST_STEPS};
 
 /// Tunables of the engine.
 #[derive(Clone)]
@@ -67,6 +69,9 @@ pub struct EngineConfig {
     /// Receives one agent may have waiting at once (long polls); one more is answered at
     /// once, as a receive that does not wait.
     pub max_long_polls_per_agent: usize,
+    /// What evaluating dequeue conditions, subscriber rules and transformations may cost
+    /// (over it: 2393).
+    pub conditions: ConditionLimits,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -82,6 +87,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("buffered", &self.buffered)
             .field("max_recipients", &self.max_recipients)
             .field("max_long_polls_per_agent", &self.max_long_polls_per_agent)
+            .field("conditions", &self.conditions)
             .finish()
     }
 }
@@ -100,6 +106,7 @@ impl Default for EngineConfig {
             buffered: BufferConfig::default(),
             max_recipients: DEFAULT_MAX_RECIPIENTS,
             max_long_polls_per_agent: DEFAULT_MAX_LONG_POLLS_PER_AGENT,
+            conditions: ConditionLimits::default(),
         }
     }
 }
@@ -174,6 +181,8 @@ pub struct Engine {
     long_polls_refused: crate::metrics::Counter,
     /// Receives waiting now, all agents together.
     long_polls_waiting: crate::metrics::Gauge,
+    /// Requests refused for a condition, rule or transformation over its budget.
+    condition_refused: crate::metrics::Counter,
 }
 
 /// One agent's place among the receives waiting now; given back when dropped.
@@ -260,6 +269,10 @@ impl Engine {
             "aqgate_long_polls_refused_total",
             "Receives answered without waiting because their agent had --max-long-polls-per-agent waiting.",
         );
+        let condition_refused = config.metrics.counter(
+            "aqgate_condition_budget_refused_total",
+            "Requests refused (2393) for a condition, rule or transformation over its work budget.",
+        );
         let engine = Arc::new(Self {
             buffers,
             recipients_refused,
@@ -268,6 +281,7 @@ impl Engine {
             long_polls_waiting: config
                 .metrics
                 .gauge("aqgate_long_polls_waiting", "Receives waiting for a message now (long polls), all agents."),
+            condition_refused,
             store,
             clock,
             config,

@@ -10,6 +10,8 @@ use crate::idap::model::XmlNode;
 use crate::payload::{self, Transformation};
 use crate::topology::{Catalog, QueueInfo};
 
+use super::ConditionLimits;
+
 /// The transformation a request names; a name the topology does not know is a Fault.
 fn named<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Arc<Transformation>, AqError> {
     catalog.transformation(name).ok_or_else(|| {
@@ -68,21 +70,39 @@ pub(super) fn for_dequeue(
 
 /// The message a client sends (of the transformation's `from_type`) made into the payload
 /// that is stored.
-pub(super) fn incoming(catalog: &Catalog, t: &Transformation, node: &XmlNode) -> Result<XmlNode, AqError> {
+pub(super) fn incoming(
+    catalog: &Catalog,
+    t: &Transformation,
+    node: &XmlNode,
+    limits: &ConditionLimits,
+) -> Result<XmlNode, AqError> {
     let stored = payload::encode(&t.from, &catalog.types, node).map_err(|e| {
         AqError::client(
             code::PAYLOAD_MISMATCH,
             format!("payload does not match the from type {} of transformation {}: {e}", t.from, t.name),
         )
     })?;
-    t.apply(&catalog.types, &stored).map_err(failed)
+    t.apply_within(&catalog.types, &stored, limits.limits).map_err(failed)
 }
 
 /// A stored payload made into the one a consumer receives.
-pub(super) fn outgoing(catalog: &Catalog, t: &Transformation, stored: &[u8]) -> Result<XmlNode, AqError> {
-    t.apply(&catalog.types, stored).map_err(failed)
+pub(super) fn outgoing(
+    catalog: &Catalog,
+    t: &Transformation,
+    stored: &[u8],
+    limits: &ConditionLimits,
+) -> Result<XmlNode, AqError> {
+    t.apply_within(&catalog.types, stored, limits.limits).map_err(failed)
 }
 
+/// 25229, or 2393 when the transformation needed more work than its budget (the text
+/// names the transformation, the attribute and the limit).
 fn failed(e: payload::TransformError) -> AqError {
+    if e.message.starts_with(crate::selector::OVER_BUDGET) {
+        return AqError::client(
+            code::CONDITION_BUDGET,
+            format!("{e} (--condition-max-steps, --condition-max-text-bytes)"),
+        );
+    }
     AqError::client(code::TRANSFORMATION, e.to_string())
 }

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::selector::{ConditionContext, Expression, ValueType};
+use crate::selector::{Budget, ConditionContext, Expression, Limits, ValueType};
 use crate::value::Value;
 
 /// A compiled transformation.
@@ -125,8 +125,16 @@ impl Transformation {
         Ok(Transformation { name: name.to_string(), from, to, attributes })
     }
 
-    /// The target element for the stored (source) payload `stored`, in canonical form.
+    /// The target element for the stored (source) payload `stored`, in canonical form,
+    /// within the default [`Limits`].
     pub fn apply(&self, reg: &TypeRegistry, stored: &[u8]) -> Result<XmlNode, TransformError> {
+        self.apply_within(reg, stored, Limits::default())
+    }
+
+    /// [`Transformation::apply`] with one budget of `limits` for all its expressions: a
+    /// transformation that needs more fails, naming the attribute where it stopped.
+    pub fn apply_within(&self, reg: &TypeRegistry, stored: &[u8], limits: Limits) -> Result<XmlNode, TransformError> {
+        let mut budget = Budget::of(limits);
         let view = PayloadView::new(&self.from, reg, stored);
         let target = self.to.to_string();
         let mut out = XmlNode::new(&target);
@@ -150,7 +158,7 @@ impl Transformation {
                 }
                 continue;
             }
-            let text = match a.expr.eval(&Source(&view)).map_err(fail)? {
+            let text = match a.expr.eval_within(&Source(&view), &mut budget).map_err(fail)? {
                 Value::Null | Value::Bool(_) => {
                     if a.required {
                         return Err(fail(null_required()));
@@ -207,6 +215,9 @@ impl ConditionContext for Source<'_, '_> {
     }
     fn user_data(&self, path: &[String]) -> Value {
         self.0.user_data(path)
+    }
+    fn user_data_within(&self, path: &[String], max_bytes: usize) -> Result<Value, usize> {
+        self.0.user_data_within(path, max_bytes)
     }
     fn user_property(&self, _name: &str) -> Value {
         Value::Null

@@ -68,6 +68,18 @@ impl<'a> PayloadView<'a> {
         }
     }
 
+    /// [`PayloadView::user_data`], or `Err(length)` when its text would be longer than
+    /// `max_bytes` (a RAW payload's hex is refused before it is made).
+    pub fn user_data_within(&self, path: &[String], max_bytes: usize) -> Result<Value, usize> {
+        if matches!(self.kind, PayloadKind::Raw) && path.is_empty() && self.stored.len() * 2 > max_bytes {
+            return Err(self.stored.len() * 2);
+        }
+        match self.user_data(path) {
+            Value::Text(s) if s.len() > max_bytes => Err(s.len()),
+            v => Ok(v),
+        }
+    }
+
     /// A JMS user property (exact name first, then case-insensitive), else a JMS header field.
     pub fn user_property(&self, name: &str) -> Value {
         if self.kind.jms_root().is_none() {

@@ -99,6 +99,26 @@ pub(super) enum Func {
     Concat,
 }
 
+impl Func {
+    /// The function's name as a condition writes it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Func::Upper => "UPPER",
+            Func::Lower => "LOWER",
+            Func::Length => "LENGTH",
+            Func::Substr => "SUBSTR",
+            Func::Trim(_) => "TRIM",
+            Func::Nvl => "NVL",
+            Func::Abs => "ABS",
+            Func::Round => "ROUND",
+            Func::ToChar => "TO_CHAR",
+            Func::ToNumber => "TO_NUMBER",
+            Func::Coalesce => "COALESCE",
+            Func::Concat => "CONCAT",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum LikePattern {
     /// Literal pattern, compiled (and validated) at parse time.

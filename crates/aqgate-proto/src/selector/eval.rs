@@ -151,26 +151,81 @@ pub(super) fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
     }
 }
 
-/// Evaluates `node`. Lenient (`strict` false, conditions): a failure — a text that is no
-/// number in arithmetic, division by zero, a truth value used as a number — is NULL where
-/// it happens, so the condition is UNKNOWN. Strict (transformation expressions): it is an
-/// error that says what failed, since a value computed from it would be wrong, not absent.
-pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Result<Value, String> {
-    let fail = |why: String| if strict { Err(why) } else { Ok(Value::Null) };
+/// Why an evaluation ended without a value: a strict evaluation's error, or the budget.
+#[derive(Debug)]
+pub(super) enum Fail {
+    Error(String),
+    Over(OverBudget),
+}
+
+impl From<String> for Fail {
+    fn from(s: String) -> Self {
+        Fail::Error(s)
+    }
+}
+
+impl From<OverBudget> for Fail {
+    fn from(o: OverBudget) -> Self {
+        Fail::Over(o)
+    }
+}
+
+/// What touching a value costs: its bytes (a text is read or copied whole), or one step.
+pub(super) fn cost(v: &Value) -> u64 {
+    match v {
+        Value::Text(s) => s.len() as u64 + 1,
+        _ => 1,
+    }
+}
+
+/// A value read from the message: charged, and refused when its text is over the limit.
+fn seen(v: Value, what: &dyn Fn() -> String, b: &mut Budget) -> Result<Value, Fail> {
+    b.charge(cost(&v))?;
+    if let Value::Text(s) = &v {
+        b.text(s.len(), &what())?;
+    }
+    Ok(norm(v))
+}
+
+/// A payload attribute (`tab.user_data...` or `source...`), refused over the text limit
+/// before it is built where the context can tell.
+fn user_data(path: &[String], source: bool, ctx: &dyn ConditionContext, b: &mut Budget) -> Result<Value, Fail> {
+    let what = || {
+        let head = if source { "source" } else { "tab.user_data" };
+        if path.is_empty() { head.to_string() } else { format!("{head}.{}", path.join(".")) }
+    };
+    match ctx.user_data_within(path, b.max_text()) {
+        Ok(v) => seen(v, &what, b),
+        Err(len) => Err(OverBudget::Text { what: what(), len, limit: b.max_text() }.into()),
+    }
+}
+
+/// Evaluates `node`, every step charged to `b`. Lenient (`strict` false, conditions): a
+/// failure — a text that is no number in arithmetic, division by zero, a truth value used
+/// as a number — is NULL where it happens, so the condition is UNKNOWN. Strict
+/// (transformation expressions): it is an error that says what failed, since a value
+/// computed from it would be wrong, not absent. Over the budget is an error either way.
+pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool, b: &mut Budget) -> Result<Value, Fail> {
+    let fail = |why: String| if strict { Err(Fail::Error(why)) } else { Ok(Value::Null) };
+    b.charge(1)?;
     Ok(match node {
-        Node::Lit(v) => v.clone(),
+        Node::Lit(v) => {
+            b.charge(cost(v))?;
+            v.clone()
+        }
         Node::Name { prop, original } => match ctx.property(prop) {
-            Some(v) => norm(v),
-            None => norm(ctx.user_property(original)),
+            Some(v) => seen(v, &|| prop.clone(), b)?,
+            None => seen(ctx.user_property(original), &|| original.clone(), b)?,
         },
-        Node::Prop(p) => norm(ctx.property(p).unwrap_or(Value::Null)),
-        Node::UserProp(p) => norm(ctx.user_property(p)),
-        Node::UserData(path) | Node::Source(path) => norm(ctx.user_data(path)),
-        Node::Not(e) => tri(truth(&eval(e, ctx, strict)?).map(|b| !b)),
+        Node::Prop(p) => seen(ctx.property(p).unwrap_or(Value::Null), &|| format!("tab.{p}"), b)?,
+        Node::UserProp(p) => seen(ctx.user_property(p), &|| format!("\"{p}\""), b)?,
+        Node::UserData(path) => user_data(path, false, ctx, b)?,
+        Node::Source(path) => user_data(path, true, ctx, b)?,
+        Node::Not(e) => tri(truth(&eval(e, ctx, strict, b)?).map(|b| !b)),
         Node::And(items) => {
             let mut unknown = false;
             for i in items {
-                match truth(&eval(i, ctx, strict)?) {
+                match truth(&eval(i, ctx, strict, b)?) {
                     Some(false) => return Ok(Value::Bool(false)),
                     Some(true) => {}
                     None => unknown = true,
@@ -181,7 +236,7 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Res
         Node::Or(items) => {
             let mut unknown = false;
             for i in items {
-                match truth(&eval(i, ctx, strict)?) {
+                match truth(&eval(i, ctx, strict, b)?) {
                     Some(true) => return Ok(Value::Bool(true)),
                     Some(false) => {}
                     None => unknown = true,
@@ -189,23 +244,27 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Res
             }
             if unknown { Value::Null } else { Value::Bool(false) }
         }
-        Node::Cmp(op, a, b) => tri(compare(*op, &eval(a, ctx, strict)?, &eval(b, ctx, strict)?)),
+        Node::Cmp(op, x, y) => {
+            let (x, y) = (eval(x, ctx, strict, b)?, eval(y, ctx, strict, b)?);
+            b.charge(cost(&x).min(cost(&y)))?;
+            tri(compare(*op, &x, &y))
+        }
         Node::IsNull { expr, negated } => {
-            let is_null = matches!(eval(expr, ctx, strict)?, Value::Null);
+            let is_null = matches!(eval(expr, ctx, strict, b)?, Value::Null);
             Value::Bool(is_null != *negated)
         }
         Node::Between { expr, low, high, negated } => {
-            let x = eval(expr, ctx, strict)?;
-            let r = and3(
-                compare(CmpOp::Ge, &x, &eval(low, ctx, strict)?),
-                compare(CmpOp::Le, &x, &eval(high, ctx, strict)?),
-            );
+            let x = eval(expr, ctx, strict, b)?;
+            let (lo, hi) = (eval(low, ctx, strict, b)?, eval(high, ctx, strict, b)?);
+            b.charge(cost(&x).min(cost(&lo)) + cost(&x).min(cost(&hi)))?;
+            let r = and3(compare(CmpOp::Ge, &x, &lo), compare(CmpOp::Le, &x, &hi));
             tri(if *negated { r.map(|b| !b) } else { r })
         }
         Node::In { expr, list, negated } => {
-            let x = eval(expr, ctx, strict)?;
+            let x = eval(expr, ctx, strict, b)?;
             let mut r = Some(false);
             for v in list {
+                b.charge(cost(&x).min(cost(v)))?;
                 match compare(CmpOp::Eq, &x, v) {
                     Some(true) => {
                         r = Some(true);
@@ -218,25 +277,30 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Res
             tri(if *negated { r.map(|b| !b) } else { r })
         }
         Node::Like { expr, pattern, negated } => {
-            let Some(text) = to_text(&eval(expr, ctx, strict)?) else { return Ok(Value::Null) };
+            let x = eval(expr, ctx, strict, b)?;
+            b.charge(2 * cost(&x))?;
+            let Some(text) = to_text(&x) else { return Ok(Value::Null) };
             let chars: Vec<char> = text.chars().collect();
             let matched = match pattern {
-                LikePattern::Static(toks) => like_match(&chars, toks),
+                LikePattern::Static(toks) => like_match(&chars, toks, b)?,
                 LikePattern::Dynamic { pattern, escape } => {
-                    let Some(p) = to_text(&eval(pattern, ctx, strict)?) else { return Ok(Value::Null) };
+                    let p = eval(pattern, ctx, strict, b)?;
+                    b.charge(2 * cost(&p))?;
+                    let Some(p) = to_text(&p) else { return Ok(Value::Null) };
                     match compile_like(&p, *escape) {
-                        Ok(toks) => like_match(&chars, &toks),
+                        Ok(toks) => like_match(&chars, &toks, b)?,
                         Err(_) => return Ok(Value::Null),
                     }
                 }
             };
             Value::Bool(matched != *negated)
         }
-        Node::Arith(op, a, b) => {
-            let (x, y) = (eval(a, ctx, strict)?, eval(b, ctx, strict)?);
+        Node::Arith(op, x, y) => {
+            let (x, y) = (eval(x, ctx, strict, b)?, eval(y, ctx, strict, b)?);
             if matches!(x, Value::Null) || matches!(y, Value::Null) {
                 return Ok(Value::Null);
             }
+            b.charge(cost(&x) + cost(&y))?;
             let (Some(x), Some(y)) = (number(&x, strict)?, number(&y, strict)?) else { return Ok(Value::Null) };
             let n = match op {
                 ArithOp::Add => x + y,
@@ -250,38 +314,50 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool) -> Res
             }
             Value::Number(n)
         }
-        Node::Neg(e) => match eval(e, ctx, strict)? {
+        Node::Neg(e) => match eval(e, ctx, strict, b)? {
             Value::Null => Value::Null,
-            v => number(&v, strict)?.map_or(Value::Null, |n| num_value(-n)),
+            v => {
+                b.charge(cost(&v))?;
+                number(&v, strict)?.map_or(Value::Null, |n| num_value(-n))
+            }
         },
-        Node::Concat(a, b) => {
-            let (a, b) = (eval(a, ctx, strict)?, eval(b, ctx, strict)?);
-            concat(&a, &b, strict)?
+        Node::Concat(x, y) => {
+            let (x, y) = (eval(x, ctx, strict, b)?, eval(y, ctx, strict, b)?);
+            concat(&x, &y, strict, b)?
         }
         Node::Call(func, args) => {
             let mut vals = Vec::with_capacity(args.len());
             for a in args {
-                vals.push(eval(a, ctx, strict)?);
+                vals.push(eval(a, ctx, strict, b)?);
             }
-            call(*func, &vals, strict)?
+            b.charge(vals.iter().map(cost).sum::<u64>())?;
+            let out = call(*func, &vals, strict, b)?;
+            if let Value::Text(s) = &out {
+                b.text(s.len(), &format!("the result of {}", func.name()))?;
+                b.charge(cost(&out))?;
+            }
+            out
         }
         Node::Case { operand, whens, otherwise } => {
             let subject = match operand {
-                Some(o) => Some(eval(o, ctx, strict)?),
+                Some(o) => Some(eval(o, ctx, strict, b)?),
                 None => None,
             };
             for (when, then) in whens {
-                let w = eval(when, ctx, strict)?;
+                let w = eval(when, ctx, strict, b)?;
                 let hit = match &subject {
-                    Some(s) => compare(CmpOp::Eq, s, &w) == Some(true),
+                    Some(s) => {
+                        b.charge(cost(s).min(cost(&w)))?;
+                        compare(CmpOp::Eq, s, &w) == Some(true)
+                    }
                     None => truth(&w) == Some(true),
                 };
                 if hit {
-                    return eval(then, ctx, strict);
+                    return eval(then, ctx, strict, b);
                 }
             }
             match otherwise {
-                Some(o) => eval(o, ctx, strict)?,
+                Some(o) => eval(o, ctx, strict, b)?,
                 None => Value::Null,
             }
         }
@@ -302,15 +378,20 @@ fn number(v: &Value, strict: bool) -> Result<Option<f64>, String> {
     }
 }
 
-/// `a || b`: NULL is the empty string (Oracle).
-fn concat(a: &Value, b: &Value, strict: bool) -> Result<Value, String> {
+/// `a || b`: NULL is the empty string (Oracle). The result's length is checked before it
+/// is made.
+fn concat(a: &Value, b: &Value, strict: bool, budget: &mut Budget) -> Result<Value, Fail> {
     let piece = |v: &Value| match v {
         Value::Null => Ok(Some(String::new())),
         Value::Bool(_) if strict => Err("a condition (true/false) is not a text".to_string()),
         v => Ok(to_text(v)),
     };
     Ok(match (piece(a)?, piece(b)?) {
-        (Some(x), Some(y)) => text_value(x + &y),
+        (Some(x), Some(y)) => {
+            budget.text(x.len() + y.len(), "a concatenation")?;
+            budget.charge((x.len() + y.len()) as u64 + 1)?;
+            text_value(x + &y)
+        }
         _ => Value::Null,
     })
 }
@@ -327,7 +408,7 @@ pub(super) fn int_arg(v: Option<&Value>) -> Option<i64> {
     Some((n as i64).clamp(-(1 << 40), 1 << 40))
 }
 
-pub(super) fn call(func: Func, args: &[Value], strict: bool) -> Result<Value, String> {
+pub(super) fn call(func: Func, args: &[Value], strict: bool, budget: &mut Budget) -> Result<Value, Fail> {
     let text0 = || args.first().and_then(to_text);
     Ok(match func {
         Func::Upper => text0().map_or(Value::Null, |s| text_value(s.to_uppercase())),
@@ -398,7 +479,7 @@ pub(super) fn call(func: Func, args: &[Value], strict: bool) -> Result<Value, St
         Func::ToChar => match args.first() {
             None | Some(Value::Null) => Value::Null,
             Some(v @ (Value::Number(_) | Value::Text(_))) => to_text(v).map_or(Value::Null, text_value),
-            Some(Value::Bool(_)) if strict => return Err("TO_CHAR of a condition (true/false)".into()),
+            Some(Value::Bool(_)) if strict => return Err(Fail::Error("TO_CHAR of a condition (true/false)".into())),
             Some(Value::Bool(_)) => Value::Null,
         },
         Func::ToNumber => match args.first() {
@@ -409,7 +490,7 @@ pub(super) fn call(func: Func, args: &[Value], strict: bool) -> Result<Value, St
             },
         },
         Func::Concat => match (args.first(), args.get(1)) {
-            (Some(a), Some(b)) => concat(a, b, strict)?,
+            (Some(a), Some(b)) => concat(a, b, strict, budget)?,
             _ => Value::Null,
         },
     })

@@ -48,12 +48,20 @@ impl Expression {
         Ok(Expression { root })
     }
 
-    /// The value for one message (`ctx.user_data` answers `source...`); an error says what
-    /// failed (division by zero, a text that is no number, ...).
+    /// The value for one message (`ctx.user_data` answers `source...`) within the default
+    /// [`Limits`]; an error says what failed (division by zero, a text that is no number,
+    /// ...).
     pub fn eval(&self, ctx: &dyn ConditionContext) -> Result<Value, String> {
-        match eval(&self.root, ctx, true)? {
-            Value::Bool(_) => Err("the expression gives a condition (true/false), not a value".into()),
-            v => Ok(v),
+        self.eval_within(ctx, &mut Budget::of(Limits::default()))
+    }
+
+    /// [`Expression::eval`], every step charged to `budget`; over it, an error that says so.
+    pub fn eval_within(&self, ctx: &dyn ConditionContext, budget: &mut Budget) -> Result<Value, String> {
+        match eval(&self.root, ctx, true, budget) {
+            Ok(Value::Bool(_)) => Err("the expression gives a condition (true/false), not a value".into()),
+            Ok(v) => Ok(v),
+            Err(Fail::Error(e)) => Err(e),
+            Err(Fail::Over(o)) => Err(format!("{}: {o}", OVER_BUDGET)),
         }
     }
 

@@ -35,7 +35,10 @@
 //! 4. **Conversion** – the sqlparser AST is converted into this module's small
 //!    AST, accepting only the node kinds listed below (nesting ≤ [`MAX_DEPTH`],
 //!    long `AND`/`OR` chains are flattened and do not count).  Evaluation is
-//!    plain Rust over [`Value`]s supplied by a [`ConditionContext`].
+//!    plain Rust over [`Value`]s supplied by a [`ConditionContext`], every step
+//!    charged to a [`Budget`] (steps, and the longest text a value may be); over it,
+//!    [`Condition::eval_within`] stops with [`OverBudget`]. `LIKE` is linear in the
+//!    text (see `like.rs`).
 //!
 //! # Supported language
 //!
@@ -82,6 +85,7 @@ use sqlparser::tokenizer::{Token, Tokenizer};
 use crate::value::Value;
 
 mod ast;
+mod budget;
 mod convert;
 mod eval;
 mod like;
@@ -89,6 +93,7 @@ mod parser;
 mod tokens;
 
 pub use self::ast::*;
+pub use self::budget::*;
 use self::convert::*;
 use self::eval::*;
 use self::like::*;
@@ -141,12 +146,21 @@ pub trait ConditionContext {
     /// JMS user property; `name` keeps the spelling of the condition (implement
     /// as: exact match first, then case-insensitive). `Value::Null` if absent.
     fn user_property(&self, name: &str) -> Value;
+    /// [`ConditionContext::user_data`], or `Err(length)` when its text would be longer
+    /// than `max_bytes`; a context that knows the length beforehand need not build it.
+    fn user_data_within(&self, path: &[String], max_bytes: usize) -> Result<Value, usize> {
+        match self.user_data(path) {
+            Value::Text(s) if s.len() > max_bytes => Err(s.len()),
+            v => Ok(v),
+        }
+    }
 }
 
 /// A parsed, validated condition. Cheap to evaluate repeatedly.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {
     root: Node,
+    text: String,
 }
 
 impl Condition {
@@ -156,12 +170,29 @@ impl Condition {
         if kind == Kind::Scalar {
             return Err(ConditionError::Parse("a condition must be a boolean expression, not a value".into()));
         }
-        Ok(Condition { root })
+        Ok(Condition { root, text: text.to_string() })
     }
 
-    /// Evaluates the condition for one message. UNKNOWN (SQL NULL) is `false`.
+    /// The text the condition was parsed from.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Evaluates the condition for one message within the default [`Limits`]. UNKNOWN
+    /// (SQL NULL) is `false`, and so is an evaluation over the budget (callers that must
+    /// tell use [`Condition::eval_within`]).
     pub fn eval(&self, ctx: &dyn ConditionContext) -> bool {
-        matches!(eval(&self.root, ctx, false), Ok(Value::Bool(true)))
+        self.eval_within(ctx, &mut Budget::of(Limits::default())).unwrap_or(false)
+    }
+
+    /// Evaluates the condition for one message, every step charged to `budget`. UNKNOWN
+    /// (SQL NULL) is `false`; over the budget, the evaluation stops with why.
+    pub fn eval_within(&self, ctx: &dyn ConditionContext, budget: &mut Budget) -> Result<bool, OverBudget> {
+        match eval(&self.root, ctx, false, budget) {
+            Ok(v) => Ok(matches!(v, Value::Bool(true))),
+            Err(Fail::Over(o)) => Err(o),
+            Err(Fail::Error(_)) => Ok(false),
+        }
     }
 
     /// Every name the condition refers to, in order of appearance (so that a caller who
