@@ -373,6 +373,10 @@ pub trait SessionStore: Send + Sync {
     /// The request recorded under (`agent`, `key`).
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
 
+    /// The idempotency records the store keeps for `agent`: how many, and their bytes (key
+    /// and response).
+    async fn idempotency_usage(&self, agent: &str) -> Result<(i64, i64)>;
+
     /// Records that the SAML assertion `id` of `issuer` was used, remembered until `until`
     /// (its end of validity plus the clock skew; [`SessionStore::sessions_purge`] forgets it
     /// then). `true` the first time, `false` when it was recorded before (a replay), by any
@@ -465,6 +469,10 @@ pub trait StoreTx: Send {
     /// Records a request performed under an idempotency key. False if the key is taken
     /// (a concurrent request with it committed first): then this transaction must roll back.
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
+
+    /// How many sessions of `agent` the store holds, as this transaction sees them, counted
+    /// up to `limit` (a figure of `limit` means "at least that many").
+    async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64>;
 
     /// Records that inbound gateway job `job` enqueued broker messages `ids`, in this
     /// transaction: false (the caller fails the request) if one is recorded already.

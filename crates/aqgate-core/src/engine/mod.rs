@@ -9,6 +9,7 @@ mod buffered;
 pub mod context;
 mod dequeue;
 mod enqueue;
+mod fair;
 mod grouping;
 mod register;
 pub mod schedule;
@@ -36,6 +37,7 @@ use crate::idap::model::*;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
+pub use fair::Shares;
 pub use schedule::ClientSchedule;
 pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 
@@ -67,6 +69,8 @@ pub struct EngineConfig {
     /// Receives one agent may have waiting at once (long polls); one more is answered at
     /// once, as a receive that does not wait.
     pub max_long_polls_per_agent: usize,
+    /// Fair shares: open sessions and idempotency records per agent (see [`Shares`]).
+    pub shares: Shares,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -82,6 +86,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("buffered", &self.buffered)
             .field("max_recipients", &self.max_recipients)
             .field("max_long_polls_per_agent", &self.max_long_polls_per_agent)
+            .field("shares", &self.shares)
             .finish()
     }
 }
@@ -100,6 +105,7 @@ impl Default for EngineConfig {
             buffered: BufferConfig::default(),
             max_recipients: DEFAULT_MAX_RECIPIENTS,
             max_long_polls_per_agent: DEFAULT_MAX_LONG_POLLS_PER_AGENT,
+            shares: Shares::default(),
         }
     }
 }
@@ -174,6 +180,8 @@ pub struct Engine {
     long_polls_refused: crate::metrics::Counter,
     /// Receives waiting now, all agents together.
     long_polls_waiting: crate::metrics::Gauge,
+    /// Per-agent shares: the idempotency records' usage as last counted, the counters.
+    fair: fair::Fair,
 }
 
 /// One agent's place among the receives waiting now; given back when dropped.
@@ -260,7 +268,9 @@ impl Engine {
             "aqgate_long_polls_refused_total",
             "Receives answered without waiting because their agent had --max-long-polls-per-agent waiting.",
         );
+        let fair = fair::Fair::new(&config.metrics);
         let engine = Arc::new(Self {
+            fair,
             buffers,
             recipients_refused,
             long_polls: StdMutex::new(HashMap::new()),
@@ -432,6 +442,9 @@ impl Engine {
     /// [`Engine::seal`]); a stored session's use is recorded even when the request fails.
     pub async fn execute(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
         session.last_used = self.now();
+        if session.idempotency.is_some() {
+            self.count_records(&session.agent).await;
+        }
         let result = self.execute_inner(session, request).await;
         match (result, session.stored) {
             (Err(e), Some(version)) => Err(self.after_failure(session, version, e).await),
