@@ -94,7 +94,7 @@ async fn one_agent_at_its_session_limit_shuts_out_nobody(b: Backend) {
     let db = fresh_url(b).await;
     let port = free_port();
     let _serve = serve(&db, port, &["--max-sessions-per-agent", "3", "--max-sessions", "5", "--session-timeout", "10"]);
-    let mut john = vec![None, None, None];
+    let mut john: [Option<String>; 3] = Default::default();
     for (i, c) in john.iter_mut().enumerate() {
         let (status, _, _, body) = post(port, JOHN, c, None, &open_send(&format!("0{i}"))).await;
         assert!(status == 200 && is_send(&body), "john's session {i}: {body}");
@@ -116,7 +116,7 @@ async fn one_agent_at_its_session_limit_shuts_out_nobody(b: Backend) {
     assert!(status == 200 && is_send(&body), "scott's send with its commit: {body}");
     assert_eq!(depth(&db, QUEUE), 2, "the two committed sends; nothing of the refused one");
     // Scott opens sessions of his own, up to the store-wide limit.
-    let mut scott = vec![None, None];
+    let mut scott: [Option<String>; 2] = Default::default();
     for c in scott.iter_mut() {
         let (status, _, _, body) = post(port, SCOTT, c, None, &open_send("0D")).await;
         assert!(status == 200 && is_send(&body), "{body}");
