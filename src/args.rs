@@ -38,9 +38,27 @@ pub struct ServeArgs {
     /// Largest request body, in bytes (larger: 413).
     #[arg(long, env = "AQGATE_MAX_BODY", default_value_t = 4 * 1024 * 1024)]
     pub max_body: usize,
-    /// New sessions are refused with 503 while the store holds this many.
+    /// Open sessions the store may hold, all agents together: a request that would leave
+    /// one more open is refused (fault 18, HTTP 503); one that ends its transaction is not.
     #[arg(long, env = "AQGATE_MAX_SESSIONS", default_value_t = 100_000)]
     pub max_sessions: usize,
+    /// Open sessions one agent may hold (counted in the store): a request of that agent
+    /// that would leave one more open is refused (fault 18, HTTP 503).
+    #[arg(long, env = "AQGATE_MAX_SESSIONS_PER_AGENT", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions_per_agent: u64,
+    /// The largest response an idempotency record keeps whole, in bytes; a larger one is
+    /// kept as its size and SHA-256, and a retry is told so (fault 24062).
+    #[arg(long, env = "AQGATE_IDEMPOTENCY_MAX_RESPONSE_BYTES", default_value_t = 256 << 10)]
+    pub idempotency_max_response_bytes: u64,
+    /// Requests recorded under Idempotency-Keys one agent may have kept (within
+    /// --idempotency-window): beyond, a request with a new key is refused (fault 24061).
+    #[arg(long, env = "AQGATE_IDEMPOTENCY_MAX_RECORDS_PER_AGENT", default_value_t = 10_000_000)]
+    pub idempotency_max_records_per_agent: u64,
+    /// Bytes of idempotency records (keys and responses) one agent may have kept: beyond,
+    /// new records keep the response's size and SHA-256 only.
+    #[arg(long, env = "AQGATE_IDEMPOTENCY_MAX_BYTES_PER_AGENT", default_value_t = 4 << 30)]
+    pub idempotency_max_bytes_per_agent: u64,
     /// A propagation job's lease lasts this many seconds unrenewed (renewed every third of
     /// it): another node takes a job over this long after its holder died.
     #[arg(long, env = "AQGATE_PROPAGATION_LEASE_TTL", default_value_t = 15,

@@ -40,7 +40,6 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     pub limits: Limits,
     pub tick: Duration,
-    pub max_sessions: usize,
     /// Propagation jobs' leases: how long, and this process's name in them.
     pub propagation_lease: crate::propagate::LeaseConfig,
     /// Session cookies get `Secure` (behind an HTTPS proxy; over HTTPS they always do).
@@ -169,7 +168,6 @@ pub async fn serve(
         mail_tasks = start_mail(engine.clone(), servlet_url, m, stop_rx.clone())?;
     }
     let mut state = AppState::new(engine.clone(), cfg.limits);
-    state.max_sessions = cfg.max_sessions;
     state.secure_cookie = cfg.secure_cookie;
     state.saml = cfg.saml.clone();
     state.body_timeout = cfg.body_timeout;

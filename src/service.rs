@@ -22,6 +22,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_wait,
         max_body,
         max_sessions,
+        max_sessions_per_agent,
+        idempotency_max_response_bytes,
+        idempotency_max_records_per_agent,
+        idempotency_max_bytes_per_agent,
         propagation_lease_ttl,
         broker_max_message_bytes,
         buffered_max_messages,
@@ -75,6 +79,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 },
                 request_steps: condition_request_steps,
             },
+            shares: aqgate_core::engine::Shares {
+                max_sessions,
+                max_sessions_per_agent: usize::try_from(max_sessions_per_agent).unwrap_or(usize::MAX),
+                idempotency_max_response_bytes: usize::try_from(idempotency_max_response_bytes).unwrap_or(usize::MAX),
+                idempotency_max_records_per_agent,
+                idempotency_max_bytes_per_agent,
+            },
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
@@ -84,7 +95,6 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
         limits: Limits { max_bytes: max_body, ..Limits::default() },
         tick: Duration::from_secs(1),
-        max_sessions,
         propagation_lease: aqgate::propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
             .broker_max_message_bytes(broker_max_message_bytes),
         secure_cookie,

@@ -47,8 +47,6 @@ pub struct AppState {
     pub limits: Limits,
     /// Recently verified Basic credentials (see [`auth::CredentialCache`]).
     pub credentials: Arc<auth::CredentialCache>,
-    /// Stored sessions beyond this get 503 for new ones (each is a row until it times out).
-    pub max_sessions: usize,
     /// Mark the session cookie `Secure` (clients send it back over HTTPS only): for a
     /// servlet behind a TLS-terminating proxy.
     pub secure_cookie: bool,
@@ -89,7 +87,6 @@ impl AppState {
         Self {
             limits,
             credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
-            max_sessions: 100_000,
             secure_cookie: false,
             in_flight: Arc::default(),
             idempotent_in_flight: Arc::default(),
@@ -399,6 +396,20 @@ fn fault_with_status(status: StatusCode, e: &AqError) -> Response {
     r
 }
 
+/// A fault for a request refused for an agent's share (sessions, idempotency records) is
+/// also HTTP 503 with `Retry-After`: nothing of it was performed, and it may be sent again
+/// once the agent's sessions end or its records age out.
+fn limited(mut r: Response, fault_code: i32) -> Response {
+    let retry_after = match fault_code {
+        code::SESSION_LIMIT => "5",
+        code::IDEMPOTENCY_LIMIT => "60",
+        _ => return r,
+    };
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    r
+}
+
 /// The recorded response of an earlier request with the same key, byte for byte.
 fn replayed(body: Vec<u8>) -> Response {
     (
@@ -489,12 +500,6 @@ async fn idap_post(
         if let Err(e) = checked {
             return fault(&e, None);
         }
-    }
-    if matches!(who, Who::Agent { cookie: None, .. })
-        && s.engine.stored_sessions() >= i64::try_from(s.max_sessions).unwrap_or(i64::MAX)
-    {
-        return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], "too many open sessions\n")
-            .into_response();
     }
     let schedule = match client_schedule(&headers) {
         Ok(s) => s,
@@ -652,7 +657,7 @@ async fn idap_post(
             let cookie = new_session.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
             match result {
                 Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie.as_deref()),
-                Err(e) => fault(&e, cookie.as_deref()),
+                Err(e) => limited(fault(&e, cookie.as_deref()), e.code),
             }
         }
         Outcome::Gone(e) => fault(&e, Some(&clear_cookie_value(s.secure_cookie))),

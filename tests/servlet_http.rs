@@ -514,14 +514,16 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
         0,
         "no session kept for requests that left nothing open"
     );
-    // At the cap, new sessions are refused with 503 (transport level).
+    // At the cap, a request that would leave a new session open is refused with 503 and
+    // fault 18 (one that ends its transaction is served: tests/fair_shares.rs).
     let url = fresh_url(Backend::Sqlite).await;
     let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
-    let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
+    let shares = aqgate_core::engine::Shares { max_sessions: 2, ..Default::default() };
+    let config = EngineConfig { shares, ..EngineConfig::default() };
+    let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let mut state = AppState::new(engine.clone(), Limits::default());
-    state.max_sessions = 2;
     state.secure_cookie = true;
     tokio::spawn(async move { axum::serve(listener, app(state)).await });
     let capped = Server { addr, engine, http: reqwest::Client::new(), url };
@@ -539,6 +541,8 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
     let mut third = Client::new(&capped, "scott", "tiger");
     let r = third.post(&raw_send("AQUSER.RAW_QUE", &[("", "01")], "")).await;
     assert_eq!(r.status, 503);
+    let f = idap::parse_response(r.body.as_bytes(), &Limits::default()).expect("a fault").body;
+    assert!(matches!(f, Response::Fault(ref x) if x.code == code::SESSION_LIMIT), "{f:?}");
     // Existing sessions carry on.
     assert!(matches!(open[0].post(&envelope(COMMIT)).await.idap(), Response::Commit(_)));
 }

@@ -1918,10 +1918,13 @@ async fn xml_and_jms_map_payloads_round_trip(b: Backend) {
     assert_eq!(items, ["qty", "sku"]);
 }
 
-/// 10,000 sessions with open transactions hold no database connection between requests.
+/// 10,000 sessions with open transactions hold no database connection between requests
+/// (one agent's: its limit raised for them).
 async fn many_open_sessions_share_few_connections(b: Backend) {
-    let h = Harness::new(b).await;
     let n = 10_000;
+    let shares = aqgate_core::engine::Shares { max_sessions_per_agent: n, ..Default::default() };
+    let config = aqgate_core::engine::EngineConfig { shares, ..Default::default() };
+    let h = Harness::with_config(b, aqgate::DEFAULT_TOPOLOGY, config).await;
     let mut sessions = Vec::with_capacity(n);
     let xml = raw_send(RAWQ, &[("", "01")], "");
     let req = aqgate_proto::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;

@@ -30,7 +30,8 @@ mod history;
 mod interest;
 mod outbox;
 mod removal;
-pub use {delivery::*, error::*, history::*, interest::*, outbox::*, removal::*};
+mod sessions;
+pub use {delivery::*, error::*, history::*, interest::*, outbox::*, removal::*, sessions::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -174,50 +175,6 @@ pub enum SpoolPut {
     Duplicate(i64),
 }
 
-/// A session as the store keeps it (see `engine::session`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRow {
-    /// SHA-256 of the session id.
-    pub id_hash: Vec<u8>,
-    pub agent: String,
-    pub txn: String,
-    pub pending: bool,
-    pub dequeued: bool,
-    pub enqueued: i64,
-    /// Navigation positions, JSON.
-    pub positions: String,
-    pub last_used: Micros,
-    /// 1 for a new row; every write adds one.
-    pub version: i64,
-    /// Read only: false when provisional writes of the open transaction may have been
-    /// lost since (PostgreSQL restarted after one of them; see [`Store::begin_provisional`]).
-    pub intact: bool,
-}
-
-/// What the store knows of a session id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionLookup {
-    Live(SessionRow),
-    /// Timed out (rolled back if `had_work`); remembered until its tombstone's time is up.
-    Ended {
-        agent: String,
-        had_work: bool,
-    },
-    Unknown,
-}
-
-/// A request performed under an idempotency key, with its response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyRecord {
-    pub agent: String,
-    pub key: String,
-    /// SHA-256 of the request.
-    pub request_hash: Vec<u8>,
-    /// The response exactly as it was answered.
-    pub response: Vec<u8>,
-    pub created_at: Micros,
-}
-
 ///
 /// Its parts: [`SessionStore`], [`SpoolStore`], [`NotifyStore`], [`JobStore`]; queues,
 /// messages and the topology are here.
@@ -350,36 +307,6 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     }
 }
 
-/// Sessions and idempotency records: what a request reads of them outside its transaction.
-#[async_trait]
-pub trait SessionStore: Send + Sync {
-    /// The session whose id hashes to `id_hash`.
-    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup>;
-
-    /// Marks a session as in use until `until` (a long poll about to wait), so that no
-    /// process takes it for idle meanwhile. Does not change its version.
-    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()>;
-
-    /// Sessions last used before `before`, oldest first.
-    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>>;
-
-    /// How many sessions the store holds.
-    async fn session_count(&self) -> Result<i64>;
-
-    /// Forgets tombstones and used SAML assertion ids whose time is up at `now`, and
-    /// idempotency records created before `records_before`. Returns how many rows went.
-    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64>;
-
-    /// The request recorded under (`agent`, `key`).
-    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
-
-    /// Records that the SAML assertion `id` of `issuer` was used, remembered until `until`
-    /// (its end of validity plus the clock skew; [`SessionStore::sessions_purge`] forgets it
-    /// then). `true` the first time, `false` when it was recorded before (a replay), by any
-    /// process sharing the store.
-    async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool>;
-}
-
 /// The mail spool: signed mails accepted by the SMTP filter, until forwarded and answered.
 #[async_trait]
 pub trait SpoolStore: Send + Sync {
@@ -465,6 +392,10 @@ pub trait StoreTx: Send {
     /// Records a request performed under an idempotency key. False if the key is taken
     /// (a concurrent request with it committed first): then this transaction must roll back.
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
+
+    /// How many sessions of `agent` the store holds, as this transaction sees them, counted
+    /// up to `limit` (a figure of `limit` means "at least that many").
+    async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64>;
 
     /// Records that inbound gateway job `job` enqueued broker messages `ids`, in this
     /// transaction: false (the caller fails the request) if one is recorded already.

@@ -70,6 +70,17 @@ pub const SESSION_BUSY: i32 = 24050;
 pub const IDEMPOTENCY_MISMATCH: i32 = 24051;
 /// aqgate: a request with the same `Idempotency-Key` is being performed now (HTTP 409).
 pub const IDEMPOTENCY_IN_PROGRESS: i32 = 24052;
+/// aqgate: the agent has `--idempotency-max-records-per-agent` requests recorded under
+/// Idempotency-Keys; nothing of this one was performed (HTTP 503, Retry-After).
+pub const IDEMPOTENCY_LIMIT: i32 = 24061;
+/// aqgate: the request with this Idempotency-Key was performed, but its response was too
+/// large to keep (`--idempotency-max-response-bytes`, `--idempotency-max-bytes-per-agent`):
+/// a retry gets this instead of the response, and nothing is performed again.
+pub const IDEMPOTENCY_NOT_KEPT: i32 = 24062;
+/// ORA-00018 maximum number of sessions exceeded: aqgate: the request would leave a session
+/// open past `--max-sessions-per-agent` or `--max-sessions`; nothing of it was performed
+/// (HTTP 503, Retry-After).
+pub const SESSION_LIMIT: i32 = 18;
 /// ORA-01653 unable to extend table: aqgate: the store cannot write, its disk is full;
 /// nothing of the request was performed, and it may be sent again once space is freed.
 pub const STORE_FULL: i32 = 1653;

@@ -236,6 +236,10 @@ impl SessionStore for GroupCommitStore {
         self.inner.idempotency_get(agent, key).await
     }
 
+    async fn idempotency_usage(&self, agent: &str) -> Result<(i64, i64)> {
+        self.inner.idempotency_usage(agent).await
+    }
+
     async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool> {
         self.inner.saml_assertion_once(issuer, id, until).await
     }
@@ -505,6 +509,9 @@ impl StoreTx for GroupTx {
     }
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         self.tx()?.idempotency_put(r).await
+    }
+    async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64> {
+        self.tx()?.sessions_of(agent, limit).await
     }
     async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
         self.tx()?.gateway_seen_put(job, ids, now).await

@@ -13,6 +13,9 @@ pub(crate) const PURGE_SAML_REPLAY: &str = "DELETE FROM saml_replay WHERE until 
 pub(crate) const SAML_ASSERTION_ONCE: &str =
     "INSERT INTO saml_replay (issuer, assertion_id, until) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
 pub(crate) const PURGE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE created_at < $1";
+pub(crate) const IDEMPOTENCY_USAGE: &str =
+    "SELECT count(*), coalesce(sum(length(key) + length(response)), 0) FROM idempotency WHERE agent = $1";
+pub(crate) const SESSIONS_OF: &str = "SELECT count(*) FROM (SELECT 1 FROM sessions WHERE agent = $1 LIMIT $2) s";
 pub(crate) const IDEMPOTENCY_GET: &str = "SELECT * FROM idempotency WHERE agent = $1 AND key = $2";
 pub(crate) const TOPOLOGY_LOAD: &str = "SELECT kind, name, spec FROM topology ORDER BY kind, name";
 pub(crate) const QUEUE_IDS: &str = "SELECT name, id FROM queues";

@@ -426,7 +426,10 @@ impl Engine {
             session.held.hold(tx, qid);
             return Ok(outs);
         }
-        let response = session.idempotency.is_some().then(|| {
+        // A browse takes, locks and removes nothing: under an idempotency key it is not
+        // recorded (a retry browses again), unless it commits the session's earlier work.
+        let changes = !browse || (req.commit && session.pending);
+        let response = (session.idempotency.is_some() && changes).then(|| {
             Response::Receive(
                 StatusResponse::ok(),
                 Some(ReceiveResult { destination: queue.name.clone(), messages: outs.clone() }),

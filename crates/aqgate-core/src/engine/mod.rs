@@ -9,6 +9,7 @@ mod buffered;
 pub mod context;
 mod dequeue;
 mod enqueue;
+mod fair;
 mod grouping;
 mod register;
 pub mod schedule;
@@ -37,6 +38,7 @@ use crate::idap::model::*;
 use crate::store::*;
 use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
+pub use fair::Shares;
 pub use schedule::ClientSchedule;
 pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
 pub use work::{ConditionLimits, DEFAULT_REQUEST_STEPS};
@@ -72,6 +74,8 @@ pub struct EngineConfig {
     /// What evaluating dequeue conditions, subscriber rules and transformations may cost
     /// (over it: 2393).
     pub conditions: ConditionLimits,
+    /// Fair shares: open sessions and idempotency records per agent (see [`Shares`]).
+    pub shares: Shares,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -88,6 +92,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("max_recipients", &self.max_recipients)
             .field("max_long_polls_per_agent", &self.max_long_polls_per_agent)
             .field("conditions", &self.conditions)
+            .field("shares", &self.shares)
             .finish()
     }
 }
@@ -107,6 +112,7 @@ impl Default for EngineConfig {
             max_recipients: DEFAULT_MAX_RECIPIENTS,
             max_long_polls_per_agent: DEFAULT_MAX_LONG_POLLS_PER_AGENT,
             conditions: ConditionLimits::default(),
+            shares: Shares::default(),
         }
     }
 }
@@ -183,6 +189,8 @@ pub struct Engine {
     long_polls_waiting: crate::metrics::Gauge,
     /// Requests refused for a condition, rule or transformation over its budget.
     condition_refused: crate::metrics::Counter,
+    /// Per-agent shares: the idempotency records' usage as last counted, the counters.
+    fair: fair::Fair,
 }
 
 /// One agent's place among the receives waiting now; given back when dropped.
@@ -273,7 +281,9 @@ impl Engine {
             "aqgate_condition_budget_refused_total",
             "Requests refused (2393) for a condition, rule or transformation over its work budget.",
         );
+        let fair = fair::Fair::new(&config.metrics);
         let engine = Arc::new(Self {
+            fair,
             buffers,
             recipients_refused,
             long_polls: StdMutex::new(HashMap::new()),
@@ -446,6 +456,9 @@ impl Engine {
     /// [`Engine::seal`]); a stored session's use is recorded even when the request fails.
     pub async fn execute(&self, session: &mut Session, request: Request) -> Result<Response, AqError> {
         session.last_used = self.now();
+        if session.idempotency.is_some() {
+            self.count_records(&session.agent).await;
+        }
         let result = self.execute_inner(session, request).await;
         match (result, session.stored) {
             (Err(e), Some(version)) => Err(self.after_failure(session, version, e).await),

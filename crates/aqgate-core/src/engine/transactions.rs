@@ -43,8 +43,9 @@ impl Engine {
     }
 
     /// Writes, inside the request's transaction `tx`, what the request leaves: the session
-    /// row (once the session holds anything, for as long as it lives) and, under an
-    /// idempotency key, the response. Returns the row's new version, if it wrote one. A
+    /// row (once the session holds anything, for as long as it lives; a new one only within
+    /// the session limits, see `fair`) and, under an idempotency key, the response (`None`:
+    /// a read that changes nothing, not recorded). Returns the row's new version, if it wrote one. A
     /// session changed or ended meanwhile by another request (another process) fails the
     /// request, so that `tx` is rolled back and nothing of it happened.
     pub(super) async fn seal(
@@ -67,6 +68,9 @@ impl Engine {
                 return Err(session_busy_error());
             }
         } else if session.stored.is_some() || next.holds_anything() {
+            if session.stored.is_none() {
+                self.may_open_session(tx, session).await?;
+            }
             let v = session.stored.map_or(1, |v| v + 1);
             let row = SessionRow {
                 id_hash: session.id_hash(),
@@ -96,15 +100,19 @@ impl Engine {
             tx.gateway_doubt_clear(&session.agent, &session.settled).await?;
         }
         if let Some(claim) = &session.idempotency {
+            // No response: a read that changes nothing (a browse), which a retry may simply
+            // perform again (README, "Idempotency").
             let Some(response) = response else {
-                return Err(AqError::server(code::INTERNAL, "no response to record for the idempotency key"));
+                self.unrecorded();
+                return Ok(version);
             };
+            let answered =
+                crate::idap::write_response(&Envelope { headers: Vec::new(), body: response.clone() }).into_bytes();
             let rec = IdempotencyRecord {
                 agent: session.agent.clone(),
                 key: claim.key.clone(),
                 request_hash: claim.request_hash.clone(),
-                response: crate::idap::write_response(&Envelope { headers: Vec::new(), body: response.clone() })
-                    .into_bytes(),
+                response: self.record_of(&session.agent, &claim.key, answered)?,
                 created_at: self.now(),
             };
             if !tx.idempotency_put(&rec).await? {

@@ -64,6 +64,10 @@ impl SessionStore for PgStore {
         Ok(r.rows_affected() == 1)
     }
 
+    async fn idempotency_usage(&self, agent: &str) -> Result<(i64, i64)> {
+        Ok(sqlx::query_as(sql::IDEMPOTENCY_USAGE).bind(agent).fetch_one(&self.pool).await.db()?)
+    }
+
     async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
         let row = sqlx::query(sql::IDEMPOTENCY_GET).bind(agent).bind(key).fetch_optional(&self.pool).await.db()?;
         row.map(|r| {

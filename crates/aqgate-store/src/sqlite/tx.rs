@@ -91,6 +91,10 @@ impl StoreTx for SqliteTx {
         gateway_tx!(doubt_clear, &mut *self.tx, job, ids)
     }
 
+    async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64> {
+        Ok(sqlx::query_scalar(sql::SESSIONS_OF).bind(agent).bind(limit).fetch_one(&mut *self.tx).await.db()?)
+    }
+
     async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
         let done = sqlx::query(sql::IDEMPOTENCY_PUT)
             .bind(&r.agent)
