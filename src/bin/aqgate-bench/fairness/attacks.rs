@@ -251,7 +251,12 @@ impl AttackCtx {
             let started = Instant::now();
             let r = timed(&mut c, browse(&self.queue, Some(cond)).as_bytes(), left(deadline)).await;
             let what = outcome_by(&r, Some(deadline)).unwrap_or_else(|| "answered".into());
-            count(t, format!("{name}: {what} ({:.1} s)", started.elapsed().as_secs_f64()));
+            let took = match started.elapsed().as_secs() {
+                0 => "< 1 s",
+                1..10 => "1-10 s",
+                _ => "≥ 10 s",
+            };
+            count(t, format!("{name}: {what} in {took}"));
             tokio::time::sleep(Duration::from_millis(200).min(left(deadline))).await;
         }
     }
