@@ -24,6 +24,9 @@
 //! - `store`: no HTTP or XML: committed enqueues straight into the store at `--database`.
 //! - `parse`: no HTTP or store: the batch request parsed in this process, by `--clients`
 //!   threads.
+//! - `fairness`: honest agents at a steady rate, alone and then while another client runs
+//!   one attack after another; per phase the honest latencies against the quiet phase's,
+//!   and a ledger of every acknowledged send (`fairness.rs`, `scripts/bench-fairness.sh`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +35,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 
 mod broker;
+mod fairness;
 mod in_process;
 mod notify;
 mod smtp;
@@ -64,6 +68,8 @@ enum Scenario {
     /// A bare broker client: `--count` messages consumed and acked, the peer of an inbound
     /// gateway job.
     BrokerConsume,
+    /// Honest agents alone, then while a fifth client attacks (`--attacks`), with a ledger.
+    Fairness,
 }
 
 #[derive(Parser, Debug)]
@@ -151,6 +157,8 @@ struct Args {
     /// Messages the broker scenarios publish or consume.
     #[arg(long, default_value_t = 20_000)]
     count: usize,
+    #[command(flatten)]
+    fair: fairness::FairArgs,
 }
 
 /// The options of a buffered send or receive (`--buffered`): IMMEDIATE, as they must be.
@@ -202,6 +210,11 @@ struct Client {
     request: Vec<u8>,
     /// For https: the connector and the name the server's certificate must have.
     tls: Option<(tokio_rustls::TlsConnector, rustls_pki_types::ServerName<'static>)>,
+    /// The local address connections are made from (the fairness scenario's attacks come
+    /// from another loopback address than the honest agents).
+    bind: Option<std::net::IpAddr>,
+    /// Header lines (each ending in CRLF) added to every request.
+    headers: String,
 }
 
 /// A connection, plain or TLS.
@@ -252,22 +265,35 @@ impl Client {
             cookie: None,
             conn: None,
             request: Vec::new(),
+            bind: None,
+            headers: String::new(),
         })
     }
 
     async fn post(&mut self, body: String) -> anyhow::Result<String> {
-        let r = self.exchange(body.as_bytes()).await;
+        let (status, text) = self.post_status(body.as_bytes()).await?;
+        anyhow::ensure!((200..300).contains(&status), "HTTP {status}: {text}");
+        Ok(text)
+    }
+
+    /// One request; the answer's HTTP status and body, whatever the status.
+    async fn post_status(&mut self, body: &[u8]) -> anyhow::Result<(u16, String)> {
+        let r = self.exchange(body).await;
         if r.is_err() {
             self.conn = None;
         }
         r
     }
 
-    async fn exchange(&mut self, body: &[u8]) -> anyhow::Result<String> {
+    fn connect(&self) -> impl Future<Output = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+        connect(self.addr.clone(), self.bind)
+    }
+
+    async fn exchange(&mut self, body: &[u8]) -> anyhow::Result<(u16, String)> {
         use std::io::Write as _;
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
         if self.conn.is_none() {
-            let s = tokio::net::TcpStream::connect(&self.addr).await?;
+            let s = self.connect().await?;
             s.set_nodelay(true)?;
             let s: Box<dyn Stream> = match &self.tls {
                 Some((connector, name)) => Box::new(connector.connect(name.clone(), s).await?),
@@ -284,6 +310,7 @@ impl Client {
             self.addr,
             body.len()
         )?;
+        self.request.extend_from_slice(self.headers.as_bytes());
         match &self.cookie {
             Some(c) => write!(self.request, "Cookie: {c}\r\n\r\n")?,
             None => write!(self.request, "Authorization: {}\r\n\r\n", self.authorization)?,
@@ -318,10 +345,20 @@ impl Client {
         if close {
             self.conn = None;
         }
-        let text = String::from_utf8(text)?;
-        anyhow::ensure!((200..300).contains(&status), "HTTP {status}: {text}");
-        Ok(text)
+        Ok((status, String::from_utf8(text)?))
     }
+}
+
+/// A TCP connection to `addr`, from `bind` if given.
+async fn connect(addr: String, bind: Option<std::net::IpAddr>) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(ip) = bind else { return tokio::net::TcpStream::connect(&addr).await };
+    let to = tokio::net::lookup_host(&addr)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
+    let socket = if to.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.bind(std::net::SocketAddr::new(ip, 0))?;
+    socket.connect(to).await
 }
 
 fn percentile(sorted: &[u64], p: f64) -> Duration {
@@ -342,6 +379,9 @@ async fn main() -> anyhow::Result<()> {
             Scenario::BrokerPublish => broker::publish(&t, args.count, args.batch, args.payload).await,
             _ => broker::consume(&t, args.count, 256).await,
         };
+    }
+    if args.scenario == Scenario::Fairness {
+        return fairness::fairness_bench(args).await;
     }
     if args.scenario == Scenario::Smtp {
         let mails = Arc::new(smtp_mails(&args)?);
@@ -454,7 +494,8 @@ async fn main() -> anyhow::Result<()> {
         | Scenario::Store
         | Scenario::Parse
         | Scenario::BrokerPublish
-        | Scenario::BrokerConsume => vec![receive_xml(&args.queue)],
+        | Scenario::BrokerConsume
+        | Scenario::Fairness => vec![receive_xml(&args.queue)],
     });
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(AtomicU64::new(0));
