@@ -2,6 +2,8 @@
 //! once are capped (`--max-long-polls-per-agent`); one more is answered at once as a
 //! receive that does not wait (the message if one is there, else 25228 saying why), other
 //! agents' receives still wait, and a matching message still wakes the right waiter.
+//! Many waiting receives that no new message can serve cost another agent's sends nothing:
+//! a commit's messages are judged in memory by each waiter, not by a scan of the queue.
 
 mod common;
 
@@ -111,4 +113,77 @@ async fn one_agents_long_polls_are_capped_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_agents_long_polls_are_capped_on_postgres() {
     one_agents_long_polls_are_capped(fresh_pg_url().await).await;
+}
+
+/// A receive that waits for a priority-99 message.
+fn priority_99(wait: u64) -> String {
+    receive(
+        Q,
+        &format!("<wait_time>{wait}</wait_time><selector><condition>priority = 99</condition></selector>"),
+        COMMIT,
+    )
+}
+
+async fn waiters_that_cannot_match_cost_other_sends_nothing(db: String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = Proc::spawn(
+        "aqgate serve",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db])
+            .env("AQGATE_MAX_LONG_POLLS_PER_AGENT", "250"),
+    );
+    server.wait_ready(port, Duration::from_secs(60));
+
+    // john: 200 receives waiting for a message no send below has.
+    let mut waiters: Vec<_> =
+        (0..200).map(|_| tokio::spawn(async move { idap(port, "john", "welcome", &priority_99(120)).await })).collect();
+    waiting(port, 200).await;
+
+    // scott sends 100 messages, each committed: every commit reaches the queue john waits on.
+    let mut took = Vec::with_capacity(100);
+    for i in 0..100 {
+        let t = Instant::now();
+        let r = idap(port, "scott", "tiger", &raw_send(Q, &[("<priority>1</priority>", &format!("{i:02X}"))], COMMIT))
+            .await;
+        took.push(t.elapsed());
+        assert!(matches!(r, Response::Send(..)), "{r:?}");
+    }
+    took.sort();
+    let (p50, p99) = (took[49], took[98]);
+    eprintln!("send latency with 200 waiting receives: p50 {p50:?}, p99 {p99:?}");
+    assert!(p99 < Duration::from_millis(500), "sends slowed by the waiting receives: p50 {p50:?}, p99 {p99:?}");
+    // The waiters judged what arrived without looking again, and all still wait.
+    assert!(metric(port, "aqgate_long_poll_wakes_judged_total").await >= 100 * 200 / 2);
+    waiting(port, 200).await;
+
+    // A message that matches still wakes one of them at once.
+    let t = Instant::now();
+    let r = idap(port, "scott", "tiger", &raw_send(Q, &[("<priority>99</priority>", "99")], COMMIT)).await;
+    let id = sent_ids(&r).remove(0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let got = loop {
+        if let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+            break waiters.remove(i).await.expect("waiter");
+        }
+        assert!(Instant::now() < deadline, "no waiter woke for the matching message");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(t.elapsed() < Duration::from_secs(2), "the waiter took {:?}", t.elapsed());
+    let msgs = received(&got);
+    assert_eq!(msgs.len(), 1, "{got:?}");
+    assert_eq!(msgs[0].header.message_id.as_deref(), Some(id.as_str()));
+    waiting(port, 199).await;
+    for w in waiters {
+        w.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_cannot_match_cost_other_sends_nothing_on_sqlite() {
+    waiters_that_cannot_match_cost_other_sends_nothing(fresh_sqlite_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_cannot_match_cost_other_sends_nothing_on_postgres() {
+    waiters_that_cannot_match_cost_other_sends_nothing(fresh_pg_url().await).await;
 }

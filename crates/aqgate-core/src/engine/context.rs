@@ -85,6 +85,11 @@ impl<'a> MessageContext<'a> {
         }
     }
 
+    /// The context as consumer `consumer` sees the message (`consumer_name`).
+    pub fn as_consumer(self, consumer: &'a str) -> Self {
+        Self { consumer, ..self }
+    }
+
     fn sender_field(&self, field: &str) -> Value {
         let Some(a) = self.sender.and_then(super::agent_from_json) else { return Value::Null };
         match field {

@@ -59,12 +59,11 @@ impl Engine {
         let mut waiting: Option<LongPoll<'_>> = None;
         let mut over_cap = false;
         let abandon = session.abandon.clone();
+        // Registered before the first look: a change after it is not missed.
+        let slot = self.waiters.register(qid, &consumer);
         loop {
-            let waker = self.waker(qid);
-            let notified = waker.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-
+            // This look sees whatever was told before it.
+            slot.take();
             if abandon.as_ref().is_some_and(|a| a.is_abandoned()) {
                 // Nobody is there to receive: take nothing.
                 return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
@@ -111,16 +110,34 @@ impl Engine {
                 let d = Duration::from_micros(u64::try_from(t.saturating_sub(now)).unwrap_or(0));
                 until = until.min(now_i + d);
             }
-            let gone = async {
-                match &abandon {
-                    Some(a) => a.abandoned().await,
-                    None => std::future::pending().await,
+            // Wait for a change this receive may find something in: new messages are judged
+            // here, against the selector, and only one that passes sends it to look again.
+            loop {
+                let gone = async {
+                    match &abandon {
+                        Some(a) => a.abandoned().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = self.clock.sleep_until(until) => break,
+                    () = slot.notified() => {}
+                    () = gone => break,
                 }
-            };
-            tokio::select! {
-                _ = self.clock.sleep_until(until) => {}
-                _ = notified => {}
-                () = gone => {}
+                let p = slot.take();
+                if p.rescan || queue.grouped {
+                    break;
+                }
+                let serves = |m: &NewMessage| {
+                    // A delayed one may pass once its delay ends (its state changes): the
+                    // wait is cut to that, by looking again.
+                    m.consumers.iter().any(|c| c == slot.consumer())
+                        && (m.delay_until.is_some() || filter.matches_new(m, slot.consumer(), queue, resolved))
+                };
+                if p.arrived.iter().any(|set| set.iter().any(serves)) {
+                    break;
+                }
+                self.long_poll_wakes_judged.inc();
             }
         }
         if filter.msgid.is_some() {
@@ -524,6 +541,26 @@ impl Filter {
     /// Whether a condition is to be evaluated (a scan fetches a page of candidates then).
     pub(super) fn has_condition(&self) -> bool {
         self.condition.is_some()
+    }
+
+    /// Whether the new message `m` passes the selector of a receive as `consumer` (what
+    /// the store's query checks of correlation and message id, and the condition): a
+    /// waiting receive's judgement of what arrived (see `wake`). A condition over one
+    /// evaluation's budget counts as passing: the look that follows refuses it.
+    pub(super) fn matches_new(&self, m: &NewMessage, consumer: &str, queue: &QueueInfo, resolved: &Resolved) -> bool {
+        if self.corrid.as_ref().is_some_and(|c| m.corrid.as_ref() != Some(c)) {
+            return false;
+        }
+        if self.msgid.is_some_and(|id| id != m.msgid) {
+            return false;
+        }
+        self.condition.as_ref().is_none_or(|c| {
+            self.work.may_match(
+                c,
+                &context::MessageContext::for_new(m, &queue.name, &queue.payload, &resolved.catalog.types)
+                    .as_consumer(consumer),
+            )
+        })
     }
 
     /// Whether `m` passes the selector (what the store's query checks of correlation and

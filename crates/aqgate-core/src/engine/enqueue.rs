@@ -122,6 +122,8 @@ impl Engine {
         }
         let mut woken = vec![qid];
         let commit_session = req.commit && session.pending;
+        // A commit that ends dequeues may release LOCKED messages: older ones visible again.
+        let releases = commit_session && session.dequeued;
         let mut next = session.state();
         if req.commit {
             next.end_transaction();
@@ -157,8 +159,14 @@ impl Engine {
         };
         self.settle(session, next, version);
         if commit_now {
-            for q in woken {
-                self.wake(q);
+            if woken == [qid] && !releases {
+                // These rows are all the commit made visible: waiters judge them alone.
+                self.wake_arrived(qid, rows);
+            } else {
+                // A session's earlier work came with them: every waiter looks again.
+                for q in woken {
+                    self.wake(q);
+                }
             }
         }
         Ok(response)

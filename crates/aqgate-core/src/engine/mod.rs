@@ -17,12 +17,14 @@ pub mod session;
 mod time_manager;
 mod transactions;
 mod transform;
+mod wake;
 mod work;
 
 pub use buffered::BufferConfig;
 pub use dequeue::header_of;
 pub use enqueue::agent_from_json;
 pub use transactions::session_expired_error;
+pub use wake::Change;
 use {dequeue::*, time_manager::*, transactions::*};
 
 use std::collections::HashMap;
@@ -162,7 +164,8 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     config: EngineConfig,
     resolved: RwLock<Arc<Resolved>>,
-    wakers: StdMutex<HashMap<QueueId, Arc<Notify>>>,
+    /// Receives waiting for a change on their queue (see `wake`).
+    waiters: wake::Waiters,
     /// Rung on commits that make messages visible on a queue with registrations (the
     /// notification dispatcher).
     commits: Arc<Notify>,
@@ -191,6 +194,9 @@ pub struct Engine {
     condition_refused: crate::metrics::Counter,
     /// Per-agent shares: the idempotency records' usage as last counted, the counters.
     fair: fair::Fair,
+    /// Wake-ups of waiting receives settled in memory: nothing that arrived passed their
+    /// selector, so they did not look in the store again.
+    long_poll_wakes_judged: crate::metrics::Counter,
 }
 
 /// One agent's place among the receives waiting now; given back when dropped.
@@ -282,9 +288,14 @@ impl Engine {
             "Requests refused (2393) for a condition, rule or transformation over its work budget.",
         );
         let fair = fair::Fair::new(&config.metrics);
+        let long_poll_wakes_judged = config.metrics.counter(
+            "aqgate_long_poll_wakes_judged_total",
+            "Wake-ups of waiting receives settled without looking in the store: no message that arrived passed their selector.",
+        );
         let engine = Arc::new(Self {
             fair,
             buffers,
+            long_poll_wakes_judged,
             recipients_refused,
             long_polls: StdMutex::new(HashMap::new()),
             long_polls_refused,
@@ -296,7 +307,7 @@ impl Engine {
             clock,
             config,
             resolved: RwLock::new(Arc::new(Resolved::default())),
-            wakers: StdMutex::new(HashMap::new()),
+            waiters: wake::Waiters::default(),
             commits: Arc::new(Notify::new()),
             registered: RwLock::new(std::collections::HashSet::new()),
             registered_interest: tokio::sync::Mutex::new(HashMap::new()),
@@ -376,11 +387,6 @@ impl Engine {
         })
     }
 
-    fn waker(&self, queue: QueueId) -> Arc<Notify> {
-        let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
-        w.entry(queue).or_insert_with(|| Arc::new(Notify::new())).clone()
-    }
-
     /// A place for one more of `agent`'s receives to wait, if it has fewer than
     /// [`EngineConfig::max_long_polls_per_agent`] waiting (else counted as refused).
     pub(super) fn long_poll(&self, agent: &str) -> Option<LongPoll<'_>> {
@@ -396,9 +402,23 @@ impl Engine {
         Some(LongPoll { engine: self, agent: agent.to_string() })
     }
 
-    /// Wakes long-polls waiting on `queue`, and the notification dispatcher.
+    /// Wakes long-polls waiting on `queue` (each looks again), and the notification
+    /// dispatcher.
     pub fn wake(&self, queue: QueueId) {
-        self.waker(queue).notify_waiters();
+        self.wake_with(queue, &Change::Unknown);
+    }
+
+    /// Tells `queue`'s long polls that `messages`, just committed, are the only change: only
+    /// the waiters of their consumers are woken, and those look again only if one of them
+    /// passes their selector. Wakes the notification dispatcher as [`Engine::wake`] does.
+    pub(super) fn wake_arrived(&self, queue: QueueId, messages: Vec<NewMessage>) {
+        let change = if self.waiters.any(queue) { Change::Arrived(messages.into()) } else { Change::Unknown };
+        self.wake_with(queue, &change);
+    }
+
+    /// Tells `queue`'s long polls what changed, and wakes the notification dispatcher.
+    pub fn wake_with(&self, queue: QueueId, change: &Change) {
+        self.waiters.wake(queue, change);
         if self.registered.read().unwrap_or_else(|p| p.into_inner()).contains(&queue) {
             // A stored permit: a dispatcher busy when the commit lands still sees it.
             self.commits.notify_one();

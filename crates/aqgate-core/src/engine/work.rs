@@ -49,6 +49,15 @@ impl Work {
         self.left.store(self.limits.request_steps, Ordering::Relaxed);
     }
 
+    /// Whether `cond` may hold for a message, judged within one evaluation's budget and
+    /// charged to no scan (a waiting receive's judgement of what arrived): a condition over
+    /// the budget counts as holding, so the look it leads to evaluates it within the
+    /// scan's budget, and refuses it there.
+    pub(super) fn may_match(&self, cond: &Condition, ctx: &dyn ConditionContext) -> bool {
+        let mut budget = Budget::new(self.limits.limits.max_steps, self.limits.limits.max_text_bytes);
+        cond.eval_within(ctx, &mut budget).unwrap_or(true)
+    }
+
     /// Evaluates `cond` for one message whose stored payload has `payload_bytes`; `what`
     /// names the condition in a fault ("dequeue condition", "rule of subscriber X").
     pub(super) fn eval(

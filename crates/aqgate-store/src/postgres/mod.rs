@@ -40,6 +40,19 @@ const SPOOL_LEASE: Micros = 150 * aqgate_core::clock::MICROS_PER_SEC;
 /// The LISTEN/NOTIFY channel for enqueue signals.
 const CHANNEL: &str = "aqgate_enqueue";
 
+/// The setting each connection of a store carries its [`PgStore::origin`] in.
+const ORIGIN_SETTING: &str = "aqgate.origin";
+
+/// The payload of an enqueue signal for queue `q`: its id, then the origin of the
+/// committing store (see [`PgStore::origin`]). A macro, so that SQL text can include it
+/// with `concat!`; the setting is [`ORIGIN_SETTING`].
+macro_rules! notify_payload {
+    () => {
+        "q::text || coalesce(' ' || current_setting('aqgate.origin', true), '')"
+    };
+}
+use notify_payload;
+
 pub struct PgStore {
     pool: PgPool,
     /// Group commit for enqueues that commit at once, and for receives that take the head
@@ -47,6 +60,10 @@ pub struct PgStore {
     inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
     takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
     interests: crate::interest::Interests,
+    /// This store's mark on the enqueue signals its commits send: its own listener skips
+    /// them, since the engine that committed has woken its waiters already, and knows
+    /// better what changed (see `Change::Arrived`).
+    origin: String,
 }
 
 impl PgStore {
@@ -64,9 +81,12 @@ impl PgStore {
         // With sorting priced out, a plan that must still sort costs ~1e10 and PostgreSQL
         // would JIT-compile it (hundreds of milliseconds per query): no JIT for these
         // short OLTP statements.
-        let opts = PgConnectOptions::from_str(url)
-            .map_err(|e| cannot_connect("connect to", url, &e))?
-            .options([("enable_sort", "off"), ("jit", "off")]);
+        let origin = uuid::Uuid::new_v4().simple().to_string();
+        let opts = PgConnectOptions::from_str(url).map_err(|e| cannot_connect("connect to", url, &e))?.options([
+            ("enable_sort", "off"),
+            ("jit", "off"),
+            (ORIGIN_SETTING, origin.as_str()),
+        ]);
         // One connection first, once, at once: a server that cannot be reached is said to
         // be so, with the reason, rather than waited for until the pool times out.
         let first = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::ConnectOptions::connect(&opts))
@@ -87,7 +107,7 @@ impl PgStore {
         let counters = GroupCounters::register(metrics);
         let inserts = Coalescer::start(pool.clone(), counters.clone());
         let takes = Coalescer::start_takes(pool.clone(), counters);
-        Ok(Self { pool, inserts, takes, interests })
+        Ok(Self { pool, inserts, takes, interests, origin })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -302,11 +322,12 @@ impl Store for PgStore {
         self.interests.wake_through(tx.clone());
         let waker = self.interests.waker();
         let pool = self.pool.clone();
+        let origin = self.origin.clone();
         tokio::spawn(async move {
             loop {
                 match listener.try_recv().await {
                     Ok(Some(n)) => {
-                        if let Ok(q) = n.payload().parse::<QueueId>()
+                        if let Some(q) = signalled_queue(n.payload(), &origin)
                             && tx.send(q).await.is_err()
                         {
                             return;
@@ -337,6 +358,16 @@ impl Store for PgStore {
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
         self.interests.acquire(queue).await
     }
+}
+
+/// The queue an enqueue signal names, unless it comes from the store of origin `own`
+/// (whose engine woke its waiters itself). A signal without an origin counts.
+fn signalled_queue(payload: &str, own: &str) -> Option<QueueId> {
+    let (q, origin) = payload.split_once(' ').unwrap_or((payload, ""));
+    if origin == own {
+        return None;
+    }
+    q.parse().ok()
 }
 
 /// A new listener on the store's channel, once one can be had (`None`: the pool was

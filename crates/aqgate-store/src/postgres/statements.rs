@@ -12,7 +12,9 @@ pub(super) const PUBLISH_SQL: &str = concat!(
     "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
           m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
           c AS (SELECT queue_id AS q, count(*) AS n FROM m GROUP BY queue_id),
-          s AS (SELECT pg_notify($2, q::text) FROM c WHERE NOT ",
+          s AS (SELECT pg_notify($2, ",
+    notify_payload!(),
+    ") FROM c WHERE NOT ",
     crate::interest::uninterested!(),
     ")
      SELECT q, n FROM c WHERE (SELECT count(*) FROM s) >= 0 ORDER BY q"
@@ -85,10 +87,11 @@ pub(super) static PUBLISH_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sy
             "WITH o AS (UPDATE notify_outbox SET txn = NULL WHERE txn = $1),
               m AS (UPDATE messages SET enq_txn = NULL WHERE enq_txn = $1 RETURNING queue_id),
               c AS (SELECT queue_id AS q, count(*) AS n FROM m GROUP BY queue_id),
-              s AS (SELECT pg_notify($2, q::text) FROM c WHERE NOT {}),
+              s AS (SELECT pg_notify($2, {}) FROM c WHERE NOT {}),
               {},
               w AS (SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed)
          SELECT c.q, c.n, w.sealed FROM w LEFT JOIN c ON true WHERE (SELECT count(*) FROM s) >= 0 ORDER BY c.q",
+            notify_payload!(),
             crate::interest::uninterested!(),
             session_ctes(3, new)
         )
@@ -159,10 +162,11 @@ macro_rules! insert_ctes {
 pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
     [false, true].map(|new| {
         format!(
-            "{}, nt AS MATERIALIZED (SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT {}),
+            "{}, nt AS MATERIALIZED (SELECT pg_notify($16, {}) FROM UNNEST($17::int8[]) AS q WHERE NOT {}),
          {}
          SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
             insert_ctes!(),
+            notify_payload!(),
             crate::interest::uninterested!(),
             session_ctes(22, new)
         )
@@ -231,7 +235,9 @@ pub(super) fn insert_query<'a>(
     let sql: &'static str = match session {
         None => concat!(
             insert_ctes!(),
-            "\n         SELECT pg_notify($16, q::text) FROM UNNEST($17::int8[]) AS q WHERE NOT ",
+            "\n         SELECT pg_notify($16, ",
+            notify_payload!(),
+            ") FROM UNNEST($17::int8[]) AS q WHERE NOT ",
             crate::interest::uninterested!()
         ),
         Some(row) => INSERT_SEALED_SQL[variant(row)].as_str(),

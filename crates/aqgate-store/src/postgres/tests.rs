@@ -114,3 +114,12 @@ async fn a_regular_that_does_not_come_back_delays_the_batch_at_most_max_wait() {
     // the margin is for a loaded test machine, not for the writer.
     assert!(started.elapsed() < crate::regulars::MAX_WAIT + Duration::from_millis(500));
 }
+
+#[test]
+fn own_enqueue_signals_are_skipped() {
+    assert_eq!(signalled_queue("7 abc", "abc"), None);
+    assert_eq!(signalled_queue("7 def", "abc"), Some(7));
+    assert_eq!(signalled_queue("7", "abc"), Some(7));
+    assert_eq!(signalled_queue("x def", "abc"), None);
+    assert!(notify_payload!().contains(ORIGIN_SETTING), "the SQL names the same setting");
+}
