@@ -202,8 +202,10 @@ async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_spa
     let row: Vec<&str> =
         listing.lines().find(|l| l.starts_with("HQ.ORDERS ")).expect(&listing).split_whitespace().collect();
     let remote_url = format!("http://127.0.0.1:{b}/aqserv");
-    assert_eq!(row[..6], ["HQ.ORDERS", "RUNNING", "space", "HQ.ORDERS", &remote_url, "AQUSER.RAW_QUE"], "{listing}");
-    assert_eq!(row[10], "0", "the backlog: {listing}");
+    // The destination `URL QUEUE` is one field, its space escaped.
+    let destination = format!("{remote_url}\\x20AQUSER.RAW_QUE");
+    assert_eq!(row[..5], ["HQ.ORDERS", "RUNNING", "space", "HQ.ORDERS", &destination], "{listing}");
+    assert_eq!(row[9], "0", "the backlog: {listing}");
     assert!(listing.lines().any(|l| l.starts_with("HQ.MISSING ")), "{listing}");
     // They follow their space: `--disable` names them, and says why it does not apply.
     let out = std::process::Command::new(BIN)
