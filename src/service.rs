@@ -93,7 +93,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             notify_mail_policy: std::sync::Arc::new(notify_args.mail_policy()?),
             ..EngineConfig::default()
         },
-        limits: Limits { max_bytes: max_body, ..Limits::default() },
+        limits: Limits {
+            max_bytes: max_body,
+            max_recipients: usize::try_from(max_recipients).unwrap_or(usize::MAX),
+            ..Limits::default()
+        },
         tick: Duration::from_secs(1),
         propagation_lease: aqgate::propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
             .broker_max_message_bytes(broker_max_message_bytes),

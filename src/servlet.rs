@@ -27,6 +27,7 @@ use aqgate_proto::idap::{self, Envelope, Limits};
 
 mod client_cert;
 mod login;
+mod parse;
 mod password;
 #[cfg_attr(not(feature = "saml"), path = "servlet/no_saml.rs")]
 mod saml;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub edge: Arc<crate::edge::Connections>,
     /// Bounds on password checks (see [`password`]).
     pub passwords: Arc<PasswordGate>,
+    /// The turns for parsing large bodies off the runtime's worker (see [`parse`]).
+    pub large_parses: Arc<parse::LargeParses>,
 }
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
@@ -94,6 +97,7 @@ impl AppState {
             body_timeout: std::time::Duration::from_secs(30),
             edge: crate::edge::Connections::new(crate::edge::EdgeConfig::default(), &engine.config().metrics),
             passwords: Arc::new(PasswordGate::new(PasswordLimits::default(), &engine.config().metrics)),
+            large_parses: parse::LargeParses::new(),
             engine,
         }
     }
@@ -474,7 +478,7 @@ async fn idap_post(
         Err(e) => return fault_with_status(StatusCode::BAD_REQUEST, &e),
     };
     // Parsed before a session is opened: a request refused here leaves none behind.
-    let envelope = match idap::parse_request(&body, &s.limits) {
+    let envelope = match parse::request(&s.large_parses, &body, &s.limits).await {
         Ok(e) => e,
         Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), None),
     };
@@ -610,7 +614,7 @@ async fn idap_post(
             session.origin = origin;
             session.abandon = Some(abandoned);
             session.schedule = schedule;
-            result = match idap::parse_request(&body, &s.limits) {
+            result = match parse::request(&s.large_parses, &body, &s.limits).await {
                 Ok(envelope) => engine.execute_envelope(&mut session, envelope).await,
                 Err(e) => Err(AqError::client(e.error_code(), e.to_string())),
             };

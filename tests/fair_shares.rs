@@ -86,7 +86,7 @@ async fn records(db: &str) -> (i64, i64) {
 
 /// `--max-sessions-per-agent 3 --max-sessions 5`: john holds three open sessions; his
 /// fourth open send is refused (503, Retry-After, fault 18 naming the limit) and leaves
-/// nothing, while his send with its commit, scott's send with its commit and scott's own
+/// nothing, and the next one is refused before any of its work, while his send with its commit, scott's send with its commit and scott's own
 /// open sessions are served; at five in the store, scott's third open send is refused by
 /// the store-wide limit, and still not his committed one; once the sessions time out, john
 /// may open another. Each refusal is counted in `/metrics`.
@@ -109,6 +109,13 @@ async fn one_agent_at_its_session_limit_shuts_out_nobody(b: Backend) {
     assert!(m.contains("nothing of this request was performed"), "{m}");
     assert!(fourth.is_none(), "no cookie for a refused request");
     assert_eq!(metric(port, "aqgate_sessions_refused_total{limit=\"agent\"}"), 1);
+    // Found at his limit, john's next request that would open a session is refused before
+    // any of its work: a send to a queue that does not exist gets 18, not "no such queue".
+    let nowhere = raw_send("AQUSER.NO_SUCH_QUE", &[("", "01")], "");
+    let (status, _, _, body) = post(port, JOHN, &mut None, None, &nowhere).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(fault_of(&body).0, code::SESSION_LIMIT, "{body}");
+    assert_eq!(metric(port, "aqgate_sessions_refused_total{limit=\"agent\"}"), 2);
     // Requests that open no session are served, john's own among them.
     let (status, _, _, body) = post(port, JOHN, &mut None, None, &send_commit("0B")).await;
     assert!(status == 200 && is_send(&body), "john's send with its commit: {body}");

@@ -3,7 +3,8 @@
 //! receive that does not wait (the message if one is there, else 25228 saying why), other
 //! agents' receives still wait, and a matching message still wakes the right waiter.
 //! Many waiting receives that no new message can serve cost another agent's sends nothing:
-//! a commit's messages are judged in memory by each waiter, not by a scan of the queue.
+//! a commit's messages are judged in memory by each waiter, not by a scan of the queue —
+//! also the commit of a transaction that spans requests.
 
 mod common;
 
@@ -155,7 +156,31 @@ async fn waiters_that_cannot_match_cost_other_sends_nothing(db: String) {
     eprintln!("send latency with 200 waiting receives: p50 {p50:?}, p99 {p99:?}");
     assert!(p99 < Duration::from_millis(500), "sends slowed by the waiting receives: p50 {p50:?}, p99 {p99:?}");
     // The waiters judged what arrived without looking again, and all still wait.
-    assert!(metric(port, "aqgate_long_poll_wakes_judged_total").await >= 100 * 200 / 2);
+    let judged = metric(port, "aqgate_long_poll_wakes_judged_total").await;
+    assert!(judged >= 100 * 200 / 2);
+    waiting(port, 200).await;
+
+    // The same for transactions that span requests: 10 sessions each send twice, then
+    // commit with AQXmlCommit (5) or with a third send's commit (5); every commit is
+    // judged in memory too.
+    for i in 0..10 {
+        let mut cookie = None;
+        for j in 0..2 {
+            let r =
+                idap_in(port, SCOTT, &mut cookie, &raw_send(Q, &[("<priority>1</priority>", &format!("{i}{j}"))], ""))
+                    .await;
+            assert!(matches!(r, Response::Send(..)), "{r:?}");
+        }
+        let end = if i % 2 == 0 {
+            envelope(COMMIT)
+        } else {
+            raw_send(Q, &[("<priority>1</priority>", &format!("{i}F"))], COMMIT)
+        };
+        let r = idap_in(port, SCOTT, &mut cookie, &end).await;
+        assert!(matches!(r, Response::Commit(_) | Response::Send(..)), "{r:?}");
+    }
+    let judged_sessions = metric(port, "aqgate_long_poll_wakes_judged_total").await - judged;
+    assert!(judged_sessions >= 10 * 200 / 2, "session commits judged {judged_sessions} wake-ups in memory");
     waiting(port, 200).await;
 
     // A message that matches still wakes one of them at once.

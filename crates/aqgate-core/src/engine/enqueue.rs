@@ -122,8 +122,7 @@ impl Engine {
         }
         let mut woken = vec![qid];
         let commit_session = req.commit && session.pending;
-        // A commit that ends dequeues may release LOCKED messages: older ones visible again.
-        let releases = commit_session && session.dequeued;
+        let (txn, enqueued_before, dequeued_before) = (session.txn.clone(), session.enqueued, session.dequeued);
         let mut next = session.state();
         if req.commit {
             next.end_transaction();
@@ -157,16 +156,18 @@ impl Engine {
             }
             v
         };
-        self.settle(session, next, version);
-        if commit_now {
-            if woken == [qid] && !releases {
+        if commit_session {
+            // The session's earlier work comes with them: what this process saw of it.
+            let visible = self.staged.commit(&txn, enqueued_before, dequeued_before, &woken, Some((qid, rows)));
+            self.settle(session, next, version);
+            self.wake_visible(visible);
+        } else {
+            self.settle(session, next, version);
+            if commit_now {
                 // These rows are all the commit made visible: waiters judge them alone.
                 self.wake_arrived(qid, rows);
-            } else {
-                // A session's earlier work came with them: every waiter looks again.
-                for q in woken {
-                    self.wake(q);
-                }
+            } else if !session.propagates {
+                self.staged.add(&txn, enqueued_before, qid, &rows, self.now());
             }
         }
         Ok(response)

@@ -42,6 +42,13 @@ impl Default for Shares {
 /// in between it adds what it records itself.
 const RECOUNT_EVERY: Micros = 60 * crate::clock::MICROS_PER_SEC;
 
+/// How long an agent found at `--max-sessions-per-agent` is taken to be there still: its
+/// requests that would open a session meanwhile are refused before any of their work, in
+/// this process (a flood of them would otherwise each do its work and count the agent's
+/// sessions in the request's transaction, on SQLite in the one write lane everyone shares).
+/// A session this process ends forgets every such finding at once.
+const AT_CAP_FOR: Micros = crate::clock::MICROS_PER_SEC;
+
 /// An agent's idempotency records as last counted in the store, plus this process's since.
 #[derive(Debug, Clone, Copy)]
 struct Usage {
@@ -53,6 +60,8 @@ struct Usage {
 /// The engine's part of the shares: the records' usage per agent, and the counters.
 pub(super) struct Fair {
     usage: StdMutex<HashMap<String, Usage>>,
+    /// Agents found at their session cap, and when (see [`AT_CAP_FOR`]).
+    at_cap: StdMutex<HashMap<String, Micros>>,
     sessions_refused_store: Counter,
     sessions_refused_agent: Counter,
     records_refused: Counter,
@@ -67,6 +76,7 @@ impl Fair {
                                     (limit=\"store\": --max-sessions, limit=\"agent\": --max-sessions-per-agent).";
         Self {
             usage: StdMutex::new(HashMap::new()),
+            at_cap: StdMutex::new(HashMap::new()),
             sessions_refused_store: metrics.labelled(REFUSED, REFUSED_HELP, "limit", "store"),
             sessions_refused_agent: metrics.labelled(REFUSED, REFUSED_HELP, "limit", "agent"),
             records_refused: metrics.counter(
@@ -106,13 +116,46 @@ impl Engine {
         }
         let cap = i64::try_from(shares.max_sessions_per_agent).unwrap_or(i64::MAX);
         if tx.sessions_of(&session.agent, cap).await? >= cap {
-            self.fair.sessions_refused_agent.inc();
-            return Err(too_many_sessions(format!(
-                "agent {} holds {} open sessions, its limit (--max-sessions-per-agent)",
-                session.agent, shares.max_sessions_per_agent
-            )));
+            let mut at_cap = self.fair.at_cap.lock().unwrap_or_else(|p| p.into_inner());
+            if at_cap.len() >= 4096 {
+                let now = self.now();
+                at_cap.retain(|_, at| now - *at < AT_CAP_FOR);
+            }
+            at_cap.insert(session.agent.clone(), self.now());
+            drop(at_cap);
+            return Err(self.agent_at_cap(&session.agent));
         }
         Ok(())
+    }
+
+    /// Before any work of a request that would leave a new session open: refused at once
+    /// (18) if its agent was found at `--max-sessions-per-agent` within [`AT_CAP_FOR`].
+    pub(super) fn refuse_known_at_cap(&self, session: &Session) -> Result<(), AqError> {
+        if session.propagates || session.stored.is_some() {
+            return Ok(());
+        }
+        let now = self.now();
+        let known = self
+            .fair
+            .at_cap
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session.agent)
+            .is_some_and(|at| (0..AT_CAP_FOR).contains(&(now - *at)));
+        if known { Err(self.agent_at_cap(&session.agent)) } else { Ok(()) }
+    }
+
+    /// Sessions ended in this process: an agent found at its cap may have room again.
+    pub(super) fn sessions_ended(&self) {
+        self.fair.at_cap.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn agent_at_cap(&self, agent: &str) -> AqError {
+        self.fair.sessions_refused_agent.inc();
+        too_many_sessions(format!(
+            "agent {agent} holds {} open sessions, its limit (--max-sessions-per-agent)",
+            self.config.shares.max_sessions_per_agent
+        ))
     }
 
     /// Counts `agent`'s idempotency records in the store again if the last count is older

@@ -14,6 +14,7 @@ mod grouping;
 mod register;
 pub mod schedule;
 pub mod session;
+mod staged;
 mod time_manager;
 mod transactions;
 mod transform;
@@ -197,6 +198,8 @@ pub struct Engine {
     /// Wake-ups of waiting receives settled in memory: nothing that arrived passed their
     /// selector, so they did not look in the store again.
     long_poll_wakes_judged: crate::metrics::Counter,
+    /// What open transactions enqueued, for their commits' wake-ups (see `staged`).
+    staged: staged::Staged,
 }
 
 /// One agent's place among the receives waiting now; given back when dropped.
@@ -308,6 +311,7 @@ impl Engine {
             config,
             resolved: RwLock::new(Arc::new(Resolved::default())),
             waiters: wake::Waiters::default(),
+            staged: staged::Staged::default(),
             commits: Arc::new(Notify::new()),
             registered: RwLock::new(std::collections::HashSet::new()),
             registered_interest: tokio::sync::Mutex::new(HashMap::new()),
@@ -416,6 +420,13 @@ impl Engine {
         self.wake_with(queue, &change);
     }
 
+    /// Tells each queue's long polls what a commit made visible there (see `staged`).
+    pub(super) fn wake_visible(&self, visible: staged::Visible) {
+        for (q, change) in visible {
+            self.wake_with(q, &change);
+        }
+    }
+
     /// Tells `queue`'s long polls what changed, and wakes the notification dispatcher.
     pub fn wake_with(&self, queue: QueueId, change: &Change) {
         self.waiters.wake(queue, change);
@@ -494,6 +505,17 @@ impl Engine {
             Request::Commit => true,
             Request::Rollback => false,
         };
+        // A request that would leave a new session open, of an agent just found at its
+        // session cap: refused before any of its work (see `fair`).
+        let opens = !commits
+            && match &request {
+                Request::Send(_) | Request::Publish(_) => true,
+                Request::Receive(r) => r.consumer.dequeue_mode != DequeueMode::Browse,
+                Request::Register(_) | Request::Commit | Request::Rollback => false,
+            };
+        if opens {
+            self.refuse_known_at_cap(session)?;
+        }
         if commits && !session.intact {
             // Also with nothing pending: the write that made it pending may be the lost one.
             tracing::warn!("the database restarted since a write of a session's transaction; its commit is refused");

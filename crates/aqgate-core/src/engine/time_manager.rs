@@ -29,6 +29,7 @@ impl Engine {
             self.stored_sessions.store(c, std::sync::atomic::Ordering::Relaxed);
         }
         self.sessions.forget_idle(before);
+        self.staged.forget_older(before);
         let resolved = self.resolved();
         let mut n = 0;
         for row in idle {
@@ -89,6 +90,8 @@ impl Engine {
             Vec::new()
         };
         tx.commit().await?;
+        self.staged.forget(&row.txn);
+        self.sessions_ended();
         if row.pending {
             tracing::info!(agent = %row.agent, "an idle session's transaction was rolled back");
         }

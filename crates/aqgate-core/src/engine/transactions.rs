@@ -164,6 +164,10 @@ impl Engine {
 
     /// Takes on what a performed request left of the session.
     pub(super) fn settle(&self, session: &mut Session, next: SessionState, version: Option<i64>) {
+        if next.txn != session.txn {
+            // Committed (told already, see `commit`) or rolled back: its staged messages go.
+            self.staged.forget(&session.txn);
+        }
         if session.propagates && !next.pending && session.stored.is_some() {
             // `seal` ended the job batch's row.
             session.stored = None;
@@ -233,10 +237,9 @@ impl Engine {
             Vec::new()
         };
         self.commit_tx(tx).await?;
+        let visible = self.staged.commit(&session.txn, session.enqueued, session.dequeued, &woken, None);
         self.settle(session, next, version);
-        for q in woken {
-            self.wake(q);
-        }
+        self.wake_visible(visible);
         Ok(())
     }
 

@@ -83,7 +83,16 @@ pub struct Limits {
     pub max_depth: usize,
     /// Maximum number of `message` elements in one `message_set`.
     pub max_messages: usize,
+    /// The recipients one message may name (the engine refuses a longer list whole). The
+    /// parser itself stops at [`RECIPIENT_ENTRIES_PER_RECIPIENT`] times as many entries of
+    /// one `recipient_list` (more than any list within the limit can hold), so that a
+    /// hostile list costs its bytes to read but not a tree of a hundred thousand agents.
+    pub max_recipients: usize,
 }
+
+/// Child nodes of a `recipient_list` the parser builds per allowed recipient: a recipient
+/// in the shorthand form is up to four fields, each with whitespace around it.
+pub const RECIPIENT_ENTRIES_PER_RECIPIENT: usize = 8;
 
 /// Attributes (namespace declarations included) allowed on one element. quick-xml's
 /// duplicate-attribute check is quadratic in this number, so it must stay small.
@@ -95,7 +104,7 @@ pub const MAX_NAMESPACES_IN_SCOPE: usize = 128;
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_bytes: 4 * 1024 * 1024, max_depth: 64, max_messages: 10_000 }
+        Self { max_bytes: 4 * 1024 * 1024, max_depth: 64, max_messages: 10_000, max_recipients: 1024 }
     }
 }
 
@@ -108,7 +117,7 @@ impl Default for Limits {
 /// |------------------|-------|------------------------------------------------------------|
 /// | `Malformed`      | 25441 | not well-formed XML, invalid UTF-8, unknown entity/prefix  |
 /// | `Doctype`        | 25442 | a `<!DOCTYPE>` (DTDs and custom entities are refused)      |
-/// | `TooLarge`       | 25443 | over `max_bytes`, or a `message_set` over `max_messages`   |
+/// | `TooLarge`       | 25443 | over `max_bytes`, a `message_set` over `max_messages`, or a `recipient_list` far over `max_recipients` |
 /// | `TooDeep`        | 25444 | elements nested deeper than `max_depth`                    |
 /// | `WrongNamespace` | 25445 | a structural element, or `IDAPMethodName`, in a wrong namespace |
 /// | `Invalid`        | 25446 | well-formed but not a valid IDAP document (unknown, missing or duplicate element, bad number or enum value, `message_count` mismatch, duplicate `message_number`, bad hex) |

@@ -628,6 +628,37 @@ fn limits_are_enforced() {
     assert!(matches!(req_err_with(EX01.as_bytes(), &shallow), CodecError::TooDeep(8)));
 }
 
+/// A publish whose one message names `n` recipients in the shorthand form, with an XML
+/// payload that holds `in_payload` `<recipient_list>` children of its own.
+fn publish_naming(n: usize, in_payload: usize) -> String {
+    let list: String = (0..n).map(|i| format!("<agent_name>R{i}</agent_name>\n")).collect();
+    let own: String = (0..in_payload).map(|i| format!("<agent_name>P{i}</agent_name>")).collect();
+    format!(
+        r#"<Envelope><Body><AQXmlPublish><producer_options><destination>Q</destination></producer_options>
+        <message_set><message><message_header><recipient_list>{list}</recipient_list></message_header>
+        <message_payload><doc><message_header><recipient_list>{own}</recipient_list></message_header></doc>
+        </message_payload></message></message_set></AQXmlPublish></Body></Envelope>"#
+    )
+}
+
+#[test]
+fn a_recipient_list_far_over_the_limit_stops_the_parse() {
+    let limits = Limits { max_recipients: 100, ..Limits::default() };
+    // Over the limit but within what the parser builds: parsed whole, for the engine to
+    // refuse with the list's length.
+    let env = parse_request(publish_naming(101, 0).as_bytes(), &limits).expect("parsed");
+    assert_eq!(enqueue(env.body).messages[0].header.recipient_list.len(), 101);
+    // Past eight entries per allowed recipient: refused while reading.
+    let err = req_err_with(publish_naming(500, 0).as_bytes(), &limits);
+    assert!(
+        matches!(&err, CodecError::TooLarge(m) if m.contains("recipient_list of over 800 entries") && m.contains("at most 100")),
+        "{err:?}"
+    );
+    // A payload's own elements of that name are content, not a recipient list.
+    let env = parse_request(publish_naming(3, 5_000).as_bytes(), &limits).expect("parsed");
+    assert_eq!(enqueue(env.body).messages[0].header.recipient_list.len(), 3);
+}
+
 #[test]
 fn attribute_and_namespace_floods_are_refused() {
     let attrs: String = (0..1000).map(|i| format!(" a{i}=\"\"")).collect();

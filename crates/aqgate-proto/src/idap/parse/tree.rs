@@ -254,6 +254,19 @@ pub(super) fn open_elem<'a>(
     if stack.len() >= limits.max_depth {
         return Err(CodecError::TooDeep(limits.max_depth));
     }
+    let entries = limits.max_recipients.saturating_mul(RECIPIENT_ENTRIES_PER_RECIPIENT);
+    if let [.., header, list] = stack
+        && list.local == "recipient_list"
+        && header.local == "message_header"
+        && list.children.len() >= entries
+        && !stack.iter().any(|e| e.local == "message_payload")
+    {
+        return Err(CodecError::TooLarge(format!(
+            "a recipient_list of over {entries} entries, and a message may name at most {} recipients \
+             (--max-recipients); send to fewer recipients per message, or to subscribers",
+            limits.max_recipients
+        )));
+    }
     let qname = borrow_from(text, start.name().as_ref());
     // quick-xml takes whatever precedes the first blank as the name, even nothing (`<\r/>`),
     // which the writer would turn into an end tag `</>`: only XML names are accepted.
