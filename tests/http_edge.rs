@@ -314,8 +314,8 @@ async fn a_wrong_password_flood_keeps_memory_bounded_and_honest_clients_fast() {
 }
 
 /// `--auth-failures-before-backoff 3 --auth-backoff-max 2`: three failures bar the client's
-/// address (for any agent) and the agent (from any address): 429 with Retry-After, even
-/// for the right password; after the bar the right password passes and resets both.
+/// address (for any agent) and the agent (from any address): 429 with Retry-After, after
+/// a pause, even for the right password; after the bar the right password passes and resets both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_logins_bar_the_client_and_the_agent_until_a_success() {
     let port = free_port();
@@ -330,7 +330,8 @@ async fn failed_logins_bar_the_client_and_the_agent_until_a_success() {
         ([127, 0, 3, 2], "john", "welcome"),
         ([127, 0, 3, 1], "scott", "tiger-not"),
     ];
-    for (from, user, pw) in barred {
+    for (i, (from, user, pw)) in barred.into_iter().enumerate() {
+        let started = Instant::now();
         let mut s = connect(port, from).await;
         s.write_all(format!("{}{body}", head(&as_(user, pw), body.len())).as_bytes()).await.expect("write");
         let mut buf = vec![0u8; 4096];
@@ -338,6 +339,10 @@ async fn failed_logins_bar_the_client_and_the_agent_until_a_success() {
         let r = String::from_utf8_lossy(&buf[..n]).to_lowercase();
         assert_eq!(status(&r), 429, "{user} from {from:?}: {r}");
         assert!(r.contains("retry-after: 1"), "{r}");
+        if i == 0 {
+            // A quarter of the bar left (nearly 1 s): a client asking at once is slowed.
+            assert!(started.elapsed() >= Duration::from_millis(150), "429 after {:?}", started.elapsed());
+        }
     }
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(request(port, [127, 0, 3, 1], &as_("john", "welcome"), &body).await.0, 200, "the bar is over");

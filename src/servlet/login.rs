@@ -148,6 +148,11 @@ async fn basic_login(
     let turn = match s.passwords.turn(caller).await {
         Ok(t) => t,
         Err(password::Refusal::Barred(wait)) => {
+            // Answered after a pause (a quarter of the bar left, at most 250 ms): a client
+            // that ignores Retry-After and asks again at once gets a few answers a second
+            // per connection, instead of spending the runtime's time on tens of thousands
+            // (the connection caps bound the pauses).
+            tokio::time::sleep((wait / 4).min(password::BARRED_PAUSE)).await;
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             return Err((
                 StatusCode::TOO_MANY_REQUESTS,

@@ -6,7 +6,9 @@
 //! - a client address (an IPv6 /64) and an agent that fail `--auth-failures-before-backoff`
 //!   times in a row are barred for a while: 1 s after that many failures, doubling with
 //!   each further one up to `--auth-backoff-max`. While barred, their password requests are
-//!   answered 429 with Retry-After without any check. A success resets both. A failure is
+//!   answered 429 with Retry-After without any check, after a pause (a quarter of the
+//!   bar left, at most 250 ms), so that a client ignoring Retry-After cannot spend the
+//!   runtime's time on 429s. A success resets both. A failure is
 //!   forgotten 10 minutes after it (a bar lasts its time).
 //!
 //! Credentials in the verified-credentials cache, session cookies and client certificates
@@ -38,6 +40,9 @@ impl Default for PasswordLimits {
         }
     }
 }
+
+/// The longest a barred request waits before its 429 (see `login`).
+pub const BARRED_PAUSE: Duration = Duration::from_millis(250);
 
 /// Failures are forgotten this long after the last one.
 const FORGET_AFTER: Duration = Duration::from_secs(600);

@@ -166,7 +166,10 @@ impl Engine {
             if commit_now {
                 // These rows are all the commit made visible: waiters judge them alone.
                 self.wake_arrived(qid, rows);
-            } else if !session.propagates {
+            } else if !session.propagates && self.waiters.any(qid) {
+                // Kept only while receives wait on the queue: without them, the commit's
+                // wake-up has nobody to spare a look (one that starts waiting meanwhile
+                // finds the transaction unknown, and looks).
                 self.staged.add(&txn, enqueued_before, qid, &rows, self.now());
             }
         }

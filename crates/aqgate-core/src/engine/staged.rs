@@ -3,6 +3,8 @@
 //! can serve ([`Change::Arrived`]) instead of every waiter of their queues
 //! ([`Change::Unknown`], each looking in the store again).
 //!
+//! Messages are kept only for queues with receives waiting when they are enqueued.
+//!
 //! Only ever a shortcut: a transaction this process has not seen whole (one that another
 //! process also enqueued in, one over the bounds, one resumed after a restart) has no
 //! entry, or one whose count is not the session's, and its commit wakes every waiter as
