@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lapin::options::{BasicGetOptions, ConfirmSelectOptions};
 
-use super::{Proc, aqgate, assert_exactly, demo_topology_with, depth, drain_payloads, wait_until};
+use super::{Proc, aqgate, assert_exactly, demo_topology_with, depth, depths, drain_payloads};
 
 /// A random tag for the names at a shared broker, so that runs do not meet.
 pub fn tag() -> String {
@@ -254,7 +254,20 @@ pub async fn stream_messages(js: &async_nats::jetstream::Context, stream: &str) 
 /// the numbered messages `0..total` once. How long the first wait took.
 pub async fn all_arrived(db: &str, port: u16, total: usize, what: &str, within: Duration) -> Duration {
     let began = Instant::now();
-    wait_until(what, within, || depth(db, "AQUSER.RAW_ARCHIVE") == total as i64 && depth(db, "AQUSER.RAW_QUE") == 0);
+    loop {
+        let (archived, left) = (depth(db, "AQUSER.RAW_ARCHIVE"), depth(db, "AQUSER.RAW_QUE"));
+        if archived == total as i64 && left == 0 {
+            break;
+        }
+        // More than were sent is a duplicate at once; too few after `within`, a loss or a
+        // stuck job: either way, say what the queues hold.
+        assert!(
+            archived <= total as i64 && began.elapsed() < within,
+            "{what} not within {within:?}: RAW_ARCHIVE holds {archived} of {total}, RAW_QUE {left}; {:?}",
+            depths(db)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let waited = began.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let got = drain_payloads(port, "AQUSER.RAW_ARCHIVE").await;
