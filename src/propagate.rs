@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aqgate_core::clock::Micros;
-use aqgate_core::engine::{Engine, Session};
+use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::metrics::Counter;
 use aqgate_core::propagation::PropagationInfo;
@@ -129,14 +129,22 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    /// `n` messages went to the destination.
+    /// `n` messages went to the destination, counted in the job's row by the batch's own
+    /// commit (`JobTally`, set on the session before it).
     pub(crate) fn moved(&self, n: usize, now: Micros) {
         self.counters.propagated.add(n as u64);
-        self.report.moved(n as u64, now);
+        self.report.committed(now);
     }
 
-    /// `n` messages went to the job's exception queue.
+    /// `n` messages went to the job's exception queue, counted as [`Stats::moved`] are.
     pub(crate) fn excepted(&self, n: usize, now: Micros) {
+        self.counters.exceptions.add(n as u64);
+        self.report.committed(now);
+    }
+
+    /// `n` messages went to a foreign exception queue (no transaction of ours): counted by
+    /// the job's next report.
+    pub(crate) fn excepted_abroad(&self, n: usize, now: Micros) {
         self.counters.exceptions.add(n as u64);
         self.report.excepted(n as u64, now);
     }
@@ -429,6 +437,7 @@ async fn move_batch(
     let out: Vec<Message> = messages.iter().enumerate().map(|(i, m)| forward(job, m, i)).collect();
     // The copies keep their times: original enqueue time, delay end, expiry.
     let times = std::mem::take(&mut session.received);
+    session.tally = Some(JobTally::moved(&job.name, n));
     let sent =
         carried_send(engine, &mut session, &job.destination, job.transformation.clone(), out.clone(), times.clone());
     match sent.await {
@@ -444,6 +453,7 @@ async fn move_batch(
             let eq = job.exception_queue.clone().unwrap_or_default();
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
             // The exception queue has the source's type: the message as it was, untransformed.
+            session.tally = Some(JobTally::excepted(&job.name, n));
             match carried_send(engine, &mut session, &eq, None, out, excepted(times)).await {
                 Ok(_) => {
                     stats.excepted(n, engine.now());
@@ -487,30 +497,34 @@ async fn move_remote(
         Message { header: MessageHeader { sender_id: None, delay, expiration, ..out.header.clone() }, ..out.clone() };
     match remote.send(&job.name, &id, &job.destination, there).await {
         remote::Sent::Done => {
+            session.tally = Some(JobTally::moved(&job.name, 1));
             engine.execute(&mut session, Request::Commit).await?;
             stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }
         remote::Sent::Permanent(why) => match job.exception_queue.clone() {
-            Some(eq) => match carried_send(
-                engine,
-                &mut session,
-                &eq,
-                None,
-                vec![rejected(job, out, &why)],
-                excepted(times.into_iter().collect()),
-            )
-            .await
-            {
-                Ok(_) => {
-                    stats.excepted(1, engine.now());
-                    tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
+            Some(eq) => {
+                session.tally = Some(JobTally::excepted(&job.name, 1));
+                match carried_send(
+                    engine,
+                    &mut session,
+                    &eq,
+                    None,
+                    vec![rejected(job, out, &why)],
+                    excepted(times.into_iter().collect()),
+                )
+                .await
+                {
+                    Ok(_) => {
+                        stats.excepted(1, engine.now());
+                        tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
                         exception_queue = %eq, reason = %why,
                         "the remote refused a message for good; moved to the exception queue");
-                    Ok(Moved::Done(1))
+                        Ok(Moved::Done(1))
+                    }
+                    Err(e) => Err(rolled_back(engine, &mut session, e).await),
                 }
-                Err(e) => Err(rolled_back(engine, &mut session, e).await),
-            },
+            }
             None => Err(rolled_back(engine, &mut session, AqError::client(code::NOT_PERMITTED, why)).await),
         },
         remote::Sent::Transient(why) => {

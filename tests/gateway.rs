@@ -21,7 +21,8 @@ fn jitter(i: usize) -> Duration {
 
 /// NATS both ways through 20 kills of aqgate: client sends → RAW_QUE → (job to_nats) →
 /// the stream → (job from_nats, durable consumer) → RAW_ARCHIVE. The stream must hold each
-/// message once (outbound exactly once) and RAW_ARCHIVE too (inbound exactly once).
+/// message once (outbound exactly once) and RAW_ARCHIVE too (inbound exactly once), and
+/// each job's PROPAGATED count is the number of messages.
 #[tokio::test(flavor = "multi_thread")]
 async fn nats_both_ways_exactly_once_through_kill_nine() {
     let t = tag();
@@ -50,6 +51,8 @@ async fn nats_both_ways_exactly_once_through_kill_nine() {
         assert_eq!(j["kind"], kind, "{j}");
         assert!(j["guarantee"].as_str().is_some_and(|g| g.starts_with("exactly once")), "{j}");
         assert_eq!(j["in_doubt"], 0, "{j}");
+        // Each batch counted by its own commit: every message once, however many kills.
+        assert_eq!(j["propagated"], total, "{j}");
     }
     wait_until("admin gateway shows the link CONNECTED", Duration::from_secs(30), || {
         l_connected(&admin_json(&db, "gateway"), "NATS")

@@ -179,7 +179,7 @@ async fn a_job_on_a_topic_sees_only_later_messages_that_its_rule_selects() {
 }
 
 /// kill -9 while the job moves a stream of messages, then a restart: every message is in
-/// the destination exactly once.
+/// the destination exactly once, and the job's PROPAGATED count says so.
 async fn kill_nine_during_propagation(b: Backend) {
     let db = fresh_url(b).await;
     let port = free_port();
@@ -201,6 +201,9 @@ async fn kill_nine_during_propagation(b: Backend) {
     let distinct: BTreeSet<String> = payloads.iter().cloned().collect();
     assert_eq!(payloads.len(), total, "no message duplicated");
     assert_eq!(distinct, (0..total).map(hex).collect::<BTreeSet<_>>(), "no message lost");
+    // Each batch counted by its own commit: the count is what moved, kills or not.
+    let j = wait_job(&db, "ARCHIVE", Duration::from_secs(10), |j| j["propagated"].as_u64().is_some());
+    assert_eq!(j["propagated"], total, "{j}");
     drop(s);
     let _ = std::fs::remove_file(&topo);
 }

@@ -224,9 +224,12 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
         assert_eq!(owner_pid(&j), Some(s.id()), "{j}");
     }
 
-    // RUNNING, with its counts (flushed with the lease's heartbeat).
+    // RUNNING, with its counts (written by each batch's commit) and the time of its last
+    // success (flushed with the lease's heartbeat).
     send_numbered(port, "AQUSER.RAW_QUE", 0, 25, 5, "").await;
-    let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| j["propagated"] == 25);
+    let j = wait_job(&db, "ARCHIVE", Duration::from_secs(30), |j| {
+        j["propagated"] == 25 && j["last_success_at"].is_string()
+    });
     assert_eq!(
         (j["state"].as_str(), j["kind"].as_str(), j["backlog"].as_i64()),
         (Some("RUNNING"), Some("local"), Some(0))

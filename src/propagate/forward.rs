@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate_core::engine::{Engine, Session};
+use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::{ForwardDef, PropagationInfo};
 use aqgate_proto::idap::{self, MessageHeader, Request, Response};
@@ -129,6 +129,7 @@ pub async fn move_one(engine: &Engine, job: &PropagationInfo, f: &Forwarder, sta
     };
     match answer {
         Ok((status, reply)) if status.is_success() => {
+            session.tally = Some(JobTally::moved(&job.name, 1));
             let done = match &f.def.reply_queue {
                 Some(q) => {
                     engine.execute(&mut session, send(q, vec![raw_message(&reply, h.correlation.clone())])).await

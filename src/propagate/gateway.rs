@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aqgate_core::clock::Micros;
-use aqgate_core::engine::{Engine, Session};
+use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::store::LinkStatus;
@@ -521,6 +521,7 @@ async fn out_batch(
     // The doubt goes with the dequeue, in its transaction.
     let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
     session.settled = ids.clone();
+    session.tally = Some(JobTally::moved(&job.name, messages.len()));
     let committed = engine.execute(&mut session, Request::Commit).await;
     session.settled.clear();
     if let Err(e) = committed {
@@ -579,6 +580,7 @@ async fn refuse(
     };
     let copies: Vec<Message> = messages.iter().map(|m| super::forward(job, m, 0)).collect();
     session.settled = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
+    session.tally = Some(JobTally::excepted(&job.name, messages.len()));
     let sent = carried_send(engine, session, &eq, None, copies, excepted(times)).await;
     session.settled.clear();
     match sent {

@@ -172,6 +172,11 @@ pub struct Report {
 }
 
 impl Report {
+    /// A batch that counted itself in its own transaction (`JobTally`): only its time.
+    pub fn committed(&self, now: Micros) {
+        self.success_at.fetch_max(now, Ordering::Relaxed);
+    }
+
     pub fn moved(&self, n: u64, now: Micros) {
         self.propagated.fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
         self.success_at.fetch_max(now, Ordering::Relaxed);

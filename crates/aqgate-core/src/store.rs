@@ -405,6 +405,11 @@ pub trait StoreTx: Send {
     /// this transaction.
     async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()>;
 
+    /// Adds a propagation job's batch to its counts (`propagated`, `exceptions`), in the
+    /// batch's own transaction: a batch counts exactly when it commits, whatever happens to
+    /// the process after.
+    async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()>;
+
     /// Takes the time manager's turn for this transaction: false if another process has
     /// it now (PostgreSQL advisory lock; SQLite has one process).
     async fn time_manager_turn(&mut self) -> Result<bool> {

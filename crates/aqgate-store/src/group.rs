@@ -519,6 +519,9 @@ impl StoreTx for GroupTx {
     async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
         self.tx()?.gateway_doubt_clear(job, ids).await
     }
+    async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()> {
+        self.tx()?.job_tally(job, propagated, exceptions).await
+    }
     async fn time_manager_turn(&mut self) -> Result<bool> {
         self.tx()?.time_manager_turn().await
     }

@@ -97,6 +97,10 @@ pub(crate) const JOB_REPORT: &str = "UPDATE propagation_jobs SET
         owner = CASE WHEN owner = $2 AND $11 IS NULL THEN NULL ELSE owner END,
         updated_at = $3
      WHERE name = $1 RETURNING owner";
+/// A committed batch's counts, in its transaction (the last statement before the commit:
+/// the row's lock is held the shortest).
+pub(crate) const JOB_TALLY: &str =
+    "UPDATE propagation_jobs SET propagated = propagated + $2, exceptions = exceptions + $3 WHERE name = $1";
 pub(crate) const JOB_FORGET: &str = "DELETE FROM propagation_jobs
      WHERE name = $1 AND (owner = $2 OR owner IS NULL OR lease_until IS NULL OR lease_until <= $3)";
 pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM propagation_jobs WHERE name = $1";

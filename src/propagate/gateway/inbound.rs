@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use aqgate_core::engine::{Engine, Session};
+use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::topology::gateway::GatewayRoute;
@@ -138,6 +138,7 @@ async fn in_batch(
                 .enumerate()
                 .map(|(i, (_, m))| Message { number: Some(u32::try_from(i + 1).unwrap_or(u32::MAX)), ..m.clone() })
                 .collect();
+            session.tally = Some(JobTally::moved(&job.name, take.len()));
             let sent = carried_send(
                 engine,
                 &mut session,
@@ -205,9 +206,11 @@ async fn in_exceptions(
                     .map_err(|e| Fail::Aq(AqError::server(code::INTERNAL, e)))
             })
             .collect::<Result<_, _>>()?;
+        session.tally = Some(JobTally::excepted(&job.name, bad.len()));
         let r = carried_send(engine, &mut session, eq, None, msgs, Vec::new()).await;
         session.seen.clear();
         r.map_err(Fail::Aq)?;
+        stats.excepted(bad.len(), engine.now());
     } else if let Some(fq) = &route.foreign_exception {
         if exceptions.is_none() {
             *exceptions = Some(sink(&route.link, fq, &job.name).await.map_err(Fail::Link)?);
@@ -234,11 +237,11 @@ async fn in_exceptions(
                 )));
             }
         }
+        stats.excepted_abroad(bad.len(), engine.now());
     } else {
         let list = bad.iter().map(|(m, w)| why(m, w)).collect::<Vec<_>>().join("; ");
         return Err(Fail::Aq(AqError::client(code::NOT_PERMITTED, format!("{list} (the job has no exception queue)"))));
     }
-    stats.excepted(bad.len(), engine.now());
     for (m, w) in bad {
         tracing::warn!(job = %job.name, reason = %why(m, w), "a broker message went to the exception queue");
     }

@@ -457,6 +457,9 @@ impl Engine {
         if req.commit && (session.pending || takes_lock) {
             woken.extend(publish(&mut *tx, resolved, session, session.dequeued || takes_lock).await?);
         }
+        if req.commit {
+            self.tally(&mut *tx, session).await?;
+        }
         self.commit_tx(tx).await?;
         self.settle(session, next, version);
         for q in woken {

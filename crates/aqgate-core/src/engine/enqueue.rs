@@ -150,6 +150,9 @@ impl Engine {
             if commit_session && !held {
                 woken.extend(publish(&mut *tx, resolved, session, session.dequeued).await?);
             }
+            if req.commit {
+                self.tally(&mut *tx, session).await?;
+            }
             self.commit_tx(tx).await?;
             if held {
                 session.held.end();

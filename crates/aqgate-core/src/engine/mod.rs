@@ -43,7 +43,7 @@ use crate::topology::{AgentInfo, Catalog, QueueInfo, Topology};
 
 pub use fair::Shares;
 pub use schedule::ClientSchedule;
-pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, Session, SessionState, SessionTurn, Sessions};
+pub use session::{Abandon, Carried, HeldTx, IdempotencyClaim, JobTally, Session, SessionState, SessionTurn, Sessions};
 pub use work::{ConditionLimits, DEFAULT_REQUEST_STEPS};
 
 /// Tunables of the engine.

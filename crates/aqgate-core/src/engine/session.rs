@@ -242,11 +242,34 @@ pub struct Session {
     /// request commits: their doubt goes in the same transaction
     /// (`StoreTx::gateway_doubt_clear`). Never set for a client.
     pub settled: Vec<String>,
+    /// What the commit of this session's transaction adds to its propagation job's counts,
+    /// in that commit's database transaction (`StoreTx::job_tally`). Never set for a client.
+    pub tally: Option<JobTally>,
     /// A propagation job's batch whose receive and send may share one database
     /// transaction (see [`HeldTx`]). Never set for a client.
     pub one_transaction: bool,
     /// The database transaction a `one_transaction` batch's receive left open for its send.
     pub held: HeldTx,
+}
+
+/// A propagation job's batch, as its job's counts see it (see [`Session::tally`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobTally {
+    pub job: String,
+    pub propagated: i64,
+    pub exceptions: i64,
+}
+
+impl JobTally {
+    /// `n` messages to the destination.
+    pub fn moved(job: &str, n: usize) -> Self {
+        Self { job: job.to_string(), propagated: i64::try_from(n).unwrap_or(i64::MAX), exceptions: 0 }
+    }
+
+    /// `n` messages to the job's exception queue.
+    pub fn excepted(job: &str, n: usize) -> Self {
+        Self { job: job.to_string(), propagated: 0, exceptions: i64::try_from(n).unwrap_or(i64::MAX) }
+    }
 }
 
 /// The database transaction a propagation batch's receive holds open for the send that
@@ -325,6 +348,7 @@ impl Session {
             schedule: None,
             seen: Vec::new(),
             settled: Vec::new(),
+            tally: None,
             one_transaction: false,
             held: HeldTx::default(),
         }

@@ -40,6 +40,16 @@ impl Engine {
             || session.idempotency.is_some()
             || !session.seen.is_empty()
             || !session.settled.is_empty()
+            || session.tally.is_some()
+    }
+
+    /// Writes a propagation batch's counts (`Session::tally`) in `tx`, the transaction that
+    /// commits the batch: called just before that commit.
+    pub(super) async fn tally(&self, tx: &mut dyn StoreTx, session: &mut Session) -> Result<(), AqError> {
+        if let Some(t) = session.tally.take() {
+            tx.job_tally(&t.job, t.propagated, t.exceptions).await?;
+        }
+        Ok(())
     }
 
     /// Writes, inside the request's transaction `tx`, what the request leaves: the session
@@ -217,7 +227,8 @@ impl Engine {
     /// Commits the session's transaction.
     pub async fn commit(&self, session: &mut Session) -> Result<(), AqError> {
         if session.held.is_active() {
-            let Some(tx) = session.held.take() else { return Err(held_lost_error()) };
+            let Some(mut tx) = session.held.take() else { return Err(held_lost_error()) };
+            self.tally(&mut *tx, session).await?;
             self.commit_tx(tx).await?;
             session.held.end();
             session.end_transaction();
@@ -236,6 +247,7 @@ impl Engine {
         } else {
             Vec::new()
         };
+        self.tally(&mut *tx, session).await?;
         self.commit_tx(tx).await?;
         let visible = self.staged.commit(&session.txn, session.enqueued, session.dequeued, &woken, None);
         self.settle(session, next, version);
@@ -247,6 +259,7 @@ impl Engine {
     /// message to the exception queue (on a multi-consumer queue, once no consumer can
     /// take it any more).
     pub async fn rollback(&self, resolved: &Resolved, session: &mut Session) -> Result<(), AqError> {
+        session.tally = None;
         if session.held.is_active() {
             // Nothing of a held transaction is in the database until it commits.
             let (tx, queue) = session.held.end();

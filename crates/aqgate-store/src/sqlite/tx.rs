@@ -91,6 +91,11 @@ impl StoreTx for SqliteTx {
         gateway_tx!(doubt_clear, &mut *self.tx, job, ids)
     }
 
+    async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()> {
+        sqlx::query(sql::JOB_TALLY).bind(job).bind(propagated).bind(exceptions).execute(&mut *self.tx).await.db()?;
+        Ok(())
+    }
+
     async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64> {
         Ok(sqlx::query_scalar(sql::SESSIONS_OF).bind(agent).bind(limit).fetch_one(&mut *self.tx).await.db()?)
     }
