@@ -412,11 +412,21 @@ async fn tenure(
             }
         }
     }
-    // The workers have stopped: a removed job cleans up and its row goes, or the lease is
-    // given up so that another process may take the job at once; what is left of the report
-    // goes with it.
+    // The workers have stopped. A removed job that owns state at its broker gives its lease
+    // up, DELETE_PENDING, for the removal's task (`removals::finish`, in this process or
+    // another) to end that state; any other removed job's row goes now, with its doubts and
+    // marks. Else the lease is given up so that another process may take the job at once;
+    // what is left of the report goes with it.
     if why == Some(Ending::Removed) {
-        if held && clean_up(engine, job, cfg, report, ending).await {
+        if held && super::removals::owned(job).is_some() {
+            let now = engine.now();
+            if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take("DELETE_PENDING")).await {
+                tracing::warn!(job = %job.name, error = %e, "giving up the removed job's lease failed; it ends by itself");
+            }
+        } else if held {
+            if let Err(e) = store.gateway_job_drop(&job.agent).await {
+                tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed");
+            }
             match store.job_forget(&job.name, &cfg.owner, engine.now()).await {
                 Ok(_) => tracing::info!(job = %job.name, "the removed job finished; its status is gone"),
                 Err(e) => tracing::warn!(job = %job.name, error = %e, "deleting the job's status failed"),
@@ -429,64 +439,6 @@ async fn tenure(
         tracing::warn!(job = %job.name, error = %e, "giving up the job's lease failed; it ends by itself");
     }
     why
-}
-
-/// A removed job's non-forced removal, once its workers have stopped: what it keeps at its
-/// broker (`gateway::clean_up`), then what it keeps in the store. While the broker cannot
-/// be reached the job stays DELETE_PENDING with the error, trying again (its lease renewed
-/// meanwhile). False when the job's row was taken meanwhile (a forced removal, which leaves
-/// the broker as it is) or the process stops (the job stays DELETE_PENDING until another
-/// process's sweep forgets it, leaving the broker as it is).
-async fn clean_up(
-    engine: &Engine,
-    job: &PropagationInfo,
-    cfg: &LeaseConfig,
-    report: &Report,
-    ending: &mut watch::Receiver<Option<Ending>>,
-) -> bool {
-    let store = engine.store();
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        match super::gateway::clean_up(job).await {
-            Ok(None) => break,
-            Ok(Some(what)) => {
-                tracing::info!(job = %job.name, removed = %what, "the removed job's state at its broker is gone");
-                break;
-            }
-            Err(e) => {
-                let now = engine.now();
-                tracing::warn!(job = %job.name, error = %e, retry_in = ?backoff, "the removed job could not clean up at its broker");
-                report.failed(&format!("removing the job: {e}"), now);
-                let r = report.take("DELETE_PENDING");
-                match store.job_report(&job.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &r).await
-                {
-                    Ok(Some(o)) if o == cfg.owner => {}
-                    Ok(_) => {
-                        tracing::warn!(job = %job.name, "the removed job's row is gone (a forced removal): stopping");
-                        return false;
-                    }
-                    Err(e) => {
-                        tracing::warn!(job = %job.name, error = %e, "reporting DELETE_PENDING failed");
-                        report.restore(r);
-                    }
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = ending.changed() => {}
-                }
-                if ending_of(ending) != Some(Ending::Removed) {
-                    return false;
-                }
-                backoff = (backoff * 2).min(cfg.heartbeat());
-            }
-        }
-    }
-    match store.gateway_job_drop(&job.agent).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(job = %job.name, rows = n, "forgot the removed job's doubts and marks"),
-        Err(e) => tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed"),
-    }
-    true
 }
 
 /// Rolls back the batches the job's agent left open before `taken` (when this process took
@@ -507,22 +459,25 @@ async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, taken: Micr
     }
 }
 
-/// Deletes the status rows of jobs gone from the stored topology (read afresh: this
-/// process may not have reloaded yet) that no process finishes (their lease has ended):
-/// `busy` are the jobs this process still runs.
-pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) {
+/// Deletes the status rows of jobs gone from the stored topology (`topology`, read afresh:
+/// this process may not have reloaded yet) that no process finishes (their lease has ended)
+/// and whose removal is not pending (`removals`: the row carries its error until it ends):
+/// `busy` are the jobs this process still runs or finishes.
+pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, topology: &[(String, String, String)], busy: &[&String]) {
     let store = engine.store();
-    let (rows, topology) = match (store.job_statuses().await, store.load_topology().await) {
-        (Ok(rows), Ok(topology)) => (rows, topology),
-        (Err(e), _) | (_, Err(e)) => {
+    let rows = match store.job_statuses().await {
+        Ok(rows) => rows,
+        Err(e) => {
             tracing::debug!(error = %e, "reading the jobs' status failed");
             return;
         }
     };
     let now = engine.now();
+    let pending: Vec<String> =
+        super::removals::of_rows(topology).into_iter().filter(|r| r.pending.is_some()).map(|r| r.name).collect();
     let defined =
         |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
-    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name)) {
+    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name) && !pending.contains(&r.name)) {
         match store.job_forget(&r.name, &cfg.owner, now).await {
             Ok(true) => {
                 tracing::info!(job = %r.name, "forgot the status of a removed job");
