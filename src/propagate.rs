@@ -38,8 +38,11 @@
 //!
 //! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
 //! reload) starts, a disabled one finishes its batch and stops, a removed one is
-//! DELETE_PENDING until its batch in flight is done and then its status row goes. `status`
-//! makes the figures of `admin jobs` and `/metrics`.
+//! DELETE_PENDING until its batch in flight is done and then its status row goes — or, for
+//! a gateway job that owns state at its broker, until `removals` has ended that state. The
+//! supervisor reads the stored topology every lease time, and reloads when a job it runs is
+//! gone from it (a removal needs no SIGHUP). `status` makes the figures of `admin jobs` and
+//! `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -240,7 +243,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
                     }
                     let busy: Vec<&String> =
                         running.keys().chain(stopping.iter().map(|(n, _, _)| n)).chain(finishing.keys()).collect();
-                    lease::sweep(&engine, &lease, &topology, &busy).await;
+                    removals::sweep(&engine, &lease, &topology, &busy).await;
                 }
                 Err(e) => tracing::debug!(error = %e, "reading the stored topology failed"),
             }

@@ -47,6 +47,7 @@ pub(crate) mod rabbitmq;
 mod removal;
 
 use removal::purge_doubts;
+pub use removal::{BrokerState, owned};
 
 use convert::{Incoming, Outgoing};
 

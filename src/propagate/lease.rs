@@ -418,7 +418,7 @@ async fn tenure(
     // marks. Else the lease is given up so that another process may take the job at once;
     // what is left of the report goes with it.
     if why == Some(Ending::Removed) {
-        if held && super::removals::owned(job).is_some() {
+        if held && super::gateway::owned(job).is_some() {
             let now = engine.now();
             if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take("DELETE_PENDING")).await {
                 tracing::warn!(job = %job.name, error = %e, "giving up the removed job's lease failed; it ends by itself");
@@ -455,39 +455,6 @@ async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, taken: Micr
         Err(e) => {
             tracing::warn!(job = %job.name, error = %e.message, "rolling back earlier batches failed; trying again");
             false
-        }
-    }
-}
-
-/// Deletes the status rows of jobs gone from the stored topology (`topology`, read afresh:
-/// this process may not have reloaded yet) that no process finishes (their lease has ended)
-/// and whose removal is not pending (`removals`: the row carries its error until it ends):
-/// `busy` are the jobs this process still runs or finishes.
-pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, topology: &[(String, String, String)], busy: &[&String]) {
-    let store = engine.store();
-    let rows = match store.job_statuses().await {
-        Ok(rows) => rows,
-        Err(e) => {
-            tracing::debug!(error = %e, "reading the jobs' status failed");
-            return;
-        }
-    };
-    let now = engine.now();
-    let pending: Vec<String> =
-        super::removals::of_rows(topology).into_iter().filter(|r| r.pending.is_some()).map(|r| r.name).collect();
-    let defined =
-        |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
-    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name) && !pending.contains(&r.name)) {
-        match store.job_forget(&r.name, &cfg.owner, now).await {
-            Ok(true) => {
-                tracing::info!(job = %r.name, "forgot the status of a removed job");
-                let agent = aqgate_core::topology::propagation::job_agent(&r.name);
-                if let Err(e) = store.gateway_job_drop(&agent).await {
-                    tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's doubts and marks failed");
-                }
-            }
-            Ok(false) => {}
-            Err(e) => tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's status failed"),
         }
     }
 }

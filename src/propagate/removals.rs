@@ -14,6 +14,8 @@
 //!   --topology FILE` does not re-create it from the file at start (it logs that it did
 //!   not); `admin apply FILE` does, and the record goes.
 //!
+//! `sweep` deletes the status rows of removed jobs nobody finishes (not pending ones).
+//!
 //! A pending removal of a job removed by `admin apply` (not by the operator's `--remove`)
 //! leaves no tombstone once done.
 
@@ -23,13 +25,11 @@ use std::time::Duration;
 use aqgate_core::clock::Micros;
 use aqgate_core::engine::Engine;
 use aqgate_core::error::{AqError, code};
-use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::store::Store;
-use aqgate_core::topology::gateway::{Direction, Domain, ForeignQueueDef, LinkDef, LinkKind};
 use tokio::sync::watch;
 
 use super::LeaseConfig;
-use super::gateway::{mqtt, nats, rabbitmq};
+pub use super::gateway::{BrokerState, owned};
 use super::lease::Report;
 
 /// The kind of the records in the topology table.
@@ -46,57 +46,6 @@ pub struct Removal {
     pub by_operator: bool,
     /// What it owns at its broker, still to be ended (`None`: nothing left: a tombstone).
     pub pending: Option<BrokerState>,
-}
-
-/// What a removed inbound job owns at its broker, and what it was.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BrokerState {
-    pub source: String,
-    pub destination: String,
-    pub link: LinkDef,
-    pub foreign: ForeignQueueDef,
-}
-
-impl BrokerState {
-    /// What it is, for the operator (a forced removal leaves it there).
-    pub fn describe(&self, job: &str) -> String {
-        match self.link.kind {
-            LinkKind::Nats => format!(
-                "the durable consumer aqgate_{job} on stream {} at {}",
-                self.foreign.stream.as_deref().unwrap_or(""),
-                self.link.url
-            ),
-            LinkKind::Mqtt => format!("the persistent session aqgate-{job} at {}", self.link.url),
-            LinkKind::Rabbitmq => {
-                format!("the queue aqgate.{job} (bound to exchange {}) at {}", self.foreign.native_name, self.link.url)
-            }
-        }
-    }
-
-    /// Ends it: `Ok(Some(what))` names what went, `Ok(None)`: it was not there.
-    async fn end(&self, job: &str) -> Result<Option<String>, String> {
-        match self.link.kind {
-            LinkKind::Nats => nats::remove(&self.link, &self.foreign, job).await,
-            LinkKind::Mqtt => mqtt::remove(&self.link, job).await,
-            LinkKind::Rabbitmq => rabbitmq::remove(&self.link, job).await,
-        }
-    }
-}
-
-/// What job `job` owns at its broker, made by aqgate for it: an inbound job's NATS durable
-/// consumer, MQTT persistent session, or on a RabbitMQ topic its own queue. Outbound jobs,
-/// and RabbitMQ queues (the user's, declared or not), are not the job's.
-pub fn owned(job: &PropagationInfo) -> Option<BrokerState> {
-    let route = job.gateway.as_deref().filter(|r| r.direction == Direction::Inbound)?;
-    if route.link.kind == LinkKind::Rabbitmq && route.foreign.domain != Domain::Topic {
-        return None;
-    }
-    Some(BrokerState {
-        source: job.source.clone(),
-        destination: job.destination.clone(),
-        link: route.link.clone(),
-        foreign: route.foreign.clone(),
-    })
 }
 
 /// The records among the topology's rows (a record that does not read is skipped).
@@ -231,5 +180,60 @@ async fn done(store: &dyn Store, r: &Removal, cfg: &LeaseConfig, now: Micros) {
     match store.job_forget(&r.name, &cfg.owner, now).await {
         Ok(_) => tracing::info!(job = %r.name, "the removed job finished; its status is gone"),
         Err(e) => tracing::warn!(job = %r.name, error = %e, "deleting the job's status failed"),
+    }
+}
+
+/// Deletes the status rows of jobs gone from the stored topology (`topology`, read afresh:
+/// this process may not have reloaded yet) that no process finishes (their lease has ended)
+/// and whose removal is not pending (`removals`: the row carries its error until it ends):
+/// `busy` are the jobs this process still runs or finishes.
+pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, topology: &[(String, String, String)], busy: &[&String]) {
+    let store = engine.store();
+    let rows = match store.job_statuses().await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the jobs' status failed");
+            return;
+        }
+    };
+    let now = engine.now();
+    let pending: Vec<String> = of_rows(topology).into_iter().filter(|r| r.pending.is_some()).map(|r| r.name).collect();
+    let defined =
+        |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
+    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name) && !pending.contains(&r.name)) {
+        match store.job_forget(&r.name, &cfg.owner, now).await {
+            Ok(true) => {
+                tracing::info!(job = %r.name, "forgot the status of a removed job");
+                let agent = aqgate_core::topology::propagation::job_agent(&r.name);
+                if let Err(e) = store.gateway_job_drop(&agent).await {
+                    tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's doubts and marks failed");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's status failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef};
+
+    #[test]
+    fn a_record_reads_back_and_an_unreadable_one_is_skipped() {
+        let link: LinkDef = toml::from_str("name = \"nats\"\nkind = \"nats\"\nurl = \"nats://h:4222\"").expect("link");
+        let foreign: ForeignQueueDef =
+            toml::from_str("name = \"orders\"\nlink = \"nats\"\nnative_name = \"a.b\"\nstream = \"S\"").expect("fq");
+        let pending = BrokerState { source: "ORDERS@NATS".into(), destination: "Q".into(), link, foreign };
+        let r = Removal { name: "FROM_NATS".into(), at: 7, by_operator: true, pending: Some(pending) };
+        let rows = vec![
+            (KIND.to_string(), "FROM_NATS".to_string(), spec(&r).expect("spec")),
+            (KIND.to_string(), "BAD".to_string(), "{not json".to_string()),
+            ("gateway_job".to_string(), "OTHER".to_string(), "{}".to_string()),
+        ];
+        assert_eq!(of_rows(&rows), vec![r.clone()]);
+        let what = r.pending.as_ref().expect("pending").describe(&r.name);
+        assert_eq!(what, "the durable consumer aqgate_FROM_NATS on stream S at nats://h:4222");
     }
 }
