@@ -384,12 +384,15 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             let r = admin::jobs::remove(open(db).await?.as_ref(), &name, force).await?;
             let mut say = String::new();
             if r.defined {
-                say.push_str(&format!("job {name} removed from the stored topology\n"));
+                say.push_str(&format!(
+                    "job {name} removed from the stored topology; running nodes stop it within their lease time \
+                     (SIGHUP for at once); `serve --topology` will not re-create it, `admin apply FILE` would\n"
+                ));
             }
             if r.pending {
                 say.push_str(&format!(
-                    "job {name} is DELETE_PENDING until a running node has ended its state at the broker \
-                     (running nodes stop it at their next heartbeat; SIGHUP for at once)\n"
+                    "job {name} is DELETE_PENDING until a running node (now, or the next to start) has ended \
+                     its state at the broker\n"
                 ));
             }
             if force {

@@ -321,7 +321,15 @@ async fn removed(engine: &Engine, job: &PropagationInfo) -> bool {
             if let Err(e) = engine.reload().await {
                 tracing::warn!(job = %job.name, error = %e.message, "reloading the topology failed");
             }
-            // What its last batch wrote after the removal deleted the job's rows.
+            // What its last batch wrote after the removal deleted the job's rows; a pending
+            // removal's are deleted once its broker state has gone (`removals::finish`).
+            let pending = super::removals::load(engine.store().as_ref())
+                .await
+                .map(|rs| rs.iter().any(|r| r.name == job.name && r.pending.is_some()))
+                .unwrap_or(true);
+            if pending {
+                return true;
+            }
             if let Err(e) = engine.store().gateway_job_drop(&job.agent).await {
                 tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed");
             }

@@ -25,12 +25,14 @@ use std::time::Duration;
 use aqgate_core::clock::Micros;
 use aqgate_core::engine::Engine;
 use aqgate_core::error::{AqError, code};
-use aqgate_core::store::Store;
+use aqgate_core::store::{JobReport, Store};
 use tokio::sync::watch;
 
 use super::LeaseConfig;
 pub use super::gateway::{BrokerState, owned};
-use super::lease::Report;
+
+/// An error kept in a job's status is cut to this many characters (as `lease` does).
+const MAX_ERROR: usize = 500;
 
 /// The kind of the records in the topology table.
 pub const KIND: &str = "job_removal";
@@ -89,7 +91,7 @@ async fn current(store: &dyn Store, r: &Removal) -> Result<bool, AqError> {
 pub(crate) async fn finish(engine: Arc<Engine>, r: Removal, cfg: Arc<LeaseConfig>, mut stop: watch::Receiver<bool>) {
     let Some(state) = r.pending.clone() else { return };
     let store = engine.store().clone();
-    let report = Report::default();
+    let pending = || JobReport { state: "DELETE_PENDING".into(), ..JobReport::default() };
     let mut backoff = Duration::from_secs(1);
     let mut held = false;
     while !*stop.borrow() {
@@ -111,6 +113,7 @@ pub(crate) async fn finish(engine: Arc<Engine>, r: Removal, cfg: Arc<LeaseConfig
             }
         };
         let mut wait = cfg.heartbeat();
+        let mut rep = pending();
         if held {
             match state.end(&r.name).await {
                 Ok(what) => {
@@ -122,20 +125,18 @@ pub(crate) async fn finish(engine: Arc<Engine>, r: Removal, cfg: Arc<LeaseConfig
                 }
                 Err(e) => {
                     tracing::warn!(job = %r.name, error = %e, retry_in = ?backoff, "the removed job could not clean up at its broker");
-                    report.failed(&format!("removing the job: {e}"), engine.now());
+                    let text: String = format!("removing the job: {e}").chars().take(MAX_ERROR).collect();
+                    rep.failed = 1;
+                    rep.error = Some((text, engine.now()));
                     wait = backoff;
                     backoff = (backoff * 2).min(cfg.heartbeat());
                 }
             }
             let now = engine.now();
-            let rep = report.take("DELETE_PENDING");
             match store.job_report(&r.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &rep).await {
                 Ok(Some(o)) if o == cfg.owner => {}
                 Ok(_) => held = false,
-                Err(e) => {
-                    tracing::warn!(job = %r.name, error = %e, "reporting DELETE_PENDING failed");
-                    report.restore(rep);
-                }
+                Err(e) => tracing::warn!(job = %r.name, error = %e, "reporting DELETE_PENDING failed"),
             }
         }
         tokio::select! {
@@ -145,7 +146,7 @@ pub(crate) async fn finish(engine: Arc<Engine>, r: Removal, cfg: Arc<LeaseConfig
     }
     if held {
         let now = engine.now();
-        if let Err(e) = store.job_report(&r.name, &cfg.owner, now, None, &report.take("DELETE_PENDING")).await {
+        if let Err(e) = store.job_report(&r.name, &cfg.owner, now, None, &pending()).await {
             tracing::warn!(job = %r.name, error = %e, "giving up the removed job's lease failed; it ends by itself");
         }
     }
