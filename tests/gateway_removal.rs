@@ -1,10 +1,13 @@
 //! Removing Messaging Gateway jobs through a real `aqgate serve` and real brokers (NATS with
-//! JetStream and Mosquitto on the machine; a private NATS for the test that kills it):
-//! `admin jobs --remove` then SIGHUP ends an inbound job's durable consumer or persistent
-//! session before its status goes, and its marks with it; while the broker is down the job
-//! stays DELETE_PENDING with the error, and `--force` takes it at once, leaving the broker
-//! as it is; a forced removal of a running job stops it at its next heartbeat without a
-//! reload; an outbound job forgets its doubts about messages no longer in its source.
+//! JetStream, RabbitMQ and Mosquitto on the machine; a private NATS for the test that kills
+//! it): a non-forced removal ends an inbound job's durable consumer, persistent session or
+//! RabbitMQ topic queue before its status goes, and its marks with it, whether a node runs
+//! at the removal (SIGHUP or not) or only starts later (DELETE_PENDING meanwhile, on SQLite
+//! and PostgreSQL); `serve --topology` does not bring back a job removed with `--remove`,
+//! `admin apply` does; while the broker is down the job stays DELETE_PENDING with the error,
+//! and `--force` takes it at once, leaving the broker as it is; a forced removal of a
+//! running job stops it at its next heartbeat without a reload; an outbound job forgets its
+//! doubts about messages no longer in its source.
 
 mod common;
 
@@ -381,4 +384,60 @@ async fn rabbitmq_topic_removal_deletes_the_jobs_queue() {
     let _ = ch.exchange_delete(exchange.as_str().into(), Default::default()).await;
     drop(s);
     let _ = std::fs::remove_file(&topo);
+}
+
+/// A job taken out of the topology file by `admin apply` while no node runs is
+/// DELETE_PENDING too, and ended by the next node started with that file; it leaves no
+/// tombstone, so a file naming it again brings it back. A forced removal leaves one (the
+/// file does not bring the job back) and leaves the consumer at NATS, as its answer says.
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_removal_is_pending_and_force_leaves_the_consumer() {
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let both = nats_topology("gateway-removal-apply", "nats://127.0.0.1:4222", "", &subject, &stream);
+    let toml = format!(
+        "\n[[gateway.links]]\nname = \"nats\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n\
+         \n[[gateway.foreign_queues]]\nname = \"orders\"\nlink = \"nats\"\nnative_name = \"{subject}\"\n\
+         stream = \"{stream}\"\ncreate = true\n\
+         \n[[gateway.jobs]]\nname = \"to_nats\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"orders@nats\"\nbatch_size = 20\n"
+    );
+    let outbound_only = demo_topology_with("gateway-removal-apply-out", &toml);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let js = jetstream(4222).await;
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+    stop(s);
+
+    let out =
+        aqgate(&["admin", "apply", outbound_only.to_str().expect("utf-8"), "--database", &db]).output().expect("apply");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("- gateway_job FROM_NATS"), "{said}");
+    assert_eq!(jobs(&db)["FROM_NATS"]["state"], "DELETE_PENDING");
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "no node: the consumer stays");
+    let s = serve_quick("apply removal", &db, port, &outbound_only);
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(1));
+    assert!(!consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "the node ended the consumer");
+    stop(s);
+
+    // No tombstone: the file that names the job brings it back.
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS", "--force"]);
+    assert!(ok && said.contains("left at the broker") && said.contains("aqgate_FROM_NATS"), "{said}");
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(15), Duration::from_secs(1));
+    stop(s);
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "TO_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    assert!(!jobs(&db).contains_key("FROM_NATS"), "the forced removal's tombstone keeps it out");
+    assert!(s.log().contains("not re-created"), "{}", s.log_tail(20));
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "a forced removal leaves the consumer");
+    drop(s);
+    let _ = js.delete_stream(&stream).await;
+    for f in [both, outbound_only] {
+        let _ = std::fs::remove_file(f);
+    }
 }
