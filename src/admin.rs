@@ -216,7 +216,13 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     refuse_reshaping_queues_with_messages(store, &current, &catalog).await?;
 
     let new_rows = rows_of(&wanted)?;
-    let old_rows: BTreeMap<(String, String), String> = current_rows.into_iter().map(|(k, n, s)| ((k, n), s)).collect();
+    // Removed jobs' records are no part of a file (`propagate::removals`).
+    let records = crate::propagate::removals::of_rows(&current_rows);
+    let old_rows: BTreeMap<(String, String), String> = current_rows
+        .into_iter()
+        .filter(|(k, _, _)| k != crate::propagate::removals::KIND)
+        .map(|(k, n, s)| ((k, n), s))
+        .collect();
     let mut changes = Vec::new();
     for ((kind, name), spec) in &new_rows {
         match old_rows.get(&(kind.clone(), name.clone())) {
@@ -244,6 +250,7 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
             tx.delete_topology_object(kind, name).await?;
         }
     }
+    removal_records(tx.as_mut(), &current, &new_rows, &records).await?;
     // Oracle's AQ$<QUEUE_TABLE> views, over the queues of each table (a remote queue
     // space's queues are no queue table's),
     // and the queues that keep their removed messages.
@@ -261,6 +268,57 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     tx.define_views(&tables.into_iter().collect::<Vec<_>>(), &retained).await?;
     tx.commit().await?;
     Ok(changes)
+}
+
+/// The removed jobs' records (`propagate::removals`) after an apply: a job the file
+/// removes that owns state at its broker is DELETE_PENDING until a running node has ended
+/// it; a job the file defines loses its record (its pending removal is called off, its
+/// tombstone goes: the file re-creates it).
+async fn removal_records(
+    tx: &mut dyn aqgate_core::store::StoreTx,
+    current: &Topology,
+    new_rows: &BTreeMap<(String, String), String>,
+    records: &[crate::propagate::removals::Removal],
+) -> Result<(), ApplyError> {
+    use crate::propagate::removals::{self, KIND};
+    let job = |name: &str| {
+        ["gateway_job", "propagation"].iter().any(|k| new_rows.contains_key(&((*k).to_string(), name.to_string())))
+    };
+    for r in records.iter().filter(|r| job(&r.name)) {
+        tx.delete_topology_object(KIND, &r.name).await?;
+    }
+    let Ok(before) = current.resolve(&|_| Err("unreachable: stored passwords are hashes".into())) else {
+        // What is stored did not resolve: its jobs' links are unknown, nothing to end.
+        return Ok(());
+    };
+    let now = aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock);
+    for (name, info) in before.propagations.iter().filter(|(n, i)| i.space.is_none() && !job(n)) {
+        let Some(pending) = removals::owned(info) else { continue };
+        let by_operator = records.iter().any(|r| r.name == *name && r.by_operator);
+        let r = removals::Removal { name: name.clone(), at: now, by_operator, pending: Some(pending) };
+        tx.put_topology_object(KIND, name, &removals::spec(&r)?).await?;
+    }
+    Ok(())
+}
+
+/// What `serve --topology FILE` applies at start: the file without the jobs an operator
+/// removed with `admin jobs --remove` (their tombstones; `admin apply FILE` re-creates
+/// them), and the names of those left out.
+pub async fn apply_at_start(store: &dyn Store, file: &Topology) -> Result<(Vec<Change>, Vec<String>), ApplyError> {
+    let removed: Vec<String> =
+        crate::propagate::removals::load(store).await?.into_iter().filter(|r| r.by_operator).map(|r| r.name).collect();
+    let mut wanted = file.clone();
+    let mut left_out = Vec::new();
+    let mut keep = |name: &str| {
+        let gone = removed.contains(&canon(name));
+        if gone {
+            left_out.push(canon(name));
+        }
+        !gone
+    };
+    wanted.propagations.retain(|p| keep(&p.name));
+    wanted.gateway.jobs.retain(|j| keep(&j.name));
+    Ok((apply(store, &wanted, false).await?, left_out))
 }
 
 /// A queue's stored messages must stay readable: while it holds messages its payload

@@ -150,7 +150,7 @@ enum AdminCommand {
         retry_parked: bool,
     },
     /// Propagation jobs with their state, owner, counts, backlog, lag and last error; or
-    /// enable or disable one (running servers follow on SIGHUP).
+    /// enable or disable one (running servers follow on SIGHUP), remove one, or reset one.
     Jobs {
         #[command(flatten)]
         db: Db,
@@ -161,14 +161,18 @@ enum AdminCommand {
         enable: Option<String>,
         #[arg(long, value_name = "JOB", conflicts_with = "remove")]
         disable: Option<String>,
-        /// Take the job out of the stored topology: running servers finish it on SIGHUP
-        /// (DELETE_PENDING until its state at the broker is gone).
-        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable"])]
+        /// Take the job out of the stored topology (REMOVE_JOB): a running node stops it;
+        /// DELETE_PENDING until a node has ended its state at the broker.
+        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable", "reset"])]
         remove: Option<String>,
         /// With --remove: also delete its status, doubts and marks now, leaving what it
-        /// keeps at the broker there.
+        /// keeps at the broker there (FORCE).
         #[arg(long, requires = "remove")]
         force: bool,
+        /// RESET_JOB: a FAILED or RETRYING job tries again now (failure count 0, back-off
+        /// ended); its holder restarts it at its next heartbeat.
+        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable", "disable"])]
+        reset: Option<String>,
     },
     /// The Messaging Gateway's links, with each process's view of each (CONNECTED,
     /// RECONNECTING, DISCONNECTED, since when, last error).
@@ -376,12 +380,20 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
-        AdminCommand::Jobs { db, json, enable, disable, remove: Some(name), force } => {
-            let _ = (json, enable, disable);
+        AdminCommand::Jobs { db, remove: Some(name), force, .. } => {
             let r = admin::jobs::remove(open(db).await?.as_ref(), &name, force).await?;
             let mut say = String::new();
             if r.defined {
-                say.push_str(&format!("job {name} removed from the stored topology; send SIGHUP to running servers\n"));
+                say.push_str(&format!(
+                    "job {name} removed from the stored topology; running nodes stop it within their lease time \
+                     (SIGHUP for at once); `serve --topology` will not re-create it, `admin apply FILE` would\n"
+                ));
+            }
+            if r.pending {
+                say.push_str(&format!(
+                    "job {name} is DELETE_PENDING until a running node (now, or the next to start) has ended \
+                     its state at the broker\n"
+                ));
             }
             if force {
                 say.push_str(&format!(
@@ -396,7 +408,20 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             std::io::Write::write_all(out, say.as_bytes())?;
             Ok(())
         }
-        AdminCommand::Jobs { db, json, enable, disable, remove: None, force: _ } => {
+        AdminCommand::Jobs { db, reset: Some(name), .. } => {
+            let had = admin::jobs::reset(open(db).await?.as_ref(), &name).await?;
+            let say = if had {
+                format!(
+                    "job {name} reset: failure count 0, lease ended; the node running it restarts it at its next \
+                     heartbeat, without back-off\n"
+                )
+            } else {
+                format!("job {name} has not run yet: nothing to reset\n")
+            };
+            std::io::Write::write_all(out, say.as_bytes())?;
+            Ok(())
+        }
+        AdminCommand::Jobs { db, json, enable, disable, remove: None, reset: None, force: _ } => {
             let store = open(db).await?;
             let on = enable.is_some();
             match enable.or(disable) {

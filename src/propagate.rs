@@ -38,8 +38,11 @@
 //!
 //! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
 //! reload) starts, a disabled one finishes its batch and stops, a removed one is
-//! DELETE_PENDING until its batch in flight is done and then its status row goes. `status`
-//! makes the figures of `admin jobs` and `/metrics`.
+//! DELETE_PENDING until its batch in flight is done and then its status row goes — or, for
+//! a gateway job that owns state at its broker, until `removals` has ended that state. The
+//! supervisor reads the stored topology every lease time, and reloads when a job it runs is
+//! gone from it (a removal needs no SIGHUP). `status` makes the figures of `admin jobs` and
+//! `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,6 +63,7 @@ mod forward;
 pub mod gateway;
 pub mod lease;
 mod remote;
+pub mod removals;
 pub mod status;
 
 pub use lease::LeaseConfig;
@@ -181,9 +185,12 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
     let mut stopping: Vec<(String, watch::Sender<Option<Ending>>, tokio::task::JoinHandle<()>)> = Vec::new();
     let mut seen: Option<Arc<aqgate_core::engine::Resolved>> = None;
     let mut swept = std::time::Instant::now();
+    // Pending removals this process is ending (`removals::finish`), with their stop signal.
+    let mut finishing: BTreeMap<String, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> = BTreeMap::new();
     loop {
         let resolved = engine.resolved();
         let wanted = resolved.catalog.propagations.clone();
+        let before = stopping.len();
         stopping.retain(|(name, _, task)| {
             if task.is_finished() {
                 tracing::info!(job = %name, "propagation job stopped");
@@ -211,11 +218,43 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
             tracing::info!(job = %name, source = %info.source, destination = %info.destination, "propagation job started");
             running.insert(name.clone(), (info.clone(), tx, task));
         }
-        // Status rows of jobs gone from the topology that no process finishes any more
-        // (their holder died before it could delete the row).
-        if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &resolved)) || swept.elapsed() >= lease.ttl {
-            let busy: Vec<&String> = running.keys().chain(stopping.iter().map(|(n, _, _)| n)).collect();
-            lease::sweep(&engine, &lease, &busy).await;
+        finishing.retain(|_, (_, task)| !task.is_finished());
+        // Every ttl (and after a reload): the stored topology, read afresh. A job this
+        // process runs that is gone from it was removed with no SIGHUP here: the topology is
+        // reloaded, so that the job stops (at the next turn). Pending removals of jobs no
+        // longer run here are ended (`removals`); status rows of jobs gone from the topology
+        // that no process finishes any more (their holder died before it could delete the
+        // row) go.
+        let ended = stopping.len() < before;
+        if ended || seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &resolved)) || swept.elapsed() >= lease.ttl {
+            match engine.store().load_topology().await {
+                Ok(topology) => {
+                    let defined = |name: &str| {
+                        topology.iter().any(|(k, n, _)| (k == "propagation" || k == "gateway_job") && n == name)
+                    };
+                    let stale = running.iter().any(|(name, (info, _, _))| info.space.is_none() && !defined(name));
+                    if stale {
+                        tracing::info!("a running job is gone from the stored topology: reloading it");
+                        if let Err(e) = engine.reload().await {
+                            tracing::warn!(error = %e.message, "reloading the topology failed");
+                        }
+                    }
+                    for r in removals::of_rows(&topology).into_iter().filter(|r| r.pending.is_some()) {
+                        let name = r.name.clone();
+                        let here = running.contains_key(&name) || stopping.iter().any(|(n, _, _)| *n == name);
+                        if here || finishing.contains_key(&name) || defined(&name) {
+                            continue;
+                        }
+                        let (tx, rx) = watch::channel(false);
+                        let task = tokio::spawn(removals::finish(engine.clone(), r, lease.clone(), rx));
+                        finishing.insert(name, (tx, task));
+                    }
+                    let busy: Vec<&String> =
+                        running.keys().chain(stopping.iter().map(|(n, _, _)| n)).chain(finishing.keys()).collect();
+                    removals::sweep(&engine, &lease, &topology, &busy).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "reading the stored topology failed"),
+            }
             seen = Some(resolved);
             swept = std::time::Instant::now();
         }
@@ -230,7 +269,11 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
     for (_, tx, _) in &stopping {
         let _ = tx.send(Some(Ending::Stop));
     }
-    for (_, _, task) in stopping {
+    for (tx, _) in finishing.values() {
+        let _ = tx.send(true);
+    }
+    for (_, task) in stopping.into_iter().map(|(n, _, t)| (n, t)).chain(finishing.into_iter().map(|(n, (_, t))| (n, t)))
+    {
         let _ = task.await;
     }
 }

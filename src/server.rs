@@ -113,9 +113,16 @@ pub async fn serve(
     let store = aqgate_store::open_with(&cfg.database_url, &engine_cfg.metrics).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
-        let changes = crate::admin::apply(store.as_ref(), &topo, false).await?;
+        let (changes, left_out) = crate::admin::apply_at_start(store.as_ref(), &topo).await?;
         for c in &changes {
             tracing::info!(change = %c, "topology");
+        }
+        for job in &left_out {
+            tracing::warn!(
+                job = %job,
+                "the topology file names a job removed with `admin jobs --remove`: not re-created \
+                 (`admin apply FILE` re-creates it)"
+            );
         }
     }
     let engine = Engine::start(store, Arc::new(SystemClock), engine_cfg).await?;

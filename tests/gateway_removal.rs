@@ -1,10 +1,13 @@
 //! Removing Messaging Gateway jobs through a real `aqgate serve` and real brokers (NATS with
-//! JetStream and Mosquitto on the machine; a private NATS for the test that kills it):
-//! `admin jobs --remove` then SIGHUP ends an inbound job's durable consumer or persistent
-//! session before its status goes, and its marks with it; while the broker is down the job
-//! stays DELETE_PENDING with the error, and `--force` takes it at once, leaving the broker
-//! as it is; a forced removal of a running job stops it at its next heartbeat without a
-//! reload; an outbound job forgets its doubts about messages no longer in its source.
+//! JetStream, RabbitMQ and Mosquitto on the machine; a private NATS for the test that kills
+//! it): a non-forced removal ends an inbound job's durable consumer, persistent session or
+//! RabbitMQ topic queue before its status goes, and its marks with it, whether a node runs
+//! at the removal (SIGHUP or not) or only starts later (DELETE_PENDING meanwhile, on SQLite
+//! and PostgreSQL); `serve --topology` does not bring back a job removed with `--remove`,
+//! `admin apply` does; while the broker is down the job stays DELETE_PENDING with the error,
+//! and `--force` takes it at once, leaving the broker as it is; a forced removal of a
+//! running job stops it at its next heartbeat without a reload; an outbound job forgets its
+//! doubts about messages no longer in its source.
 
 mod common;
 
@@ -122,7 +125,7 @@ async fn nats_removal_ends_the_consumer_and_forgets_doubts() {
 
     let (ok, said) = admin_jobs(&db, &["--remove", "from_nats"]);
     assert!(ok, "{said}");
-    assert!(said.contains("removed from the stored topology; send SIGHUP"), "{said}");
+    assert!(said.contains("removed from the stored topology") && said.contains("DELETE_PENDING"), "{said}");
     s.signal("-HUP");
     wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(3));
     assert!(!consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "the durable consumer is gone");
@@ -238,7 +241,7 @@ async fn removal_waits_for_a_dead_broker_and_force_ends_it() {
     assert!(ok && said.contains("status deleted"), "{said}");
     wait_gone(&db, "FROM_NATS", Duration::from_secs(1), Duration::from_secs(5));
     wait_until("the holder stops retrying", Duration::from_secs(15), || {
-        s.log().contains("(a forced removal): stopping")
+        s.log().contains("the job's removal is no longer pending (forced")
     });
 
     nats.start();
@@ -246,4 +249,195 @@ async fn removal_waits_for_a_dead_broker_and_force_ends_it() {
     assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "a forced removal leaves the broker as it is");
     drop(s);
     let _ = std::fs::remove_file(&topo);
+}
+
+/// Waits until the durable consumer `durable` of `stream` exists (or, `want` false, does not).
+async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, durable: &str, want: bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer_exists(js, stream, durable).await != want {
+        assert!(Instant::now() < deadline, "consumer {durable} exists: {} after 30 s", !want);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Stops `s` with SIGTERM, as an operator would: it gives its leases up.
+fn stop(mut s: Proc) {
+    s.signal("-TERM");
+    assert!(s.wait_exit(Duration::from_secs(30)).success(), "{}", s.log_tail(20));
+}
+
+/// No node running: `--remove` leaves the inbound job DELETE_PENDING in `admin jobs` and its
+/// durable consumer at NATS. The next node, started with the same topology file (which
+/// still names the job), does not re-create the job, ends the consumer, and the row goes.
+/// `admin apply` of the file re-creates it, and the running node takes it up on SIGHUP;
+/// removed again with no SIGHUP, the running node stops it and ends its consumer.
+async fn removal_while_no_node_runs(b: Backend) {
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let topo = nats_topology("gateway-removal-offline", "nats://127.0.0.1:4222", "", &subject, &stream);
+    let db = fresh_url(b).await;
+    let port = free_port();
+    let js = jetstream(4222).await;
+    let s = serve_quick("offline removal", &db, port, &topo);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+    stop(s);
+
+    let (ok, said) = admin_jobs(&db, &["--remove", "from_nats"]);
+    assert!(ok && said.contains("DELETE_PENDING"), "{said}");
+    let j = jobs(&db).remove("FROM_NATS").expect("a DELETE_PENDING row");
+    assert_eq!((j["state"].as_str(), j["owner"].is_null()), (Some("DELETE_PENDING"), true), "{j}");
+    assert_eq!(j["source"], "ORDERS@NATS", "{j}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "no node: the consumer stays");
+    assert_eq!(jobs(&db)["FROM_NATS"]["state"], "DELETE_PENDING");
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
+    assert!(!ok && said.contains("DELETE_PENDING already"), "{said}");
+    let text = aqgate(&["admin", "jobs", "--database", &db]).output().expect("admin jobs");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("DELETE_PENDING"), "the table says it too");
+
+    let s = serve_quick("offline removal", &db, port, &topo);
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(3));
+    assert!(!consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "the next node ended the consumer");
+    assert!(s.log().contains("not re-created"), "{}", s.log_tail(20));
+    assert_eq!(jobs(&db)["TO_NATS"]["state"], "RUNNING");
+
+    let out = aqgate(&["admin", "apply", topo.to_str().expect("utf-8"), "--database", &db]).output().expect("apply");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("+ gateway_job FROM_NATS"), "{said}");
+    s.signal("-HUP");
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+
+    // Removed while the node runs it, and no SIGHUP: the node finds it gone from the stored
+    // topology within its lease time, stops it and ends its consumer.
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
+    assert!(ok, "{said}");
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(3));
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", false).await;
+    assert!(s.log().contains("a running job is gone from the stored topology"), "{}", s.log_tail(20));
+    drop(s);
+    let _ = js.delete_stream(&stream).await;
+    let _ = std::fs::remove_file(&topo);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removal_while_no_node_runs_sqlite() {
+    removal_while_no_node_runs(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removal_while_no_node_runs_postgres() {
+    removal_while_no_node_runs(Backend::Postgres).await;
+}
+
+/// Whether RabbitMQ on the machine has queue `q` (a passive declaration on a channel of its own).
+async fn rabbit_queue_exists(q: &str) -> bool {
+    use lapin::options::QueueDeclareOptions;
+    let ch = rabbit().await;
+    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    ch.queue_declare(q.into(), passive, lapin::types::FieldTable::default()).await.is_ok()
+}
+
+/// RabbitMQ on the machine, an inbound job on a topic (an exchange): the job's own queue
+/// `aqgate.<job>`, bound to the exchange, exists while the job does; removed (no SIGHUP),
+/// the running node deletes it; the exchange, declared for the foreign queue, stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_topic_removal_deletes_the_jobs_queue() {
+    let t = tag();
+    let exchange = format!("aqgt.{t}.x");
+    let toml = format!(
+        "\n[[gateway.links]]\nname = \"rabbit\"\nkind = \"rabbitmq\"\nurl = \"amqp://127.0.0.1:5672/%2f\"\n\
+         username = \"guest\"\npassword_env = \"AQGT_RABBIT_PASSWORD\"\n\
+         \n[[gateway.foreign_queues]]\nname = \"x\"\nlink = \"rabbit\"\nnative_name = \"{exchange}\"\n\
+         domain = \"topic\"\nrouting_key = \"#\"\ncreate = true\n\
+         \n[[gateway.jobs]]\nname = \"from_x_{t}\"\nsource = \"x@rabbit\"\ndestination = \"AQUSER.RAW_ARCHIVE\"\n"
+    );
+    let topo = demo_topology_with("gateway-removal-topic", &toml);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let name = format!("FROM_X_{}", t.to_uppercase());
+    let listen = format!("127.0.0.1:{port}");
+    let mut s = Proc::spawn(
+        "aqgate serve (topic removal)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db])
+            .args(["--topology", topo.to_str().expect("utf-8")])
+            .env("AQGATE_PROPAGATION_LEASE_TTL", "3")
+            .env("AQGT_RABBIT_PASSWORD", "guest"),
+    );
+    s.wait_ready(port, Duration::from_secs(60));
+    wait_job(&db, &name, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    let queue = format!("aqgate.{name}");
+    assert!(rabbit_queue_exists(&queue).await, "the job's own queue exists");
+
+    let (ok, said) = admin_jobs(&db, &["--remove", &name]);
+    assert!(ok && said.contains("DELETE_PENDING"), "{said}");
+    wait_gone(&db, &name, Duration::from_secs(30), Duration::from_secs(3));
+    assert!(!rabbit_queue_exists(&queue).await, "the job's queue is gone");
+    assert!(s.log().contains(&format!("queue {queue} and its binding")), "{}", s.log_tail(20));
+    let ch = rabbit().await;
+    let passive = lapin::options::ExchangeDeclareOptions { passive: true, ..Default::default() };
+    ch.exchange_declare(exchange.as_str().into(), lapin::ExchangeKind::Topic, passive, Default::default())
+        .await
+        .expect("the exchange stays");
+    let _ = ch.exchange_delete(exchange.as_str().into(), Default::default()).await;
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+/// A job taken out of the topology file by `admin apply` while no node runs is
+/// DELETE_PENDING too, and ended by the next node started with that file; it leaves no
+/// tombstone, so a file naming it again brings it back. A forced removal leaves one (the
+/// file does not bring the job back) and leaves the consumer at NATS, as its answer says.
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_removal_is_pending_and_force_leaves_the_consumer() {
+    let t = tag();
+    let stream = format!("AQGT_{}", t.to_uppercase());
+    let subject = format!("aqgt.{t}.orders");
+    let both = nats_topology("gateway-removal-apply", "nats://127.0.0.1:4222", "", &subject, &stream);
+    let toml = format!(
+        "\n[[gateway.links]]\nname = \"nats\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n\
+         \n[[gateway.foreign_queues]]\nname = \"orders\"\nlink = \"nats\"\nnative_name = \"{subject}\"\n\
+         stream = \"{stream}\"\ncreate = true\n\
+         \n[[gateway.jobs]]\nname = \"to_nats\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"orders@nats\"\nbatch_size = 20\n"
+    );
+    let outbound_only = demo_topology_with("gateway-removal-apply-out", &toml);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let js = jetstream(4222).await;
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+    stop(s);
+
+    let out =
+        aqgate(&["admin", "apply", outbound_only.to_str().expect("utf-8"), "--database", &db]).output().expect("apply");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("- gateway_job FROM_NATS"), "{said}");
+    assert_eq!(jobs(&db)["FROM_NATS"]["state"], "DELETE_PENDING");
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "no node: the consumer stays");
+    let s = serve_quick("apply removal", &db, port, &outbound_only);
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(1));
+    assert!(!consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "the node ended the consumer");
+    stop(s);
+
+    // No tombstone: the file that names the job brings it back.
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
+    let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS", "--force"]);
+    assert!(ok && said.contains("left at the broker") && said.contains("aqgate_FROM_NATS"), "{said}");
+    wait_gone(&db, "FROM_NATS", Duration::from_secs(15), Duration::from_secs(1));
+    stop(s);
+    let s = serve_quick("apply removal", &db, port, &both);
+    wait_job(&db, "TO_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    assert!(!jobs(&db).contains_key("FROM_NATS"), "the forced removal's tombstone keeps it out");
+    assert!(s.log().contains("not re-created"), "{}", s.log_tail(20));
+    assert!(consumer_exists(&js, &stream, "aqgate_FROM_NATS").await, "a forced removal leaves the consumer");
+    drop(s);
+    let _ = js.delete_stream(&stream).await;
+    for f in [both, outbound_only] {
+        let _ = std::fs::remove_file(f);
+    }
 }

@@ -2845,6 +2845,20 @@ async fn propagation_job_leases_and_reports(b: Backend) {
     assert_eq!((r.owner, r.lease_until, r.propagated), (None, None, 40));
     assert!(store.job_lease("ARCHIVE", "a:1:x", t + 25 * SEC, t + 40 * SEC).await.expect("free again"));
 
+    // RESET_JOB: the failure count goes to 0 and the lease ends (the last error stays); the
+    // holder learns it at its next report, and the job is free to take at once.
+    assert!(store.job_reset("ARCHIVE").await.expect("reset"));
+    let r = store.job_statuses().await.expect("statuses").remove(0);
+    assert_eq!((r.failed, r.owner.as_deref(), r.lease_until, r.propagated), (0, None, None, 40));
+    assert_eq!(r.last_error.as_deref(), Some("remote down"), "the last error stays");
+    let owner = store
+        .job_report("ARCHIVE", "a:1:x", t + 25 * SEC, Some(t + 40 * SEC), &report("FAILED", 0, 0, 0))
+        .await
+        .expect("report");
+    assert_eq!(owner, None, "the holder learns its lease ended");
+    assert!(store.job_lease("ARCHIVE", "a:1:x", t + 25 * SEC, t + 40 * SEC).await.expect("taken afresh"));
+    assert!(!store.job_reset("NOBODY").await.expect("reset"), "no row, nothing reset");
+
     // A row goes only when its lease is the caller's or has ended.
     assert!(store.job_lease("OTHER", "a:1:x", t, t + 15 * SEC).await.expect("lease"));
     assert!(!store.job_forget("OTHER", "b:2:y", t + SEC).await.expect("forget"), "a's lease lasts");

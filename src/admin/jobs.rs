@@ -2,13 +2,16 @@
 //! backlog, lag and last error (see `crate::propagate::status` for what each figure means),
 //! as a table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
 //! (running servers follow on SIGHUP; the next `admin apply` of a file sets what the file
-//! says); and `--remove NAME [--force]`, which takes the job out of the stored topology.
+//! says); `--remove NAME [--force]`, which takes the job out of the stored topology; and
+//! `--reset NAME` (RESET_JOB), which makes it try again now.
 //!
-//! A non-forced removal is finished by the server running the job, after SIGHUP: its batch
-//! in flight ends, then (DELETE_PENDING meanwhile, retrying while the broker is down) it
-//! ends its state at the broker and its status row goes. A forced one also deletes the
-//! status row and the job's doubts and marks at once: whatever runs it stops at its next
-//! heartbeat, and what it kept at the broker is left there (named in the answer).
+//! A non-forced removal of a job that owns state at its broker leaves a pending removal
+//! record (`propagate::removals`): DELETE_PENDING until a running node (the one running the
+//! job, at its next heartbeat or SIGHUP; or any node, now or at its next start) has ended
+//! that state, retrying while the broker is down; then its status row goes. A forced one
+//! deletes the status row and the job's doubts and marks at once: whatever runs it stops at
+//! its next heartbeat, and what it kept at the broker is left there (named in the answer).
+//! Both leave the job's tombstone, so that `serve --topology` does not bring it back.
 
 use std::io::Write;
 
@@ -17,6 +20,8 @@ use aqgate_core::error::AqError;
 use aqgate_core::propagation::PropagationDef;
 use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
+
+use crate::propagate::removals;
 
 pub use crate::propagate::status::JobFigures;
 
@@ -67,6 +72,9 @@ pub async fn set_enabled(store: &dyn Store, name: &str, enabled: bool) -> Result
 pub struct Removed {
     /// The job was in the stored topology (and is not any more).
     pub defined: bool,
+    /// Not forced, and the job owns state at its broker: DELETE_PENDING until a running node
+    /// has ended it.
+    pub pending: bool,
     /// Forced: the status row was deleted.
     pub status: bool,
     /// Forced: doubts and marks deleted.
@@ -75,9 +83,12 @@ pub struct Removed {
     pub left: Option<String>,
 }
 
-/// Removes job `name` from the stored topology; with `force`, also its status row and its
-/// gateway rows at once (even when the topology no longer has it). An error when there was
-/// nothing to remove.
+/// Removes job `name` from the stored topology (Messaging Gateway's REMOVE_JOB), leaving
+/// its tombstone (`serve --topology` does not re-create it). Not forced, a job that owns
+/// state at its broker is DELETE_PENDING until a running node has ended that state (now or
+/// at its next start). With `force` its status row and its gateway rows go at once (also
+/// when only its DELETE_PENDING record is left), and its state at the broker stays. An
+/// error when there was nothing to remove.
 pub async fn remove(store: &dyn Store, name: &str, force: bool) -> Result<Removed, AqError> {
     let name = canon(name);
     let resolved = aqgate_core::engine::load_resolved(store).await?;
@@ -89,12 +100,34 @@ pub async fn remove(store: &dyn Store, name: &str, force: bool) -> Result<Remove
         )));
     }
     let rows = store.load_topology().await?;
+    let earlier = removals::of_rows(&rows).into_iter().find(|r| r.name == name);
     let mut out = Removed::default();
+    let owned = info.and_then(removals::owned);
+    let tombstone =
+        |pending| removals::Removal { name: name.clone(), at: SystemClock.now(), by_operator: true, pending };
     if let Some((kind, _, _)) = rows.iter().find(|(k, n, _)| (k == "gateway_job" || k == "propagation") && *n == name) {
+        let record = tombstone(if force { None } else { owned.clone() });
         let mut tx = store.begin().await?;
         tx.delete_topology_object(kind, &name).await?;
+        tx.put_topology_object(removals::KIND, &name, &removals::spec(&record)?).await?;
         tx.commit().await?;
         out.defined = true;
+        out.pending = record.pending.is_some();
+        if force {
+            out.left = owned.map(|b| b.describe(&name));
+        }
+    } else if let Some(pending) = earlier.and_then(|r| r.pending) {
+        if !force {
+            return Err(AqError::invalid(format!(
+                "job {name} is DELETE_PENDING already: a running node ends its state at the broker ({}); \
+                 --force removes what is left of it now and leaves that there",
+                pending.describe(&name)
+            )));
+        }
+        let mut tx = store.begin().await?;
+        tx.put_topology_object(removals::KIND, &name, &removals::spec(&tombstone(None))?).await?;
+        tx.commit().await?;
+        out.left = Some(pending.describe(&name));
     }
     if force {
         let exists = store.job_statuses().await?.iter().any(|j| j.name == name);
@@ -102,15 +135,29 @@ pub async fn remove(store: &dyn Store, name: &str, force: bool) -> Result<Remove
             out.status = store.job_forget(&name, "", Micros::MAX).await?;
         }
         out.rows = store.gateway_job_drop(&aqgate_core::topology::propagation::job_agent(&name)).await?;
-        out.left = info.and_then(crate::propagate::gateway::left_at_broker);
     }
-    if !out.defined && !out.status && out.rows == 0 {
+    if !out.defined && !out.status && out.rows == 0 && out.left.is_none() {
         return Err(AqError::invalid(format!(
             "no propagation job {name} in the stored topology{}",
             if force { ", nor a status or gateway rows of one" } else { " (--force removes what is left of one)" }
         )));
     }
     Ok(out)
+}
+
+/// Messaging Gateway's RESET_JOB: job `name` (in the topology, or DELETE_PENDING) tries
+/// again now. Its failure count goes to 0 and its lease ends: the process holding it stops
+/// its workers at its next heartbeat (their back-off with them) and takes the job again at
+/// once, with fresh workers (or another process does). False when the job has no status
+/// yet (it never ran: nothing to reset).
+pub async fn reset(store: &dyn Store, name: &str) -> Result<bool, AqError> {
+    let name = canon(name);
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    let pending = removals::load(store).await?.into_iter().any(|r| r.name == name && r.pending.is_some());
+    if !resolved.catalog.propagations.contains_key(&name) && !pending {
+        return Err(AqError::invalid(format!("no propagation job {name} in the stored topology")));
+    }
+    Ok(store.job_reset(&name).await?)
 }
 
 /// `aqgate admin jobs` (`json`: one JSON array, times as RFC 3339).

@@ -41,13 +41,13 @@ use aqgate_proto::idap::{Message, Request, Response};
 
 mod convert;
 mod inbound;
-mod mqtt;
-mod nats;
-mod rabbitmq;
+pub(crate) mod mqtt;
+pub(crate) mod nats;
+pub(crate) mod rabbitmq;
 mod removal;
 
 use removal::purge_doubts;
-pub(crate) use removal::{clean_up, left_at_broker};
+pub use removal::{BrokerState, owned};
 
 use convert::{Incoming, Outgoing};
 

@@ -326,7 +326,15 @@ async fn removed(engine: &Engine, job: &PropagationInfo) -> bool {
             if let Err(e) = engine.reload().await {
                 tracing::warn!(job = %job.name, error = %e.message, "reloading the topology failed");
             }
-            // What its last batch wrote after the removal deleted the job's rows.
+            // What its last batch wrote after the removal deleted the job's rows; a pending
+            // removal's are deleted once its broker state has gone (`removals::finish`).
+            let pending = super::removals::load(engine.store().as_ref())
+                .await
+                .map(|rs| rs.iter().any(|r| r.name == job.name && r.pending.is_some()))
+                .unwrap_or(true);
+            if pending {
+                return true;
+            }
             if let Err(e) = engine.store().gateway_job_drop(&job.agent).await {
                 tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed");
             }
@@ -417,11 +425,21 @@ async fn tenure(
             }
         }
     }
-    // The workers have stopped: a removed job cleans up and its row goes, or the lease is
-    // given up so that another process may take the job at once; what is left of the report
-    // goes with it.
+    // The workers have stopped. A removed job that owns state at its broker gives its lease
+    // up, DELETE_PENDING, for the removal's task (`removals::finish`, in this process or
+    // another) to end that state; any other removed job's row goes now, with its doubts and
+    // marks. Else the lease is given up so that another process may take the job at once;
+    // what is left of the report goes with it.
     if why == Some(Ending::Removed) {
-        if held && clean_up(engine, job, cfg, report, ending).await {
+        if held && super::gateway::owned(job).is_some() {
+            let now = engine.now();
+            if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take("DELETE_PENDING")).await {
+                tracing::warn!(job = %job.name, error = %e, "giving up the removed job's lease failed; it ends by itself");
+            }
+        } else if held {
+            if let Err(e) = store.gateway_job_drop(&job.agent).await {
+                tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed");
+            }
             match store.job_forget(&job.name, &cfg.owner, engine.now()).await {
                 Ok(_) => tracing::info!(job = %job.name, "the removed job finished; its status is gone"),
                 Err(e) => tracing::warn!(job = %job.name, error = %e, "deleting the job's status failed"),
@@ -434,64 +452,6 @@ async fn tenure(
         tracing::warn!(job = %job.name, error = %e, "giving up the job's lease failed; it ends by itself");
     }
     why
-}
-
-/// A removed job's non-forced removal, once its workers have stopped: what it keeps at its
-/// broker (`gateway::clean_up`), then what it keeps in the store. While the broker cannot
-/// be reached the job stays DELETE_PENDING with the error, trying again (its lease renewed
-/// meanwhile). False when the job's row was taken meanwhile (a forced removal, which leaves
-/// the broker as it is) or the process stops (the job stays DELETE_PENDING until another
-/// process's sweep forgets it, leaving the broker as it is).
-async fn clean_up(
-    engine: &Engine,
-    job: &PropagationInfo,
-    cfg: &LeaseConfig,
-    report: &Report,
-    ending: &mut watch::Receiver<Option<Ending>>,
-) -> bool {
-    let store = engine.store();
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        match super::gateway::clean_up(job).await {
-            Ok(None) => break,
-            Ok(Some(what)) => {
-                tracing::info!(job = %job.name, removed = %what, "the removed job's state at its broker is gone");
-                break;
-            }
-            Err(e) => {
-                let now = engine.now();
-                tracing::warn!(job = %job.name, error = %e, retry_in = ?backoff, "the removed job could not clean up at its broker");
-                report.failed(&format!("removing the job: {e}"), now);
-                let r = report.take("DELETE_PENDING");
-                match store.job_report(&job.name, &cfg.owner, now, Some(now.saturating_add(cfg.ttl_micros())), &r).await
-                {
-                    Ok(Some(o)) if o == cfg.owner => {}
-                    Ok(_) => {
-                        tracing::warn!(job = %job.name, "the removed job's row is gone (a forced removal): stopping");
-                        return false;
-                    }
-                    Err(e) => {
-                        tracing::warn!(job = %job.name, error = %e, "reporting DELETE_PENDING failed");
-                        report.restore(r);
-                    }
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = ending.changed() => {}
-                }
-                if ending_of(ending) != Some(Ending::Removed) {
-                    return false;
-                }
-                backoff = (backoff * 2).min(cfg.heartbeat());
-            }
-        }
-    }
-    match store.gateway_job_drop(&job.agent).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(job = %job.name, rows = n, "forgot the removed job's doubts and marks"),
-        Err(e) => tracing::warn!(job = %job.name, error = %e, "forgetting the removed job's doubts and marks failed"),
-    }
-    true
 }
 
 /// Rolls back the batches the job's agent left open before `taken` (when this process took
@@ -508,36 +468,6 @@ async fn end_earlier_batches(engine: &Engine, job: &PropagationInfo, taken: Micr
         Err(e) => {
             tracing::warn!(job = %job.name, error = %e.message, "rolling back earlier batches failed; trying again");
             false
-        }
-    }
-}
-
-/// Deletes the status rows of jobs gone from the stored topology (read afresh: this
-/// process may not have reloaded yet) that no process finishes (their lease has ended):
-/// `busy` are the jobs this process still runs.
-pub(crate) async fn sweep(engine: &Engine, cfg: &LeaseConfig, busy: &[&String]) {
-    let store = engine.store();
-    let (rows, topology) = match (store.job_statuses().await, store.load_topology().await) {
-        (Ok(rows), Ok(topology)) => (rows, topology),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::debug!(error = %e, "reading the jobs' status failed");
-            return;
-        }
-    };
-    let now = engine.now();
-    let defined =
-        |name: &str| topology.iter().any(|(kind, n, _)| (kind == "propagation" || kind == "gateway_job") && n == name);
-    for r in rows.iter().filter(|r| !defined(&r.name) && !busy.contains(&&r.name)) {
-        match store.job_forget(&r.name, &cfg.owner, now).await {
-            Ok(true) => {
-                tracing::info!(job = %r.name, "forgot the status of a removed job");
-                let agent = aqgate_core::topology::propagation::job_agent(&r.name);
-                if let Err(e) = store.gateway_job_drop(&agent).await {
-                    tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's doubts and marks failed");
-                }
-            }
-            Ok(false) => {}
-            Err(e) => tracing::debug!(job = %r.name, error = %e, "forgetting a removed job's status failed"),
         }
     }
 }

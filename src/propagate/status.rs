@@ -6,7 +6,9 @@
 //!   `DELETE_PENDING` as the holder last reported, while its lease lasts; `ENABLED` when no
 //!   process holds a lease on it (none running, or outside its schedule's window, with the
 //!   next window's opening in `next_window`). A row of a job gone from the topology whose
-//!   lease still lasts is `DELETE_PENDING` (its holder finishes its batch, then deletes it).
+//!   lease still lasts is `DELETE_PENDING` (its holder finishes its batch, then deletes it),
+//!   and so is a removed job whose state at its broker is still to be ended (`removals`),
+//!   with or without a process at it.
 //! - **Counts**: totals of every process that ran the job since it first took its lease,
 //!   as of the holder's last heartbeat.
 //! - **Backlog**: the committed messages waiting for the job in its source (for a
@@ -122,6 +124,32 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             last_error: r.last_error,
             last_error_at: r.last_error_at,
             last_success_at: r.last_success_at,
+        });
+    }
+    // Removed jobs whose state at the broker is still to be ended, whether or not a process
+    // is at it (the row, if any, carries the last error).
+    let pending = super::removals::load(store).await?.into_iter().filter_map(|r| Some((r.name, r.pending?)));
+    for (name, b) in pending.filter(|(n, _)| !resolved.catalog.propagations.contains_key(n)) {
+        let r = rows.remove(&name).unwrap_or_else(|| empty(&name));
+        let live = r.owner.is_some() && r.lease_until.is_some_and(|t| t > now);
+        out.push(JobFigures {
+            name,
+            state: "DELETE_PENDING".into(),
+            kind: "gateway-in",
+            source: b.source,
+            destination: b.destination,
+            owner: if live { r.owner } else { None },
+            propagated: r.propagated,
+            failed: r.failed,
+            exceptions: r.exceptions,
+            backlog: 0,
+            lag: 0.0,
+            next_window: None,
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
+            last_success_at: r.last_success_at,
+            guarantee: None,
+            in_doubt: 0,
         });
     }
     for r in rows.into_values().filter(|r| r.owner.is_some() && r.lease_until.is_some_and(|t| t > now)) {

@@ -390,6 +390,10 @@ impl JobStore for GroupCommitStore {
         self.inner.job_forget(name, owner, now).await
     }
 
+    async fn job_reset(&self, name: &str) -> Result<bool> {
+        self.inner.job_reset(name).await
+    }
+
     async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
         self.inner.job_leases_clear(owner).await
     }

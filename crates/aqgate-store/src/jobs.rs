@@ -76,6 +76,10 @@ macro_rules! job_store {
                 Ok(left == 0)
             }
 
+            async fn job_reset(&self, name: &str) -> Result<bool> {
+                Ok(sqlx::query(sql::JOB_RESET).bind(name).execute(&self.pool).await.db()?.rows_affected() == 1)
+            }
+
             async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
                 Ok(sqlx::query(sql::JOB_LEASES_CLEAR).bind(owner).execute(&self.pool).await.db()?.rows_affected())
             }

@@ -104,6 +104,8 @@ pub(crate) const JOB_TALLY: &str =
 pub(crate) const JOB_FORGET: &str = "DELETE FROM propagation_jobs
      WHERE name = $1 AND (owner = $2 OR owner IS NULL OR lease_until IS NULL OR lease_until <= $3)";
 pub(crate) const JOB_EXISTS: &str = "SELECT COUNT(*) FROM propagation_jobs WHERE name = $1";
+pub(crate) const JOB_RESET: &str =
+    "UPDATE propagation_jobs SET failed = 0, owner = NULL, lease_until = NULL WHERE name = $1";
 pub(crate) const JOB_LEASES_CLEAR: &str = "UPDATE propagation_jobs SET owner = NULL, lease_until = NULL WHERE owner IS NOT NULL AND ($1 IS NULL OR owner = $1)";
 pub(crate) const JOB_STATUSES: &str = "SELECT * FROM propagation_jobs ORDER BY name";
 pub(crate) const GATEWAY_DOUBTS: &str =

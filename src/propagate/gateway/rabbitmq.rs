@@ -20,7 +20,7 @@ use aqgate_core::topology::gateway::{Domain, ForeignQueueDef, LinkDef};
 use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
@@ -57,6 +57,26 @@ async fn connect(link: &LinkDef) -> Result<Connection, String> {
 /// lapin leaves such a promise unresolved when the connection fails under it (a reset
 /// while the frame waits to go out): without a bound the job would wait on it for ever,
 /// never reconnecting. Past it, the link counts as failed.
+/// Ends what an inbound job on a topic (an exchange) declared for itself: its queue
+/// `aqgate.<job>` and with it the queue's binding (the messages in it were copies for the job).
+/// `Ok(Some(what))` names what went; `Ok(None)`: there was none.
+pub async fn remove(link: &LinkDef, job: &str) -> Result<Option<String>, String> {
+    let conn = connect(link).await?;
+    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+    let q = format!("aqgate.{job}");
+    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    if let Err(e) = bounded("queue.declare", ch.queue_declare(q.as_str().into(), passive, FieldTable::default())).await
+    {
+        let _ = conn.close(200, "".into()).await;
+        // A passive declaration of a queue that is not there closes the channel with 404.
+        return if e.contains("NOT_FOUND") || e.contains("404") { Ok(None) } else { Err(e) };
+    }
+    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+    bounded("queue.delete", ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default())).await?;
+    let _ = conn.close(200, "".into()).await;
+    Ok(Some(format!("queue {q} and its binding at {}", link.url)))
+}
+
 const PROMISE_WAIT: Duration = Duration::from_secs(30);
 
 async fn bounded<T>(what: &str, f: impl std::future::Future<Output = lapin::Result<T>>) -> Result<T, String> {

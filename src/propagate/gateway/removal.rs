@@ -1,38 +1,62 @@
-//! What a gateway job leaves behind, and its going: an inbound job's state at its broker
-//! (ended by a non-forced removal, named by a forced one), and an outbound job's doubts
-//! about messages that left its source another way.
+//! What a gateway job leaves behind: an inbound job's state at its broker (what it is,
+//! named by a forced removal, and its ending, which `propagate::removals` drives), and an
+//! outbound job's doubts about messages that left its source another way.
 
 use aqgate_core::engine::Engine;
 use aqgate_core::propagation::PropagationInfo;
-use aqgate_core::topology::gateway::{Direction, LinkKind};
+use aqgate_core::topology::gateway::{Direction, Domain, ForeignQueueDef, LinkDef, LinkKind};
 
-use super::{mqtt, nats};
+use super::{mqtt, nats, rabbitmq};
 
-/// A removed job's state at its broker, ended (`lease::clean_up`): an inbound job's NATS
-/// durable consumer or MQTT persistent session; `Ok(Some(what))` names what went. Outbound
-/// jobs and RabbitMQ (whose queues are the user's, declared or not) keep nothing.
-pub(crate) async fn clean_up(job: &PropagationInfo) -> Result<Option<String>, String> {
-    let Some(route) = job.gateway.as_deref().filter(|r| r.direction == Direction::Inbound) else { return Ok(None) };
-    match route.link.kind {
-        LinkKind::Nats => nats::remove(&route.link, &route.foreign, &job.name).await,
-        LinkKind::Mqtt => mqtt::remove(&route.link, &job.name).await,
-        LinkKind::Rabbitmq => Ok(None),
+/// What a removed inbound job owns at its broker, and what it was.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BrokerState {
+    pub source: String,
+    pub destination: String,
+    pub link: LinkDef,
+    pub foreign: ForeignQueueDef,
+}
+
+impl BrokerState {
+    /// What it is, for the operator (a forced removal leaves it there).
+    pub fn describe(&self, job: &str) -> String {
+        match self.link.kind {
+            LinkKind::Nats => format!(
+                "the durable consumer aqgate_{job} on stream {} at {}",
+                self.foreign.stream.as_deref().unwrap_or(""),
+                self.link.url
+            ),
+            LinkKind::Mqtt => format!("the persistent session aqgate-{job} at {}", self.link.url),
+            LinkKind::Rabbitmq => {
+                format!("the queue aqgate.{job} (bound to exchange {}) at {}", self.foreign.native_name, self.link.url)
+            }
+        }
+    }
+
+    /// Ends it: `Ok(Some(what))` names what went, `Ok(None)`: it was not there.
+    pub(crate) async fn end(&self, job: &str) -> Result<Option<String>, String> {
+        match self.link.kind {
+            LinkKind::Nats => nats::remove(&self.link, &self.foreign, job).await,
+            LinkKind::Mqtt => mqtt::remove(&self.link, job).await,
+            LinkKind::Rabbitmq => rabbitmq::remove(&self.link, job).await,
+        }
     }
 }
 
-/// What a forced removal of `job` leaves at its broker, for the operator to remove there.
-pub(crate) fn left_at_broker(job: &PropagationInfo) -> Option<String> {
+/// What job `job` owns at its broker, made by aqgate for it: an inbound job's NATS durable
+/// consumer, MQTT persistent session, or on a RabbitMQ topic its own queue. Outbound jobs,
+/// and RabbitMQ queues (the user's, declared or not), are not the job's.
+pub fn owned(job: &PropagationInfo) -> Option<BrokerState> {
     let route = job.gateway.as_deref().filter(|r| r.direction == Direction::Inbound)?;
-    match route.link.kind {
-        LinkKind::Nats => Some(format!(
-            "the durable consumer aqgate_{} on stream {} at {}",
-            job.name,
-            route.foreign.stream.as_deref().unwrap_or(""),
-            route.link.url
-        )),
-        LinkKind::Mqtt => Some(format!("the persistent session aqgate-{} at {}", job.name, route.link.url)),
-        LinkKind::Rabbitmq => None,
+    if route.link.kind == LinkKind::Rabbitmq && route.foreign.domain != Domain::Topic {
+        return None;
     }
+    Some(BrokerState {
+        source: job.source.clone(),
+        destination: job.destination.clone(),
+        link: route.link.clone(),
+        foreign: route.foreign.clone(),
+    })
 }
 
 /// Forgets the doubts about messages that left the source otherwise than through the job

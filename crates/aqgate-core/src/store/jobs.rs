@@ -86,6 +86,11 @@ pub trait JobStore: Send + Sync {
     /// (a job gone from the topology). True if it went (or was not there).
     async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool>;
 
+    /// RESET_JOB: the row of job `name` gets a failure count of 0 and no lease, so that its
+    /// holder stops the job's workers at its next renewal and a process takes it afresh.
+    /// False when there is no row.
+    async fn job_reset(&self, name: &str) -> Result<bool>;
+
     /// Ends every lease (a process sole on its store, at start: any lease is a dead
     /// process's), or with `owner` only those it holds (a process known to be dead).
     async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64>;
