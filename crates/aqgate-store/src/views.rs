@@ -75,7 +75,7 @@ pub const COLUMNS: [&str; 19] = [
 
 /// The rows of `queue_table`'s view for the queue `$1`, every column as text: with
 /// `by_state`, those whose `msg_state` is `$2` and at most `$3`, else at most `$2`.
-pub(crate) fn select_sql(queue_table: &str, by_state: bool) -> String {
+pub fn select_sql(queue_table: &str, by_state: bool) -> String {
     let cols: Vec<String> = COLUMNS.iter().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
     let (state, limit) = if by_state { (" AND msg_state = $2", "$3") } else { ("", "$2") };
     format!(
