@@ -61,7 +61,8 @@ async fn state_and_limit_in_the_database(b: Backend) {
     // The WAIT message comes after more READY ones than shown: the filter finds it, even
     // when one row is asked for.
     for limit in [None, Some("1")] {
-        let args: Vec<&str> = ["--state", "WAIT"].into_iter().chain(limit.map(|l| ["--limit", l]).into_iter().flatten()).collect();
+        let args: Vec<&str> =
+            ["--state", "WAIT"].into_iter().chain(limit.map(|l| ["--limit", l]).into_iter().flatten()).collect();
         let (table, _) = ok(&admin_messages(&h.url, q, &args));
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2, "a header and the WAIT row: {table}");
@@ -84,7 +85,12 @@ async fn state_and_limit_in_the_database(b: Backend) {
     assert_eq!((corr_ids(&json).len(), note.as_str()), (1_051, ""));
     assert_eq!(corr_ids(&json).last().map(String::as_str), Some("W1"));
     let (table, _) = ok(&admin_messages(&h.url, q, &["--state", "READY", "--limit", "1050"]));
-    assert_eq!(table.lines().count(), 1 + 1_050, "exactly the READY ones, no note: {}", table.lines().last().unwrap_or(""));
+    assert_eq!(
+        table.lines().count(),
+        1 + 1_050,
+        "exactly the READY ones, no note: {}",
+        table.lines().last().unwrap_or("")
+    );
     let (table, _) = ok(&admin_messages(&h.url, q, &["--state", "READY", "--limit", "1049"]));
     assert_eq!(table.lines().last(), Some("… and more: 1049 shown; use --limit or --state"));
 

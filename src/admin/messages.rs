@@ -21,7 +21,12 @@ pub type Rows = Vec<Vec<(&'static str, Option<String>)>>;
 /// The first `limit` rows of `queue` in its queue table's view, in enqueue order (in
 /// `state` only, when given: the store filters, so that rows in other states do not use
 /// up the limit), and whether there are more.
-pub async fn messages(store: &dyn Store, queue: &str, state: Option<&str>, limit: i64) -> Result<(Rows, bool), AqError> {
+pub async fn messages(
+    store: &dyn Store,
+    queue: &str,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<(Rows, bool), AqError> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(AqError::invalid(format!("--limit {limit}: from 1 to {MAX_LIMIT}")));
     }
