@@ -125,6 +125,10 @@ enum AdminCommand {
         /// Only messages in this state: READY, WAIT, PROCESSED, EXPIRED or UNDELIVERABLE.
         #[arg(long)]
         state: Option<String>,
+        /// Show at most N rows (the first in enqueue order; 1 to 100000). When there are
+        /// more, a last line says so (on standard error with --json).
+        #[arg(long, value_name = "N", default_value_t = aqgate::admin::messages::DEFAULT_LIMIT)]
+        limit: i64,
         /// Print every column of every row as a JSON array.
         #[arg(long)]
         json: bool,
@@ -375,8 +379,10 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             admin::print_apply(open(db).await?.as_ref(), &topo, dry_run, out).await
         }
         AdminCommand::Queues { db } => admin::topology::print_queues(open(db).await?.as_ref(), out).await,
-        AdminCommand::Messages { queue, db, state, json } => {
-            admin::messages::print_messages(open(db).await?.as_ref(), &queue, state.as_deref(), json, out).await
+        AdminCommand::Messages { queue, db, state, limit, json } => {
+            let store = open(db).await?;
+            let note = &mut std::io::stderr();
+            admin::messages::print_messages(store.as_ref(), &queue, state.as_deref(), limit, json, out, note).await
         }
         AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,

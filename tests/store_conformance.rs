@@ -1541,7 +1541,7 @@ fn take_corr(consumer: &str, corr: &str, extra: &str) -> String {
 /// The `AQ$EMP_TOPIC_TAB` rows of the message with correlation `corr` in `queue`, as
 /// (consumer, state).
 async fn view_of(h: &Harness, queue: &str, corr: &str) -> Vec<(String, String)> {
-    let rows = h.engine.store().view_rows("AQUSER.EMP_TOPIC_TAB", queue, 10_000).await.expect("view");
+    let rows = h.engine.store().view_rows("AQUSER.EMP_TOPIC_TAB", queue, None, 10_000).await.expect("view");
     let at = |c: &str| aqgate_store::views::COLUMNS.iter().position(|x| *x == c).expect("column");
     let mut out: Vec<(String, String)> = rows
         .into_iter()

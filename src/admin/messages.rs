@@ -11,14 +11,25 @@ use aqgate_store::views::COLUMNS;
 /// The states a message is shown in (`MSG_STATE`).
 pub const STATES: [&str; 5] = ["READY", "WAIT", "PROCESSED", "EXPIRED", "UNDELIVERABLE"];
 
-/// The rows of `queue` in its queue table's view (in `state` only, when given), each as
-/// (column, value) pairs in the view's order.
+/// The rows `admin messages` shows when not told (`--limit`), and the most it shows.
+pub const DEFAULT_LIMIT: i64 = 1_000;
+pub const MAX_LIMIT: i64 = 100_000;
+
+/// Rows of a view, each as (column, value) pairs in the view's order.
+pub type Rows = Vec<Vec<(&'static str, Option<String>)>>;
+
+/// The first `limit` rows of `queue` in its queue table's view, in enqueue order (in
+/// `state` only, when given: the store filters, so that rows in other states do not use
+/// up the limit), and whether there are more.
 pub async fn messages(
     store: &dyn Store,
     queue: &str,
     state: Option<&str>,
     limit: i64,
-) -> Result<Vec<Vec<(&'static str, Option<String>)>>, AqError> {
+) -> Result<(Rows, bool), AqError> {
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(AqError::invalid(format!("--limit {limit}: from 1 to {MAX_LIMIT}")));
+    }
     let resolved = aqgate_core::engine::load_resolved(store).await?;
     let name = canon(queue);
     let Some(q) = resolved.catalog.queues.get(&name).filter(|q| q.remote.is_none()) else {
@@ -30,25 +41,27 @@ pub async fn messages(
     {
         return Err(AqError::invalid(format!("--state {s}: one of {}", STATES.join(", "))));
     }
-    let at = COLUMNS.iter().position(|c| *c == "msg_state").unwrap_or(0);
-    Ok(store
-        .view_rows(&q.queue_table, &name, limit)
-        .await?
-        .into_iter()
-        .filter(|r| state.is_none() || r.get(at).and_then(|v| v.as_deref()) == state.as_deref())
-        .map(|r| COLUMNS.iter().copied().zip(r).collect())
-        .collect())
+    // One row more than shown tells whether there are more.
+    let mut rows = store.view_rows(&q.queue_table, &name, state.as_deref(), limit + 1).await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    Ok((rows.into_iter().map(|r| COLUMNS.iter().copied().zip(r).collect()).collect(), more))
 }
 
-/// Prints them: a table of the main columns, or with `json` every column of every row.
+/// Prints them: a table of the main columns, or with `json` every column of every row (a
+/// JSON array). When the queue has more rows than shown, the table says so in a last
+/// line; with `json` that line goes to `note` (standard error), the array stays whole.
 pub async fn print_messages(
     store: &dyn Store,
     queue: &str,
     state: Option<&str>,
+    limit: i64,
     json: bool,
     w: &mut dyn Write,
+    note: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let rows = messages(store, queue, state, 10_000).await?;
+    let (rows, more) = messages(store, queue, state, limit).await?;
+    let said = more.then(|| format!("… and more: {} shown; use --limit or --state", rows.len()));
     if json {
         let v: Vec<serde_json::Map<String, serde_json::Value>> = rows
             .iter()
@@ -61,6 +74,9 @@ pub async fn print_messages(
             })
             .collect();
         out!(w, "{}", serde_json::to_string_pretty(&v)?);
+        if let Some(said) = said {
+            out!(note, "{said}");
+        }
         return Ok(());
     }
     let get = |r: &[(&str, Option<String>)], c: &str| {
@@ -93,6 +109,9 @@ pub async fn print_messages(
             get(r, "consumer_name");
             get(r, "corr_id")
         );
+    }
+    if let Some(said) = said {
+        out!(w, "{said}");
     }
     Ok(())
 }

@@ -233,9 +233,16 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// Committed messages per queue id.
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
 
-    /// The rows of queue table `queue_table`'s `AQ$` view for `queue` (at most `limit`),
-    /// every column as text (`None`: NULL), in the order of the view's columns.
-    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>>;
+    /// The rows of queue table `queue_table`'s `AQ$` view for `queue` (those in the
+    /// `MSG_STATE` `state` only, when given; at most `limit`, in enqueue order), every
+    /// column as text (`None`: NULL), in the order of the view's columns.
+    async fn view_rows(
+        &self,
+        queue_table: &str,
+        queue: &str,
+        state: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Vec<Option<String>>>>;
 
     /// Messages whose expiration has passed and are not locked: candidates for the time
     /// manager.

@@ -181,8 +181,14 @@ impl Store for GroupCommitStore {
         self.inner.queue_depths().await
     }
 
-    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>> {
-        self.inner.view_rows(queue_table, queue, limit).await
+    async fn view_rows(
+        &self,
+        queue_table: &str,
+        queue: &str,
+        state: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        self.inner.view_rows(queue_table, queue, state, limit).await
     }
 
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {

@@ -73,11 +73,13 @@ pub const COLUMNS: [&str; 19] = [
     "propagated_msgid",
 ];
 
-/// The rows of `queue_table`'s view for the queue `$1`, every column as text, at most `$2`.
-pub(crate) fn select_sql(queue_table: &str) -> String {
+/// The rows of `queue_table`'s view for the queue `$1`, every column as text: with
+/// `by_state`, those whose `msg_state` is `$2` and at most `$3`, else at most `$2`.
+pub fn select_sql(queue_table: &str, by_state: bool) -> String {
     let cols: Vec<String> = COLUMNS.iter().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
+    let (state, limit) = if by_state { (" AND msg_state = $2", "$3") } else { ("", "$2") };
     format!(
-        "SELECT {} FROM {} WHERE queue = $1 ORDER BY enq_time, msg_id, consumer_name LIMIT $2",
+        "SELECT {} FROM {} WHERE queue = $1{state} ORDER BY enq_time, msg_id, consumer_name LIMIT {limit}",
         cols.join(", "),
         quoted(&view_name(queue_table))
     )
@@ -147,10 +149,21 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
         &ts("COALESCE(h.deq_time, m.deq_time)"),
         "h.deq_user_id",
     );
+    let taken = |which: &str| {
+        format!(
+            "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq JOIN queues q ON q.id = m.queue_id
+              WHERE {which}m.queue_id IN ({ids}) AND m.enq_txn IS NULL AND h.consumer <> ''
+                AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = h.msg_seq AND d.consumer = h.consumer)"
+        )
+    };
+    // PostgreSQL finds a queue's messages through two partial indexes, one for either kind
+    // of message (a message in an exception queue keeps the history of its consumers).
+    let taken = match d {
+        Dialect::Sqlite => taken(""),
+        Dialect::Postgres => format!("{} UNION ALL {}", taken("m.single AND "), taken("NOT m.single AND ")),
+    };
     let history = format!(
-        "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq JOIN queues q ON q.id = m.queue_id
-          WHERE m.queue_id IN ({ids}) AND m.enq_txn IS NULL AND h.consumer <> ''
-            AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = h.msg_seq AND d.consumer = h.consumer)
+        "{taken}
          UNION ALL
          {kept} FROM processed_messages m JOIN queues q ON q.id = m.queue_id
                 LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
@@ -165,13 +178,17 @@ pub(crate) fn create_sql(d: Dialect, queue_table: &str, queues: &[QueueId]) -> S
              {history}",
             delivery("d.retry_count", "NULLIF(d.consumer, '')")
         ),
-        // A single-consumer message carries its own delivery.
+        // A single-consumer message carries its own delivery. The queue is the message's
+        // (a delivery's is the same): its deliveries are then found by their primary key.
+        // Filtered by the delivery's, the planner could look each message's up in
+        // deliveries_order by its leading column alone (a scan of the whole queue per
+        // message) when it has no statistics to tell that the filter keeps every row.
         Dialect::Postgres => format!(
             "{} FROM messages m JOIN queues q ON q.id = m.queue_id
               WHERE m.single AND m.queue_id IN ({ids}) AND m.enq_txn IS NULL
              UNION ALL
-             {} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq JOIN queues q ON q.id = m.queue_id
-              WHERE NOT m.single AND d.queue_id IN ({ids}) AND m.enq_txn IS NULL
+             {} FROM messages m JOIN queues q ON q.id = m.queue_id JOIN deliveries d ON d.msg_seq = m.seq
+              WHERE NOT m.single AND m.queue_id IN ({ids}) AND m.enq_txn IS NULL
              UNION ALL
              {history}",
             live("m.retry_count", "NULL::text"),

@@ -160,9 +160,19 @@ impl Store for SqliteStore {
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
     }
 
-    async fn view_rows(&self, queue_table: &str, queue: &str, limit: i64) -> Result<Vec<Vec<Option<String>>>> {
-        let sql = crate::views::select_sql(queue_table);
-        let rows = sqlx::query(&sql).bind(queue).bind(limit).fetch_all(&self.pool).await.db()?;
+    async fn view_rows(
+        &self,
+        queue_table: &str,
+        queue: &str,
+        state: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        let sql = crate::views::select_sql(queue_table, state.is_some());
+        let mut q = sqlx::query(&sql).bind(queue);
+        if let Some(s) = state {
+            q = q.bind(s);
+        }
+        let rows = q.bind(limit).fetch_all(&self.pool).await.db()?;
         rows.iter()
             .map(|r| (0..crate::views::COLUMNS.len()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect())
             .collect()
