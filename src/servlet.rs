@@ -478,7 +478,7 @@ async fn idap_post(
         Err(e) => return fault_with_status(StatusCode::BAD_REQUEST, &e),
     };
     // Parsed before a session is opened: a request refused here leaves none behind.
-    let envelope = match parse::request(&s.large_parses, &body, &s.limits).await {
+    let envelope = match parse::request(&s.engine, &s.large_parses, &body, &s.limits).await {
         Ok(e) => e,
         Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), None),
     };
@@ -614,7 +614,7 @@ async fn idap_post(
             session.origin = origin;
             session.abandon = Some(abandoned);
             session.schedule = schedule;
-            result = match parse::request(&s.large_parses, &body, &s.limits).await {
+            result = match parse::request(&s.engine, &s.large_parses, &body, &s.limits).await {
                 Ok(envelope) => engine.execute_envelope(&mut session, envelope).await,
                 Err(e) => Err(AqError::client(e.error_code(), e.to_string())),
             };

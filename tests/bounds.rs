@@ -162,6 +162,7 @@ async fn a_huge_recipient_list_is_refused_at_once(b: Backend) {
     // of 130,000 agents is built.
     assert_eq!(c, aqgate_proto::idap::CodecError::TOO_LARGE, "{m}");
     assert!(m.contains("recipient_list of over 8192 entries") && m.contains("at most 1024"), "{m}");
+    assert_eq!(metric(port, "aqgate_recipient_list_refused_total"), 1, "counted with the engine's refusals");
     // Generous for a debug build on a busy machine; the quadratic check took minutes.
     assert!(took < Duration::from_secs(10), "answered in {took:?}");
     assert!(worst < Duration::from_secs(5), "/healthz waited {worst:?}");

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::sync::Semaphore;
 
+use aqgate_core::engine::Engine;
 use aqgate_proto::idap::{self, CodecError, Envelope, Limits, Request};
 
 /// Bodies up to this size are parsed inline: handing them to a thread would cost about
@@ -26,8 +27,22 @@ impl LargeParses {
     }
 }
 
-/// Parses `body` as an IDAP request (see the module's documentation).
-pub async fn request(turns: &LargeParses, body: &Bytes, limits: &Limits) -> Result<Envelope<Request>, CodecError> {
+/// Parses `body` as an IDAP request (see the module's documentation); a recipient list the
+/// parser stopped at is counted in `engine`'s metric of such refusals.
+pub async fn request(
+    engine: &Engine,
+    turns: &LargeParses,
+    body: &Bytes,
+    limits: &Limits,
+) -> Result<Envelope<Request>, CodecError> {
+    let parsed = parse(turns, body, limits).await;
+    if let Err(CodecError::TooManyRecipients(_)) = &parsed {
+        engine.recipient_list_refused();
+    }
+    parsed
+}
+
+async fn parse(turns: &LargeParses, body: &Bytes, limits: &Limits) -> Result<Envelope<Request>, CodecError> {
     if body.len() <= OFF_WORKER_BYTES {
         return idap::parse_request(body, limits);
     }
@@ -57,10 +72,10 @@ mod tests {
         for n in [10, OFF_WORKER_BYTES] {
             let body = send(n);
             let inline = idap::parse_request(&body, &limits).expect("valid");
-            assert_eq!(request(&turns, &body, &limits).await.expect("valid"), inline);
+            assert_eq!(parse(&turns, &body, &limits).await.expect("valid"), inline);
         }
         let tight = Limits { max_bytes: OFF_WORKER_BYTES * 2, ..limits };
-        let err = request(&turns, &send(OFF_WORKER_BYTES * 2), &tight).await.expect_err("over the limit");
+        let err = parse(&turns, &send(OFF_WORKER_BYTES * 2), &tight).await.expect_err("over the limit");
         assert_eq!(err.error_code(), CodecError::TOO_LARGE);
     }
 }

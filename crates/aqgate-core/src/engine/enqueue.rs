@@ -342,6 +342,12 @@ impl Engine {
 
     /// Refuses the whole request (24031) if a message's `recipient_list` names more than
     /// [`EngineConfig::max_recipients`] recipients (duplicates counted: the list as sent).
+    /// A request refused before it reached the engine for a recipient list far over the
+    /// cap (the parser stopped at it): counted with the engine's own refusals.
+    pub fn recipient_list_refused(&self) {
+        self.recipients_refused.inc();
+    }
+
     pub(super) fn check_recipient_counts(&self, messages: &[Message]) -> Result<(), AqError> {
         let max = self.config.max_recipients;
         for (i, m) in messages.iter().enumerate() {

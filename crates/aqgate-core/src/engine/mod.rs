@@ -280,7 +280,8 @@ impl Engine {
         let buffers = buffered::Buffers::new(config.buffered.clone(), &config.metrics);
         let recipients_refused = config.metrics.counter(
             "aqgate_recipient_list_refused_total",
-            "Enqueues refused for a recipient list longer than --max-recipients.",
+            "Enqueues refused for a recipient list longer than --max-recipients (also those the parser \
+             stops at, far over it).",
         );
         let long_polls_refused = config.metrics.counter(
             "aqgate_long_polls_refused_total",

@@ -117,7 +117,8 @@ impl Default for Limits {
 /// |------------------|-------|------------------------------------------------------------|
 /// | `Malformed`      | 25441 | not well-formed XML, invalid UTF-8, unknown entity/prefix  |
 /// | `Doctype`        | 25442 | a `<!DOCTYPE>` (DTDs and custom entities are refused)      |
-/// | `TooLarge`       | 25443 | over `max_bytes`, a `message_set` over `max_messages`, or a `recipient_list` far over `max_recipients` |
+/// | `TooLarge`       | 25443 | over `max_bytes`, or a `message_set` over `max_messages`   |
+/// | `TooManyRecipients` | 25443 | a `recipient_list` far over `max_recipients`           |
 /// | `TooDeep`        | 25444 | elements nested deeper than `max_depth`                    |
 /// | `WrongNamespace` | 25445 | a structural element, or `IDAPMethodName`, in a wrong namespace |
 /// | `Invalid`        | 25446 | well-formed but not a valid IDAP document (unknown, missing or duplicate element, bad number or enum value, `message_count` mismatch, duplicate `message_number`, bad hex) |
@@ -130,6 +131,11 @@ pub enum CodecError {
     Doctype,
     #[error("document too large: {0}")]
     TooLarge(String),
+    /// A `recipient_list` far over `Limits::max_recipients` (code 25443, as `TooLarge`; a
+    /// variant of its own so that the server can count it with the other recipient-list
+    /// refusals).
+    #[error("document too large: {0}")]
+    TooManyRecipients(String),
     #[error("document too deeply nested: more than {0} levels of elements")]
     TooDeep(usize),
     #[error("wrong namespace: {0}")]
@@ -154,7 +160,7 @@ impl CodecError {
         match self {
             CodecError::Malformed(_) => Self::MALFORMED,
             CodecError::Doctype => Self::DOCTYPE,
-            CodecError::TooLarge(_) => Self::TOO_LARGE,
+            CodecError::TooLarge(_) | CodecError::TooManyRecipients(_) => Self::TOO_LARGE,
             CodecError::TooDeep(_) => Self::TOO_DEEP,
             CodecError::WrongNamespace(_) => Self::WRONG_NAMESPACE,
             CodecError::Invalid(_) => Self::INVALID,

@@ -651,7 +651,7 @@ fn a_recipient_list_far_over_the_limit_stops_the_parse() {
     // Past eight entries per allowed recipient: refused while reading.
     let err = req_err_with(publish_naming(500, 0).as_bytes(), &limits);
     assert!(
-        matches!(&err, CodecError::TooLarge(m) if m.contains("recipient_list of over 800 entries") && m.contains("at most 100")),
+        matches!(&err, CodecError::TooManyRecipients(m) if m.contains("recipient_list of over 800 entries") && m.contains("at most 100")),
         "{err:?}"
     );
     // A payload's own elements of that name are content, not a recipient list.

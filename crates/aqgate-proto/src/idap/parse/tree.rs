@@ -261,7 +261,7 @@ pub(super) fn open_elem<'a>(
         && list.children.len() >= entries
         && !stack.iter().any(|e| e.local == "message_payload")
     {
-        return Err(CodecError::TooLarge(format!(
+        return Err(CodecError::TooManyRecipients(format!(
             "a recipient_list of over {entries} entries, and a message may name at most {} recipients \
              (--max-recipients); send to fewer recipients per message, or to subscribers",
             limits.max_recipients
