@@ -67,6 +67,31 @@ pub struct NewMessage {
 }
 
 /// A message as seen by one consumer.
+#[cfg(test)]
+impl NewMessage {
+    /// A committed single-consumer message of priority 1 with no payload: unit tests' fixture.
+    pub(crate) fn for_test(msgid: [u8; 16], queue: QueueId) -> Self {
+        Self {
+            msgid,
+            queue,
+            corrid: None,
+            priority: 1,
+            enq_time: 0,
+            delay_until: None,
+            expire_at: None,
+            sender: None,
+            enq_user_id: None,
+            exception_queue: None,
+            payload: Vec::new(),
+            enq_txn: None,
+            consumers: Vec::new(),
+            prio_key: 0,
+            spilled: false,
+            group: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
     pub seq: i64,

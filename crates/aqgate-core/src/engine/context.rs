@@ -172,24 +172,7 @@ mod tests {
 
     #[test]
     fn the_property_list_is_what_the_context_answers() {
-        let m = NewMessage {
-            msgid: [7; 16],
-            queue: 1,
-            corrid: None,
-            priority: 1,
-            enq_time: 0,
-            delay_until: None,
-            expire_at: None,
-            sender: None,
-            enq_user_id: None,
-            exception_queue: None,
-            payload: Vec::new(),
-            enq_txn: None,
-            consumers: Vec::new(),
-            prio_key: 0,
-            spilled: false,
-            group: None,
-        };
+        let m = NewMessage::for_test([7; 16], 1);
         let reg = TypeRegistry::default();
         let ctx = MessageContext::for_new(&m, "Q", &PayloadKind::Raw, &reg);
         for p in MESSAGE_PROPERTIES {

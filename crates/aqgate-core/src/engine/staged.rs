@@ -160,24 +160,7 @@ mod tests {
     use super::*;
 
     fn msg(queue: QueueId, n: u8, payload: usize) -> NewMessage {
-        NewMessage {
-            msgid: [n; 16],
-            queue,
-            corrid: None,
-            priority: 1,
-            enq_time: 0,
-            delay_until: None,
-            expire_at: None,
-            sender: None,
-            enq_user_id: None,
-            exception_queue: None,
-            payload: vec![0; payload],
-            enq_txn: None,
-            consumers: Vec::new(),
-            prio_key: 0,
-            spilled: false,
-            group: None,
-        }
+        NewMessage { payload: vec![0; payload], ..NewMessage::for_test([n; 16], queue) }
     }
 
     fn arrived(v: &Visible) -> Vec<(QueueId, Option<usize>)> {

@@ -157,24 +157,7 @@ mod tests {
     use super::*;
 
     fn message(consumers: &[&str]) -> NewMessage {
-        NewMessage {
-            msgid: [0; 16],
-            queue: 1,
-            corrid: None,
-            priority: 1,
-            enq_time: 0,
-            delay_until: None,
-            expire_at: None,
-            sender: None,
-            enq_user_id: None,
-            exception_queue: None,
-            payload: Vec::new(),
-            enq_txn: None,
-            consumers: consumers.iter().map(|c| c.to_string()).collect(),
-            prio_key: 0,
-            spilled: false,
-            group: None,
-        }
+        NewMessage { consumers: consumers.iter().map(|c| c.to_string()).collect(), ..NewMessage::for_test([0; 16], 1) }
     }
 
     #[test]
