@@ -61,6 +61,8 @@ const fn password_file(path: &'static str, arg: &'static str, env: &'static str)
 /// `notify` has one, and that aqgate.example.toml shows each.
 pub const KEYS: &[Key] = &[
     key("runtime.worker_threads", "worker_threads", Kind::Integer),
+    key("log.level", "log_level", Kind::Text),
+    key("log.file", "log_file", Kind::Text),
     secret("database.url", "database"),
     key("http.listen", "listen", Kind::Text),
     key("http.max_body", "max_body", Kind::Integer),

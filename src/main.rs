@@ -36,6 +36,37 @@ struct Cli {
     /// aqgate.example.toml). The environment beats it, flags beat both.
     #[arg(long, global = true, env = "AQGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// What is logged: a level (`error`, `warn`, `info`, `debug`, `trace`), optionally per
+    /// module (`info,aqgate::propagate=debug`), in tracing's filter syntax.
+    #[arg(long, global = true, env = "AQGATE_LOG", value_name = "FILTER", default_value = DEFAULT_LOG)]
+    log_level: String,
+    /// Append the log to FILE (created if missing, plain text) instead of writing it to
+    /// standard error. It is opened once: rotate it with copytruncate, or restart.
+    #[arg(long, global = true, env = "AQGATE_LOG_FILE", value_name = "FILE")]
+    log_file: Option<PathBuf>,
+}
+
+/// The log filter without `--log-level`: aqgate's own lines, and only the drivers' warnings.
+const DEFAULT_LOG: &str = "info,sqlx=warn,lapin=error";
+
+/// Starts the log as `--log-level` and `--log-file` say; a bad filter or a file that cannot
+/// be opened is an error before anything runs.
+fn start_log(filter: &str, file: Option<&std::path::Path>) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level {filter}: {e}"))?;
+    let log = tracing_subscriber::fmt().with_env_filter(filter);
+    match file {
+        Some(path) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("--log-file {}: {e}", path.display()))?;
+            log.with_writer(std::sync::Mutex::new(f)).with_ansi(false).init();
+        }
+        // Colours for a terminal only: journald or a redirect gets plain text.
+        None => log.with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -202,15 +233,6 @@ enum AdminCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AQGATE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,lapin=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours for a terminal only: a log file or journald gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let file = config::file_named(&args);
     let mut command = Cli::command();
@@ -236,6 +258,10 @@ fn main() -> ExitCode {
     }
     let matches = command.get_matches_from(&args);
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Err(e) = start_log(&cli.log_level, cli.log_file.as_deref()) {
+        eprintln!("aqgate: {e}");
+        return ExitCode::from(2);
+    }
     // `--topology` (or AQGATE_TOPOLOGY) outranks the file's `topology.apply = false`.
     if let (Command::Serve(ServeArgs { no_topology, .. }), Some(("serve", m))) =
         (&mut cli.command, matches.subcommand())

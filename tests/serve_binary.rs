@@ -436,3 +436,35 @@ async fn two_nodes_on_one_postgres_serve_any_session() {
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "QS.NEW_ORDERS_QUE"), 0, "rolled back");
     drop((a, b));
 }
+
+/// `--log-file` appends the log to a file (standard error then has none of it) at the
+/// `--log-level` asked for; a filter that does not parse, or a file that cannot be opened,
+/// stops the command with exit 2 before it runs.
+#[test]
+fn the_log_goes_where_and_as_much_as_asked() {
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("aqgate-test-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let file = dir.join("aqgate.log");
+    std::fs::write(&file, "an earlier line\n").expect("seed the log");
+    let path = file.to_str().expect("utf-8");
+    {
+        let s = serve(&db, port, &["--log-file", path, "--log-level", "debug"]);
+        let log = std::fs::read_to_string(&file).expect("read the log");
+        assert!(log.starts_with("an earlier line\n"), "appended, not truncated: {log}");
+        assert!(log.contains("aqgate servlet listening"), "{log}");
+        assert!(log.contains("DEBUG"), "at the level asked for: {log}");
+        assert!(!log.contains("\u{1b}["), "no terminal colours in a file");
+        assert!(!s.log().contains("aqgate servlet listening"), "standard error has none of it");
+    }
+    for (flag, value, says) in
+        [("--log-level", "info,[", "--log-level"), ("--log-file", "/nonexistent/dir/x.log", "--log-file")]
+    {
+        let out = Command::new(BIN).args([flag, value, "admin", "queues", "--database", &db]).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
