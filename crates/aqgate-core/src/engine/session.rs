@@ -242,7 +242,7 @@ pub struct Session {
     /// request commits: their doubt goes in the same transaction
     /// (`StoreTx::gateway_doubt_clear`). Never set for a client.
     pub settled: Vec<String>,
-    /// What the commit of this session's transaction adds to its propagation job's counts,
+    /// What the commit of the open transaction adds to its propagation job's counts,
     /// in that commit's database transaction (`StoreTx::job_tally`). Never set for a client.
     pub tally: Option<JobTally>,
     /// A propagation job's batch whose receive and send may share one database
