@@ -132,48 +132,44 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
     for (name, b) in pending.filter(|(n, _)| !resolved.catalog.propagations.contains_key(n)) {
         let r = rows.remove(&name).unwrap_or_else(|| empty(&name));
         let live = r.owner.is_some() && r.lease_until.is_some_and(|t| t > now);
-        out.push(JobFigures {
-            name,
-            state: "DELETE_PENDING".into(),
-            kind: "gateway-in",
-            source: b.source,
-            destination: b.destination,
-            owner: if live { r.owner } else { None },
-            propagated: r.propagated,
-            failed: r.failed,
-            exceptions: r.exceptions,
-            backlog: 0,
-            lag: 0.0,
-            next_window: None,
-            last_error: r.last_error,
-            last_error_at: r.last_error_at,
-            last_success_at: r.last_success_at,
-            guarantee: None,
-            in_doubt: 0,
-        });
+        let owner = if live { r.owner.clone() } else { None };
+        out.push(delete_pending(name, "gateway-in", b.source, b.destination, owner, r));
     }
     for r in rows.into_values().filter(|r| r.owner.is_some() && r.lease_until.is_some_and(|t| t > now)) {
-        out.push(JobFigures {
-            name: r.name,
-            state: "DELETE_PENDING".into(),
-            kind: "-",
-            source: "-".into(),
-            destination: "-".into(),
-            owner: r.owner,
-            propagated: r.propagated,
-            failed: r.failed,
-            exceptions: r.exceptions,
-            backlog: 0,
-            lag: 0.0,
-            next_window: None,
-            last_error: r.last_error,
-            last_error_at: r.last_error_at,
-            last_success_at: r.last_success_at,
-            guarantee: None,
-            in_doubt: 0,
-        });
+        let (name, owner) = (r.name.clone(), r.owner.clone());
+        out.push(delete_pending(name, "-", "-".into(), "-".into(), owner, r));
     }
     Ok(out)
+}
+
+/// The figures of a removed job still being ended (its row's counts and last error).
+fn delete_pending(
+    name: String,
+    kind: &'static str,
+    source: String,
+    destination: String,
+    owner: Option<String>,
+    r: JobStatus,
+) -> JobFigures {
+    JobFigures {
+        name,
+        state: "DELETE_PENDING".into(),
+        kind,
+        source,
+        destination,
+        owner,
+        propagated: r.propagated,
+        failed: r.failed,
+        exceptions: r.exceptions,
+        backlog: 0,
+        lag: 0.0,
+        next_window: None,
+        last_error: r.last_error,
+        last_error_at: r.last_error_at,
+        last_success_at: r.last_success_at,
+        guarantee: None,
+        in_doubt: 0,
+    }
 }
 
 fn empty(name: &str) -> JobStatus {
