@@ -10,7 +10,7 @@ use std::io::{BufRead, Write};
 use aqgate_core::auth;
 use aqgate_core::engine::topology_from_rows;
 use aqgate_core::error::AqError;
-use aqgate_core::store::Store;
+use aqgate_core::store::{QueueTableView, Store};
 use aqgate_core::topology::{Catalog, Topology, canon};
 
 /// `writeln!` to a command's output, a failure as [`OutputError`] (with `?`).
@@ -254,18 +254,23 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     // Oracle's AQ$<QUEUE_TABLE> views, over the queues of each table (a remote queue
     // space's queues are no queue table's),
     // and the queues that keep their removed messages.
-    let mut tables: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut tables: BTreeMap<String, QueueTableView> = BTreeMap::new();
     let mut retained = Vec::new();
     for (name, q) in &catalog.queues {
         let id = tx.ensure_queue(name).await?;
         if q.remote.is_none() {
-            tables.entry(q.queue_table.clone()).or_default().push(id);
+            let raw = q.payload == aqgate_core::payload::PayloadKind::Raw;
+            tables
+                .entry(q.queue_table.clone())
+                .or_insert_with(|| QueueTableView { queue_table: q.queue_table.clone(), queues: Vec::new(), raw })
+                .queues
+                .push(id);
         }
         if let Some(for_micros) = q.retention.micros() {
             retained.push(aqgate_core::store::Retained { queue: id, for_micros });
         }
     }
-    tx.define_views(&tables.into_iter().collect::<Vec<_>>(), &retained).await?;
+    tx.define_views(&tables.into_values().collect::<Vec<_>>(), &retained).await?;
     tx.commit().await?;
     Ok(changes)
 }

@@ -53,6 +53,7 @@ use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::metrics::Counter;
 use aqgate_core::propagation::PropagationInfo;
+use aqgate_core::store::{Expiry, Origin};
 use aqgate_proto::idap::{
     AgentRef, ConsumerOptions, DeliveryMode, DequeueMode, Destination, EnqueueRequest, Message, MessageHeader,
     NavigationMode, ProducerOptions, ReceiveRequest, Request, Response, Selector, Visibility,
@@ -497,7 +498,7 @@ async fn move_batch(
             let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
             // The exception queue has the source's type: the message as it was, untransformed.
             session.tally = Some(JobTally::excepted(&job.name, n));
-            match carried_send(engine, &mut session, &eq, None, out, excepted(times)).await {
+            match carried_send(engine, &mut session, &eq, None, out, excepted(times, refusal(&e))).await {
                 Ok(_) => {
                     stats.excepted(n, engine.now());
                     tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
@@ -554,7 +555,7 @@ async fn move_remote(
                     &eq,
                     None,
                     vec![rejected(job, out, &why)],
-                    excepted(times.into_iter().collect()),
+                    excepted(times.into_iter().collect(), Expiry::Propagation),
                 )
                 .await
                 {
@@ -578,9 +579,23 @@ async fn move_remote(
 
 /// The times of exception copies: the original enqueue time only. A message moved to an
 /// exception queue is there to be looked at now, and stays until it is (as the engine's own
-/// moves to an exception queue clear its delay and expiry).
-fn excepted(times: Vec<aqgate_core::engine::Carried>) -> Vec<aqgate_core::engine::Carried> {
-    times.into_iter().map(|t| aqgate_core::engine::Carried { delay_until: None, expire_at: None, ..t }).collect()
+/// moves to an exception queue clear its delay and expiry). The copies say `why` (their
+/// EXPIRATION_REASON).
+fn excepted(times: Vec<aqgate_core::engine::Carried>, why: Expiry) -> Vec<aqgate_core::engine::Carried> {
+    times
+        .into_iter()
+        .map(|t| aqgate_core::engine::Carried {
+            delay_until: None,
+            expire_at: None,
+            origin: t.origin.map(|o| Origin { why: Some(why), ..o }),
+            ..t
+        })
+        .collect()
+}
+
+/// The EXPIRATION_REASON of a message the destination refused for good with `e`.
+fn refusal(e: &AqError) -> Expiry {
+    if e.code == code::TRANSFORMATION { Expiry::Transformation } else { Expiry::Propagation }
 }
 
 /// Sends `messages` with commit, giving them `times` (see `Session::carry`), through

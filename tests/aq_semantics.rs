@@ -186,6 +186,12 @@ async fn retry_delay_and_exception_queues(b: Backend) {
     let queues = aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues");
     let eq = queues.iter().find(|r| r.name == "AQUSER.AQ$_RETRY_TAB_E").expect("admin queues lists it");
     assert_eq!(eq.depth, 1);
+    // The view tells it from an expired one: why, where from, after how many failed dequeues.
+    let moved = sql_client(
+        &s.url,
+        r#"SELECT queue, msg_state, retry_count, expiration_reason, original_queue_name FROM "AQUSER.AQ$RETRY_TAB""#,
+    );
+    assert_eq!(moved, ["AQUSER.AQ$_RETRY_TAB_E|EXPIRED|2|MAX_RETRY_EXCEEDED|AQUSER.RETRY"]);
     // john (user OE) reads it through the grant; the message names no exception queue of
     // its own, so the one it is in (the default) reads as NULL.
     let ms = take(s.port, ("john", "welcome"), "AQUSER.AQ$_RETRY_TAB_E").await.expect("granted");
@@ -287,7 +293,47 @@ async fn views(b: Backend) {
     let mut open = None;
     idap_in(port, SCOTT, &mut open, &raw_send("AQUSER.RAW_QUE", &[("<correlation>U1</correlation>", "04")], "")).await;
     tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Expired, not yet moved by the time manager: EXPIRED where it is.
+    let e1 = r#"SELECT queue, msg_state, expiration_reason, original_queue_name, original_queue_owner, retry_count
+                  FROM "AQUSER.AQ$RAW_TAB" WHERE corr_id = 'E1'"#;
+    assert_eq!(sql_client(&url, e1), ["AQUSER.RAW_QUE|EXPIRED|TIME_EXPIRATION|||0"]);
     assert_eq!(engine.expire_messages().await.expect("time manager"), 1);
+    assert_eq!(sql_client(&url, e1), ["AQUSER.AQ$_RAW_TAB_E|EXPIRED|TIME_EXPIRATION|AQUSER.RAW_QUE|AQUSER|0"]);
+    // Oracle's 31 columns, in its order.
+    let columns = match url.strip_prefix("sqlite://") {
+        Some(_) => sql_client(&url, r#"SELECT name FROM pragma_table_info('AQUSER.AQ$RAW_TAB')"#),
+        None => sql_client(
+            &url,
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'AQUSER.AQ$RAW_TAB' ORDER BY ordinal_position",
+        ),
+    };
+    assert_eq!(columns, aqgate_store::views::COLUMNS, "Oracle's columns in Oracle's order");
+    // The payload (RAW in hexadecimal), the enqueuing transaction (one for the three),
+    // the times as DATE (whole seconds) and TIMESTAMP, no consumer address on a local queue.
+    let rows = sql_client(
+        &url,
+        r#"SELECT corr_id, user_data, enq_txn_id, length(enq_txn_id), address IS NULL AND protocol IS NULL
+             FROM "AQUSER.AQ$RAW_TAB" ORDER BY corr_id"#,
+    );
+    let t = if url.starts_with("sqlite://") { "1" } else { "t" };
+    let txn = rows[0].split('|').nth(2).expect("enq_txn_id").to_string();
+    assert_eq!(
+        rows,
+        [format!("E1|03|{txn}|32|{t}"), format!("R1|01|{txn}|32|{t}"), format!("W1|02|{txn}|32|{t}")],
+        "{rows:?}"
+    );
+    let times = sql_client(
+        &url,
+        r#"SELECT enq_time, enq_timestamp, delay, delay_timestamp FROM "AQUSER.AQ$RAW_TAB" WHERE corr_id = 'W1'"#,
+    );
+    let f: Vec<&str> = times[0].split('|').collect();
+    // The TIMESTAMP without its fraction of a second is the DATE.
+    let whole = |t: &str| match t.split_once('.') {
+        Some((a, b)) => format!("{a}{}", b.trim_start_matches(|c: char| c.is_ascii_digit())),
+        None => String::new(),
+    };
+    assert!(!f[0].contains('.') && whole(f[1]) == f[0], "DATE and TIMESTAMP: {f:?}");
+    assert!(!f[2].contains('.') && whole(f[3]) == f[2], "DATE and TIMESTAMP: {f:?}");
 
     let rows = sql_client(
         &url,
@@ -316,6 +362,8 @@ async fn views(b: Backend) {
         r#"SELECT corr_id, consumer_name, msg_state FROM "AQUSER.AQ$EMP_TOPIC_TAB" ORDER BY consumer_name"#,
     );
     assert_eq!(rows, ["P1|APP1|READY", "P1|APP2|READY"]);
+    let data = sql_client(&url, r#"SELECT DISTINCT user_data FROM "AQUSER.AQ$EMP_TOPIC_TAB""#);
+    assert!(data.len() == 1 && data[0].starts_with("<EMP_TYP><EMPNO>1</EMPNO>"), "an object payload as XML: {data:?}");
 
     // admin messages: the same rows.
     let out = aqgate(&["admin", "messages", "aquser.raw_que", "--database", &url, "--json"]).output().expect("admin");
@@ -413,6 +461,11 @@ async fn retention_and_history(b: Backend) {
     );
     assert_eq!(rows[1], format!("AQUSER.KEPT|{}|K1|PROCESSED|JOHN|SCOTT|0|{t}|{t}", ids[0]));
     assert_eq!(rows[2], format!("AQUSER.KEPT|{}|K2|PROCESSED|JOHN|JOHN|1|{t}|{t}", ids[1]));
+    // Each dequeue's transaction (DEQ_TXN_ID): K1's and K2's differ, and neither enqueued.
+    let txns = view(r#"SELECT deq_txn_id, enq_txn_id FROM "AQUSER.AQ$KEPT_TAB" ORDER BY corr_id"#);
+    let txns: Vec<Vec<&str>> = txns.iter().map(|r| r.split('|').collect()).collect();
+    assert!(txns[1][0].len() == 32 && txns[2][0].len() == 32 && txns[1][0] != txns[2][0], "{txns:?}");
+    assert!(txns[1][0] != txns[1][1] && txns[1][1] == txns[2][1], "K1 and K2 were sent in one: {txns:?}");
     let out = aqgate(&["admin", "messages", "AQUSER.KEPT", "--database", &url, "--state", "processed", "--json"])
         .output()
         .expect("admin");

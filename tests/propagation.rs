@@ -73,6 +73,13 @@ fn serve(db: &str, port: u16, topology: &std::path::Path) -> Proc {
     p
 }
 
+/// `aqgate admin messages QUEUE --json`: the rows of its `AQ$` view.
+fn admin_messages(db: &str, queue: &str) -> Vec<serde_json::Value> {
+    let out = aqgate(&["admin", "messages", queue, "--database", db, "--json"]).output().expect("admin messages");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("json")
+}
+
 /// Receives (and commits) everything in `queue` as scott: (correlation, payload, sender).
 async fn drain(port: u16, queue: &str, consumer: Option<&str>) -> Vec<(Option<String>, String, Option<String>)> {
     let opts = consumer.map(|c| format!("<consumer_name>{c}</consumer_name>")).unwrap_or_default();
@@ -100,6 +107,14 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
     let ids = send_numbered(port, "AQUSER.RAW_QUE", 0, 120, 40, "").await;
     wait_depth(&db, "AQUSER.RAW_ARCHIVE", 120, Duration::from_secs(30));
     assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 0, "moved, not copied");
+    // Each copy names the message it copies and where that was (ORIGINAL_MSGID, here also
+    // its correlation, and ORIGINAL_QUEUE_NAME).
+    let listed = admin_messages(&db, "AQUSER.RAW_ARCHIVE");
+    assert_eq!(listed.len(), 120);
+    for r in &listed {
+        assert_eq!((&r["ORIGINAL_MSGID"], r["ORIGINAL_QUEUE_NAME"].as_str()), (&r["CORR_ID"], Some("AQUSER.RAW_QUE")));
+        assert!(r["EXPIRATION_REASON"].is_null(), "{r}");
+    }
     let got = drain(port, "AQUSER.RAW_ARCHIVE", None).await;
     // preserve_message_id: the source message id is the correlation; payloads and the
     // original sender are kept.
@@ -126,6 +141,15 @@ async fn queue_to_queue_and_the_exception_queue(b: Backend) {
     wait_depth(&db, "AQUSER.RAW_REJECTS", 1, Duration::from_secs(30));
     wait_depth(&db, "AQUSER.RAW_FANOUT", 2, Duration::from_secs(30));
     assert_eq!(depth(&db, "AQUSER.RAW_INBOX"), 0);
+    let listed = admin_messages(&db, "AQUSER.RAW_REJECTS");
+    let why: Vec<(&str, &str, bool)> = listed
+        .iter()
+        .map(|r| {
+            let s = |c: &str| r[c].as_str().unwrap_or("");
+            (s("EXPIRATION_REASON"), s("ORIGINAL_QUEUE_NAME"), s("ORIGINAL_MSGID").len() == 32)
+        })
+        .collect();
+    assert_eq!(why, [("PROPAGATION_FAILURE", "AQUSER.RAW_INBOX", true)]);
     let rejected = drain(port, "AQUSER.RAW_REJECTS", None).await;
     assert_eq!(rejected.iter().map(|(_, p, _)| p.as_str()).collect::<Vec<_>>(), [hex(2000)]);
     let low = drain(port, "AQUSER.RAW_FANOUT", Some("LOW")).await;

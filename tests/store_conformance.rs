@@ -854,7 +854,9 @@ async fn a_message_locked_while_expiring_stays_with_its_consumer(b: Backend) {
     tx.commit().await.expect("commit the lock");
     let ids: std::collections::HashMap<String, i64> = store.queue_ids().await.expect("ids").into_iter().collect();
     let mut tx = store.begin().await.expect("begin");
-    tx.move_to_exception(due[0].seq, ids["AQUSER.AQ$_RAW_TAB_E"], false).await.expect("move");
+    tx.move_to_exception(due[0].seq, ids["AQUSER.AQ$_RAW_TAB_E"], false, aqgate_core::store::Expiry::Time)
+        .await
+        .expect("move");
     tx.commit().await.expect("commit the move");
     assert_eq!((depth(&h, RAWQ).await, depth(&h, "AQUSER.AQ$_RAW_TAB_E").await), (1, 0), "not moved");
     let mut tx = store.begin().await.expect("begin");
@@ -1542,7 +1544,7 @@ fn take_corr(consumer: &str, corr: &str, extra: &str) -> String {
 /// (consumer, state).
 async fn view_of(h: &Harness, queue: &str, corr: &str) -> Vec<(String, String)> {
     let rows = h.engine.store().view_rows("AQUSER.EMP_TOPIC_TAB", queue, None, 10_000).await.expect("view");
-    let at = |c: &str| aqgate_store::views::COLUMNS.iter().position(|x| *x == c).expect("column");
+    let at = |c: &str| aqgate_store::views::listed_columns().position(|x| x == c).expect("column");
     let mut out: Vec<(String, String)> = rows
         .into_iter()
         .filter(|r| r[at("corr_id")].as_deref() == Some(corr))

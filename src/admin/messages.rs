@@ -6,7 +6,7 @@ use std::io::Write;
 use aqgate_core::error::AqError;
 use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
-use aqgate_store::views::COLUMNS;
+use aqgate_store::views::listed_columns;
 
 /// The states a message is shown in (`MSG_STATE`).
 pub const STATES: [&str; 5] = ["READY", "WAIT", "PROCESSED", "EXPIRED", "UNDELIVERABLE"];
@@ -45,7 +45,7 @@ pub async fn messages(
     let mut rows = store.view_rows(&q.queue_table, &name, state.as_deref(), limit + 1).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    Ok((rows.into_iter().map(|r| COLUMNS.iter().copied().zip(r).collect()).collect(), more))
+    Ok((rows.into_iter().map(|r| listed_columns().zip(r).collect()).collect(), more))
 }
 
 /// Prints them: a table of the main columns, or with `json` every column of every row (a
@@ -102,7 +102,7 @@ pub async fn print_messages(
             get(r, "msg_id"),
             get(r, "msg_state"),
             get(r, "msg_priority"),
-            get(r, "enq_time"),
+            get(r, "enq_timestamp"),
             get(r, "enq_user_id"),
             get(r, "sender_name"),
             get(r, "retry_count"),

@@ -35,7 +35,7 @@ use aqgate_core::clock::Micros;
 use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
-use aqgate_core::store::LinkStatus;
+use aqgate_core::store::{Expiry, LinkStatus};
 use aqgate_core::topology::gateway::{Direction, ForeignQueueDef, GatewayRoute, LinkDef, LinkKind};
 use aqgate_proto::idap::{Message, Request, Response};
 
@@ -581,7 +581,7 @@ async fn refuse(
     let copies: Vec<Message> = messages.iter().map(|m| super::forward(job, m, 0)).collect();
     session.settled = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
     session.tally = Some(JobTally::excepted(&job.name, messages.len()));
-    let sent = carried_send(engine, session, &eq, None, copies, excepted(times)).await;
+    let sent = carried_send(engine, session, &eq, None, copies, excepted(times, Expiry::Propagation)).await;
     session.settled.clear();
     match sent {
         Ok(_) => {

@@ -64,6 +64,11 @@ pub struct NewMessage {
     /// Its message group, on a queue with message grouping (the same for every message of
     /// one transaction); `None` elsewhere. A stored message without one is a group alone.
     pub group: Option<i64>,
+    /// Oracle's ENQ_TXN_ID: the IDAP transaction that enqueued it (`None` only on rows
+    /// stored before it was recorded).
+    pub enq_txn_id: Option<String>,
+    /// A copy a propagation job made: the message it copies (see [`Origin`]).
+    pub origin: Option<Origin>,
 }
 
 /// A message as seen by one consumer.
@@ -88,6 +93,8 @@ impl NewMessage {
             prio_key: 0,
             spilled: false,
             group: None,
+            enq_txn_id: None,
+            origin: None,
         }
     }
 }
@@ -530,9 +537,10 @@ pub trait StoreTx: Send {
     /// queue's `retry_delay` after a rolled-back dequeue.
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()>;
 
-    /// Moves a message to `to` (an exception queue) in state 3 with one delivery;
+    /// Moves a message to `to` (an exception queue) in state 3 with one delivery, keeping
+    /// the queue it leaves, `why`, and the failed dequeues it had (its consumers' most);
     /// `forget_named`: the exception queue it named does not exist, and it names none now.
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()>;
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()>;
 
     /// Creates or replaces the registration of (queue, consumer, agent).
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
@@ -545,10 +553,10 @@ pub trait StoreTx: Send {
     async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
     async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
     async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
-    /// Redefines Oracle's `AQ$<QUEUE_TABLE>` views: one per queue table of `tables` (its
-    /// name and its queues), and no other; and which queues keep their removed messages
-    /// as PROCESSED, and for how long (`retained`; the others delete them).
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()>;
+    /// Redefines Oracle's `AQ$<QUEUE_TABLE>` views: one per queue table of `tables`, and
+    /// no other; and which queues keep their removed messages as PROCESSED, and for how
+    /// long (`retained`; the others delete them).
+    async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()>;
 
     /// Message grouping: the groups of `q.queue` with a delivery of `q.consumer` that
     /// matches `q` (`q.after` ignored), each with the sort key of its first such delivery,

@@ -582,7 +582,7 @@ impl StoreTx for GroupTx {
     async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64> {
         self.tx()?.give_up(seq, consumer).await
     }
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+    async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()> {
         self.tx()?.define_views(tables, retained).await
     }
     async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()> {
@@ -594,8 +594,8 @@ impl StoreTx for GroupTx {
     async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
         self.tx()?.delay_message(seq, until).await
     }
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
-        self.tx()?.move_to_exception(seq, to, forget_named).await
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()> {
+        self.tx()?.move_to_exception(seq, to, forget_named, why).await
     }
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
         self.tx()?.upsert_registration(r).await

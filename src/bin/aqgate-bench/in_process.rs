@@ -43,6 +43,8 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
                         prio_key: 0,
                         spilled: false,
                         group: None,
+                        enq_txn_id: None,
+                        origin: None,
                     })
                     .collect();
                 let t = Instant::now();

@@ -641,22 +641,11 @@ mod tests {
 
     fn row(queue: QueueId, prio_key: i64, consumers: &[&str], bytes: usize, enq_time: Micros) -> NewMessage {
         NewMessage {
-            msgid: *uuid::Uuid::now_v7().as_bytes(),
-            queue,
-            corrid: None,
-            priority: 1,
             enq_time,
-            delay_until: None,
-            expire_at: None,
-            sender: None,
-            enq_user_id: None,
-            exception_queue: None,
             payload: vec![0; bytes],
-            enq_txn: None,
             consumers: consumers.iter().map(|c| c.to_string()).collect(),
             prio_key,
-            spilled: false,
-            group: None,
+            ..NewMessage::for_test(*uuid::Uuid::now_v7().as_bytes(), queue)
         }
     }
 

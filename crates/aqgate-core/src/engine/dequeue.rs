@@ -399,15 +399,22 @@ impl Engine {
                     delay_until: m.delay_until,
                     expire_at: m.expire_at,
                     enq_user_id: m.enq_user_id.clone(),
+                    origin: Some(Origin { msgid: m.msgid, queue: m.queue, why: None }),
                 })
                 .collect();
         }
         let takes_lock = !browse && !remove_now;
         if o.dequeue_mode == DequeueMode::Remove && queue.keeps_history() {
-            // Who took them, in the same transaction as the removes. A pending remove's row
-            // names its transaction: a rollback takes the row back with it.
-            // (An IMMEDIATE remove inside an open transaction is not that transaction's.)
-            let txn = (o.visibility != Visibility::Immediate || req.commit).then(|| session.txn.clone());
+            // Who took them, in the same transaction as the removes, and in which IDAP
+            // transaction (Oracle's DEQ_TXN_ID): a rollback of a pending remove takes its
+            // row back with it. An IMMEDIATE remove inside an open transaction is not that
+            // transaction's: it has its own.
+            let txn = if o.visibility != Visibility::Immediate || req.commit {
+                session.txn.clone()
+            } else {
+                super::session::random_id()
+            };
+            let txn = Some(txn);
             let rows: Vec<DequeueRecord> = found
                 .iter()
                 .filter(|m| m.state != SPILLED)
@@ -494,6 +501,9 @@ impl Engine {
             prio_key: m.prio_key,
             spilled: spilled || m.state == SPILLED,
             group: None,
+            // What the take returned: these two are not among it.
+            enq_txn_id: None,
+            origin: None,
         };
         self.store.insert_committed(std::slice::from_ref(&row), 0).await?;
         Ok(())

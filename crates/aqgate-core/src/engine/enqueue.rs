@@ -92,6 +92,7 @@ impl Engine {
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
                 .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name, &work)
+                .map(|row| NewMessage { enq_txn_id: Some(session.txn.clone()), ..row })
                 .map_err(|e| match &queue.remote {
                     Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
                         message: format!(
@@ -283,6 +284,8 @@ impl Engine {
             },
             spilled: false,
             group: None,
+            enq_txn_id: None,
+            origin: carried.and_then(|c| c.origin),
         };
         row.consumers = if queue.multi_consumer {
             if !h.recipient_list.is_empty() {

@@ -163,6 +163,8 @@ pub struct Carried {
     /// The agent that enqueued it to the source (its ENQ_USER_ID): a local copy keeps it,
     /// since the job only moves what that agent sent.
     pub enq_user_id: Option<String>,
+    /// The message it copies (and, for a copy in an exception queue, why it is there).
+    pub origin: Option<crate::store::Origin>,
 }
 
 impl Carried {
@@ -611,7 +613,8 @@ mod tests {
     #[test]
     fn remaining_times_are_whole_seconds_rounded_up() {
         let s = MICROS_PER_SEC;
-        let t = |delay_until, expire_at| Carried { enq_time: 0, delay_until, expire_at, enq_user_id: None };
+        let t =
+            |delay_until, expire_at| Carried { enq_time: 0, delay_until, expire_at, enq_user_id: None, origin: None };
         // Nothing to carry.
         assert_eq!(t(None, None).remaining_secs(100 * s), (None, None));
         // In its delay: 2.5 s left become 3; the expiry 10 s after the delay end stays

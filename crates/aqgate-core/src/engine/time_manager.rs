@@ -139,7 +139,7 @@ impl Engine {
             let own = resolved.names.get(&m.queue).and_then(|n| resolved.catalog.queues.get(n));
             let target = own.and_then(|q| exception_target(&resolved, q, m.exception_queue.as_deref(), m.seq));
             match target {
-                Some((t, forget)) => tx.move_to_exception(m.seq, t, forget).await?,
+                Some((t, forget)) => tx.move_to_exception(m.seq, t, forget, Expiry::Time).await?,
                 None => tracing::warn!(seq = m.seq, "expired message has no exception queue; left in place"),
             }
         }

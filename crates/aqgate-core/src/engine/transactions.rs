@@ -340,7 +340,7 @@ pub(super) async fn rollback_work(
         // (as Oracle does); a consumer that gave up no longer sees it, and if others still
         // can, the remove of the last of them moves it (`move_stranded`).
         if !q.multi_consumer || tx.give_up(r.seq, &r.consumer).await? == 0 {
-            tx.move_to_exception(r.seq, eq, forget).await?;
+            tx.move_to_exception(r.seq, eq, forget, Expiry::MaxRetries).await?;
             woken.push(eq);
         }
     }
@@ -363,7 +363,7 @@ pub(super) async fn move_stranded(
             tracing::warn!(seq = s.seq, "a message no consumer can take has no exception queue; left in place");
             continue;
         };
-        tx.move_to_exception(s.seq, eq, forget).await?;
+        tx.move_to_exception(s.seq, eq, forget, Expiry::MaxRetries).await?;
         moved.push(eq);
     }
     Ok(moved)

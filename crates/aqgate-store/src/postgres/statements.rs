@@ -136,8 +136,8 @@ pub(super) fn take_heads(q: &CandidateQuery, limit: i64) -> QueryBuilder<'static
 macro_rules! insert_ctes {
     () => {
         "WITH m AS (
-            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key, enq_user_id, state)
-            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[], $20::text[], $21::int8[])
+            INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, single, prio_key, enq_user_id, state, enq_txn_id, orig_msgid, orig_queue_id, exc_reason)
+            SELECT * FROM UNNEST($1::bytea[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::text[], $9::text[], $10::bytea[], $11::text[], $18::bool[], $19::int8[], $20::text[], $21::int8[], $22::text[], $23::bytea[], $24::int8[], $25::int8[])
             RETURNING seq, msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, enq_txn, single
          ), d AS (
             INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key)
@@ -157,7 +157,7 @@ macro_rules! insert_ctes {
     };
 }
 
-/// The insert with a session row written in the same statement (parameters from `$22`):
+/// The insert with a session row written in the same statement (parameters from `$26`):
 /// one row, `sealed` 1 when the row was written.
 pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
     [false, true].map(|new| {
@@ -168,7 +168,7 @@ pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::syn
             insert_ctes!(),
             notify_payload!(),
             crate::interest::uninterested!(),
-            session_ctes(22, new)
+            session_ctes(26, new)
         )
     })
 });
@@ -203,6 +203,8 @@ pub(super) fn insert_query<'a>(
     let mut singles = Vec::with_capacity(n);
     let mut prio_keys = Vec::with_capacity(n);
     let mut states = Vec::with_capacity(n);
+    let (mut enq_txn_ids, mut orig_ids, mut orig_queues, mut reasons) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut d_ids, mut d_consumers, mut d_queues, mut d_prios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for m in msgs {
         ids.push(&m.msgid[..]);
@@ -222,6 +224,10 @@ pub(super) fn insert_query<'a>(
         singles.push(single);
         prio_keys.push(m.prio_key);
         states.push(if m.spilled { i64::from(SPILLED) } else { 0 });
+        enq_txn_ids.push(m.enq_txn_id.as_deref());
+        orig_ids.push(m.origin.as_ref().map(|o| &o.msgid[..]));
+        orig_queues.push(m.origin.map(|o| o.queue));
+        reasons.push(m.origin.and_then(|o| o.why).map(|w| w.code()));
         if single {
             continue;
         }
@@ -263,7 +269,11 @@ pub(super) fn insert_query<'a>(
         .bind(singles)
         .bind(prio_keys)
         .bind(enq_users)
-        .bind(states);
+        .bind(states)
+        .bind(enq_txn_ids)
+        .bind(orig_ids)
+        .bind(orig_queues)
+        .bind(reasons);
     match session {
         None => q,
         Some(row) => bind_session(q, row),

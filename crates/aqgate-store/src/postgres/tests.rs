@@ -20,6 +20,8 @@ fn job(source: u64) -> (InsertJob, tokio::sync::oneshot::Receiver<Result<()>>) {
         prio_key: 0,
         spilled: false,
         group: None,
+        enq_txn_id: None,
+        origin: None,
     };
     let (done, answer) = tokio::sync::oneshot::channel();
     (InsertJob { msgs: vec![msg], sent: Sent::now(source), done }, answer)

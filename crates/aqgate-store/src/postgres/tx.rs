@@ -464,7 +464,7 @@ impl StoreTx for PgTx {
         Ok(())
     }
 
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()> {
         // A message a consumer has locked meanwhile (between `due_expirations` and here)
         // stays where it is; the lock holder decides. The message row is locked first, so
         // a single-consumer lock cannot slip in between.
@@ -480,10 +480,14 @@ impl StoreTx for PgTx {
         if locked != Some(false) {
             return Ok(());
         }
-        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
-        // An exception queue has one consumer: the message now carries its delivery.
+        // An exception queue has one consumer: the message now carries its delivery. The
+        // views show where it came from, why, and the failed dequeues it had (its own, or
+        // its consumers' most).
         sqlx::query(
-            "UPDATE messages SET queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
+            "UPDATE messages SET orig_queue_id = queue_id, exc_reason = $4,
+                    exc_retries = GREATEST(retry_count,
+                        COALESCE((SELECT max(d.retry_count) FROM deliveries d WHERE d.msg_seq = $1), 0)),
+                    queue_id = $2, state = 3, expire_at = NULL, delay_until = NULL,
                     single = true, prio_key = 0, retry_count = 0,
                     exception_queue = CASE WHEN $3 THEN NULL ELSE exception_queue END
              WHERE seq = $1",
@@ -491,9 +495,11 @@ impl StoreTx for PgTx {
         .bind(seq)
         .bind(to)
         .bind(forget_named)
+        .bind(why.code())
         .execute(&mut *self.tx)
         .await
         .db()?;
+        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
         Ok(())
     }
 
@@ -542,7 +548,7 @@ impl StoreTx for PgTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+    async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()> {
         use crate::views::{Dialect, create_sql, list_sql, quoted, retain_sql};
         // Nodes that start at once define the same views: one after the other (the lock
         // is held until this transaction ends).
@@ -551,8 +557,8 @@ impl StoreTx for PgTx {
         for v in old {
             sqlx::query(&format!("DROP VIEW IF EXISTS {}", quoted(&v))).execute(&mut *self.tx).await.db()?;
         }
-        for (table, queues) in tables {
-            sqlx::query(&create_sql(Dialect::Postgres, table, queues)).execute(&mut *self.tx).await.db()?;
+        for view in tables {
+            sqlx::query(&create_sql(Dialect::Postgres, view)).execute(&mut *self.tx).await.db()?;
         }
         let (spec, statements) = retain_sql(Dialect::Postgres, retained);
         // Replaced only when it changes: creating a trigger waits for the writes on

@@ -174,7 +174,9 @@ impl Store for SqliteStore {
         }
         let rows = q.bind(limit).fetch_all(&self.pool).await.db()?;
         rows.iter()
-            .map(|r| (0..crate::views::COLUMNS.len()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect())
+            .map(|r| {
+                (0..crate::views::listed_columns().count()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect()
+            })
             .collect()
     }
 

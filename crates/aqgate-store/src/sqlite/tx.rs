@@ -131,7 +131,7 @@ impl StoreTx for SqliteTx {
             // Messages of grouped queues carry their group (a statement of its own shape).
             let grouped = chunk.iter().any(|m| m.group.is_some());
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id, state",
+                "INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, delay_until, expire_at, sender, exception_queue, payload, enq_txn, enq_user_id, state, enq_txn_id, orig_msgid, orig_queue_id, exc_reason",
             );
             b.push(if grouped { ", grp) " } else { ") " });
             b.push_values(chunk, |mut row, m| {
@@ -147,7 +147,11 @@ impl StoreTx for SqliteTx {
                     .push_bind(m.payload.clone())
                     .push_bind(m.enq_txn.clone())
                     .push_bind(m.enq_user_id.clone())
-                    .push_bind(if m.spilled { SPILLED } else { 0 });
+                    .push_bind(if m.spilled { SPILLED } else { 0 })
+                    .push_bind(m.enq_txn_id.clone())
+                    .push_bind(m.origin.map(|o| o.msgid.to_vec()))
+                    .push_bind(m.origin.map(|o| o.queue))
+                    .push_bind(m.origin.and_then(|o| o.why).map(|w| w.code()));
                 if grouped {
                     row.push_bind(m.group);
                 }
@@ -354,7 +358,7 @@ impl StoreTx for SqliteTx {
         Ok(())
     }
 
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool) -> Result<()> {
+    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()> {
         // A message a consumer has locked meanwhile stays where it is (SQLite has one
         // writer, so nothing can lock it between this check and the move).
         let locked: Option<i64> =
@@ -366,18 +370,23 @@ impl StoreTx for SqliteTx {
         if locked.is_some() {
             return Ok(());
         }
-        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
+        // What the views show of it in the exception queue: where from, why, and the
+        // failed dequeues it had (its consumers' most).
         sqlx::query(
-            "UPDATE messages SET queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL,
+            "UPDATE messages SET orig_queue_id = queue_id, exc_reason = ?4,
+                    exc_retries = COALESCE((SELECT max(retry_count) FROM deliveries WHERE msg_seq = ?1), 0),
+                    queue_id = ?2, state = 3, expire_at = NULL, delay_until = NULL,
                     exception_queue = CASE WHEN ?3 THEN NULL ELSE exception_queue END
              WHERE seq = ?1",
         )
         .bind(seq)
         .bind(to)
         .bind(forget_named)
+        .bind(why.code())
         .execute(&mut *self.tx)
         .await
         .db()?;
+        sqlx::query(sql::DELIVERIES_DROP_MESSAGE).bind(seq).execute(&mut *self.tx).await.db()?;
         sqlx::query("INSERT INTO deliveries (msg_seq, queue_id, consumer, prio_key) VALUES (?1, ?2, '', 0)")
             .bind(seq)
             .bind(to)
@@ -432,14 +441,14 @@ impl StoreTx for SqliteTx {
         Ok(sqlx::query_scalar(sql::QUEUE_ID).bind(name).fetch_one(&mut *self.tx).await.db()?)
     }
 
-    async fn define_views(&mut self, tables: &[(String, Vec<QueueId>)], retained: &[Retained]) -> Result<()> {
+    async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()> {
         use crate::views::{Dialect, create_sql, list_sql, quoted, retain_sql};
         let old: Vec<String> = sqlx::query_scalar(list_sql(Dialect::Sqlite)).fetch_all(&mut *self.tx).await.db()?;
         for v in old {
             sqlx::query(&format!("DROP VIEW IF EXISTS {}", quoted(&v))).execute(&mut *self.tx).await.db()?;
         }
-        for (table, queues) in tables {
-            sqlx::query(&create_sql(Dialect::Sqlite, table, queues)).execute(&mut *self.tx).await.db()?;
+        for view in tables {
+            sqlx::query(&create_sql(Dialect::Sqlite, view)).execute(&mut *self.tx).await.db()?;
         }
         for s in retain_sql(Dialect::Sqlite, retained).1 {
             sqlx::query(&s).execute(&mut *self.tx).await.db()?;

@@ -1,0 +1,16 @@
+-- What Oracle's AQ$<QUEUE_TABLE> views show beyond the queue itself: the transaction that
+-- enqueued a message (ENQ_TXN_ID); for a copy a propagation job made, the message and queue
+-- it copies (ORIGINAL_MSGID, ORIGINAL_QUEUE_NAME); for a message in an exception queue, the
+-- queue it left, why (EXPIRATION_REASON: 1 TIME_EXPIRATION, 2 MAX_RETRY_EXCEEDED,
+-- 3 PROPAGATION_FAILURE, 4 INVALID_TRANSFORMATION) and the failed dequeues it had there.
+-- A retained message keeps them.
+ALTER TABLE messages ADD COLUMN enq_txn_id TEXT;
+ALTER TABLE messages ADD COLUMN orig_msgid BLOB;
+ALTER TABLE messages ADD COLUMN orig_queue_id INTEGER;
+ALTER TABLE messages ADD COLUMN exc_reason INTEGER;
+ALTER TABLE messages ADD COLUMN exc_retries INTEGER;
+ALTER TABLE processed_messages ADD COLUMN enq_txn_id TEXT;
+ALTER TABLE processed_messages ADD COLUMN orig_msgid BLOB;
+ALTER TABLE processed_messages ADD COLUMN orig_queue_id INTEGER;
+ALTER TABLE processed_messages ADD COLUMN exc_reason INTEGER;
+ALTER TABLE processed_messages ADD COLUMN exc_retries INTEGER;
