@@ -556,8 +556,18 @@ async fn move_remote(
             Ok(Moved::Done(1))
         }
         remote::Sent::Permanent(why) => {
-            except_remote(engine, job, &mut session, stats, &m, out, times, &why, "the remote refused a message for good")
-                .await
+            except_remote(
+                engine,
+                job,
+                &mut session,
+                stats,
+                &m,
+                out,
+                times,
+                &why,
+                "the remote refused a message for good",
+            )
+            .await
         }
         remote::Sent::Transient(why) => match retried_too_long(engine, job, times.as_ref()) {
             Some(max_age) => {
@@ -586,7 +596,11 @@ async fn move_remote(
 
 /// For a remote queue space's job: the space's `retry_max_age` when the message was first
 /// enqueued longer ago than that (the job stops retrying it).
-fn retried_too_long(engine: &Engine, job: &PropagationInfo, times: Option<&aqgate_core::engine::Carried>) -> Option<i64> {
+fn retried_too_long(
+    engine: &Engine,
+    job: &PropagationInfo,
+    times: Option<&aqgate_core::engine::Carried>,
+) -> Option<i64> {
     job.space.as_ref()?;
     let resolved = engine.resolved();
     let max_age = resolved.catalog.queues.get(&job.source)?.remote.as_ref()?.retry_max_age;

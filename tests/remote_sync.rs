@@ -131,11 +131,11 @@ async fn drain(port: u16, queue: &str) -> Vec<(String, Option<String>, String)> 
     loop {
         let r = http(port, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await;
         match &r {
-            Response::Receive(_, Some(_)) => out.extend(
-                received(&r)
-                    .iter()
-                    .map(|m| (m.header.message_id.clone().unwrap_or_default(), m.header.correlation.clone(), raw_of(m))),
-            ),
+            Response::Receive(_, Some(_)) => {
+                out.extend(received(&r).iter().map(|m| {
+                    (m.header.message_id.clone().unwrap_or_default(), m.header.correlation.clone(), raw_of(m))
+                }))
+            }
             Response::Fault(f) if f.code == code::NO_MESSAGE => return out,
             other => panic!("receive from {queue}: {other:?}"),
         }
@@ -289,7 +289,12 @@ async fn store_and_forward_gives_up_after_retry_max_age(backend: Backend) {
     let (a_port, down) = (free_port(), free_port());
     let url = format!("http://127.0.0.1:{down}/aqserv");
     let spaces = [
-        space("SAF", &url, "store_and_forward = true\nretry_max_age = 3\nretry_backoff_ms = 200", &[("ORDERS", "AQUSER.RAW_QUE")]),
+        space(
+            "SAF",
+            &url,
+            "store_and_forward = true\nretry_max_age = 3\nretry_backoff_ms = 200",
+            &[("ORDERS", "AQUSER.RAW_QUE")],
+        ),
         space("HELD", &url, "store_and_forward = true\nretry_backoff_ms = 200", &[("ORDERS", "AQUSER.RAW_QUE")]),
     ];
     let a_topo = topology_file(&spaces.join("\n"));

@@ -122,8 +122,10 @@ impl Remote {
 impl Remote {
     /// Sends all of `send`'s messages in one request that commits there.
     pub async fn send_all(&self, send: &RemoteSend) -> Result<Vec<String>, RemoteRefusal> {
-        let body =
-            idap::write_request(&Envelope { headers: Vec::new(), body: super::send(&send.queue, send.messages.clone()) });
+        let body = idap::write_request(&Envelope {
+            headers: Vec::new(),
+            body: super::send(&send.queue, send.messages.clone()),
+        });
         let r = self
             .http
             .post(&self.url)
@@ -212,9 +214,10 @@ impl Spaces {
         {
             return Ok(c.clone());
         }
-        let c = Arc::new(Remote::new(&send.login).map_err(|e| {
-            RemoteRefusal::System(format!("the space's login: {}", bounded(&e)))
-        })?);
+        let c = Arc::new(
+            Remote::new(&send.login)
+                .map_err(|e| RemoteRefusal::System(format!("the space's login: {}", bounded(&e))))?,
+        );
         // Bounded by the topology's spaces: one entry per space name.
         clients.insert(send.space.clone(), (send.login.clone(), c.clone()));
         Ok(c)
@@ -264,4 +267,44 @@ fn without_url(e: &reqwest::Error) -> String {
         src = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_faults_map_to_the_domain_gateways_classes() {
+        let class = |status: u16, fault: i32, text: &str| match classify(status, fault, text) {
+            RemoteRefusal::NoSuchQueue(_) => "QMEBADQUEUE",
+            RemoteRefusal::Invalid(_) => "QMEINVAL",
+            RemoteRefusal::NoSpace(_) => "QMENOSPACE",
+            RemoteRefusal::System(_) => "QMESYSTEM",
+            RemoteRefusal::Unreachable(_) => "TPENOENT",
+            RemoteRefusal::InDoubt(_) => "in doubt",
+            RemoteRefusal::Performed(_) => "performed",
+        };
+        for (status, fault, text, want) in [
+            (200, code::NO_SUCH_QUEUE, "queue X does not exist", "QMEBADQUEUE"),
+            (200, code::NOT_PERMITTED, "not permitted", "QMEINVAL"),
+            (200, code::PAYLOAD_MISMATCH, "RAW", "QMEINVAL"),
+            (200, code::NO_RECIPIENTS, "none", "QMEINVAL"),
+            (200, code::INVALID_VALUE, "bad", "QMEINVAL"),
+            (200, idap::CodecError::TOO_LARGE, "too large", "QMENOSPACE"),
+            (200, code::STORE_FULL, "disk full", "QMENOSPACE"),
+            (503, code::SESSION_LIMIT, "sessions", "QMENOSPACE"),
+            (200, code::FLOW_CONTROL, "flow", "QMENOSPACE"),
+            (413, code::INVALID_VALUE + 1, "?", "QMENOSPACE"),
+            (200, code::ENQUEUE_DISABLED, "disabled", "QMESYSTEM"),
+            (200, code::INTERNAL, "internal error", "QMESYSTEM"),
+            (200, code::INTERNAL, "the request may or may not have been performed", "in doubt"),
+            (409, code::IDEMPOTENCY_IN_PROGRESS, "now", "in doubt"),
+            (422, code::IDEMPOTENCY_MISMATCH, "another request", "performed"),
+        ] {
+            assert_eq!(class(status, fault, text), want, "{status} {fault} {text}");
+        }
+        let long = "x".repeat(1000);
+        let RemoteRefusal::System(why) = classify(200, 1, &long) else { panic!("QMESYSTEM") };
+        assert!(why.chars().count() < 340, "bounded: {}", why.len());
+    }
 }

@@ -59,10 +59,9 @@ impl RemoteRefusal {
                 code::REMOTE_NO_SPACE,
                 format!("{at} has no space for the send: {why}; nothing was enqueued"),
             ),
-            Self::System(why) => AqError::server(
-                code::REMOTE_SYSTEM,
-                format!("{at} failed the send: {why}; nothing was enqueued"),
-            ),
+            Self::System(why) => {
+                AqError::server(code::REMOTE_SYSTEM, format!("{at} failed the send: {why}; nothing was enqueued"))
+            }
             Self::Unreachable(why) => AqError::server(
                 code::REMOTE_UNREACHABLE,
                 format!("{at} is unreachable: {why}; the send was not performed"),
