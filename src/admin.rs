@@ -252,20 +252,18 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     }
     removal_records(tx.as_mut(), &current, &new_rows, &records).await?;
     // Oracle's AQ$<QUEUE_TABLE> views, over the queues of each table (a remote queue
-    // space's queues are no queue table's),
+    // space's queue is a table of its own: `HQ.AQ$ORDERS` for `HQ.ORDERS`),
     // and the queues that keep their removed messages.
     let mut tables: BTreeMap<String, QueueTableView> = BTreeMap::new();
     let mut retained = Vec::new();
     for (name, q) in &catalog.queues {
         let id = tx.ensure_queue(name).await?;
-        if q.remote.is_none() {
-            let raw = q.payload == aqgate_core::payload::PayloadKind::Raw;
-            tables
-                .entry(q.queue_table.clone())
-                .or_insert_with(|| QueueTableView { queue_table: q.queue_table.clone(), queues: Vec::new(), raw })
-                .queues
-                .push(id);
-        }
+        let raw = q.payload == aqgate_core::payload::PayloadKind::Raw;
+        tables
+            .entry(q.queue_table.clone())
+            .or_insert_with(|| QueueTableView { queue_table: q.queue_table.clone(), queues: Vec::new(), raw })
+            .queues
+            .push(id);
         if let Some(for_micros) = q.retention.micros() {
             retained.push(aqgate_core::store::Retained { queue: id, for_micros });
         }

@@ -68,6 +68,7 @@ pub mod removals;
 pub mod status;
 
 pub use lease::LeaseConfig;
+pub use remote::Spaces as RemoteSpaceClients;
 
 /// How long the first receive of a batch waits for a message.
 pub(crate) const WAIT: u64 = 5;
@@ -84,6 +85,9 @@ pub(crate) struct Counters {
     /// Inbound gateway jobs: broker messages over the link's `max_message_bytes`, moved to
     /// the exception queue.
     oversize: Counter,
+    /// Remote queue spaces' jobs: messages retried for longer than the space's
+    /// `retry_max_age`, moved to the exception queue.
+    gave_up: Counter,
 }
 
 impl Counters {
@@ -117,6 +121,12 @@ impl Counters {
             oversize: m.labelled(
                 "aqgate_gateway_oversize_total",
                 "Broker messages an inbound gateway job refused as over its link's max_message_bytes (moved to the exception queue).",
+                "job",
+                job,
+            ),
+            gave_up: m.labelled(
+                "aqgate_propagation_gave_up_total",
+                "Messages a remote queue space's job retried for longer than its retry_max_age (moved to the exception queue).",
                 "job",
                 job,
             ),
@@ -546,34 +556,95 @@ async fn move_remote(
             stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }
-        remote::Sent::Permanent(why) => match job.exception_queue.clone() {
-            Some(eq) => {
-                session.tally = Some(JobTally::excepted(&job.name, 1));
-                match carried_send(
-                    engine,
-                    &mut session,
-                    &eq,
-                    None,
-                    vec![rejected(job, out, &why)],
-                    excepted(times.into_iter().collect(), Expiry::Propagation),
-                )
-                .await
-                {
-                    Ok(_) => {
-                        stats.excepted(1, engine.now());
-                        tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
-                        exception_queue = %eq, reason = %why,
-                        "the remote refused a message for good; moved to the exception queue");
-                        Ok(Moved::Done(1))
-                    }
-                    Err(e) => Err(rolled_back(engine, &mut session, e).await),
-                }
-            }
-            None => Err(rolled_back(engine, &mut session, AqError::client(code::NOT_PERMITTED, why)).await),
-        },
-        remote::Sent::Transient(why) => {
-            Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await)
+        remote::Sent::Permanent(why) => {
+            except_remote(
+                engine,
+                job,
+                &mut session,
+                stats,
+                &m,
+                out,
+                times,
+                &why,
+                "the remote refused a message for good",
+            )
+            .await
         }
+        remote::Sent::Transient(why) => match retried_too_long(engine, job, times.as_ref()) {
+            Some(max_age) => {
+                let why = format!("not delivered within retry_max_age {max_age} s: {why}");
+                let moved = except_remote(
+                    engine,
+                    job,
+                    &mut session,
+                    stats,
+                    &m,
+                    out,
+                    times,
+                    &why,
+                    "the remote did not take a message within the space's retry_max_age",
+                )
+                .await;
+                if moved.is_ok() {
+                    stats.counters.gave_up.inc();
+                }
+                moved
+            }
+            None => Err(rolled_back(engine, &mut session, AqError::server(code::INTERNAL, why)).await),
+        },
+    }
+}
+
+/// For a remote queue space's job: the space's `retry_max_age` when the message was first
+/// enqueued longer ago than that (the job stops retrying it).
+fn retried_too_long(
+    engine: &Engine,
+    job: &PropagationInfo,
+    times: Option<&aqgate_core::engine::Carried>,
+) -> Option<i64> {
+    job.space.as_ref()?;
+    let resolved = engine.resolved();
+    let max_age = resolved.catalog.queues.get(&job.source)?.remote.as_ref()?.retry_max_age;
+    let enqueued = times?.enq_time;
+    let age = engine.now().saturating_sub(enqueued) / aqgate_core::clock::MICROS_PER_SEC;
+    (age >= max_age).then_some(max_age)
+}
+
+/// Moves the message the job received in `session` to its exception queue with `why` (a
+/// job without one fails with it instead).
+#[allow(clippy::too_many_arguments)]
+async fn except_remote(
+    engine: &Engine,
+    job: &PropagationInfo,
+    session: &mut Session,
+    stats: &Stats,
+    m: &Message,
+    out: Message,
+    times: Option<aqgate_core::engine::Carried>,
+    why: &str,
+    what: &str,
+) -> Result<Moved, AqError> {
+    let Some(eq) = job.exception_queue.clone() else {
+        return Err(rolled_back(engine, session, AqError::client(code::NOT_PERMITTED, why)).await);
+    };
+    let id = m.header.message_id.clone().unwrap_or_default();
+    session.tally = Some(JobTally::excepted(&job.name, 1));
+    let sent = carried_send(
+        engine,
+        session,
+        &eq,
+        None,
+        vec![rejected(job, out, why)],
+        excepted(times.into_iter().collect(), Expiry::Propagation),
+    );
+    match sent.await {
+        Ok(_) => {
+            stats.excepted(1, engine.now());
+            tracing::warn!(job = %job.name, message = %id, correlation = ?m.header.correlation,
+                exception_queue = %eq, reason = %why, "{what}; moved to the exception queue");
+            Ok(Moved::Done(1))
+        }
+        Err(e) => Err(rolled_back(engine, session, e).await),
     }
 }
 

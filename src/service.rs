@@ -91,6 +91,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
             ),
             notify_mail_policy: std::sync::Arc::new(notify_args.mail_policy()?),
+            remote_spaces: Some(std::sync::Arc::new(aqgate::propagate::RemoteSpaceClients::default())),
             ..EngineConfig::default()
         },
         limits: Limits {

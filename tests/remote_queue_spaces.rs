@@ -1,7 +1,8 @@
 //! Remote queue spaces through two real `aqgate serve` processes: A (SQLite) maps the space
-//! `HQ` to queues of B (PostgreSQL). A client sends to `HQ.ORDERS` on A; the message is
-//! committed there with the client's transaction and arrives once at B's `AQUSER.RAW_QUE`;
-//! each schedule form gives its delay at B; each limit is refused whole at A; dequeue and
+//! `HQ` to queues of B (PostgreSQL). A client sends to `HQ.ORDERS` on A; with
+//! `store_and_forward` the message is committed there with the client's transaction and
+//! arrives once at B's `AQUSER.RAW_QUE`; each schedule form of a synchronous send gives its
+//! delay at B; each limit is refused whole at A; dequeue and
 //! registration are refused; B's refusal lands in the space's exception queue with B's
 //! code; B down, then up: the message arrives once.
 
@@ -14,6 +15,9 @@ use aqgate_core::error::code;
 use aqgate_proto::idap::Response;
 use common::*;
 
+/// A store-and-forward space's key.
+const SAF: &str = "store_and_forward = true";
+
 const PASSWORD_ENV: &str = "AQGATE_TEST_REMOTE_PASSWORD";
 
 /// A's server time zone (POSIX: three hours east of UTC), for `HH:MM` schedules.
@@ -21,7 +25,8 @@ const SERVER_TZ: &str = "XYZ-3";
 const SERVER_OFFSET: i64 = 3 * 3600;
 
 /// The demo topology and the space `HQ` on B at `port`.
-fn space_topology(port: u16, backoff_ms: u64) -> std::path::PathBuf {
+/// `mode`: extra keys of the space (`store_and_forward = true`, or "" for a synchronous one).
+fn space_topology(port: u16, backoff_ms: u64, mode: &str) -> std::path::PathBuf {
     let space = format!(
         r#"
 [[remote_queue_spaces]]
@@ -32,6 +37,7 @@ password_env = "{PASSWORD_ENV}"
 max_message_size = 16
 payload_types = ["RAW"]
 retry_backoff_ms = {backoff_ms}
+{mode}
 queues = [
   {{ name = "ORDERS", remote = "AQUSER.RAW_QUE" }},
   {{ name = "MISSING", remote = "AQUSER.NO_SUCH_QUEUE" }},
@@ -88,10 +94,10 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start() -> Self {
+    async fn start(mode: &str) -> Self {
         let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Postgres).await);
         let (a_port, b_port) = (free_port(), free_port());
-        let (a_topo, b_topo) = (space_topology(b_port, 1000), topology_file(""));
+        let (a_topo, b_topo) = (space_topology(b_port, 1000, mode), topology_file(""));
         let b = serve(&b_db, b_port, &b_topo);
         let a = serve(&a_db, a_port, &a_topo);
         Self { a, _b: b, a_db, b_db, a_port, b_port, files: vec![a_topo, b_topo] }
@@ -168,7 +174,7 @@ fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mapped_name_forwards_committed_messages_once_and_refuses_what_the_space_does_not_take() {
-    let p = Pair::start().await;
+    let p = Pair::start(SAF).await;
     let (a, b) = (p.a_port, p.b_port);
 
     // Store and forward, with the client's transaction: an uncommitted send stays here
@@ -365,7 +371,7 @@ async fn stored_delays(db: &str, queue: &str) -> Vec<(Option<String>, Option<i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_schedule_form_gives_its_delay_at_the_remote() {
     use chrono::{DateTime, Duration as D, FixedOffset, Timelike, Utc};
-    let p = Pair::start().await;
+    let p = Pair::start("").await;
     let now = Utc::now();
     let minute = |t: DateTime<Utc>| t.with_second(0).and_then(|t| t.with_nanosecond(0)).expect("a minute");
     let server = FixedOffset::east_opt(i32::try_from(SERVER_OFFSET).expect("offset")).expect("zone");
@@ -433,7 +439,7 @@ async fn each_schedule_form_gives_its_delay_at_the_remote() {
 async fn the_remote_down_then_up_gets_each_message_once() {
     let (a_db, b_db) = (fresh_url(Backend::Sqlite).await, fresh_url(Backend::Postgres).await);
     let (a_port, b_port) = (free_port(), free_port());
-    let (a_topo, b_topo) = (space_topology(b_port, 200), topology_file(""));
+    let (a_topo, b_topo) = (space_topology(b_port, 200, SAF), topology_file(""));
     let a = serve(&a_db, a_port, &a_topo);
     let five: Vec<String> = (0..5).map(|i| format!("{:02X}", 0x50 + i)).collect();
     let msgs: Vec<(&str, &str)> = five.iter().map(|x| ("", x.as_str())).collect();
@@ -461,7 +467,7 @@ async fn the_remote_down_then_up_gets_each_message_once() {
 async fn a_local_job_into_a_mapped_queue_cannot_carry_more_than_max_delay() {
     let a_db = fresh_url(Backend::Sqlite).await;
     let a_port = free_port();
-    let a_topo = space_topology(free_port(), 1000);
+    let a_topo = space_topology(free_port(), 1000, "");
     let spec = std::fs::read_to_string(&a_topo).expect("topology");
     let job = r#"
 [[queues]]

@@ -32,7 +32,7 @@ pub async fn messages(
     }
     let resolved = aqgate_core::engine::load_resolved(store).await?;
     let name = canon(queue);
-    let Some(q) = resolved.catalog.queues.get(&name).filter(|q| q.remote.is_none()) else {
+    let Some(q) = resolved.catalog.queues.get(&name) else {
         return Err(AqError::invalid(format!("no queue {name} (aqgate admin queues lists them)")));
     };
     let state = state.map(|s| s.trim().to_ascii_uppercase());

@@ -17,11 +17,22 @@
 //! or 25443) is permanent (the exception queue); anything else — connection refused, a
 //! timeout, 5xx, 401 (credentials are a configuration matter), 25207 (the queue closed for
 //! enqueue there, until an operator opens it) — is transient.
+//!
+//! [`Spaces`] sends for synchronous remote queue spaces (see
+//! `aqgate_core::engine::synchronous`): all messages of a client's send in one AQXmlSend
+//! with a trailing commit, under a key the engine derives from the client's, and the
+//! remote's answer classified as Tuxedo's domain gateway maps a remote status
+//! ([`RemoteRefusal`]): a request that never went out (connection refused, no such host,
+//! no connection within 10 s) is not performed; one that went out and got no answer may
+//! have been.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aqgate_core::error::code;
 use aqgate_core::propagation::RemoteDef;
+use aqgate_core::remote::{RemoteRefusal, RemoteSend, RemoteSpaces};
 use aqgate_proto::idap::{self, Envelope, Limits, Message, Response};
 use aqgate_proto::names::IDEMPOTENCY_HEADER;
 
@@ -108,6 +119,118 @@ impl Remote {
     }
 }
 
+impl Remote {
+    /// Sends all of `send`'s messages in one request that commits there.
+    pub async fn send_all(&self, send: &RemoteSend) -> Result<Vec<String>, RemoteRefusal> {
+        let body = idap::write_request(&Envelope {
+            headers: Vec::new(),
+            body: super::send(&send.queue, send.messages.clone()),
+        });
+        let r = self
+            .http
+            .post(&self.url)
+            .basic_auth(&self.agent, Some(&self.password))
+            .header("content-type", "text/xml")
+            .header(IDEMPOTENCY_HEADER, &send.key)
+            .body(body)
+            .send()
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Err(RemoteRefusal::Unreachable(bounded(&without_url(&e)))),
+            Err(e) => return Err(RemoteRefusal::InDoubt(bounded(&without_url(&e)))),
+        };
+        let status = r.status().as_u16();
+        let text = match r.bytes().await {
+            Ok(t) => t,
+            Err(e) => return Err(RemoteRefusal::InDoubt(format!("reading the answer: {}", bounded(&without_url(&e))))),
+        };
+        let answer = idap::parse_response(&text, &Limits::default()).map(|e| e.body);
+        match (status, answer) {
+            (200, Ok(Response::Send(_, Some(res)))) => Ok(res.message_ids),
+            (_, Ok(Response::Fault(f))) => Err(classify(status, f.code, &f.message)),
+            (413, _) => Err(RemoteRefusal::NoSpace("HTTP 413, the request is larger than the remote takes".into())),
+            (_, _) => {
+                let snippet: String = String::from_utf8_lossy(&text).chars().take(200).collect();
+                Err(RemoteRefusal::System(format!("HTTP {status}: {}", bounded(snippet.trim()))))
+            }
+        }
+    }
+}
+
+/// The class of a remote fault (the domain gateway's diagnostics).
+fn classify(status: u16, fault: i32, message: &str) -> RemoteRefusal {
+    let why = format!("remote fault {fault}: {}", bounded(message));
+    match fault {
+        code::NO_SUCH_QUEUE => RemoteRefusal::NoSuchQueue(why),
+        code::INVALID_VALUE
+        | code::PAYLOAD_MISMATCH
+        | code::NOT_PERMITTED
+        | code::AGENT_NOT_ENABLED
+        | code::NO_RECIPIENTS
+        | code::NOT_MULTI_CONSUMER
+        | code::TRANSFORMATION
+        | code::CONDITION_BUDGET => RemoteRefusal::Invalid(why),
+        idap::CodecError::TOO_LARGE
+        | code::STORE_FULL
+        | code::SESSION_LIMIT
+        | code::FLOW_CONTROL
+        | code::IDEMPOTENCY_LIMIT => RemoteRefusal::NoSpace(why),
+        code::IDEMPOTENCY_MISMATCH => RemoteRefusal::Performed(why),
+        code::IDEMPOTENCY_IN_PROGRESS => RemoteRefusal::InDoubt(why),
+        code::INTERNAL if message.contains("may or may not") => RemoteRefusal::InDoubt(why),
+        _ if status == 413 => RemoteRefusal::NoSpace(why),
+        _ => RemoteRefusal::System(why),
+    }
+}
+
+/// At most 300 characters of a remote's text.
+fn bounded(s: &str) -> String {
+    let mut out: String = s.chars().take(300).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// The clients of the synchronous remote queue spaces, one per space, made at its first
+/// send (and again when the space's definition changed).
+#[derive(Default)]
+pub struct Spaces {
+    clients: Mutex<HashMap<String, (RemoteDef, Arc<Remote>)>>,
+}
+
+impl std::fmt::Debug for Spaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spaces").finish_non_exhaustive()
+    }
+}
+
+impl Spaces {
+    fn client(&self, send: &RemoteSend) -> Result<Arc<Remote>, RemoteRefusal> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((def, c)) = clients.get(&send.space)
+            && *def == send.login
+        {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(
+            Remote::new(&send.login)
+                .map_err(|e| RemoteRefusal::System(format!("the space's login: {}", bounded(&e))))?,
+        );
+        // Bounded by the topology's spaces: one entry per space name.
+        clients.insert(send.space.clone(), (send.login.clone(), c.clone()));
+        Ok(c)
+    }
+}
+
+#[async_trait::async_trait]
+impl RemoteSpaces for Spaces {
+    async fn send(&self, send: &RemoteSend) -> Result<Vec<String>, RemoteRefusal> {
+        self.client(send)?.send_all(send).await
+    }
+}
+
 /// Remote fault codes after which the same message is never taken.
 const PERMANENT: &[i32] = &[
     code::NO_SUCH_QUEUE,
@@ -144,4 +267,44 @@ fn without_url(e: &reqwest::Error) -> String {
         src = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_faults_map_to_the_domain_gateways_classes() {
+        let class = |status: u16, fault: i32, text: &str| match classify(status, fault, text) {
+            RemoteRefusal::NoSuchQueue(_) => "QMEBADQUEUE",
+            RemoteRefusal::Invalid(_) => "QMEINVAL",
+            RemoteRefusal::NoSpace(_) => "QMENOSPACE",
+            RemoteRefusal::System(_) => "QMESYSTEM",
+            RemoteRefusal::Unreachable(_) => "TPENOENT",
+            RemoteRefusal::InDoubt(_) => "in doubt",
+            RemoteRefusal::Performed(_) => "performed",
+        };
+        for (status, fault, text, want) in [
+            (200, code::NO_SUCH_QUEUE, "queue X does not exist", "QMEBADQUEUE"),
+            (200, code::NOT_PERMITTED, "not permitted", "QMEINVAL"),
+            (200, code::PAYLOAD_MISMATCH, "RAW", "QMEINVAL"),
+            (200, code::NO_RECIPIENTS, "none", "QMEINVAL"),
+            (200, code::INVALID_VALUE, "bad", "QMEINVAL"),
+            (200, idap::CodecError::TOO_LARGE, "too large", "QMENOSPACE"),
+            (200, code::STORE_FULL, "disk full", "QMENOSPACE"),
+            (503, code::SESSION_LIMIT, "sessions", "QMENOSPACE"),
+            (200, code::FLOW_CONTROL, "flow", "QMENOSPACE"),
+            (413, code::INVALID_VALUE + 1, "?", "QMENOSPACE"),
+            (200, code::ENQUEUE_DISABLED, "disabled", "QMESYSTEM"),
+            (200, code::INTERNAL, "internal error", "QMESYSTEM"),
+            (200, code::INTERNAL, "the request may or may not have been performed", "in doubt"),
+            (409, code::IDEMPOTENCY_IN_PROGRESS, "now", "in doubt"),
+            (422, code::IDEMPOTENCY_MISMATCH, "another request", "performed"),
+        ] {
+            assert_eq!(class(status, fault, text), want, "{status} {fault} {text}");
+        }
+        let long = "x".repeat(1000);
+        let RemoteRefusal::System(why) = classify(200, 1, &long) else { panic!("QMESYSTEM") };
+        assert!(why.chars().count() < 340, "bounded: {}", why.len());
+    }
 }

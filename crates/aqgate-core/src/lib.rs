@@ -10,6 +10,7 @@ pub mod error;
 pub mod metrics;
 pub mod notify_policy;
 pub use topology::propagation;
+pub mod remote;
 pub mod store;
 pub mod topology;
 

@@ -77,6 +77,18 @@ pub const IDEMPOTENCY_LIMIT: i32 = 24061;
 /// large to keep (`--idempotency-max-response-bytes`, `--idempotency-max-bytes-per-agent`):
 /// a retry gets this instead of the response, and nothing is performed again.
 pub const IDEMPOTENCY_NOT_KEPT: i32 = 24062;
+/// aqgate: a synchronous send to a remote queue space was refused there for want of space
+/// (Tuxedo's QMENOSPACE): the message is larger than the remote takes (HTTP 413, 25443),
+/// its store is full (1653), or it has no session or buffer to spare (18, 25307); nothing
+/// is kept, here or there.
+pub const REMOTE_NO_SPACE: i32 = 24063;
+/// aqgate: a synchronous send to a remote queue space failed there otherwise (Tuxedo's
+/// QMESYSTEM): a store failure, the queue closed for enqueue, credentials refused, an
+/// answer that is not IDAP; nothing is kept, here or there.
+pub const REMOTE_SYSTEM: i32 = 24064;
+/// aqgate: the remote queue space could not be reached (Tuxedo's TPENOENT: connection
+/// refused, no such host, no connection within the timeout); the send was not performed.
+pub const REMOTE_UNREACHABLE: i32 = 24065;
 /// ORA-00018 maximum number of sessions exceeded: aqgate: the request would leave a session
 /// open past `--max-sessions-per-agent` or `--max-sessions`; nothing of it was performed
 /// (HTTP 503, Retry-After).

@@ -111,6 +111,16 @@ impl Engine {
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
         }
+        if let Some(r) = queue.remote.as_ref().filter(|r| r.synchronous && !session.propagates) {
+            synchronous::refuse_in_transaction(r, &queue.name, commit_now, session.pending)?;
+            let Some(remote) = self.config.remote_spaces.clone() else {
+                return Err(AqError::server(
+                    code::REMOTE_UNREACHABLE,
+                    format!("remote queue space {}: this process forwards to no remote queue space", r.space),
+                ));
+            };
+            return self.send_synchronously(session, &*remote, r, queue, &req.messages, req.commit, wrap).await;
+        }
         if let Some(g) = self.enqueue_group(queue, session, immediate) {
             for r in rows.iter_mut() {
                 r.group = Some(g);

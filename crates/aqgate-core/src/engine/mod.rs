@@ -15,6 +15,7 @@ mod register;
 pub mod schedule;
 pub mod session;
 mod staged;
+mod synchronous;
 mod time_manager;
 mod transactions;
 mod transform;
@@ -79,6 +80,9 @@ pub struct EngineConfig {
     pub conditions: ConditionLimits,
     /// Fair shares: open sessions and idempotency records per agent (see [`Shares`]).
     pub shares: Shares,
+    /// Forwards the sends to synchronous remote queue spaces; without it, such a send gets
+    /// the fault of an unreachable space.
+    pub remote_spaces: Option<Arc<dyn crate::remote::RemoteSpaces>>,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("max_long_polls_per_agent", &self.max_long_polls_per_agent)
             .field("conditions", &self.conditions)
             .field("shares", &self.shares)
+            .field("remote_spaces", &self.remote_spaces.is_some())
             .finish()
     }
 }
@@ -116,6 +121,7 @@ impl Default for EngineConfig {
             max_long_polls_per_agent: DEFAULT_MAX_LONG_POLLS_PER_AGENT,
             conditions: ConditionLimits::default(),
             shares: Shares::default(),
+            remote_spaces: None,
         }
     }
 }

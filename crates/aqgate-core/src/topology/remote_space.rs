@@ -6,14 +6,17 @@
 //! - the local queue `HQ.ORDERS` (single-consumer, of the entry's payload type): clients
 //!   Send or Publish to it as to any queue, with the privileges any queue of schema `HQ`
 //!   needs (a database user `HQ`, or a grant on the queue); dequeue and registration are
-//!   refused (the engine sees [`QueueInfo::remote`]). Transient failures never move its
-//!   messages (`max_retries` is unbounded): the job retries for as long as it takes;
+//!   refused (the engine sees [`QueueInfo::remote`]). By default a client's send is
+//!   forwarded at once and answered with the remote's status (synchronous: nothing is
+//!   stored here); with `store_and_forward` it is committed here and the job forwards it;
 //! - its exception queue `HQ.ORDERS$E` (an ordinary single-consumer queue of the same
 //!   payload type, unless the entry or the space names one): messages the remote refuses
-//!   for good, and messages that expire before they left;
+//!   for good, messages that expire before they left, and messages the job retried for
+//!   longer than `retry_max_age`;
 //! - the implicit propagation job `HQ.ORDERS` (agent `PROP$HQ.ORDERS`, no login), a remote
-//!   job to the space's aqgate that drains the local queue (store and forward: one
-//!   AQXmlSend per message under an idempotency key, as any remote job).
+//!   job to the space's aqgate that drains the local queue (one AQXmlSend per message
+//!   under an idempotency key, as any remote job): every message of a store-and-forward
+//!   space, and of a synchronous one what a local `[[propagations]]` job brings in.
 //!
 //! Names: a space is an identifier that no real queue or queue table uses as its schema; a
 //! mapped queue is letters, digits and `_`, so the `$` names above never collide with one,
@@ -62,6 +65,17 @@ pub struct RemoteSpaceDef {
     /// The first wait after a failed attempt, in milliseconds; it doubles up to 60 s.
     #[serde(default = "default_backoff")]
     pub retry_backoff_ms: u64,
+    /// Store and forward (the sender is answered once the message is committed here, and the
+    /// space's job forwards it later) instead of the synchronous default (the send is
+    /// forwarded at once and answered with the remote's status).
+    #[serde(default)]
+    pub store_and_forward: bool,
+    /// How long, in seconds from its enqueue, the space's job retries a message the remote
+    /// refuses for the time being or cannot be reached for; then the message goes to the
+    /// exception queue with the last reason. Default a day: the remote's default
+    /// `--idempotency-window`, past which a retry could no longer be recognised there.
+    #[serde(default = "a_day")]
+    pub retry_max_age: i64,
     pub queues: Vec<RemoteQueueDef>,
 }
 
@@ -113,6 +127,13 @@ pub struct RemoteTarget {
     pub max_delay: i64,
     /// The agent of the job that drains the queue: the only one that dequeues it.
     pub drain_agent: String,
+    /// A send is forwarded at once and answered with the remote's status (the default);
+    /// false: store and forward.
+    pub synchronous: bool,
+    /// Seconds from a message's enqueue after which the job stops retrying it.
+    pub retry_max_age: i64,
+    /// The remote aqgate and the credentials a synchronous send logs in with there.
+    pub login: RemoteDef,
 }
 
 /// A resolved space.
@@ -197,6 +218,9 @@ pub fn queues(
         if d.max_delay < 1 {
             errors.push(format!("{key}.max_delay: at least 1 second"));
         }
+        if d.retry_max_age < 1 {
+            errors.push(format!("{key}.retry_max_age: at least 1 second"));
+        }
         if !(1..=64).contains(&d.concurrency) {
             errors.push(format!("{key}.concurrency: 1 to 64"));
         }
@@ -274,6 +298,9 @@ pub fn queues(
                 max_message_size: d.max_message_size,
                 max_delay: d.max_delay,
                 drain_agent: job_agent(&local),
+                synchronous: !d.store_and_forward,
+                retry_max_age: d.retry_max_age,
+                login: login(d),
             };
             queues.insert(local.clone(), queue_info(&local, &payload, &exception_queue, Some(target)));
             info.queues.insert(local.clone(), remote.clone());
@@ -282,6 +309,17 @@ pub fn queues(
         spaces.insert(name, info);
     }
     (spaces, mapped)
+}
+
+/// How the space's sends log in at the remote.
+fn login(d: &RemoteSpaceDef) -> RemoteDef {
+    RemoteDef {
+        url: d.url.trim().to_string(),
+        agent: d.agent.clone(),
+        password_env: d.password_env.clone(),
+        password_file: d.password_file.clone(),
+        ca_file: d.ca_file.clone(),
+    }
 }
 
 fn kind_of(t: &str, types: &TypeRegistry) -> Result<PayloadKind, String> {
@@ -351,13 +389,7 @@ pub fn jobs(
             preserve_message_id: false,
             exception_queue: Some(m.exception_queue),
             enabled: true,
-            remote: Some(RemoteDef {
-                url: d.url.trim().to_string(),
-                agent: d.agent.clone(),
-                password_env: d.password_env.clone(),
-                password_file: d.password_file.clone(),
-                ca_file: d.ca_file.clone(),
-            }),
+            remote: Some(login(d)),
             forward: None,
             concurrency: d.concurrency,
             retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
@@ -425,6 +457,15 @@ payload_types = ["RAW", "SYS.AQ$_JMS_TEXT_MESSAGE"]
         assert_eq!((r.space.as_str(), r.queue.as_str(), r.max_delay), ("HQ", "AQUSER.RAW_QUE", 86_400));
         assert_eq!(r.max_message_size, Some(30_000));
         assert_eq!(r.drain_agent, "PROP$HQ.ORDERS");
+        assert!(r.synchronous, "synchronous unless store_and_forward");
+        assert_eq!(r.retry_max_age, 86_400);
+        let c = resolve(&HQ.replace("max_message_size = 30000", "store_and_forward = true\nretry_max_age = 60"))
+            .expect("resolves");
+        let r = c.queue("HQ.ORDERS").and_then(|q| q.remote.clone()).expect("a remote queue");
+        assert!(!r.synchronous);
+        assert_eq!(r.retry_max_age, 60);
+        let c = resolve(HQ).expect("resolves");
+        let q = c.queue("hq.orders").expect("HQ.ORDERS");
         assert!(!q.multi_consumer && q.enqueue_enabled);
         assert_eq!(q.max_retries, i64::MAX, "transient failures never move it");
         assert_eq!(q.exception_queue, "HQ.ORDERS$E");
@@ -482,6 +523,8 @@ payload_types = ["RAW", "SYS.AQ$_JMS_TEXT_MESSAGE"]
         assert!(e.contains("(hq): give password_env or password_file"), "{e}");
         let e = errors(&HQ.replace("max_message_size = 30000", "max_delay = 0"));
         assert!(e.contains("(hq).max_delay: at least 1 second"), "{e}");
+        let e = errors(&HQ.replace("max_message_size = 30000", "retry_max_age = 0"));
+        assert!(e.contains("(hq).retry_max_age: at least 1 second"), "{e}");
         let e = errors(&HQ.replace("{ name = \"orders\"", "{ name = \"ord.ers\""));
         assert!(e.contains("queues[0] (ord.ers).name: letters, digits and _ only"), "{e}");
         let e = errors(&HQ.replace("RAW\", \"SYS", "BLOB_TYP\", \"SYS"));
