@@ -193,7 +193,12 @@ pub fn message_of(kind: &PayloadKind, m: &Incoming, agent: &str, preserve: bool)
             for (k, v) in obj {
                 let ty = types.iter().find(|(n, _)| n == k).map(|(_, t)| t.as_str());
                 let value = JmsValue::of_json(v, ty).ok_or_else(|| {
-                    format!("map item {}: {v} is not a JMS {} ({})", props::shown(k), ty.unwrap_or("value"), props::MAP_TYPES)
+                    format!(
+                        "map item {}: {v} is not a JMS {} ({})",
+                        props::shown(k),
+                        ty.unwrap_or("value"),
+                        props::MAP_TYPES
+                    )
                 })?;
                 data.children.push(XmlChild::Element(props::item("item", k, &value)));
             }
@@ -434,7 +439,10 @@ mod tests {
         let m = message_of(&PayloadKind::JmsText, &inc, "P", false).expect("converts");
         assert_eq!(
             user_of(&m.payload),
-            vec![("Count".into(), "int_value".into(), "5".into()), ("On".into(), "boolean_value".into(), "false".into())]
+            vec![
+                ("Count".into(), "int_value".into(), "5".into()),
+                ("On".into(), "boolean_value".into(), "false".into())
+            ]
         );
         assert_eq!(m.header.priority, Some(2));
         let seq = m.payload.child("oracle_jms_properties").and_then(|h| h.child("group_sequence")).map(XmlNode::text);
@@ -459,7 +467,11 @@ mod tests {
         assert_eq!(json["ok"], serde_json::json!(true));
         let mut types = props.map_types.clone();
         types.sort();
-        assert_eq!(types, vec![("big".into(), "long"), ("f".into(), "float")], "a double 2 is 2.0 in JSON: read as a double");
+        assert_eq!(
+            types,
+            vec![("big".into(), "long"), ("f".into(), "float")],
+            "a double 2 is 2.0 in JSON: read as a double"
+        );
         let mut inc = incoming(&body);
         for (k, v) in props.string_headers() {
             inc.header(&k, &v);
@@ -504,7 +516,8 @@ mod tests {
         assert!(e.contains("65 user properties"), "{e}");
         let long = prop("big", "string_value", &"x".repeat(props::MAX_VALUE_BYTES + 1));
         assert!(body_of(&PayloadKind::JmsText, &jms_text("", &long)).expect_err("too long").contains("4001 bytes"));
-        let e = body_of(&PayloadKind::JmsText, &jms_text("", &prop("x-trace", "int_value", "1"))).expect_err("reserved");
+        let e =
+            body_of(&PayloadKind::JmsText, &jms_text("", &prop("x-trace", "int_value", "1"))).expect_err("reserved");
         assert!(e.contains("reserved"), "{e}");
         let e = body_of(&PayloadKind::JmsText, &jms_text("", &prop("a b\n", "int_value", "1"))).expect_err("name");
         assert!(e.contains(r#""a b\n""#), "escaped: {e}");

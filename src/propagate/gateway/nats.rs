@@ -125,9 +125,7 @@ impl Sink for NatsSink {
             for (k, v) in &jms {
                 // Names are checked (ASCII letters, digits, `_ - . $`) and values free of
                 // line breaks; the fallible forms all the same, as the others panic.
-                if let (Ok(k), Ok(v)) =
-                    (k.parse::<async_nats::HeaderName>(), v.parse::<async_nats::HeaderValue>())
-                {
+                if let (Ok(k), Ok(v)) = (k.parse::<async_nats::HeaderName>(), v.parse::<async_nats::HeaderValue>()) {
                     h.insert(k, v);
                 }
             }

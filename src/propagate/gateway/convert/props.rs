@@ -192,7 +192,8 @@ pub fn shown(name: &str) -> String {
 /// user property).
 pub fn reserved(name: &str) -> bool {
     let l = name.to_ascii_lowercase();
-    ["aq-", "x-", "jms", "nats-"].iter().any(|p| l.starts_with(p)) || matches!(l.as_str(), "content-type" | "message-id")
+    ["aq-", "x-", "jms", "nats-"].iter().any(|p| l.starts_with(p))
+        || matches!(l.as_str(), "content-type" | "message-id")
 }
 
 /// Checks user properties `user` against the bounds.
