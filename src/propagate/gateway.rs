@@ -463,7 +463,7 @@ async fn out_batch(
             None => convert::body_of(&route.payload, m),
         };
         match body {
-            Ok((body, content_type)) => out.push(Outgoing {
+            Ok((body, content_type, props)) => out.push(Outgoing {
                 redelivered: doubts.contains_key(&id),
                 id,
                 body,
@@ -475,6 +475,7 @@ async fn out_batch(
                     .and_then(|t| t.expire_at)
                     .map(|t| u64::try_from((t - now).max(1) / 1000).unwrap_or(1).max(1)),
                 queue: job.source.clone(),
+                props,
             }),
             Err(why) => refused.push((i, format!("message {id} does not convert: {why}"))),
         }

@@ -227,6 +227,8 @@ async fn in_exceptions(
                 expiration_ms: None,
                 redelivered: m.redelivered,
                 queue: job.source.clone(),
+                // The broker's properties as they came, when they can be read.
+                props: m.jms.props().unwrap_or_default(),
             })
             .collect();
         for r in s.publish(&out).await.map_err(Fail::Link)? {

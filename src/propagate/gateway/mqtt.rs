@@ -16,6 +16,9 @@
 //!   `message-id` user property), so a redelivery (DUP) already enqueued is acked without a
 //!   second enqueue. Without such a property a message is at least once. MQTT has no
 //!   negative ack: a batch given back is redelivered by reconnecting.
+//! - **JMS properties** are user properties of strings, with `aq-property-types` naming the
+//!   JMS types of those that are not strings; the reply agent's address is the response
+//!   topic (`convert::props`).
 //! - **Sizes, inbound.** The job announces a Maximum Packet Size (CONNECT) of twice the
 //!   link's `max_message_bytes` plus 64 KiB (`packet_limit`), and its client reads packets
 //!   up to that size (rumqttc's own default is 10 KiB, never announced: a bigger message
@@ -38,6 +41,7 @@ use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, S
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::mpsc;
 
+use super::convert::props;
 use super::convert::{Incoming, Outgoing};
 use super::{Published, Sink, Source, credentials};
 
@@ -182,6 +186,17 @@ impl Sink for MqttSink {
             for (k, v) in m.headers() {
                 props.user_properties.push((k.to_ascii_lowercase(), v));
             }
+            // The reply agent's address is the response topic when it is a topic name.
+            let reply = m.props.fields.reply_to_address.as_deref();
+            if let Some(r) = reply.filter(|r| !r.contains(['+', '#', '\0'])) {
+                props.response_topic = Some(r.to_string());
+            }
+            for (k, v) in m.props.string_headers() {
+                let k = if k.starts_with("AQ-") { k.to_ascii_lowercase() } else { k };
+                if !(k == props::JMS_REPLY_TO && props.response_topic.is_some()) {
+                    props.user_properties.push((k, v));
+                }
+            }
             self.client
                 .publish_with_properties(self.topic.clone(), self.qos, false, m.body.clone(), props)
                 .await
@@ -277,6 +292,11 @@ fn incoming(p: &Publish) -> Incoming {
         }
         if inc.correlation.is_none() {
             inc.correlation = props.correlation_data.as_ref().map(|c| String::from_utf8_lossy(c).into_owned());
+        }
+        if let Some(r) = &props.response_topic
+            && inc.jms.fields.reply_to_address.is_none()
+        {
+            inc.header(props::JMS_REPLY_TO, r);
         }
     }
     inc.broker_id = inc.message_id.clone();

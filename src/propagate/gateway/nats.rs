@@ -14,6 +14,9 @@
 //!   the link's window). A message is acked (double ack: the server confirms it) only after
 //!   the transaction that enqueued it committed, together with the mark `<stream>:<sequence>`
 //!   that makes a redelivery (delivered more than once) known.
+//! - **JMS properties** are headers of strings: each value's text, with `AQ-Property-Types`
+//!   naming the JMS types of those that are not strings (`convert::props`). A value with a
+//!   line break cannot be a header: such a message is refused (the exception queue).
 
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef};
 use async_nats::jetstream::{self, consumer, stream};
 use futures_util::StreamExt;
 
+use super::convert::props;
 use super::convert::{Incoming, Outgoing};
 use super::{Published, Sink, Source, credentials};
 
@@ -97,6 +101,16 @@ impl Sink for NatsSink {
                 ))));
                 continue;
             }
+            // A JMS property is a header here: one a NATS header cannot hold (a line break
+            // in its value) would be lost, so the message does not go.
+            let jms = m.props.string_headers();
+            if let Some((k, _)) = jms.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
+                out.push(Some(Published::Refused(format!(
+                    "JMS property {} holds a line break, which a NATS header cannot carry",
+                    props::shown(k)
+                ))));
+                continue;
+            }
             out.push(None);
             let mut h = async_nats::HeaderMap::new();
             h.insert("Nats-Msg-Id", m.id.as_str());
@@ -106,6 +120,13 @@ impl Sink for NatsSink {
             for (k, v) in m.headers() {
                 if !v.contains(['\r', '\n']) {
                     h.insert(k, v.as_str());
+                }
+            }
+            for (k, v) in &jms {
+                // Names are checked (ASCII letters, digits, `_ - . $`) and values free of
+                // line breaks; the fallible forms all the same, as the others panic.
+                if let (Ok(k), Ok(v)) = (k.parse::<async_nats::HeaderName>(), v.parse::<async_nats::HeaderValue>()) {
+                    h.insert(k, v);
                 }
             }
             let ack = self

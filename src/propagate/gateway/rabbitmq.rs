@@ -13,6 +13,10 @@
 //!   the local commit; the broker's `message_id` (with the queue) is the dedup mark, so a
 //!   redelivered message already enqueued is acked and not enqueued again. A message
 //!   without a `message_id` cannot be told from its redelivery: at least once.
+//! - **JMS properties** travel as typed AMQP headers (an `int` a 32-bit signed integer, a
+//!   `double` a double, …), the JMS header fields in AMQP's `type`, `app_id`, `reply_to`
+//!   where they fit, else as `JMS*` headers (`convert::props`). Coming in, a header of a
+//!   type JMS has not (a table, an array, bytes, a decimal) is not carried.
 
 use std::time::Duration;
 
@@ -25,6 +29,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
 
+use super::convert::props::{self, JmsProps, JmsValue};
 use super::convert::{Incoming, Outgoing};
 use super::{Published, Sink, Source, credentials};
 
@@ -159,11 +164,11 @@ impl Sink for RabbitSink {
             for (k, v) in m.headers() {
                 headers.insert(ShortString::from(k), AMQPValue::LongString(LongString::from(v)));
             }
-            let mut props = BasicProperties::default()
+            let props = BasicProperties::default()
                 .with_delivery_mode(2)
                 .with_content_type(m.content_type.into())
-                .with_priority(amqp_priority(m.priority))
-                .with_headers(headers);
+                .with_priority(amqp_priority(m.priority));
+            let mut props = jms_properties(&m.props, props, &mut headers).with_headers(headers);
             // AMQP's short strings hold 255 bytes: a longer id or correlation travels in its
             // AQ-* header only.
             if let Ok(id) = ShortString::try_new(m.id.as_str()) {
@@ -250,15 +255,99 @@ pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<R
     Ok(RabbitSource { _conn: conn, consumer, queue, held: Default::default(), next: 0 })
 }
 
-fn text(v: &AMQPValue) -> Option<String> {
+/// A JMS property's value as an AMQP field value of its type.
+fn amqp_value(v: &JmsValue) -> AMQPValue {
     match v {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
-        AMQPValue::LongInt(i) => Some(i.to_string()),
-        AMQPValue::LongLongInt(i) => Some(i.to_string()),
-        AMQPValue::ShortInt(i) => Some(i.to_string()),
-        _ => None,
+        JmsValue::Boolean(b) => AMQPValue::Boolean(*b),
+        JmsValue::Byte(n) => AMQPValue::ShortShortInt(*n),
+        JmsValue::Short(n) => AMQPValue::ShortInt(*n),
+        JmsValue::Int(n) => AMQPValue::LongInt(*n),
+        JmsValue::Long(n) => AMQPValue::LongLongInt(*n),
+        JmsValue::Float(f) => AMQPValue::Float(*f),
+        JmsValue::Double(f) => AMQPValue::Double(*f),
+        JmsValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
     }
+}
+
+/// An AMQP field value as a JMS one: integers by their width (an unsigned one in the next
+/// wider type), a timestamp as a `long`; `None` for those JMS has no type for (tables,
+/// arrays, byte arrays, decimals, void), which are not carried.
+fn jms_value(v: &AMQPValue) -> Option<JmsValue> {
+    Some(match v {
+        AMQPValue::Boolean(b) => JmsValue::Boolean(*b),
+        AMQPValue::ShortShortInt(n) => JmsValue::Byte(*n),
+        AMQPValue::ShortShortUInt(n) => JmsValue::Short(i16::from(*n)),
+        AMQPValue::ShortInt(n) => JmsValue::Short(*n),
+        AMQPValue::ShortUInt(n) => JmsValue::Int(i32::from(*n)),
+        AMQPValue::LongInt(n) => JmsValue::Int(*n),
+        AMQPValue::LongUInt(n) => JmsValue::Long(i64::from(*n)),
+        AMQPValue::LongLongInt(n) => JmsValue::Long(*n),
+        AMQPValue::Timestamp(n) => JmsValue::Long(i64::try_from(*n).ok()?),
+        AMQPValue::Float(f) => JmsValue::Float(*f),
+        AMQPValue::Double(f) => JmsValue::Double(*f),
+        AMQPValue::ShortString(s) => JmsValue::String(s.as_str().to_string()),
+        AMQPValue::LongString(s) => JmsValue::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        _ => return None,
+    })
+}
+
+/// A JMS message's header fields and user properties on an AMQP message: `type`, `app_id`
+/// and `reply_to` (the reply agent's address) in their properties when they fit a short
+/// string, else as headers; the others, and the user properties with their AMQP types, as
+/// headers.
+fn jms_properties(p: &JmsProps, mut props: BasicProperties, headers: &mut FieldTable) -> BasicProperties {
+    let f = &p.fields;
+    let mut header = |k: &str, v: AMQPValue| {
+        headers.insert(ShortString::from(k), v);
+    };
+    let short = |s: &Option<String>| s.as_deref().and_then(|s| ShortString::try_new(s).ok());
+    for (slot, value, name) in [
+        (0, &f.jms_type, props::JMS_TYPE),
+        (1, &f.appid, props::JMS_APPID),
+        (2, &f.reply_to_address, props::JMS_REPLY_TO),
+    ] {
+        match (short(value), value) {
+            (Some(s), _) => {
+                props = match slot {
+                    0 => props.with_type(s),
+                    1 => props.with_app_id(s),
+                    _ => props.with_reply_to(s),
+                }
+            }
+            (None, Some(v)) => header(name, AMQPValue::LongString(LongString::from(v.as_str()))),
+            (None, None) => {}
+        }
+    }
+    let string = |s: &str| AMQPValue::LongString(LongString::from(s));
+    if let Some(v) = &f.groupid {
+        header(props::JMS_GROUPID, string(v));
+    }
+    if let Some(n) = f.group_sequence {
+        header(props::JMS_GROUPSEQ, AMQPValue::LongInt(n));
+    }
+    if let Some(v) = &f.reply_to_name {
+        header(props::JMS_REPLY_TO_NAME, string(v));
+    }
+    if let Some(n) = f.reply_to_protocol {
+        header(props::JMS_REPLY_TO_PROTOCOL, AMQPValue::LongInt(n));
+    }
+    if let Some(v) = &f.userid {
+        // Not AMQP's user_id: RabbitMQ refuses a user_id other than the connection's user.
+        header(props::JMS_USERID, string(v));
+    }
+    if let Some(ms) = f.timestamp {
+        header(props::JMS_TIMESTAMP, AMQPValue::LongLongInt(ms));
+        if let Ok(secs) = u64::try_from(ms / 1000) {
+            props = props.with_timestamp(secs);
+        }
+    }
+    for (name, v) in &p.user {
+        header(name, amqp_value(v));
+    }
+    if let Some(t) = p.map_types_header() {
+        header(props::MAP_TYPES, string(&t));
+    }
+    props
 }
 
 #[async_trait::async_trait]
@@ -282,10 +371,20 @@ impl Source for RabbitSource {
                 correlation: p.correlation_id().as_ref().map(|s| s.as_str().to_string()),
                 ..Incoming::default()
             };
+            let short = |s: &Option<ShortString>| s.as_ref().map(|s| JmsValue::String(s.as_str().to_string()));
+            for (name, v) in [
+                (props::JMS_TYPE, short(p.kind())),
+                (props::JMS_APPID, short(p.app_id())),
+                (props::JMS_REPLY_TO, short(p.reply_to())),
+            ] {
+                if let Some(v) = v {
+                    inc.typed_header(name, v);
+                }
+            }
             if let Some(h) = p.headers() {
                 for (k, v) in h {
-                    if let Some(v) = text(v) {
-                        inc.header(k.as_str(), &v);
+                    if let Some(v) = jms_value(v) {
+                        inc.typed_header(k.as_str(), v);
                     }
                 }
             }
