@@ -59,7 +59,8 @@ pub async fn ping(store: &dyn Store, within: Duration) -> anyhow::Result<Vec<Str
     let start = std::time::Instant::now();
     let mut first: Option<std::time::Instant> = None;
     loop {
-        let answered: Vec<String> = store.agents().await?.into_iter().filter(|a| a.pong >= n).map(|a| a.owner).collect();
+        let answered: Vec<String> =
+            store.agents().await?.into_iter().filter(|a| a.pong >= n).map(|a| a.owner).collect();
         let now = std::time::Instant::now();
         if !answered.is_empty() && first.is_none() {
             first = Some(now);
