@@ -2,8 +2,8 @@
 //! propagation jobs, with its status (NOT_STARTED, STARTING, RUNNING, SHUTTING_DOWN,
 //! BROKEN), instance (host, pid, start time) and last error — then its links from the
 //! topology, with each process's view of each (state, since when, last error). A link row
-//! of a process that is not running (its agent's heartbeat ended, or it shut down; for a
-//! process without an agent row, a row not refreshed for a minute) is STALE.
+//! of a process that is not running (its agent's heartbeat ended, or it shut down), or not
+//! refreshed for a minute, is STALE.
 //! `--json` prints the links (`--agents --json`: the agents); `--ping` asks the running
 //! agents to answer (AGENT_PING), within a bound.
 

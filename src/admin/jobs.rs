@@ -171,11 +171,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
     }
     out!(
         w,
-        "{:<20} {:<14} {:<9} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} LAST_ERROR",
+        "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {:<9} {:<14} LAST_ERROR",
         "JOB",
         "STATE",
-        "REQUESTED",
-        "ACTUAL",
         "KIND",
         "SOURCE",
         "DESTINATION",
@@ -186,7 +184,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         "BACKLOG",
         "LAG",
         "NEXT_WINDOW",
-        "IN_DOUBT"
+        "IN_DOUBT",
+        "REQUESTED",
+        "ACTUAL"
     );
     for j in rows {
         let error = match (&j.last_error, j.last_error_at) {
@@ -196,11 +196,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         };
         row!(
             w,
-            "{:<20} {:<14} {:<9} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {}",
+            "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {:<9} {:<14} {}",
             j.name,
             j.state,
-            j.requested,
-            j.actual,
             j.kind,
             j.source,
             j.destination,
@@ -211,7 +209,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
             j.backlog,
             format!("{:.1}s", j.lag),
             j.next_window.map_or_else(|| "-".to_string(), time),
-            j.in_doubt;
+            j.in_doubt,
+            j.requested,
+            j.actual;
             error
         );
         if let Some(g) = j.guarantee {

@@ -255,7 +255,7 @@ pub fn render(jobs: &[JobFigures], out: &mut String) {
     }
 }
 
-/// A link row not refreshed for this long, of a process that has no agent row, is stale.
+/// A link row not refreshed for this long is stale.
 const LINK_STALE: Micros = 60 * MICROS_PER_SEC;
 
 /// The agent's status as `admin gateway` says it: what the process last said, or `BROKEN`
@@ -265,14 +265,14 @@ pub fn agent_status(a: &AgentStatus, now: Micros) -> &str {
     if a.status != "NOT_STARTED" && a.alive_until <= now { "BROKEN" } else { &a.status }
 }
 
-/// Whether a link row is no live process's view: its process is not running (its agent
-/// row's time passed — at once when its heartbeat ended, not a minute later — or it shut
-/// down), or, for a process without an agent row, it was not refreshed for a minute.
+/// Whether a link row is no live process's current view: its process is not running (its
+/// agent row's time passed — at once when its heartbeat ended, not a minute later — or it
+/// shut down), or the row was not refreshed for a minute (its process no longer uses the
+/// link; a process in use refreshes it every 10 s).
 pub fn link_stale(l: &LinkStatus, agents: &[AgentStatus], now: Micros) -> bool {
-    match agents.iter().find(|a| a.owner == l.owner) {
-        Some(a) => a.status == "NOT_STARTED" || a.alive_until <= now,
-        None => now - l.updated_at > LINK_STALE,
-    }
+    let gone =
+        agents.iter().find(|a| a.owner == l.owner).is_some_and(|a| a.status == "NOT_STARTED" || a.alive_until <= now);
+    gone || now - l.updated_at > LINK_STALE
 }
 
 /// The gateway's links in Prometheus text: 1 for each process's link that is CONNECTED,
