@@ -185,7 +185,7 @@ enum AdminCommand {
         retry_parked: bool,
     },
     /// Propagation jobs with their state, owner, counts, backlog, lag and last error; or
-    /// enable or disable one (running servers follow on SIGHUP), remove one, or reset one.
+    /// enable or disable one (running servers follow by themselves), remove one, or reset one.
     Jobs {
         #[command(flatten)]
         db: Db,
@@ -209,14 +209,27 @@ enum AdminCommand {
         #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable", "disable"])]
         reset: Option<String>,
     },
-    /// The Messaging Gateway's links, with each process's view of each (CONNECTED,
-    /// RECONNECTING, DISCONNECTED, since when, last error).
+    /// The Messaging Gateway's agents (every process running propagation jobs: NOT_STARTED,
+    /// STARTING, RUNNING, SHUTTING_DOWN, BROKEN, instance, last error) and links, with
+    /// each process's view of each (CONNECTED, RECONNECTING, DISCONNECTED, STALE, since
+    /// when, last error); or ping the running agents.
     Gateway {
         #[command(flatten)]
         db: Db,
-        /// Print the links as a JSON array.
+        /// Print the links (with --agents: the agents) as a JSON array.
         #[arg(long)]
         json: bool,
+        /// The agents only.
+        #[arg(long)]
+        agents: bool,
+        /// AGENT_PING: ask the running agents to answer; REACHABLE and each one that did,
+        /// or UNREACHABLE and a non-zero exit when none did within --timeout-ms.
+        #[arg(long, conflicts_with_all = ["json", "agents"])]
+        ping: bool,
+        /// How long --ping waits for an answer.
+        #[arg(long, value_name = "MS", default_value_t = 5000, requires = "ping",
+              value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        timeout_ms: u64,
     },
     /// List registrations, or set the HMAC secret of one (read from standard input, or
     /// AQGATE_NOTIFY_SECRET; an empty secret removes it).
@@ -417,8 +430,8 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             let mut say = String::new();
             if r.defined {
                 say.push_str(&format!(
-                    "job {name} removed from the stored topology; running nodes stop it within their lease time \
-                     (SIGHUP for at once); `serve --topology` will not re-create it, `admin apply FILE` would\n"
+                    "job {name} removed from the stored topology; running nodes stop it within a second, after \
+                     its batch in flight; `serve --topology` will not re-create it, `admin apply FILE` would\n"
                 ));
             }
             if r.pending {
@@ -466,7 +479,8 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                     std::io::Write::write_fmt(
                         out,
                         format_args!(
-                            "job {name} {}; send SIGHUP to running servers\n",
+                            "job {name} {}; running servers follow within a second (`admin jobs` shows \
+                             REQUESTED and ACTUAL)\n",
                             if on { "enabled" } else { "disabled" }
                         ),
                     )?;
@@ -474,7 +488,16 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        AdminCommand::Gateway { db, json } => admin::gateway::print_gateway(open(db).await?.as_ref(), json, out).await,
+        AdminCommand::Gateway { db, json, agents, ping, timeout_ms } => {
+            let store = open(db).await?;
+            if ping {
+                admin::gateway::print_ping(store.as_ref(), std::time::Duration::from_millis(timeout_ms), out).await
+            } else if agents {
+                admin::gateway::print_agents(store.as_ref(), json, out).await
+            } else {
+                admin::gateway::print_gateway(store.as_ref(), json, out).await
+            }
+        }
         AdminCommand::Notifications { db, retry_parked } => {
             let store = open(db).await?;
             if retry_parked {

@@ -36,13 +36,15 @@
 //! statement (`Store::begin_held`). Outside its schedule's windows a job holds no lease and
 //! no receive.
 //!
-//! Jobs follow the topology: a job added or changed by `admin apply` (and SIGHUP, or any
-//! reload) starts, a disabled one finishes its batch and stops, a removed one is
+//! Jobs follow the topology: a job added or changed by `admin apply` or `admin jobs` starts,
+//! a disabled one finishes its batch and stops (before another), a removed one is
 //! DELETE_PENDING until its batch in flight is done and then its status row goes — or, for
-//! a gateway job that owns state at its broker, until `removals` has ended that state. The
-//! supervisor reads the stored topology every lease time, and reloads when a job it runs is
-//! gone from it (a removal needs no SIGHUP). `status` makes the figures of `admin jobs` and
-//! `/metrics`.
+//! a gateway job that owns state at its broker, until `removals` has ended that state. A
+//! change written to the store reaches every running process by itself (`control`: LISTEN on
+//! PostgreSQL, a counter polled on SQLite; SIGHUP still works): it reloads the topology, and
+//! the supervisor looks at once. The supervisor also reads the stored topology every lease
+//! time, and reloads when a job it runs is gone from it. `status` makes the figures of
+//! `admin jobs` and `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,6 +62,7 @@ use aqgate_proto::idap::{
 };
 use tokio::sync::watch;
 
+pub mod control;
 mod forward;
 pub mod gateway;
 pub mod lease;
@@ -198,6 +201,8 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
     let mut swept = std::time::Instant::now();
     // Pending removals this process is ending (`removals::finish`), with their stop signal.
     let mut finishing: BTreeMap<String, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> = BTreeMap::new();
+    // A reload (SIGHUP, or a change in the store seen by `control`) is looked at at once.
+    let mut reloads = lease.agent.reloads();
     loop {
         let resolved = engine.resolved();
         let wanted = resolved.catalog.propagations.clone();
@@ -271,6 +276,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
+            _ = reloads.changed() => {}
             _ = stop.changed() => break,
         }
     }
@@ -287,6 +293,7 @@ pub async fn run(engine: Arc<Engine>, every: Duration, lease: LeaseConfig, mut s
     {
         let _ = task.await;
     }
+    lease.agent.finished();
 }
 
 /// A job's workers, while this process holds its lease: until `stats.stop`.

@@ -140,6 +140,15 @@ pub async fn serve(
         // kill): taken over now, not after their lease time.
         crate::propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
     }
+    // The control plane: changes in the store ask for a reload (below), the agent's row.
+    let (changed_tx, mut changed_rx) = tokio::sync::mpsc::channel(1);
+    let control = tokio::spawn(crate::propagate::control::run(
+        engine.clone(),
+        cfg.propagation_lease.agent.clone(),
+        (cfg.propagation_lease.ttl, crate::propagate::control::POLL),
+        changed_tx,
+        stop_rx.clone(),
+    ));
     let jobs = tokio::spawn(crate::propagate::run(
         engine.clone(),
         Duration::from_secs(1),
@@ -181,35 +190,63 @@ pub async fn serve(
     state.edge = crate::edge::Connections::new(edge_cfg, &engine.config().metrics);
     state.passwords = Arc::new(crate::servlet::PasswordGate::new(cfg.passwords.clone(), &engine.config().metrics));
     let edge = state.edge.clone();
-    #[cfg(unix)]
     {
-        // SIGHUP reloads the topology (e.g. after `aqgate admin apply` from another process)
-        // and drops the directory cache.
+        // The topology is reloaded (and the directory cache dropped) on SIGHUP and when the
+        // control plane sees a change in the store (`propagate::control`); SIGHUP also
+        // reloads the TLS files.
         let engine = engine.clone();
         let credentials = state.credentials.clone();
         let tls = tls.clone();
-        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            tokio::spawn(async move {
-                while hup.recv().await.is_some() {
-                    match engine.reload().await {
-                        Ok(()) => {
-                            credentials.clear();
-                            if let Some(d) = &engine.config().directory {
-                                d.invalidate();
-                            }
-                            tracing::info!("topology reloaded, directory cache dropped");
-                        }
-                        Err(e) => tracing::warn!(error = %e, "topology reload failed; keeping the old one"),
+        let agent = cfg.propagation_lease.agent.clone();
+        #[cfg(unix)]
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        tokio::spawn(async move {
+            loop {
+                #[cfg(unix)]
+                let signalled = async {
+                    match hup.as_mut() {
+                        Some(h) => h.recv().await.is_some(),
+                        None => std::future::pending().await,
                     }
-                    if let Some(t) = &tls {
-                        match t.reload() {
-                            Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
-                            Err(e) => tracing::warn!(error = %e, "TLS reload failed; keeping the old certificate"),
+                };
+                #[cfg(not(unix))]
+                let signalled = std::future::pending::<bool>();
+                let hangup = tokio::select! {
+                    s = signalled => {
+                        if !s {
+                            return;
                         }
+                        true
+                    }
+                    c = changed_rx.recv() => {
+                        if c.is_none() {
+                            return;
+                        }
+                        false
+                    }
+                };
+                match engine.reload().await {
+                    Ok(()) => {
+                        credentials.clear();
+                        if let Some(d) = &engine.config().directory {
+                            d.invalidate();
+                        }
+                        tracing::info!("topology reloaded, directory cache dropped");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "topology reload failed; keeping the old one");
+                        agent.failed(&format!("reloading the topology: {}", e.message), engine.now());
                     }
                 }
-            });
-        }
+                agent.reloaded();
+                if hangup && let Some(t) = &tls {
+                    match t.reload() {
+                        Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
+                        Err(e) => tracing::warn!(error = %e, "TLS reload failed; keeping the old certificate"),
+                    }
+                }
+            }
+        });
     }
     // One shutdown signal for every listener.
     let (down_tx, down_rx) = tokio::sync::watch::channel(false);
@@ -245,6 +282,7 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = bg.await;
     let _ = jobs.await;
+    let _ = control.await;
     if let Some(n) = notifier {
         let _ = n.await;
     }

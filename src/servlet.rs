@@ -193,8 +193,9 @@ async fn metrics(State(s): State<AppState>) -> Response {
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
         }
     }
-    match s.engine.store().gateway_links().await {
-        Ok(links) => crate::propagate::status::render_links(&links, s.engine.now(), &mut out),
+    let store = s.engine.store();
+    match tokio::try_join!(store.gateway_links(), store.agents()) {
+        Ok((links, agents)) => crate::propagate::status::render_links(&links, &agents, s.engine.now(), &mut out),
         Err(e) => {
             tracing::warn!(error = %e, "metrics: gateway links");
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();

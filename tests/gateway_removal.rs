@@ -6,7 +6,7 @@
 //! and PostgreSQL); `serve --topology` does not bring back a job removed with `--remove`,
 //! `admin apply` does; while the broker is down the job stays DELETE_PENDING with the error,
 //! and `--force` takes it at once, leaving the broker as it is; a forced removal of a
-//! running job stops it at its next heartbeat without a reload; an outbound job forgets its
+//! running job stops it without a SIGHUP (the node sees the change); an outbound job forgets its
 //! doubts about messages no longer in its source.
 
 mod common;
@@ -136,7 +136,7 @@ async fn nats_removal_ends_the_consumer_and_forgets_doubts() {
     let after = stream_messages(&js, &stream).await;
     assert_eq!(after, before + 2, "two more in the stream");
 
-    // Forced, and no SIGHUP: the running job finds its row gone at its next heartbeat.
+    // Forced, and no SIGHUP: the running node sees the change in the store and stops the job.
     let (ok, said) = admin_jobs(&db, &["--remove", "TO_NATS", "--force"]);
     assert!(ok, "{said}");
     assert!(said.contains("status deleted"), "{said}");
@@ -145,7 +145,7 @@ async fn nats_removal_ends_the_consumer_and_forgets_doubts() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(depth(&db, "AQUSER.RAW_QUE"), 2, "nothing takes the removed job's messages");
     assert_eq!(stream_messages(&js, &stream).await, after);
-    assert!(s.log().contains("the job is gone from the stored topology"), "{}", s.log_tail(20));
+    assert!(s.log().contains("the stored topology changed: reloading it"), "{}", s.log_tail(20));
 
     let (ok, said) = admin_jobs(&db, &["--remove", "TO_NATS"]);
     assert!(!ok && said.contains("no propagation job TO_NATS"), "{said}");
@@ -310,13 +310,13 @@ async fn removal_while_no_node_runs(b: Backend) {
     wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
     wait_consumer(&js, &stream, "aqgate_FROM_NATS", true).await;
 
-    // Removed while the node runs it, and no SIGHUP: the node finds it gone from the stored
-    // topology within its lease time, stops it and ends its consumer.
+    // Removed while the node runs it, and no SIGHUP: the node sees the change in the store,
+    // stops the job and ends its consumer.
     let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
     assert!(ok, "{said}");
     wait_gone(&db, "FROM_NATS", Duration::from_secs(30), Duration::from_secs(3));
     wait_consumer(&js, &stream, "aqgate_FROM_NATS", false).await;
-    assert!(s.log().contains("a running job is gone from the stored topology"), "{}", s.log_tail(20));
+    assert!(s.log().contains("the stored topology changed: reloading it"), "{}", s.log_tail(20));
     drop(s);
     let _ = js.delete_stream(&stream).await;
     let _ = std::fs::remove_file(&topo);

@@ -308,6 +308,8 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
             "LAG",
             "NEXT_WINDOW",
             "IN_DOUBT",
+            "REQUESTED",
+            "ACTUAL",
             "LAST_ERROR"
         ]
     );
@@ -316,6 +318,7 @@ forward = {{ url = "http://127.0.0.1:{hook_port}/hook" }}
     // whitespace is but the last column's).
     let cols: Vec<&str> = down.split_whitespace().collect();
     assert_eq!((cols[1], cols[2], cols[6]), ("RUNNING", "remote", "1"), "{listing}");
+    assert_eq!((cols[13], cols[14]), ("ENABLED", "RUNNING"), "requested and actual: {listing}");
     assert!(cols[4].ends_with("/aqserv\\x20AQUSER.RAW_ARCHIVE"), "{listing}");
     assert!(cols[5].contains(&format!(":{}:", s.id())), "{listing}");
     assert!(down.contains(&error), "{listing}");

@@ -86,6 +86,7 @@ on_both_backends!(
     grouped_multi_consumer_queues_hold_a_group_per_consumer,
     grouped_queues_order_groups_by_their_first_message,
     gateway_doubts_go_with_their_messages_and_their_job,
+    control_counters_follow_the_topology_and_pings,
 );
 
 const RAWQ: &str = "AQUSER.RAW_QUE";
@@ -3124,4 +3125,83 @@ async fn gateway_doubts_go_with_their_messages_and_their_job(b: Backend) {
     assert_eq!(store.gateway_doubts("JOB$KEEP").await.expect("doubts").len(), 1);
     assert_eq!(store.gateway_job_drop("JOB$RAW").await.expect("drop"), 0);
     h.run(&mut inflight, &envelope(COMMIT)).await.expect("commit the batch");
+}
+
+/// The control plane's counters: every change of the stored topology bumps the topology
+/// counter in its own transaction (a rolled-back one does not, nor an upsert that changes
+/// nothing); a ping bumps the ping counter. Agent rows: written, answered (never moving an
+/// answer back), listed, and forgotten with their link rows once old.
+async fn control_counters_follow_the_topology_and_pings(b: Backend) {
+    let h = Harness::new(b).await;
+    let store = h.engine.store().clone();
+    let (t0, p0) = store.control_counters().await.expect("counters");
+    let put = |spec: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut tx = store.begin().await.expect("begin");
+            tx.put_topology_object("propagation", "CP_JOB", spec).await.expect("put");
+            tx.commit().await.expect("commit");
+        }
+    };
+    put("{}").await;
+    let (t1, _) = store.control_counters().await.expect("counters");
+    assert!(t1 > t0, "an insert bumps it: {t0} -> {t1}");
+    put("{}").await;
+    assert_eq!(store.control_counters().await.expect("counters").0, t1, "the same spec again changes nothing");
+    put("{\"x\":1}").await;
+    let (t2, _) = store.control_counters().await.expect("counters");
+    assert!(t2 > t1, "an update bumps it");
+    let mut tx = store.begin().await.expect("begin");
+    tx.delete_topology_object("propagation", "CP_JOB").await.expect("delete");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(store.control_counters().await.expect("counters").0, t2, "a rolled-back change bumps nothing");
+    let mut tx = store.begin().await.expect("begin");
+    tx.delete_topology_object("propagation", "CP_JOB").await.expect("delete");
+    tx.commit().await.expect("commit");
+    let (t3, p3) = store.control_counters().await.expect("counters");
+    assert!(t3 > t2, "a delete bumps it");
+    assert_eq!(p3, p0, "no ping yet");
+    let ping = store.control_ping().await.expect("ping");
+    assert_eq!(ping, p0 + 1);
+    assert_eq!(store.control_counters().await.expect("counters"), (t3, ping));
+
+    let now = h.clock.now();
+    let agent = aqgate_core::store::AgentStatus {
+        owner: "node:42:abcd".into(),
+        host: "node".into(),
+        pid: 42,
+        started_at: now,
+        status: "RUNNING".into(),
+        last_error: None,
+        last_error_at: None,
+        updated_at: now,
+        alive_until: now + 15 * SEC,
+        pong: 0,
+    };
+    store.agent_put(&agent).await.expect("put");
+    store.agent_pong("node:42:abcd", ping).await.expect("pong");
+    store.agent_pong("node:42:abcd", ping - 1).await.expect("an older pong");
+    let again = aqgate_core::store::AgentStatus {
+        status: "SHUTTING_DOWN".into(),
+        last_error: Some("boom".into()),
+        last_error_at: Some(now + SEC),
+        updated_at: now + SEC,
+        ..agent.clone()
+    };
+    store.agent_put(&again).await.expect("put");
+    assert_eq!(store.agents().await.expect("agents"), vec![aqgate_core::store::AgentStatus { pong: ping, ..again }]);
+    let link = aqgate_core::store::LinkStatus {
+        name: "NATS".into(),
+        owner: "node:42:abcd".into(),
+        state: "CONNECTED".into(),
+        last_error: None,
+        last_error_at: None,
+        since: now,
+        updated_at: now,
+    };
+    store.gateway_link_put(&link).await.expect("link");
+    assert_eq!(store.agents_purge(now).await.expect("purge"), 0, "not older than that");
+    assert_eq!(store.agents_purge(now + 2 * SEC).await.expect("purge"), 1);
+    assert!(store.agents().await.expect("agents").is_empty());
+    assert!(store.gateway_links().await.expect("links").is_empty(), "its link rows went with it");
 }

@@ -1,15 +1,109 @@
-//! `aqgate admin gateway`: the Messaging Gateway's links from the topology, with each
-//! process's view of each (state, since when, last error), as a table or as JSON. A row
-//! not refreshed for a minute is from a process that stopped or no longer uses the link:
-//! shown as DISCONNECTED.
+//! `aqgate admin gateway`: the Messaging Gateway's agents — every process that runs
+//! propagation jobs, with its status (NOT_STARTED, STARTING, RUNNING, SHUTTING_DOWN,
+//! BROKEN), instance (host, pid, start time) and last error — then its links from the
+//! topology, with each process's view of each (state, since when, last error). A link row
+//! of a process that is not running (its agent's heartbeat ended, or it shut down), or not
+//! refreshed for a minute, is STALE.
+//! `--json` prints the links (`--agents --json`: the agents); `--ping` asks the running
+//! agents to answer (AGENT_PING), within a bound.
 
 use std::io::Write;
+use std::time::Duration;
 
 use aqgate_core::clock::{Clock, Micros, SystemClock};
 use aqgate_core::store::Store;
 
-/// A row older than this is no process's current view.
-const STALE: Micros = 60_000_000;
+use crate::propagate::status::{agent_status, link_stale};
+
+/// One agent as `admin gateway` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct AgentRow {
+    /// The process (`host:pid:random`), as in the owners of jobs and links.
+    pub instance: String,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: String,
+    /// NOT_STARTED, STARTING, RUNNING, SHUTTING_DOWN or BROKEN.
+    pub status: String,
+    /// When it last wrote its row.
+    pub updated_at: String,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+}
+
+/// Every agent the store knows of (gone for a day: forgotten), oldest first.
+pub async fn agents(store: &dyn Store) -> anyhow::Result<Vec<AgentRow>> {
+    let now = SystemClock.now();
+    Ok(store
+        .agents()
+        .await?
+        .iter()
+        .map(|a| AgentRow {
+            instance: a.owner.clone(),
+            host: a.host.clone(),
+            pid: a.pid,
+            started_at: time(a.started_at),
+            status: agent_status(a, now).to_string(),
+            updated_at: time(a.updated_at),
+            last_error: a.last_error.clone(),
+            last_error_at: a.last_error_at.map(time),
+        })
+        .collect())
+}
+
+/// AGENT_PING: asks every running agent to answer, and waits up to `within` for the first
+/// answers (then a little longer for the others). The instances that answered; none is
+/// UNREACHABLE.
+pub async fn ping(store: &dyn Store, within: Duration) -> anyhow::Result<Vec<String>> {
+    let n = store.control_ping().await?;
+    let start = std::time::Instant::now();
+    let mut first: Option<std::time::Instant> = None;
+    loop {
+        let answered: Vec<String> =
+            store.agents().await?.into_iter().filter(|a| a.pong >= n).map(|a| a.owner).collect();
+        let now = std::time::Instant::now();
+        if !answered.is_empty() && first.is_none() {
+            first = Some(now);
+        }
+        // The others (each reads every few hundred milliseconds) get a second more.
+        let settled = first.is_some_and(|t| now - t >= Duration::from_secs(1));
+        if settled || now - start >= within {
+            return Ok(answered);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `aqgate admin gateway --ping`: `Err` (a non-zero exit) when no agent answered.
+pub async fn print_ping(store: &dyn Store, within: Duration, w: &mut dyn Write) -> anyhow::Result<()> {
+    let answered = ping(store, within).await?;
+    anyhow::ensure!(!answered.is_empty(), "UNREACHABLE: no agent answered within {} ms", within.as_millis());
+    for a in answered {
+        row!(w, "REACHABLE {}", a);
+    }
+    Ok(())
+}
+
+/// `aqgate admin gateway --agents`.
+pub async fn print_agents(store: &dyn Store, json: bool, w: &mut dyn Write) -> anyhow::Result<()> {
+    let rows = agents(store).await?;
+    if json {
+        out!(w, "{}", serde_json::to_value(&rows)?);
+        return Ok(());
+    }
+    out!(w, "{:<40} {:<14} {:<20} {:<20} LAST_ERROR", "AGENT_INSTANCE", "AGENT_STATUS", "STARTED", "UPDATED");
+    if rows.is_empty() {
+        out!(w, "{:<40} {:<14} {:<20} {:<20} -", "-", "NOT_STARTED", "-", "-");
+    }
+    for r in rows {
+        let error = match (&r.last_error, &r.last_error_at) {
+            (Some(e), Some(t)) => format!("{t} {}", e.replace(['\r', '\n'], " ")),
+            _ => "-".into(),
+        };
+        row!(w, "{:<40} {:<14} {:<20} {:<20} {}", r.instance, r.status, r.started_at, r.updated_at; error);
+    }
+    Ok(())
+}
 
 #[derive(Debug, serde::Serialize)]
 pub struct LinkRow {
@@ -28,6 +122,7 @@ pub struct LinkRow {
 pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
     let seen = store.gateway_links().await?;
+    let agents = store.agents().await?;
     let now = SystemClock.now();
     let mut out = Vec::new();
     for (name, l) in &resolved.catalog.gateway_links {
@@ -45,13 +140,13 @@ pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
             });
         }
         for s in rows {
-            let stale = now - s.updated_at > STALE;
+            let stale = link_stale(s, &agents, now);
             out.push(LinkRow {
                 name: name.clone(),
                 kind: l.kind.name(),
                 url: l.url.clone(),
                 owner: Some(s.owner.clone()),
-                state: if stale { "DISCONNECTED".into() } else { s.state.clone() },
+                state: if stale { "STALE".into() } else { s.state.clone() },
                 since: Some(time(s.since)),
                 last_error: s.last_error.clone(),
                 last_error_at: s.last_error_at.map(time),
@@ -61,12 +156,15 @@ pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
     Ok(out)
 }
 
+/// `aqgate admin gateway`: the agents, then the links (`json`: the links only).
 pub async fn print_gateway(store: &dyn Store, json: bool, w: &mut dyn Write) -> anyhow::Result<()> {
     let rows = links(store).await?;
     if json {
         out!(w, "{}", serde_json::to_value(&rows)?);
         return Ok(());
     }
+    print_agents(store, false, w).await?;
+    out!(w, "");
     out!(w, "{:<16} {:<9} {:<32} {:<28} {:<13} {:<20} LAST_ERROR", "LINK", "KIND", "URL", "OWNER", "STATE", "SINCE");
     for r in rows {
         let error = match (&r.last_error, &r.last_error_at) {

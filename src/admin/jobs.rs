@@ -1,13 +1,14 @@
-//! `aqgate admin jobs`: the topology's propagation jobs with their state, owner, counts,
-//! backlog, lag and last error (see `crate::propagate::status` for what each figure means),
-//! as a table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
-//! (running servers follow on SIGHUP; the next `admin apply` of a file sets what the file
-//! says); `--remove NAME [--force]`, which takes the job out of the stored topology; and
-//! `--reset NAME` (RESET_JOB), which makes it try again now.
+//! `aqgate admin jobs`: the topology's propagation jobs with their state (requested by the
+//! stored topology, and actual as the running node reports it), owner, counts, backlog,
+//! lag and last error (see `crate::propagate::status` for what each figure means), as a
+//! table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
+//! (running servers follow by themselves, `propagate::control`; the next `admin apply` of a
+//! file sets what the file says); `--remove NAME [--force]`, which takes the job out of the
+//! stored topology; and `--reset NAME` (RESET_JOB), which makes it try again now.
 //!
 //! A non-forced removal of a job that owns state at its broker leaves a pending removal
 //! record (`propagate::removals`): DELETE_PENDING until a running node (the one running the
-//! job, at its next heartbeat or SIGHUP; or any node, now or at its next start) has ended
+//! job, as soon as it sees the change; or any node, now or at its next start) has ended
 //! that state, retrying while the broker is down; then its status row goes. A forced one
 //! deletes the status row and the job's doubts and marks at once: whatever runs it stops at
 //! its next heartbeat, and what it kept at the broker is left there (named in the answer).
@@ -170,7 +171,7 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
     }
     out!(
         w,
-        "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} LAST_ERROR",
+        "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {:<9} {:<14} LAST_ERROR",
         "JOB",
         "STATE",
         "KIND",
@@ -183,7 +184,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         "BACKLOG",
         "LAG",
         "NEXT_WINDOW",
-        "IN_DOUBT"
+        "IN_DOUBT",
+        "REQUESTED",
+        "ACTUAL"
     );
     for j in rows {
         let error = match (&j.last_error, j.last_error_at) {
@@ -193,7 +196,7 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         };
         row!(
             w,
-            "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {}",
+            "{:<20} {:<14} {:<11} {:<24} {:<32} {:<28} {:>10} {:>6} {:>10} {:>7} {:>8} {:<20} {:>8} {:<9} {:<14} {}",
             j.name,
             j.state,
             j.kind,
@@ -206,7 +209,9 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
             j.backlog,
             format!("{:.1}s", j.lag),
             j.next_window.map_or_else(|| "-".to_string(), time),
-            j.in_doubt;
+            j.in_doubt,
+            j.requested,
+            j.actual;
             error
         );
         if let Some(g) = j.guarantee {

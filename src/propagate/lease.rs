@@ -36,13 +36,20 @@ pub struct LeaseConfig {
     pub owner: String,
     /// This process's gateway links, as its jobs see them.
     pub board: Arc<super::gateway::Board>,
+    /// This process as the gateway's agent (`control`).
+    pub agent: Arc<super::control::Agent>,
 }
 
 impl LeaseConfig {
     /// A lease of `ttl`, held under this process's name.
     pub fn new(ttl: Duration) -> Self {
         let owner = process_owner();
-        Self { ttl, board: Arc::new(super::gateway::Board::new(&owner)), owner }
+        Self {
+            ttl,
+            board: Arc::new(super::gateway::Board::new(&owner)),
+            agent: Arc::new(super::control::Agent::new(&owner)),
+            owner,
+        }
     }
 
     /// Inbound gateway jobs take bodies of up to `n` bytes on links that set no

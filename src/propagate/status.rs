@@ -9,6 +9,12 @@
 //!   lease still lasts is `DELETE_PENDING` (its holder finishes its batch, then deletes it),
 //!   and so is a removed job whose state at its broker is still to be ended (`removals`),
 //!   with or without a process at it.
+//! - **Requested and actual state**: what the stored topology asks for (`ENABLED`,
+//!   `DISABLED`, `REMOVED`) and what the job does, as its holder reports it with its
+//!   heartbeat (`RUNNING`, `RETRYING`, `FAILED`, `DELETE_PENDING` while its lease lasts;
+//!   `STOPPED` when no process runs it). They differ while a change is on its way: a job
+//!   just disabled is `DISABLED` / `RUNNING` until its holder has seen the change and
+//!   stopped (its batch in flight finished), then `DISABLED` / `STOPPED`.
 //! - **Counts**: totals of every process that ran the job since it first took its lease,
 //!   as of the holder's last heartbeat.
 //! - **Backlog**: the committed messages waiting for the job in its source (for a
@@ -26,18 +32,25 @@ use std::collections::BTreeMap;
 use aqgate_core::clock::{MICROS_PER_SEC, Micros};
 use aqgate_core::engine::Resolved;
 use aqgate_core::error::AqError;
-use aqgate_core::store::{JobStatus, Store};
+use aqgate_core::store::{AgentStatus, JobStatus, LinkStatus, Store};
 use aqgate_core::topology::gateway::Direction;
 use aqgate_core::topology::schedule::Window;
 
 /// The states a job can be in, in the order `/metrics` lists them.
 pub const STATES: &[&str] = &["ENABLED", "DISABLED", "RUNNING", "RETRYING", "FAILED", "DELETE_PENDING"];
 
+/// The actual state of a job no process runs.
+pub const STOPPED: &str = "STOPPED";
+
 /// One job's figures.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct JobFigures {
     pub name: String,
     pub state: String,
+    /// What the stored topology asks for: `ENABLED`, `DISABLED`, `REMOVED`.
+    pub requested: &'static str,
+    /// What the job does, as its holder last reported (see the module's doc).
+    pub actual: String,
     /// `local`, `remote`, `forward`, or `space` (the implicit job of a remote queue space's
     /// queue); `-` for a removed job.
     pub kind: &'static str,
@@ -74,6 +87,7 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
         let row = rows.remove(&j.name);
         let live = row.as_ref().filter(|r| r.owner.is_some() && r.lease_until.is_some_and(|t| t > now));
         let owner = live.and_then(|r| r.owner.clone());
+        let actual = live.map_or_else(|| STOPPED.to_string(), |r| r.state.clone());
         let state = match (j.enabled, live) {
             (false, _) => "DISABLED".to_string(),
             (true, Some(r)) => r.state.clone(),
@@ -111,6 +125,8 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
             in_doubt,
             name: j.name.clone(),
             state,
+            requested: if j.enabled { "ENABLED" } else { "DISABLED" },
+            actual,
             kind,
             source: j.source.clone(),
             destination,
@@ -151,9 +167,12 @@ fn delete_pending(
     owner: Option<String>,
     r: JobStatus,
 ) -> JobFigures {
+    let actual = if owner.is_some() { r.state.clone() } else { STOPPED.to_string() };
     JobFigures {
         name,
         state: "DELETE_PENDING".into(),
+        requested: "REMOVED",
+        actual,
         kind,
         source,
         destination,
@@ -236,9 +255,29 @@ pub fn render(jobs: &[JobFigures], out: &mut String) {
     }
 }
 
+/// A link row not refreshed for this long is stale.
+const LINK_STALE: Micros = 60 * MICROS_PER_SEC;
+
+/// The agent's status as `admin gateway` says it: what the process last said, or `BROKEN`
+/// when it said it ran and its word has ended (`alive_until` passed: killed, hung, or cut
+/// off from the store).
+pub fn agent_status(a: &AgentStatus, now: Micros) -> &str {
+    if a.status != "NOT_STARTED" && a.alive_until <= now { "BROKEN" } else { &a.status }
+}
+
+/// Whether a link row is no live process's current view: its process is not running (its
+/// agent row's time passed — at once when its heartbeat ended, not a minute later — or it
+/// shut down), or the row was not refreshed for a minute (its process no longer uses the
+/// link; a process in use refreshes it every 10 s).
+pub fn link_stale(l: &LinkStatus, agents: &[AgentStatus], now: Micros) -> bool {
+    let gone =
+        agents.iter().find(|a| a.owner == l.owner).is_some_and(|a| a.status == "NOT_STARTED" || a.alive_until <= now);
+    gone || now - l.updated_at > LINK_STALE
+}
+
 /// The gateway's links in Prometheus text: 1 for each process's link that is CONNECTED,
-/// 0 otherwise (a row not refreshed for a minute: 0).
-pub fn render_links(links: &[aqgate_core::store::LinkStatus], now: Micros, out: &mut String) {
+/// 0 otherwise (a stale row, see [`link_stale`]: 0).
+pub fn render_links(links: &[LinkStatus], agents: &[AgentStatus], now: Micros, out: &mut String) {
     if links.is_empty() {
         return;
     }
@@ -248,7 +287,7 @@ pub fn render_links(links: &[aqgate_core::store::LinkStatus], now: Micros, out: 
          # TYPE aqgate_gateway_link_connected gauge\n",
     );
     for l in links {
-        let up = u8::from(l.state == "CONNECTED" && now - l.updated_at <= 60 * MICROS_PER_SEC);
+        let up = u8::from(l.state == "CONNECTED" && !link_stale(l, agents, now));
         out.push_str(&format!(
             "aqgate_gateway_link_connected{{link=\"{}\",owner=\"{}\"}} {up}\n",
             label(&l.name),

@@ -294,6 +294,14 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// backend has no such channel (SQLite: one process owns the file).
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
 
+    /// Signals of changes to the control plane's counters (`JobStore::control_counters`)
+    /// made by any process: the value goes up with each (and when the channel was lost, so
+    /// that signals may have been missed), once [`Store::listen`] is listening. `None`
+    /// where the backend has no such channel (SQLite: the counters are polled).
+    fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Whether a propagation job's batch may keep one database transaction open from its
     /// receive to its send (the removes and the copies committed together, once): true
     /// where writers do not wait for each other meanwhile (PostgreSQL, row locks); SQLite

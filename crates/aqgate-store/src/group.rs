@@ -211,6 +211,10 @@ impl Store for GroupCommitStore {
         self.inner.listen().await
     }
 
+    fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.control_signals()
+    }
+
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
         self.inner.interest(queue).await
     }
@@ -377,6 +381,30 @@ impl NotifyStore for GroupCommitStore {
 
 #[async_trait]
 impl JobStore for GroupCommitStore {
+    async fn control_counters(&self) -> Result<(i64, i64)> {
+        self.inner.control_counters().await
+    }
+
+    async fn control_ping(&self) -> Result<i64> {
+        self.inner.control_ping().await
+    }
+
+    async fn agent_put(&self, agent: &AgentStatus) -> Result<()> {
+        self.inner.agent_put(agent).await
+    }
+
+    async fn agent_pong(&self, owner: &str, ping: i64) -> Result<()> {
+        self.inner.agent_pong(owner, ping).await
+    }
+
+    async fn agents(&self) -> Result<Vec<AgentStatus>> {
+        self.inner.agents().await
+    }
+
+    async fn agents_purge(&self, before: Micros) -> Result<u64> {
+        self.inner.agents_purge(before).await
+    }
+
     async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool> {
         self.inner.job_lease(name, owner, now, until).await
     }

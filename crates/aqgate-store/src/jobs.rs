@@ -154,6 +154,65 @@ macro_rules! job_store {
                     .collect()
             }
 
+            async fn control_counters(&self) -> Result<(i64, i64)> {
+                let r = sqlx::query(sql::CONTROL_COUNTERS).fetch_one(&self.pool).await.db()?;
+                Ok((r.try_get("topology").db()?, r.try_get("ping").db()?))
+            }
+
+            async fn control_ping(&self) -> Result<i64> {
+                sqlx::query_scalar(sql::CONTROL_PING).fetch_one(&self.pool).await.db()
+            }
+
+            async fn agent_put(&self, a: &AgentStatus) -> Result<()> {
+                sqlx::query(sql::AGENT_PUT)
+                    .bind(&a.owner)
+                    .bind(&a.host)
+                    .bind(a.pid)
+                    .bind(a.started_at)
+                    .bind(&a.status)
+                    .bind(&a.last_error)
+                    .bind(a.last_error_at)
+                    .bind(a.updated_at)
+                    .bind(a.alive_until)
+                    .execute(&self.pool)
+                    .await
+                    .db()?;
+                Ok(())
+            }
+
+            async fn agent_pong(&self, owner: &str, ping: i64) -> Result<()> {
+                sqlx::query(sql::AGENT_PONG).bind(owner).bind(ping).execute(&self.pool).await.db()?;
+                Ok(())
+            }
+
+            async fn agents(&self) -> Result<Vec<AgentStatus>> {
+                let rows = sqlx::query(sql::AGENTS).fetch_all(&self.pool).await.db()?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(AgentStatus {
+                            owner: r.try_get("owner").db()?,
+                            host: r.try_get("host").db()?,
+                            pid: r.try_get("pid").db()?,
+                            started_at: r.try_get("started_at").db()?,
+                            status: r.try_get("status").db()?,
+                            last_error: r.try_get("last_error").db()?,
+                            last_error_at: r.try_get("last_error_at").db()?,
+                            updated_at: r.try_get("updated_at").db()?,
+                            alive_until: r.try_get("alive_until").db()?,
+                            pong: r.try_get("pong").db()?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn agents_purge(&self, before: Micros) -> Result<u64> {
+                let mut tx = self.pool.begin().await.db()?;
+                sqlx::query(sql::AGENTS_PURGE_LINKS).bind(before).execute(&mut *tx).await.db()?;
+                let n = sqlx::query(sql::AGENTS_PURGE).bind(before).execute(&mut *tx).await.db()?.rows_affected();
+                tx.commit().await.db()?;
+                Ok(n)
+            }
+
             $($backlog)*
         }
 

@@ -118,6 +118,18 @@ pub(crate) const GATEWAY_LINK_PUT: &str = "INSERT INTO gateway_links (name, owne
      last_error = excluded.last_error, last_error_at = excluded.last_error_at, since = excluded.since, \
      updated_at = excluded.updated_at";
 pub(crate) const GATEWAY_LINKS: &str = "SELECT * FROM gateway_links ORDER BY name, owner";
+pub(crate) const CONTROL_COUNTERS: &str = "SELECT topology, ping FROM control_plane WHERE id = 1";
+pub(crate) const CONTROL_PING: &str = "UPDATE control_plane SET ping = ping + 1 WHERE id = 1 RETURNING ping";
+pub(crate) const AGENT_PUT: &str = "INSERT INTO gateway_agents \
+     (owner, host, pid, started_at, status, last_error, last_error_at, updated_at, alive_until) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (owner) DO UPDATE SET status = excluded.status, \
+     last_error = excluded.last_error, last_error_at = excluded.last_error_at, updated_at = excluded.updated_at, \
+     alive_until = excluded.alive_until";
+pub(crate) const AGENT_PONG: &str = "UPDATE gateway_agents SET pong = $2 WHERE owner = $1 AND pong < $2";
+pub(crate) const AGENTS: &str = "SELECT * FROM gateway_agents ORDER BY started_at, owner";
+pub(crate) const AGENTS_PURGE_LINKS: &str =
+    "DELETE FROM gateway_links WHERE owner IN (SELECT owner FROM gateway_agents WHERE updated_at < $1)";
+pub(crate) const AGENTS_PURGE: &str = "DELETE FROM gateway_agents WHERE updated_at < $1";
 
 /// The condition on `m.state` that keeps a dequeue to the stored messages it may take:
 /// persistent ones, spilled buffered ones ([`SPILLED`]), or both.

@@ -59,6 +59,27 @@ pub struct LinkStatus {
     pub updated_at: Micros,
 }
 
+/// A process that runs propagation jobs (the Messaging Gateway's agent), as it last said
+/// (`admin gateway`): written when its status changes and with its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// The process (`host:pid:random`, as in leases and link rows).
+    pub owner: String,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: Micros,
+    /// `STARTING`, `RUNNING`, `SHUTTING_DOWN` or `NOT_STARTED` (shut down), as the process
+    /// said; a reader tells a process whose `alive_until` passed as it sees fit.
+    pub status: String,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<Micros>,
+    pub updated_at: Micros,
+    /// When the process's word ends unless it writes again (its heartbeat).
+    pub alive_until: Micros,
+    /// The last ping (`JobStore::control_ping`) it answered; 0 for none.
+    pub pong: i64,
+}
+
 /// Propagation jobs' leases and status: one row per job, shared by the processes of a store.
 /// A process runs a job only while it holds the job's lease; times are the callers' (every
 /// process's engine clock).
@@ -143,4 +164,24 @@ pub trait JobStore: Send + Sync {
 
     /// Every process's rows of every link, by name then owner.
     async fn gateway_links(&self) -> Result<Vec<LinkStatus>>;
+
+    /// The control plane's counters: (topology, ping). The first goes up with every change
+    /// of the stored topology (in the changing transaction), the second with every ping.
+    async fn control_counters(&self) -> Result<(i64, i64)>;
+
+    /// Asks the running agents to answer (`admin gateway --ping`): the ping's number.
+    async fn control_ping(&self) -> Result<i64>;
+
+    /// Writes this process's agent row (all but `pong`).
+    async fn agent_put(&self, agent: &AgentStatus) -> Result<()>;
+
+    /// Agent `owner` answers ping `ping` (never moving its answer back).
+    async fn agent_pong(&self, owner: &str, ping: i64) -> Result<()>;
+
+    /// Every agent row, by start time.
+    async fn agents(&self) -> Result<Vec<AgentStatus>>;
+
+    /// Forgets the agent rows last written before `before` (and their processes' link
+    /// rows); how many agents went.
+    async fn agents_purge(&self, before: Micros) -> Result<u64>;
 }

@@ -40,6 +40,10 @@ const SPOOL_LEASE: Micros = 150 * aqgate_core::clock::MICROS_PER_SEC;
 /// The LISTEN/NOTIFY channel for enqueue signals.
 const CHANNEL: &str = "aqgate_enqueue";
 
+/// The LISTEN/NOTIFY channel of the control plane: a change of the `control_plane` row
+/// (the stored topology changed, a ping), sent by its trigger.
+const CONTROL_CHANNEL: &str = "aqgate_control";
+
 /// The setting each connection of a store carries its [`PgStore::origin`] in.
 const ORIGIN_SETTING: &str = "aqgate.origin";
 
@@ -64,6 +68,9 @@ pub struct PgStore {
     /// them, since the engine that committed has woken its waiters already, and knows
     /// better what changed (see `Change::Arrived`).
     origin: String,
+    /// Bumped for each control-plane signal the listener hears (and when it lost its
+    /// connection): see `Store::control_signals`.
+    control: tokio::sync::watch::Sender<u64>,
 }
 
 impl PgStore {
@@ -107,7 +114,8 @@ impl PgStore {
         let counters = GroupCounters::register(metrics);
         let inserts = Coalescer::start(pool.clone(), counters.clone());
         let takes = Coalescer::start_takes(pool.clone(), counters);
-        Ok(Self { pool, inserts, takes, interests, origin })
+        let control = tokio::sync::watch::Sender::new(0);
+        Ok(Self { pool, inserts, takes, interests, origin, control })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -329,7 +337,10 @@ impl Store for PgStore {
 
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         let mut listener = PgListener::connect_with(&self.pool).await.db()?;
-        listener.listen(CHANNEL).await.db()?;
+        listener.listen_all([CHANNEL, CONTROL_CHANNEL]).await.db()?;
+        let control = self.control.clone();
+        // Signals sent before this listener listened are not heard: as after a loss.
+        control.send_modify(|n| *n += 1);
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         self.interests.wake_through(tx.clone());
         let waker = self.interests.waker();
@@ -338,6 +349,7 @@ impl Store for PgStore {
         tokio::spawn(async move {
             loop {
                 match listener.try_recv().await {
+                    Ok(Some(n)) if n.channel() == CONTROL_CHANNEL => control.send_modify(|n| *n += 1),
                     Ok(Some(n)) => {
                         if let Some(q) = signalled_queue(n.payload(), &origin)
                             && tx.send(q).await.is_err()
@@ -350,6 +362,7 @@ impl Store for PgStore {
                     Ok(None) => {
                         tracing::warn!("LISTEN connection lost; listening again, waking the waiters");
                         waker.wake_all();
+                        control.send_modify(|n| *n += 1);
                     }
                     Err(sqlx::Error::PoolClosed) => return,
                     Err(e) => {
@@ -357,6 +370,7 @@ impl Store for PgStore {
                         let Some(again) = relisten(&pool).await else { return };
                         listener = again;
                         waker.wake_all();
+                        control.send_modify(|n| *n += 1);
                     }
                 }
                 if tx.is_closed() {
@@ -365,6 +379,10 @@ impl Store for PgStore {
             }
         });
         Ok(Some(rx))
+    }
+
+    fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.control.subscribe())
     }
 
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
@@ -392,7 +410,7 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
         }
         let listener = async {
             let mut l = PgListener::connect_with(pool).await?;
-            l.listen(CHANNEL).await?;
+            l.listen_all([CHANNEL, CONTROL_CHANNEL]).await?;
             Ok::<_, sqlx::Error>(l)
         };
         match listener.await {
