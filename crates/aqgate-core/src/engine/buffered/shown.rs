@@ -97,6 +97,7 @@ impl Buffers {
     /// `copy` was written at `now`.
     pub(in crate::engine) fn shown(&self, copy: &Copy, now: Micros) {
         let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
-        *shown = Shown { node: std::mem::take(&mut shown.node), changes: copy.changes, at: now, any: !copy.rows.is_empty() };
+        *shown =
+            Shown { node: std::mem::take(&mut shown.node), changes: copy.changes, at: now, any: !copy.rows.is_empty() };
     }
 }
