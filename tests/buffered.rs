@@ -281,6 +281,95 @@ async fn each_subscriber_gets_a_buffered_message_once_postgres() {
     each_subscriber_gets_a_buffered_message_once(Backend::Postgres).await;
 }
 
+/// Oracle's views report buffered messages too: a message in this process's memory shows
+/// in the `AQ$` view (one row per consumer still to take it) from the time manager's next
+/// round, and leaves it once taken; a copy its process stopped rewriting (that process
+/// ended) shows no more.
+async fn the_views_show_buffered_messages_in_memory(b: Backend) {
+    let s = Server::start(b, BufferConfig::default()).await;
+    let store = s.engine.store();
+    let shown = async || {
+        let rows = store.view_rows("AQUSER.BUF_TOPIC_TAB", TOPIC, None, 100).await.expect("view");
+        let at = |c: &str| aqgate_store::views::listed_columns().position(|x| x == c).expect("column");
+        let mut out: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let v = |c: &str| r[at(c)].clone().unwrap_or_default();
+                format!(
+                    "{}|{}|{}|{}|{}",
+                    v("corr_id"),
+                    v("consumer_name"),
+                    v("msg_state"),
+                    v("msg_priority"),
+                    v("enq_user_id")
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    s.ok(&send(TOPIC, "01", "BUFFERED", "IMMEDIATE", "<correlation>B1</correlation>")).await;
+    s.ok(&send(TOPIC, "02", "BUFFERED", "IMMEDIATE", "<correlation>B2</correlation><priority>5</priority>")).await;
+    assert!(shown().await.is_empty(), "not before the time manager's round");
+    s.engine.time_manager_round(false).await;
+    assert_eq!(
+        shown().await,
+        ["B1|APP1|READY|1|SCOTT", "B1|APP2|READY|1|SCOTT", "B2|APP1|READY|5|SCOTT", "B2|APP2|READY|5|SCOTT"]
+    );
+    let one = recv(TOPIC, "BUFFERED", "APP1", 0)
+        .replace("<wait_time>", "<selector><correlation>B1</correlation></selector><wait_time>");
+    assert_eq!(received(&s.ok(&one).await).iter().map(raw_of).collect::<Vec<_>>(), ["01"]);
+    s.engine.time_manager_round(false).await;
+    assert_eq!(shown().await, ["B1|APP2|READY|1|SCOTT", "B2|APP1|READY|5|SCOTT", "B2|APP2|READY|5|SCOTT"]);
+    // Another process's copy, not rewritten for six seconds: that process ended.
+    let now = aqgate_core::clock::Clock::now(&SystemClock);
+    let gone = aqgate_core::store::NewMessage {
+        consumers: vec!["APP1".into()],
+        corrid: Some("GONE".into()),
+        ..stored_row(s.engine.store().as_ref(), TOPIC).await
+    };
+    store.show_buffered("ended-process", &[gone], now - 6_000_000, now - 60_000_000).await.expect("write");
+    assert!(!shown().await.iter().any(|r| r.starts_with("GONE")), "{:?}", shown().await);
+    assert_eq!(s.drain(TOPIC, "BUFFERED", "APP2").await, ["01", "02"]);
+    s.engine.time_manager_round(false).await;
+    assert_eq!(shown().await, ["B2|APP1|READY|5|SCOTT"], "APP2 has taken both");
+}
+
+/// A message row for `queue`, as a buffered enqueue would hold it.
+async fn stored_row(store: &dyn aqgate_core::store::Store, queue: &str) -> aqgate_core::store::NewMessage {
+    let ids: std::collections::HashMap<String, i64> = store.queue_ids().await.expect("ids").into_iter().collect();
+    aqgate_core::store::NewMessage {
+        msgid: *uuid::Uuid::now_v7().as_bytes(),
+        queue: ids[queue],
+        corrid: None,
+        priority: 1,
+        enq_time: aqgate_core::clock::Clock::now(&SystemClock),
+        delay_until: None,
+        expire_at: None,
+        sender: None,
+        enq_user_id: Some("SCOTT".into()),
+        exception_queue: None,
+        payload: vec![1],
+        enq_txn: None,
+        consumers: Vec::new(),
+        prio_key: 0,
+        spilled: false,
+        group: None,
+        enq_txn_id: None,
+        origin: None,
+    }
+}
+
+#[tokio::test]
+async fn the_views_show_buffered_messages_in_memory_sqlite() {
+    the_views_show_buffered_messages_in_memory(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn the_views_show_buffered_messages_in_memory_postgres() {
+    the_views_show_buffered_messages_in_memory(Backend::Postgres).await;
+}
+
 async fn flow_control_refuses_and_recovers(b: Backend) {
     let s = Server::start(b, config(3, 1 << 20, Duration::from_secs(600))).await;
     s.send_buffered(RAW, &["01", "02", "03"]).await;

@@ -276,6 +276,11 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
         limit: i64,
     ) -> Result<Vec<Vec<Option<String>>>>;
 
+    /// Replaces the copy of the in-memory buffered messages of the process `node` that the
+    /// `AQ$` views show with `rows` (one row per consumer of each), written at `now`, and
+    /// drops every process's copy written before `stale` (its process ended).
+    async fn show_buffered(&self, node: &str, rows: &[NewMessage], now: Micros, stale: Micros) -> Result<()>;
+
     /// Messages whose expiration has passed and are not locked: candidates for the time
     /// manager.
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;

@@ -178,3 +178,57 @@ where
     );
     b
 }
+
+/// Drops the copy of buffered messages of the process `$1`, and every copy written before `$2`.
+pub(crate) const BUFFERED_DROP: &str = "DELETE FROM buffered_messages WHERE node = $1 OR seen_at < $2";
+
+/// Rows of buffered messages in one statement each (the views' copy, see
+/// `Store::show_buffered`): one row per consumer, at most `ROWS_PER_STATEMENT` a statement.
+pub(crate) fn show_buffered<'a, DB: sqlx::Database>(
+    node: &'a str,
+    rows: &'a [aqgate_core::store::NewMessage],
+    now: aqgate_core::clock::Micros,
+) -> Vec<sqlx::QueryBuilder<'a, DB>>
+where
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<String>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Vec<u8>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<Vec<u8>>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    /// 18 parameters a row: within SQLite's bound-parameter limit.
+    const ROWS_PER_STATEMENT: usize = 500;
+    let all: Vec<(&aqgate_core::store::NewMessage, &String)> =
+        rows.iter().flat_map(|m| m.consumers.iter().map(move |c| (m, c))).collect();
+    all.chunks(ROWS_PER_STATEMENT)
+        .map(|part| {
+            let mut b = sqlx::QueryBuilder::new(
+                "INSERT INTO buffered_messages (node, queue_id, msgid, consumer, corrid, priority, enq_time, \
+                 delay_until, expire_at, sender, enq_user_id, exception_queue, payload, enq_txn_id, orig_msgid, \
+                 orig_queue_id, exc_reason, seen_at) ",
+            );
+            b.push_values(part.iter().copied(), |mut v, (m, c)| {
+                v.push_bind(node.to_string())
+                    .push_bind(m.queue)
+                    .push_bind(m.msgid.to_vec())
+                    .push_bind(c.clone())
+                    .push_bind(m.corrid.clone())
+                    .push_bind(m.priority)
+                    .push_bind(m.enq_time)
+                    .push_bind(m.delay_until)
+                    .push_bind(m.expire_at)
+                    .push_bind(m.sender.clone())
+                    .push_bind(m.enq_user_id.clone())
+                    .push_bind(m.exception_queue.clone())
+                    .push_bind((!m.payload.is_empty()).then(|| m.payload.clone()))
+                    .push_bind(m.enq_txn_id.clone())
+                    .push_bind(m.origin.map(|o| o.msgid.to_vec()))
+                    .push_bind(m.origin.map(|o| o.queue))
+                    .push_bind(m.origin.and_then(|o| o.why).map(|w| w.code()))
+                    .push_bind(now);
+            });
+            b
+        })
+        .collect()
+}

@@ -155,8 +155,10 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
         Dialect::Postgres => format!("(m.sender::jsonb ->> '{field}')"),
     };
     // A queue table holds one payload type: RAW in hexadecimal, every other as its XML.
+    // (A buffered message's copy may hold none: NULL.)
     let user_data = match (d, view.raw) {
-        (_, true) => hex("m.payload"),
+        (Dialect::Sqlite, true) => "CASE WHEN m.payload IS NOT NULL THEN hex(m.payload) END".to_string(),
+        (Dialect::Postgres, true) => hex("m.payload"),
         (Dialect::Sqlite, false) => "CAST(m.payload AS TEXT)".to_string(),
         (Dialect::Postgres, false) => "convert_from(m.payload, 'UTF8')".to_string(),
     };
@@ -262,6 +264,14 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
                 LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
           WHERE m.queue_id IN ({ids})"
     );
+    // Buffered messages in the memory of a live process (`Store::show_buffered`).
+    let buffered = format!(
+        "{} FROM buffered_messages m {queues}
+          WHERE m.queue_id IN ({ids}) AND m.seen_at > {now} - {shown_for}",
+        live("m.retry_count", "NULLIF(m.consumer, '')", &state),
+        shown_for = aqgate_core::engine::SHOWN_FOR,
+    );
+    let history = format!("{history} UNION ALL {buffered}");
     let body = match d {
         // Every message has its deliveries (a single consumer's is named '').
         Dialect::Sqlite => format!(

@@ -22,6 +22,9 @@ use crate::metrics::{Counter, Metrics};
 use crate::store::*;
 use crate::topology::QueueInfo;
 
+mod shown;
+pub use shown::{SHOWN_FOR, SHOWN_PAYLOAD_BYTES, SHOWN_ROWS};
+
 /// Tunables of buffered messaging.
 #[derive(Debug, Clone)]
 pub struct BufferConfig {
@@ -69,6 +72,7 @@ pub(super) fn held_bytes(m: &NewMessage) -> usize {
         + text(&m.enq_user_id)
         + text(&m.exception_queue)
         + text(&m.enq_txn)
+        + text(&m.enq_txn_id)
         + consumers
 }
 
@@ -78,6 +82,8 @@ pub(super) struct Buffers {
     held: StdMutex<Held>,
     /// (queue, consumer) → until when the store is taken to hold no spilled message for it.
     none_spilled: StdMutex<HashMap<(QueueId, String), Micros>>,
+    /// What the views were last shown ([`shown`]).
+    shown: StdMutex<shown::Shown>,
     enqueued: Counter,
     dequeued: Counter,
     spilled: Counter,
@@ -94,16 +100,20 @@ pub(super) struct Buffers {
 struct Held {
     queues: HashMap<QueueId, QueueBuffer>,
     bytes: usize,
+    /// Changes so far (any insert, remove or change): whether the views' copy is current.
+    changes: u64,
 }
 
 impl Held {
     fn insert(&mut self, m: NewMessage) {
+        self.changes += 1;
         let b = self.queues.entry(m.queue).or_default();
         self.bytes += b.insert(m);
     }
 
     fn remove(&mut self, qid: QueueId, key: &(i64, i64)) -> Option<NewMessage> {
         let (m, size) = self.queues.get_mut(&qid)?.remove(key)?;
+        self.changes += 1;
         self.bytes = self.bytes.saturating_sub(size);
         Some(m)
     }
@@ -112,6 +122,7 @@ impl Held {
     fn change(&mut self, qid: QueueId, key: &(i64, i64), f: impl FnOnce(&mut NewMessage)) {
         let Some(b) = self.queues.get_mut(&qid) else { return };
         let Some(m) = b.msgs.get_mut(key) else { return };
+        self.changes += 1;
         let before = held_bytes(m);
         f(m);
         let after = held_bytes(m);
@@ -184,6 +195,7 @@ impl Buffers {
             config,
             held: StdMutex::new(Held::default()),
             none_spilled: StdMutex::new(HashMap::new()),
+            shown: StdMutex::new(shown::Shown::new()),
             enqueued: metrics.counter("aqgate_buffered_enqueued_total", "Buffered messages enqueued."),
             dequeued: metrics
                 .counter("aqgate_buffered_dequeued_total", "Buffered messages dequeued from memory (per consumer)."),

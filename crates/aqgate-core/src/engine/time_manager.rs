@@ -165,11 +165,24 @@ impl Engine {
     /// messages in memory past their time spilled to the store, processed messages past
     /// their retention deleted, idle sessions rolled back, and (when `purge`) ended sessions' tombstones and old
     /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
+    /// Writes this process's copy of its in-memory buffered messages for the `AQ$` views,
+    /// when it is out of date (see `buffered::shown`).
+    pub async fn show_buffered(&self) {
+        let now = self.now();
+        let Some(copy) = self.buffers.copy_to_show(now) else { return };
+        let stale = now.saturating_sub(buffered::SHOWN_FOR);
+        match self.store.show_buffered(&copy.node, &copy.rows, now, stale).await {
+            Ok(()) => self.buffers.shown(&copy, now),
+            Err(e) => tracing::warn!(error = %e, "could not write the buffered messages the AQ$ views show"),
+        }
+    }
+
     pub async fn time_manager_round(&self, purge: bool) {
         if let Err(e) = self.expire_messages().await {
             tracing::warn!(error = %e, "time manager");
         }
         self.spill(true, None).await;
+        self.show_buffered().await;
         self.purge_processed(purge).await;
         self.expire_sessions().await;
         if purge {

@@ -234,6 +234,16 @@ impl Store for PgStore {
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
     }
 
+    async fn show_buffered(&self, node: &str, rows: &[NewMessage], now: Micros, stale: Micros) -> Result<()> {
+        let mut tx = self.pool.begin().await.db()?;
+        sqlx::query(sql::BUFFERED_DROP).bind(node).bind(stale).execute(&mut *tx).await.db()?;
+        for mut b in sql::show_buffered(node, rows, now) {
+            b.build().execute(&mut *tx).await.db()?;
+        }
+        tx.commit().await.db()?;
+        Ok(())
+    }
+
     async fn view_rows(
         &self,
         queue_table: &str,
