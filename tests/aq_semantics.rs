@@ -372,8 +372,9 @@ async fn views(b: Backend) {
     let rows = v.as_array().expect("rows");
     let states: Vec<(&str, &str)> =
         rows.iter().map(|r| (r["CORR_ID"].as_str().unwrap_or(""), r["MSG_STATE"].as_str().unwrap_or(""))).collect();
-    assert_eq!(states, [("R1", "READY"), ("W1", "WAIT")], "the queue's own rows, in enqueue order");
-    assert_eq!(rows[0]["ENQ_USER_ID"], "JOHN");
+    // In dequeue order: the queue sorts by priority (W1's 1 before R1's 2), then enqueue time.
+    assert_eq!(states, [("W1", "WAIT"), ("R1", "READY")], "the queue's own rows, in dequeue order");
+    assert_eq!(rows[1]["ENQ_USER_ID"], "JOHN");
     let out = aqgate(&["admin", "messages", "AQUSER.RAW_QUE", "--database", &url, "--state", "wait"])
         .output()
         .expect("admin");

@@ -8,6 +8,7 @@ mod jobs;
 pub mod full;
 pub mod group;
 mod interest;
+mod listing;
 pub mod postgres;
 pub mod regulars;
 mod sql;

@@ -22,7 +22,7 @@
 use aqgate_core::store::{Expiry, QueueTableView, Retained};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dialect {
+pub enum Dialect {
     Sqlite,
     Postgres,
 }
@@ -90,19 +90,6 @@ pub fn listed_columns() -> impl Iterator<Item = &'static str> {
     COLUMNS.into_iter().filter(|c| *c != "user_data")
 }
 
-/// The rows of `queue_table`'s view for the queue `$1`, every column but `user_data` as
-/// text ([`listed_columns`]): with `by_state`, those whose `msg_state` is `$2` and at most
-/// `$3`, else at most `$2`.
-pub fn select_sql(queue_table: &str, by_state: bool) -> String {
-    let cols: Vec<String> = listed_columns().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
-    let (state, limit) = if by_state { (" AND msg_state = $2", "$3") } else { ("", "$2") };
-    format!(
-        "SELECT {} FROM {} WHERE queue = $1{state} ORDER BY enq_timestamp, msg_id, consumer_name LIMIT {limit}",
-        cols.join(", "),
-        quoted(&view_name(queue_table))
-    )
-}
-
 /// What differs between the sources of a view's rows: the state, the consumer's retry
 /// count and name, and the dequeue's time, agent and transaction.
 struct Source<'a> {
@@ -115,6 +102,38 @@ struct Source<'a> {
     /// Whether the row is a message still in its queue (one that has expired there, not yet
     /// moved, shows TIME_EXPIRATION).
     live: bool,
+    /// Which part of a listing the row is in.
+    part: Part,
+}
+
+/// The parts of a listing, in its order: messages in their queue (with their consumers'
+/// dequeues), buffered ones in a process's memory, and those kept after their removal.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(crate) enum Part {
+    Live,
+    Buffered,
+    Kept,
+}
+
+impl Part {
+    pub(crate) fn from_code(c: i64) -> Part {
+        match c {
+            0 => Part::Live,
+            1 => Part::Buffered,
+            _ => Part::Kept,
+        }
+    }
+}
+
+/// Which messages a view's body covers.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// The view: every message of these queues (their ids: `1, 2`).
+    Queues(&'a str),
+    /// A listing ([`listing_sql`]): the messages in their queue whose `seq` is among
+    /// parameter 1, the kept ones among parameter 2, and the buffered ones of queue `$3`
+    /// when `$4`.
+    Listing,
 }
 
 /// `CREATE VIEW` of the queue table `view.queue_table` over its queues.
@@ -125,15 +144,106 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
     } else {
         queues.iter().map(|q| q.to_string()).collect::<Vec<_>>().join(", ")
     };
+    format!("CREATE VIEW {} AS {}", quoted(&view_name(&view.queue_table)), body(d, view.raw, Scope::Queues(&ids)))
+}
+
+/// `admin messages`: the listed columns ([`listed_columns`]) as text of the rows a view
+/// has for the messages its parameters name (see [`Scope::Listing`]; with `by_state`, those
+/// whose `msg_state` is `$5`), each with its message's `seq` (NULL for a buffered one) and
+/// its [`Part`]'s number. The caller orders them.
+pub fn listing_sql(d: Dialect, by_state: bool) -> String {
+    let cols: Vec<String> = listed_columns().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
+    let state = if by_state { " WHERE msg_state = $5" } else { "" };
+    format!("SELECT {}, list_seq, list_part FROM ({}) v{state}", cols.join(", "), body(d, false, Scope::Listing))
+}
+
+/// The first `$4` messages of queue `$1` in their queue, in dequeue order after
+/// (`prio_key`, `seq`) = (`$2`, `$3`), as (`seq`, `prio_key`), found through the indexes
+/// of the dequeue order. With `state`, only those that may have a row in that state.
+/// (PostgreSQL: of the queue's kind, `single`.)
+pub fn candidates_sql(d: Dialect, state: Option<&str>, single: bool) -> String {
+    let now = now_sql(d);
+    let fresh = format!("(m.expire_at IS NULL OR m.expire_at > {now})");
+    let pre = match state {
+        None => String::new(),
+        Some("READY") => format!(" AND m.state <> 3 AND {fresh} AND (m.delay_until IS NULL OR m.delay_until <= {now})"),
+        Some("WAIT") => format!(" AND m.state <> 3 AND {fresh} AND m.delay_until > {now}"),
+        Some("EXPIRED") => format!(" AND (m.state = 3 OR m.expire_at <= {now})"),
+        Some("UNDELIVERABLE") => {
+            " AND EXISTS (SELECT 1 FROM deliveries x WHERE x.msg_seq = m.seq AND x.gave_up)".to_string()
+        }
+        // PROCESSED (a state no row has finds nothing either way).
+        Some(_) => {
+            " AND EXISTS (SELECT 1 FROM dequeue_history h WHERE h.msg_seq = m.seq AND h.consumer <> '')".to_string()
+        }
+    };
+    match d {
+        // `single`: a single-consumer queue's messages through messages_single_order, else a
+        // multi-consumer queue's through messages_multi_order (a queue's are of one kind).
+        Dialect::Postgres => {
+            let which = if single { "" } else { "NOT " };
+            format!(
+                "SELECT m.seq, m.prio_key FROM messages m
+                  WHERE {which}m.single AND m.queue_id = $1 AND (m.prio_key, m.seq) > ($2, $3)
+                    AND m.enq_txn IS NULL{pre}
+                  ORDER BY m.prio_key, m.seq LIMIT $4"
+            )
+        }
+        // A message's deliveries carry its dequeue order (each the same).
+        Dialect::Sqlite => format!(
+            "SELECT d.msg_seq AS seq, min(d.prio_key) AS prio_key FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
+              WHERE d.queue_id = $1 AND m.enq_txn IS NULL{pre}
+              GROUP BY d.msg_seq HAVING (min(d.prio_key), d.msg_seq) > ($2, $3)
+              ORDER BY 2, 1 LIMIT $4"
+        ),
+    }
+}
+
+/// The first `$2` messages queue `$1` keeps after their removal, oldest first.
+pub(crate) const KEPT_CANDIDATES: &str = "SELECT seq FROM processed_messages WHERE queue_id = $1 ORDER BY seq LIMIT $2";
+
+/// The current time in microseconds, in SQL.
+fn now_sql(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
+        Dialect::Postgres => "(extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+    }
+}
+
+/// The rows of a view (`SELECT`s joined by `UNION ALL`) of the messages `scope` names;
+/// `raw`: their payloads are RAW.
+fn body(d: Dialect, raw: bool, scope: Scope) -> String {
+    // Which rows: of messages in their queue (`live`; on SQLite reached through their
+    // deliveries, `deliv`), kept ones, buffered ones.
+    let (live_f, deliv_f, kept_f, buffered_f) = match (scope, d) {
+        (Scope::Queues(ids), _) => (
+            format!("m.queue_id IN ({ids})"),
+            format!("d.queue_id IN ({ids})"),
+            format!("m.queue_id IN ({ids})"),
+            format!("m.queue_id IN ({ids})"),
+        ),
+        (Scope::Listing, Dialect::Postgres) => (
+            "m.seq = ANY($1::int8[])".to_string(),
+            String::new(),
+            "m.seq = ANY($2::int8[])".to_string(),
+            "m.queue_id = $3 AND $4".to_string(),
+        ),
+        (Scope::Listing, Dialect::Sqlite) => (
+            "m.seq IN (SELECT value FROM json_each($1))".to_string(),
+            "d.msg_seq IN (SELECT value FROM json_each($1))".to_string(),
+            "m.seq IN (SELECT value FROM json_each($2))".to_string(),
+            "m.queue_id = $3 AND $4".to_string(),
+        ),
+    };
+    let listing = matches!(scope, Scope::Listing);
     let hex = |col: &str| match d {
         Dialect::Sqlite => format!("hex({col})"),
         Dialect::Postgres => format!("upper(encode({col}, 'hex'))"),
     };
-    let (now, null_ts, null_text) = match d {
-        Dialect::Sqlite => ("CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)", "NULL", "NULL"),
-        Dialect::Postgres => {
-            ("(extract(epoch FROM clock_timestamp()) * 1000000)::int8", "NULL::timestamptz", "NULL::text")
-        }
+    let now = now_sql(d);
+    let (null_ts, null_text, null_int, null_int8) = match d {
+        Dialect::Sqlite => ("NULL", "NULL", "NULL", "NULL"),
+        Dialect::Postgres => ("NULL::timestamptz", "NULL::text", "NULL::int", "NULL::int8"),
     };
     // Oracle's TIMESTAMP columns (microseconds), and its DATE ones (whole seconds).
     let ts = |col: &str| match d {
@@ -156,7 +266,7 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
     };
     // A queue table holds one payload type: RAW in hexadecimal, every other as its XML.
     // (A buffered message's copy may hold none: NULL.)
-    let user_data = match (d, view.raw) {
+    let user_data = match (d, raw) {
         (Dialect::Sqlite, true) => "CASE WHEN m.payload IS NOT NULL THEN hex(m.payload) END".to_string(),
         (Dialect::Postgres, true) => hex("m.payload"),
         (Dialect::Sqlite, false) => "CAST(m.payload AS TEXT)".to_string(),
@@ -178,6 +288,11 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
         } else {
             format!("CASE m.exc_reason{reasons} END")
         };
+        let listed = match (listing, s.part) {
+            (false, _) => String::new(),
+            (true, Part::Buffered) => format!(", {null_int8} AS list_seq, {} AS list_part", s.part as i64),
+            (true, _) => format!(", m.seq AS list_seq, {} AS list_part", s.part as i64),
+        };
         format!(
             "SELECT q.name AS queue, {msg_id} AS msg_id, m.corrid AS corr_id, m.priority AS msg_priority,
                     {state} AS msg_state,
@@ -194,7 +309,7 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
                     {name} AS sender_name, {address} AS sender_address, {protocol} AS sender_protocol,
                     {orig_id} AS original_msgid, oq.name AS original_queue_name, {oq_owner} AS original_queue_owner,
                     {reason} AS expiration_reason,
-                    {consumer} AS consumer_name, {null_text} AS address, {null_int} AS protocol",
+                    {consumer} AS consumer_name, {null_text} AS address, {null_int} AS protocol{listed}",
             msg_id = hex("m.msgid"),
             state = s.state,
             delay = date("m.delay_until"),
@@ -213,11 +328,19 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
             orig_id = hex("m.orig_msgid"),
             oq_owner = owner("oq.name"),
             consumer = s.consumer,
-            null_int = if d == Dialect::Postgres { "NULL::int" } else { "NULL" },
         )
     };
-    let live = |retry: &'static str, consumer: &'static str, state: &str| {
-        columns(Source { state, retry, consumer, deq_time: None, deq_user: null_text, deq_txn: null_text, live: true })
+    let live = |retry: &'static str, consumer: &'static str, state: &str, part: Part| {
+        columns(Source {
+            state,
+            retry,
+            consumer,
+            deq_time: None,
+            deq_user: null_text,
+            deq_txn: null_text,
+            live: true,
+            part,
+        })
     };
     // A consumer that gave up on a message (too many failed dequeues) still has its row,
     // UNDELIVERABLE, until the message moves to its exception queue.
@@ -232,6 +355,7 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
         deq_user: "h.deq_user_id",
         deq_txn: "h.txn",
         live: false,
+        part: Part::Live,
     });
     let kept = columns(Source {
         state: processed,
@@ -241,45 +365,49 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
         deq_user: "h.deq_user_id",
         deq_txn: "h.txn",
         live: false,
+        part: Part::Kept,
     });
     // The queue a message came from (an exception queue's message, a propagated copy).
     let queues = "JOIN queues q ON q.id = m.queue_id LEFT JOIN queues oq ON oq.id = m.orig_queue_id";
     let taken = |which: &str| {
         format!(
             "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq {queues}
-              WHERE {which}m.queue_id IN ({ids}) AND m.enq_txn IS NULL AND h.consumer <> ''
+              WHERE {which}{live_f} AND m.enq_txn IS NULL AND h.consumer <> ''
                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = h.msg_seq AND d.consumer = h.consumer)"
         )
     };
     // PostgreSQL finds a queue's messages through two partial indexes, one for either kind
     // of message (a message in an exception queue keeps the history of its consumers).
-    let taken = match d {
-        Dialect::Sqlite => taken(""),
-        Dialect::Postgres => format!("{} UNION ALL {}", taken("m.single AND "), taken("NOT m.single AND ")),
+    let taken = match (d, scope) {
+        (Dialect::Postgres, Scope::Queues(_)) => {
+            format!("{} UNION ALL {}", taken("m.single AND "), taken("NOT m.single AND "))
+        }
+        _ => taken(""),
     };
-    let history = format!(
+    // Buffered messages in the memory of a live process (`Store::show_buffered`).
+    let buffered = format!(
+        "{} FROM buffered_messages m {queues}
+          WHERE {buffered_f} AND m.seen_at > {now} - {shown_for}",
+        live("m.retry_count", "NULLIF(m.consumer, '')", &state, Part::Buffered),
+        shown_for = aqgate_core::engine::SHOWN_FOR,
+    );
+    let rest = format!(
         "{taken}
          UNION ALL
          {kept} FROM processed_messages m {queues}
                 LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
-          WHERE m.queue_id IN ({ids})"
+          WHERE {kept_f}
+         UNION ALL
+         {buffered}"
     );
-    // Buffered messages in the memory of a live process (`Store::show_buffered`).
-    let buffered = format!(
-        "{} FROM buffered_messages m {queues}
-          WHERE m.queue_id IN ({ids}) AND m.seen_at > {now} - {shown_for}",
-        live("m.retry_count", "NULLIF(m.consumer, '')", &state),
-        shown_for = aqgate_core::engine::SHOWN_FOR,
-    );
-    let history = format!("{history} UNION ALL {buffered}");
-    let body = match d {
+    match d {
         // Every message has its deliveries (a single consumer's is named '').
         Dialect::Sqlite => format!(
             "{} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq {queues}
-              WHERE d.queue_id IN ({ids}) AND m.enq_txn IS NULL
+              WHERE {deliv_f} AND m.enq_txn IS NULL
              UNION ALL
-             {history}",
-            live("d.retry_count", "NULLIF(d.consumer, '')", &delivery_state)
+             {rest}",
+            live("d.retry_count", "NULLIF(d.consumer, '')", &delivery_state, Part::Live)
         ),
         // A single-consumer message carries its own delivery. The queue is the message's
         // (a delivery's is the same): its deliveries are then found by their primary key.
@@ -288,17 +416,16 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
         // message) when it has no statistics to tell that the filter keeps every row.
         Dialect::Postgres => format!(
             "{} FROM messages m {queues}
-              WHERE m.single AND m.queue_id IN ({ids}) AND m.enq_txn IS NULL
+              WHERE m.single AND {live_f} AND m.enq_txn IS NULL
              UNION ALL
              {} FROM messages m {queues} JOIN deliveries d ON d.msg_seq = m.seq
-              WHERE NOT m.single AND m.queue_id IN ({ids}) AND m.enq_txn IS NULL
+              WHERE NOT m.single AND {live_f} AND m.enq_txn IS NULL
              UNION ALL
-             {history}",
-            live("m.retry_count", "NULL::text", &state),
-            live("d.retry_count", "d.consumer", &delivery_state)
+             {rest}",
+            live("m.retry_count", "NULL::text", &state, Part::Live),
+            live("d.retry_count", "d.consumer", &delivery_state, Part::Live)
         ),
-    };
-    format!("CREATE VIEW {} AS {body}", quoted(&view_name(&view.queue_table)))
+    }
 }
 
 /// The columns `aqgate_retain` copies from a deleted message row.

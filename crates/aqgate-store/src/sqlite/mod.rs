@@ -13,9 +13,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 
 use crate::*;
+use listing::Listing;
 
 mod grouping;
 mod jobs;
+mod listing;
 mod notify;
 mod sessions;
 mod spool;
@@ -172,22 +174,12 @@ impl Store for SqliteStore {
 
     async fn view_rows(
         &self,
-        queue_table: &str,
+        _queue_table: &str,
         queue: &str,
         state: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Vec<Option<String>>>> {
-        let sql = crate::views::select_sql(queue_table, state.is_some());
-        let mut q = sqlx::query(&sql).bind(queue);
-        if let Some(s) = state {
-            q = q.bind(s);
-        }
-        let rows = q.bind(limit).fetch_all(&self.pool).await.db()?;
-        rows.iter()
-            .map(|r| {
-                (0..crate::views::listed_columns().count()).map(|i| r.try_get::<Option<String>, _>(i).db()).collect()
-            })
-            .collect()
+        crate::listing::list(&Listing(&self.pool), queue, state, limit).await
     }
 
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
