@@ -117,6 +117,12 @@ async fn anydata(b: Backend) {
     // A condition cannot look into an ANYDATA payload; message properties it may use.
     let cond = receive(q, "<selector><condition>tab.user_data.custno = 7</condition></selector>", COMMIT);
     assert_eq!(fault(&http(port, &cond).await), Some(code::BAD_CONDITION));
+    // Nor can a transformation apply to one, either way.
+    let named = receive(q, "<wait_time>0</wait_time><transformation>AQUSER.ORDER_TO_EMP</transformation>", COMMIT);
+    assert_eq!(fault(&http(port, &named).await), Some(code::PAYLOAD_MISMATCH));
+    let into = send(q, customer, "AQXmlSend")
+        .replace("</destination>", "</destination><transformation>AQUSER.ORDER_TO_EMP</transformation>");
+    assert_eq!(fault(&http(port, &into).await), Some(code::PAYLOAD_MISMATCH));
     // Each comes back as it was sent, with its type.
     let mut got = Vec::new();
     for _ in 0..5 {
@@ -257,4 +263,148 @@ async fn listen_answers_the_agent_with_a_message_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_answers_the_agent_with_a_message_on_postgres() {
     listens(Backend::Postgres).await;
+}
+
+/// Jobs into and out of ANYDATA queues (with `RAW_QUEUES` beside the demo topology).
+const JOBS: &str = r#"
+[[queue_tables]]
+name = "AQUSER.ANY_TAB"
+payload_type = "SYS.ANYDATA"
+
+[[queues]]
+name = "AQUSER.ANY_IN"
+queue_table = "AQUSER.ANY_TAB"
+
+[[queues]]
+name = "AQUSER.ANY_OUT"
+queue_table = "AQUSER.ANY_TAB"
+
+[[queues]]
+name = "AQUSER.ANY_MIXED"
+queue_table = "AQUSER.ANY_TAB"
+
+[[queues]]
+name = "AQUSER.ANY_REJECTS"
+queue_table = "AQUSER.ANY_TAB"
+
+[[propagations]]
+name = "raw_to_any"
+source = "AQUSER.RAW_QUE"
+destination = "AQUSER.ANY_IN"
+
+[[propagations]]
+name = "jms_to_any"
+source = "AQUSER.JMS_TEXTQ"
+destination = "AQUSER.ANY_IN"
+
+[[propagations]]
+name = "any_to_any"
+source = "AQUSER.ANY_IN"
+destination = "AQUSER.ANY_OUT"
+
+[[propagations]]
+name = "any_to_raw"
+source = "AQUSER.ANY_MIXED"
+destination = "AQUSER.RAW_ARCHIVE"
+exception_queue = "AQUSER.ANY_REJECTS"
+"#;
+
+/// Every message of `queue` as scott, committed: (type name, payload text).
+async fn drain_typed(port: u16, queue: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    loop {
+        let r = http(port, &receive(queue, "<wait_time>0</wait_time>", COMMIT)).await;
+        if fault(&r) == Some(code::NO_MESSAGE) {
+            return out;
+        }
+        for m in received(&r) {
+            let text = m.payload.child("text_data").map_or_else(|| m.payload.text(), |t| t.text());
+            out.push((type_name_attr(&m.payload).unwrap_or("-").to_string(), text));
+        }
+    }
+}
+
+/// The type travels with a propagated message: typed queues into an ANYDATA queue, ANYDATA
+/// to ANYDATA, and ANYDATA into a typed queue for the messages of its type only (the others
+/// go to the job's exception queue, refused as payload mismatches).
+async fn propagation(b: Backend) {
+    let db = fresh_url(b).await;
+    let port = free_port();
+    let topo = demo_topology_with("anydata", JOBS);
+    let listen = format!("127.0.0.1:{port}");
+    let mut s = Proc::spawn(
+        "aqgate serve (anydata)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db])
+            .args(["--topology", topo.to_str().expect("utf-8")]),
+    );
+    s.wait_ready(port, Duration::from_secs(60));
+    assert_eq!(sent_ids(&http(port, &raw_send("AQUSER.RAW_QUE", &[("", "0A")], COMMIT)).await).len(), 1);
+    let jms = "<jms_text_message><text_data>moved</text_data></jms_text_message>";
+    assert_eq!(sent_ids(&http(port, &send("AQUSER.JMS_TEXTQ", jms, "AQXmlSend")).await).len(), 1);
+    for p in ["<raw>0B</raw>", "<VARCHAR2>not raw</VARCHAR2>"] {
+        assert_eq!(sent_ids(&http(port, &send("AQUSER.ANY_MIXED", p, "AQXmlSend")).await).len(), 1);
+    }
+    wait_depth(&db, "AQUSER.ANY_OUT", 2, Duration::from_secs(30));
+    wait_depth(&db, "AQUSER.RAW_ARCHIVE", 1, Duration::from_secs(30));
+    wait_depth(&db, "AQUSER.ANY_REJECTS", 1, Duration::from_secs(30));
+    let mut out = drain_typed(port, "AQUSER.ANY_OUT").await;
+    out.sort();
+    assert_eq!(
+        out,
+        [("SYS.AQ$_JMS_TEXT_MESSAGE".to_string(), "moved".to_string()), ("SYS.RAW".to_string(), "0A".to_string())]
+    );
+    assert_eq!(drain_typed(port, "AQUSER.RAW_ARCHIVE").await, [("-".to_string(), "0B".to_string())]);
+    assert_eq!(drain_typed(port, "AQUSER.ANY_REJECTS").await, [("SYS.VARCHAR2".to_string(), "not raw".to_string())]);
+    drop(s);
+    let _ = std::fs::remove_file(&topo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_type_travels_with_propagated_messages_on_sqlite() {
+    propagation(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_type_travels_with_propagated_messages_on_postgres() {
+    propagation(Backend::Postgres).await;
+}
+
+/// What the topology refuses around ANYDATA: a transformation from or to it, a subscriber
+/// rule that looks into its payload. A job from a typed queue into it needs none.
+#[test]
+fn the_topology_refuses_what_cannot_work_on_anydata() {
+    let with = |extra: &str| {
+        aqgate_core::topology::Topology::from_toml(&format!("{}\n{EXTRA}\n{extra}", aqgate::DEFAULT_TOPOLOGY))
+            .expect("parses")
+            .resolve(&|_| Ok(String::new()))
+            .map(|_| ())
+            .map_err(|e| e.join("; "))
+    };
+    assert_eq!(with(""), Ok(()));
+    let t = r#"
+[[transformations]]
+name = "AQUSER.FROM_ANY"
+from_type = "SYS.ANYDATA"
+to_type = "CUSTOMER_TYP"
+
+[transformations.attributes]
+CUSTNO = "1"
+"#;
+    let e = with(t).expect_err("refused");
+    assert!(e.contains("SYS.ANYDATA cannot be transformed"), "{e}");
+    let rule = r#"
+[[subscribers]]
+queue = "AQUSER.ANY_TOPIC"
+name = "APP2"
+rule = "tab.user_data.custno = 1"
+"#;
+    let e = with(rule).expect_err("refused");
+    assert!(e.contains("tab.user_data cannot be looked into"), "{e}");
+    let ok_rule = r#"
+[[subscribers]]
+queue = "AQUSER.ANY_TOPIC"
+name = "APP2"
+rule = "priority < 5"
+"#;
+    assert_eq!(with(ok_rule), Ok(()));
 }
