@@ -181,6 +181,21 @@ mod tests {
         assert!(!w.any(1) && w.any(2));
     }
 
+    #[tokio::test]
+    async fn slots_sharing_a_notify_are_woken_by_any_of_their_queues() {
+        let w = Waiters::default();
+        let notify = Arc::new(Notify::new());
+        let a = w.register_shared(1, "", notify.clone());
+        let b = w.register_shared(2, "APP1", notify.clone());
+        assert_eq!(w.wake(2, &Change::Arrived(vec![message(&["OTHER"])].into())), 0, "not for APP1");
+        assert_eq!(w.wake(2, &Change::Arrived(vec![message(&["APP1"])].into())), 1);
+        // The permit was stored: the wait after the wake returns at once.
+        notify.notified().await;
+        assert!(a.take().arrived.is_empty() && b.take().arrived.len() == 1);
+        drop((a, b));
+        assert!(!w.any(1) && !w.any(2));
+    }
+
     #[test]
     fn too_many_unjudged_sets_become_a_rescan() {
         let w = Waiters::default();
