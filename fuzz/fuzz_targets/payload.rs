@@ -140,7 +140,7 @@ fn registry() -> &'static TypeRegistry {
 }
 
 fn kind(b: u8) -> PayloadKind {
-    match b % 10 {
+    match b % 11 {
         0 => PayloadKind::Raw,
         1 => PayloadKind::Object("ORDER_TYP".into()),
         2 => PayloadKind::Object("EMP_TYP".into()),
@@ -150,6 +150,7 @@ fn kind(b: u8) -> PayloadKind {
         6 => PayloadKind::JmsBytes,
         7 => PayloadKind::JmsObject,
         8 => PayloadKind::Xml,
+        9 => PayloadKind::AnyData,
         _ => PayloadKind::Object("LINEITEMS_VARTYP".into()),
     }
 }

@@ -246,7 +246,7 @@ const PERMANENT: &[i32] = &[
 fn other_name(r: &Response) -> &'static str {
     match r {
         Response::Publish(..) => "AQXmlPublishResponse",
-        Response::Receive(..) => "AQXmlReceiveResponse",
+        Response::Receive(..) | Response::Listen(..) => "AQXmlReceiveResponse",
         Response::Register(..) => "AQXmlRegisterResponse",
         Response::Commit(..) => "AQXmlCommitResponse",
         Response::Rollback(..) => "AQXmlRollbackResponse",

@@ -470,6 +470,15 @@ impl Topology {
                 Some(q) if !q.multi_consumer => errors.push(format!("{key}.queue: not a multi-consumer queue")),
                 Some(q) => {
                     let name = canon(&s.name);
+                    if q.payload == PayloadKind::AnyData
+                        && rule.as_ref().is_some_and(|r| {
+                            r.names().iter().any(|n| matches!(n, crate::selector::NameRef::UserData(_)))
+                        })
+                    {
+                        errors.push(format!(
+                            "{key}.rule: tab.user_data cannot be looked into on a SYS.ANYDATA queue (rules may use message properties)"
+                        ));
+                    }
                     if q.subscribers.iter().any(|x| x.name == name) {
                         errors.push(format!("{key}: defined twice"));
                     }

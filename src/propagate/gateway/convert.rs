@@ -148,7 +148,7 @@ fn body_only(kind: &PayloadKind, m: &Message, props: &mut JmsProps) -> Result<(V
             }
             Ok((serde_json::Value::Object(map).to_string().into_bytes(), "application/json"))
         }
-        PayloadKind::Object(_) | PayloadKind::Xml | PayloadKind::JmsObject => {
+        PayloadKind::Object(_) | PayloadKind::Xml | PayloadKind::JmsObject | PayloadKind::AnyData => {
             let mut xml = String::new();
             idap::write_node(&mut xml, p);
             Ok((xml.into_bytes(), "application/xml"))
@@ -206,7 +206,9 @@ pub fn message_of(kind: &PayloadKind, m: &Incoming, agent: &str, preserve: bool)
             n.children.push(XmlChild::Element(data));
             n
         }
-        PayloadKind::Object(_) | PayloadKind::Xml | PayloadKind::JmsObject => xml_payload(&m.body)?,
+        PayloadKind::Object(_) | PayloadKind::Xml | PayloadKind::JmsObject | PayloadKind::AnyData => {
+            xml_payload(&m.body)?
+        }
     };
     if matches!(kind, PayloadKind::JmsText | PayloadKind::JmsBytes | PayloadKind::JmsMap) {
         // The header fields and user properties go before the body.

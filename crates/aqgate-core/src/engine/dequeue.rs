@@ -529,7 +529,11 @@ impl Engine {
             None => payload::decode(&queue.payload, &resolved.catalog.types, &m.payload)
                 .map_err(|e| AqError::server(code::INTERNAL, format!("stored payload cannot be decoded: {e}")))?,
         };
-        if jms_server_fields && transformation.is_none() && queue.payload.is_jms() {
+        let jms = queue.payload.is_jms()
+            || (queue.payload == payload::PayloadKind::AnyData
+                && payload::type_of_returned(&payload)
+                    .is_some_and(|t| matches!(t, payload::AnyType::Kind(k) if k.is_jms())));
+        if jms_server_fields && transformation.is_none() && jms {
             if let Some(u) = &m.enq_user_id {
                 payload::set_jms_userid(&mut payload, u);
             }
@@ -641,6 +645,10 @@ pub(super) fn check_condition_names(
             }
             NameRef::Column(c) if !property(c) => Some(format!("tab.{c} is not a message property")),
             NameRef::UserProperty(p) if !jms => Some(format!("\"{p}\": {}", no_jms())),
+            NameRef::UserData(_) if queue.payload == payload::PayloadKind::AnyData => Some(format!(
+                "queue {} holds SYS.ANYDATA payloads: tab.user_data cannot be looked into (use message properties)",
+                queue.name
+            )),
             NameRef::UserData(path) if !types.has_user_data_path(&queue.payload, path) => {
                 Some(format!("tab.user_data.{} names nothing in the payload of queue {}", path.join("."), queue.name))
             }

@@ -11,6 +11,7 @@ mod dequeue;
 mod enqueue;
 mod fair;
 mod grouping;
+mod listen;
 mod register;
 pub mod schedule;
 pub mod session;
@@ -508,6 +509,7 @@ impl Engine {
         let commits = match &request {
             Request::Send(r) | Request::Publish(r) => r.commit,
             Request::Receive(r) => r.commit,
+            Request::Listen(_) => false,
             Request::Register(r) => r.commit,
             Request::Commit => true,
             Request::Rollback => false,
@@ -518,7 +520,7 @@ impl Engine {
             && match &request {
                 Request::Send(_) | Request::Publish(_) => true,
                 Request::Receive(r) => r.consumer.dequeue_mode != DequeueMode::Browse,
-                Request::Register(_) | Request::Commit | Request::Rollback => false,
+                Request::Listen(_) | Request::Register(_) | Request::Commit | Request::Rollback => false,
             };
         if opens {
             self.refuse_known_at_cap(session)?;
@@ -553,6 +555,10 @@ impl Engine {
                 let res = self.receive(&resolved, session, &agent, r).await?;
                 Ok(Response::Receive(StatusResponse::ok(), Some(res)))
             }
+            Request::Listen(r) => {
+                let res = self.listen(&resolved, session, &agent, r).await?;
+                Ok(Response::Listen(StatusResponse::ok(), Some(res)))
+            }
             Request::Register(r) => {
                 self.register(&resolved, session, &agent, r).await?;
                 Ok(Response::Register(StatusResponse::ok()))
@@ -580,7 +586,7 @@ fn continues_held(request: &Request) -> bool {
                 && r.producer.delivery_mode == DeliveryMode::Persistent
         }
         Request::Commit | Request::Rollback => true,
-        Request::Receive(_) | Request::Register(_) => false,
+        Request::Receive(_) | Request::Listen(_) | Request::Register(_) => false,
     }
 }
 

@@ -12,7 +12,9 @@
 //!   every waiter of the queue looks again.
 //!
 //! A slot keeps what happened since its waiter last looked ([`Pending`]); its `Notify`
-//! stores a permit, so a change between a look and the wait after it is not lost.
+//! stores a permit, so a change between a look and the wait after it is not lost. A LISTEN
+//! registers one slot per agent it names, all sharing one `Notify`
+//! ([`Waiters::register_shared`]), so it waits on all its queues at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -43,7 +45,7 @@ pub(super) struct Pending {
 
 struct Slot {
     consumer: String,
-    notify: Notify,
+    notify: Arc<Notify>,
     pending: StdMutex<Pending>,
 }
 
@@ -66,12 +68,15 @@ impl Waiters {
     /// Registers a waiter of `consumer` on `queue` (before its first look, so that no
     /// change after the look goes unseen).
     pub(super) fn register(&self, queue: QueueId, consumer: &str) -> Waiting<'_> {
+        self.register_shared(queue, consumer, Arc::new(Notify::new()))
+    }
+
+    /// [`Waiters::register`] with a `Notify` the caller shares between several slots (a
+    /// LISTEN on several queues waits for any of them).
+    pub(super) fn register_shared(&self, queue: QueueId, consumer: &str, notify: Arc<Notify>) -> Waiting<'_> {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let slot = Arc::new(Slot {
-            consumer: consumer.to_string(),
-            notify: Notify::new(),
-            pending: StdMutex::new(Pending::default()),
-        });
+        let slot =
+            Arc::new(Slot { consumer: consumer.to_string(), notify, pending: StdMutex::new(Pending::default()) });
         self.lock().entry(queue).or_default().insert(id, slot.clone());
         Waiting { waiters: self, queue, id, slot }
     }
@@ -174,6 +179,21 @@ mod tests {
         assert!(a.take().rescan && b.take().rescan && !other.take().rescan);
         drop((a, b));
         assert!(!w.any(1) && w.any(2));
+    }
+
+    #[tokio::test]
+    async fn slots_sharing_a_notify_are_woken_by_any_of_their_queues() {
+        let w = Waiters::default();
+        let notify = Arc::new(Notify::new());
+        let a = w.register_shared(1, "", notify.clone());
+        let b = w.register_shared(2, "APP1", notify.clone());
+        assert_eq!(w.wake(2, &Change::Arrived(vec![message(&["OTHER"])].into())), 0, "not for APP1");
+        assert_eq!(w.wake(2, &Change::Arrived(vec![message(&["APP1"])].into())), 1);
+        // The permit was stored: the wait after the wake returns at once.
+        notify.notified().await;
+        assert!(a.take().arrived.is_empty() && b.take().arrived.len() == 1);
+        drop((a, b));
+        assert!(!w.any(1) && !w.any(2));
     }
 
     #[test]

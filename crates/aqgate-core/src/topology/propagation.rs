@@ -266,7 +266,7 @@ pub fn resolve(
                         Ok(n) => transformation = Some(n),
                         Err(e) => errors.push(e),
                     }
-                } else if src.payload != dst.payload {
+                } else if !payload_can_move(&src.payload, &dst.payload) {
                     errors.push(format!(
                         "{key}.destination: payload type {} differs from the source's {}",
                         dst.payload, src.payload
@@ -345,6 +345,15 @@ pub(super) fn job_agent_info(agent: &str, db_users: Vec<String>) -> AgentInfo {
         db_users,
         certificate_location: None,
     }
+}
+
+/// Whether a job may move messages of `src`'s payload type into a queue of `dst`'s without
+/// a transformation: the same type, anything into SYS.ANYDATA (the type travels with the
+/// message), and SYS.ANYDATA into a typed queue (each message checked at its enqueue: one
+/// of another type is refused there as any mismatched payload is).
+pub(crate) fn payload_can_move(src: &crate::payload::PayloadKind, dst: &crate::payload::PayloadKind) -> bool {
+    use crate::payload::PayloadKind::AnyData;
+    src == dst || *dst == AnyData || *src == AnyData
 }
 
 /// Whether `eq` can be the exception queue of a job whose messages are of `payload`: a

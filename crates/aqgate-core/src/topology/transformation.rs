@@ -60,6 +60,12 @@ pub fn resolve(defs: &[TransformationDef], types: &TypeRegistry, errors: &mut Ve
                 errors.push(format!("{key}.{what}: unknown type {n} (declare it in [[types]])"));
                 None
             }
+            Ok(PayloadKind::AnyData) => {
+                errors.push(format!(
+                    "{key}.{what}: SYS.ANYDATA cannot be transformed (a transformation maps one declared type to another)"
+                ));
+                None
+            }
             Ok(k) => Some(k),
             Err(e) => {
                 errors.push(format!("{key}.{what}: {e}"));

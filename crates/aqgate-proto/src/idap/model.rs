@@ -8,8 +8,10 @@ pub const ENVELOPE_NS: &str = "http://ns.oracle.com/AQ/schemas/envelope";
 /// Namespace of the AQ XML access schema (`AQXmlSend`, ...).
 pub const ACCESS_NS: &str = "http://ns.oracle.com/AQ/schemas/access";
 /// Namespace of aqgate's own extension elements inside IDAP documents (IDAP has no element
-/// for them): `delivery_mode` in `producer_options` and `consumer_options`. An element of
-/// this namespace anywhere else is refused, as any unknown element is.
+/// for them): `delivery_mode` in `producer_options` and `consumer_options`, `listen` in
+/// `AQXmlReceive` and `listen_result` in its response, and the attribute `type_name` on a
+/// `SYS.ANYDATA` payload. An element of this namespace anywhere else is refused, as any
+/// unknown element is.
 pub const AQGATE_NS: &str = "urn:aqgate:idap";
 
 /// A generic XML element, used for payloads and header entries.
@@ -243,6 +245,33 @@ pub struct ReceiveRequest {
     pub commit: bool,
 }
 
+/// Most agents one LISTEN may name.
+pub const MAX_LISTEN_AGENTS: usize = 32;
+
+/// One agent of a LISTEN: a queue, and the consumer for a multi-consumer queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAgent {
+    pub destination: Destination,
+    pub consumer_name: Option<String>,
+}
+
+/// `AQXmlReceive` holding `aqgate:listen` (Oracle's DBMS_AQ.LISTEN): which of these agents
+/// has a message, waiting up to `wait_time` for one; nothing is dequeued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenRequest {
+    /// 1 to [`MAX_LISTEN_AGENTS`] of them.
+    pub agents: Vec<ListenAgent>,
+    /// Seconds; `None` means the server's default.
+    pub wait_time: Option<u64>,
+}
+
+/// `aqgate:listen_result`: the agent that has a message (queue name as the server knows it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenResult {
+    pub destination: String,
+    pub consumer_name: Option<String>,
+}
+
 /// AQXmlRegister.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisterRequest {
@@ -258,6 +287,8 @@ pub enum Request {
     Send(EnqueueRequest),
     Publish(EnqueueRequest),
     Receive(ReceiveRequest),
+    /// An `AQXmlReceive` with `aqgate:listen` instead of `consumer_options`.
+    Listen(ListenRequest),
     Register(RegisterRequest),
     Commit,
     Rollback,
@@ -269,7 +300,7 @@ impl Request {
         match self {
             Request::Send(_) => "AQXmlSend",
             Request::Publish(_) => "AQXmlPublish",
-            Request::Receive(_) => "AQXmlReceive",
+            Request::Receive(_) | Request::Listen(_) => "AQXmlReceive",
             Request::Register(_) => "AQXmlRegister",
             Request::Commit => "AQXmlCommit",
             Request::Rollback => "AQXmlRollback",
@@ -337,6 +368,8 @@ pub enum Response {
     Send(StatusResponse, Option<EnqueueResult>),
     Publish(StatusResponse, Option<EnqueueResult>),
     Receive(StatusResponse, Option<ReceiveResult>),
+    /// `AQXmlReceiveResponse` to a LISTEN: `aqgate:listen_result` instead of `receive_result`.
+    Listen(StatusResponse, Option<ListenResult>),
     Register(StatusResponse),
     Commit(StatusResponse),
     Rollback(StatusResponse),

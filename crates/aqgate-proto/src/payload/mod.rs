@@ -11,6 +11,8 @@
 //!   `oracle_jms_properties`, `user_properties` and `text_data` / `map_data` / `bytes_data` /
 //!   `ser_object_data`; checked and stored as canonical XML text.
 //! * `SYS.XMLTYPE`: any single element, stored as serialized XML and returned unchanged.
+//! * `SYS.ANYDATA`: any one of the above (or `<VARCHAR2>` / `<NUMBER>`), its type stored
+//!   with it and returned as `aqgate:type_name` on the payload element ([`anydata`]).
 //!
 //! # Declaring object types (topology TOML)
 //!
@@ -78,6 +80,7 @@ use std::fmt;
 
 use crate::idap::model::{XmlChild, XmlNode};
 
+mod anydata;
 mod jms;
 mod object;
 mod stored;
@@ -85,6 +88,7 @@ mod transform;
 mod types;
 mod view;
 
+pub use self::anydata::{AnyType, TYPE_NAME_ATTR, type_name_attr, type_of_returned, without_type_name};
 use self::jms::*;
 pub use self::jms::{set_jms_timestamp, set_jms_userid};
 use self::object::*;
@@ -150,6 +154,8 @@ pub enum PayloadKind {
     JmsObject,
     /// `SYS.XMLTYPE`.
     Xml,
+    /// `SYS.ANYDATA`: each message of its own type, stored with it.
+    AnyData,
 }
 
 impl PayloadKind {
@@ -180,6 +186,7 @@ impl PayloadKind {
             "AQ$_JMS_BYTES_MESSAGE" => PayloadKind::JmsBytes,
             "AQ$_JMS_OBJECT_MESSAGE" => PayloadKind::JmsObject,
             "XMLTYPE" if schema.is_none() || schema == Some("SYS") => PayloadKind::Xml,
+            "ANYDATA" if schema.is_none() || schema == Some("SYS") => PayloadKind::AnyData,
             b if b.starts_with("AQ$_JMS_") => {
                 return Err(bad("this JMS type is not supported through IDAP (text, map, bytes, object only)"));
             }
@@ -217,6 +224,7 @@ impl fmt::Display for PayloadKind {
             PayloadKind::JmsBytes => f.write_str("SYS.AQ$_JMS_BYTES_MESSAGE"),
             PayloadKind::JmsObject => f.write_str("SYS.AQ$_JMS_OBJECT_MESSAGE"),
             PayloadKind::Xml => f.write_str("SYS.XMLTYPE"),
+            PayloadKind::AnyData => f.write_str("SYS.ANYDATA"),
         }
     }
 }
@@ -224,8 +232,15 @@ impl fmt::Display for PayloadKind {
 // ---- encode / decode ----------------------------------------------------------------------
 
 /// Validates the `<message_payload>` element against the queue's payload kind and returns the
-/// stored form.
+/// stored form. A payload marked with `aqgate:type_name` (one that came from an ANYDATA
+/// queue) goes into a typed queue only if the type it names is the queue's, and is stored
+/// without the mark.
 pub fn encode(kind: &PayloadKind, reg: &TypeRegistry, node: &XmlNode) -> Result<Vec<u8>, PayloadError> {
+    if *kind == PayloadKind::AnyData {
+        return anydata::encode_any(reg, node);
+    }
+    anydata::check_marked(kind, node)?;
+    let node = &*without_type_name(node);
     match kind {
         PayloadKind::Raw => {
             if !node.local_name().eq_ignore_ascii_case("raw") {
@@ -250,11 +265,14 @@ pub fn decode(kind: &PayloadKind, _reg: &TypeRegistry, stored: &[u8]) -> Result<
     if *kind == PayloadKind::Raw {
         return Ok(leaf("raw", hex_upper(stored)));
     }
+    if *kind == PayloadKind::AnyData {
+        return anydata::decode_any(stored);
+    }
     let text = std::str::from_utf8(stored).map_err(|e| PayloadError::Corrupt(format!("not UTF-8: {e}")))?;
     let node = parse_xml(text).map_err(PayloadError::Corrupt)?;
     let expected = match kind {
         PayloadKind::Object(t) => Some(t.as_str()),
-        PayloadKind::Xml | PayloadKind::Raw => None,
+        PayloadKind::Xml | PayloadKind::Raw | PayloadKind::AnyData => None,
         _ => kind.jms_root().map(|(r, _)| r),
     };
     if let Some(e) = expected
@@ -283,6 +301,10 @@ fn canonical(kind: &PayloadKind, reg: &TypeRegistry, node: &XmlNode) -> Result<X
             canon_named(reg, t, node, t, t)
         }
         PayloadKind::Xml => normalize_xml(node, 0),
+        PayloadKind::AnyData => {
+            let stored = anydata::encode_any(reg, node)?;
+            Ok(anydata::split_stored(&stored)?.1)
+        }
         _ => canon_jms(kind, node),
     }
 }

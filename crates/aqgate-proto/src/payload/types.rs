@@ -259,8 +259,12 @@ impl TypeRegistry {
     /// Whether `tab.user_data.<path>` (lower-case segments) can name something in a payload
     /// of `kind`: an attribute chain of the object type (not through a VARRAY), any element
     /// path of an XMLType, a JMS message's `text_data` / `text_vc` / `text_len` /
-    /// `header.<field>`; a RAW payload has only itself (the empty path).
+    /// `header.<field>`; a RAW payload has only itself (the empty path); an ANYDATA payload
+    /// has nothing a condition can name.
     pub fn has_user_data_path(&self, kind: &PayloadKind, path: &[String]) -> bool {
+        if *kind == PayloadKind::AnyData {
+            return false;
+        }
         if path.is_empty() {
             return true;
         }

@@ -23,7 +23,7 @@ impl<'a> PayloadView<'a> {
     pub(super) fn tree(&self) -> Option<&XmlNode> {
         self.tree
             .get_or_init(|| match self.kind {
-                PayloadKind::Raw => None,
+                PayloadKind::Raw | PayloadKind::AnyData => None,
                 _ => std::str::from_utf8(self.stored).ok().and_then(|s| parse_xml(s).ok()),
             })
             .as_ref()
@@ -33,7 +33,8 @@ impl<'a> PayloadView<'a> {
     pub fn user_data(&self, path: &[String]) -> Value {
         match self.kind {
             PayloadKind::Raw if path.is_empty() => Value::Text(hex_upper(self.stored)),
-            PayloadKind::Raw => Value::Null,
+            // Conditions do not look into ANYDATA values (refused before they run).
+            PayloadKind::Raw | PayloadKind::AnyData => Value::Null,
             PayloadKind::Object(t) => match self.tree() {
                 Some(root) if !path.is_empty() => object_lookup(self.reg, t, root, path),
                 _ => Value::Null,

@@ -64,11 +64,13 @@
 
 use super::model::*;
 
+mod listen;
 mod request;
 mod response;
 mod tree;
 mod walk;
 
+use self::listen::*;
 use self::request::*;
 use self::response::*;
 use self::tree::*;

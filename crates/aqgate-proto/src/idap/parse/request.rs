@@ -11,7 +11,7 @@ pub(super) fn parse_request_method(e: &Elem, path: &Path<'_>, limits: &Limits) -
     Ok(match &*e.local {
         "AQXmlSend" => Request::Send(parse_enqueue(e, path, limits)?),
         "AQXmlPublish" => Request::Publish(parse_enqueue(e, path, limits)?),
-        "AQXmlReceive" => Request::Receive(parse_receive(e, path)?),
+        "AQXmlReceive" => parse_receive(e, path)?,
         "AQXmlRegister" => Request::Register(parse_register(e, path)?),
         "AQXmlCommit" => {
             empty(e, path)?;
@@ -331,12 +331,19 @@ pub(super) fn parse_recipients(e: &Elem, path: &Path<'_>) -> Result<Vec<AgentRef
     }
 }
 
-pub(super) fn parse_receive(e: &Elem, path: &Path<'_>) -> Result<ReceiveRequest> {
+/// `AQXmlReceive`: `consumer_options` (a dequeue), or `aqgate:listen` (a LISTEN, which
+/// takes nothing and so takes no `AQXmlCommit`).
+pub(super) fn parse_receive(e: &Elem, path: &Path<'_>) -> Result<Request> {
     let mut consumer = None;
+    let mut listen = None;
     let mut commit = false;
     let children = struct_children(e, path)?;
     for (i, c) in children.iter().enumerate() {
         let p = child_path(path, c);
+        if c.ns.as_deref() == Some(AQGATE_NS) && c.local == "listen" {
+            set_once(&mut listen, parse_listen(c, &p)?, &p)?;
+            continue;
+        }
         expect_ns(c, ACCESS_NS, &p)?;
         match &*c.local {
             "consumer_options" => set_once(&mut consumer, parse_consumer(c, &p)?, &p)?,
@@ -344,7 +351,16 @@ pub(super) fn parse_receive(e: &Elem, path: &Path<'_>) -> Result<ReceiveRequest>
             _ => return Err(unknown(c, path)),
         }
     }
-    Ok(ReceiveRequest { consumer: required(consumer, "consumer_options", path)?, commit })
+    match (consumer, listen) {
+        (Some(_), Some(_)) => Err(invalid(format!("{path} holds both consumer_options and aqgate:listen"))),
+        (None, Some(_)) if commit => Err(invalid(format!(
+            "{path}: aqgate:listen dequeues nothing, so there is nothing to commit: send AQXmlCommit on its own"
+        ))),
+        (None, Some(l)) => Ok(Request::Listen(l)),
+        (consumer, None) => {
+            Ok(Request::Receive(ReceiveRequest { consumer: required(consumer, "consumer_options", path)?, commit }))
+        }
+    }
 }
 
 pub(super) fn parse_wait_time(e: &Elem, path: &Path<'_>) -> Result<Option<u64>> {

@@ -18,6 +18,23 @@ pub(super) fn parse_response_method(e: &Elem, path: &Path<'_>, limits: &Limits) 
             let (status, result) = parse_status_and_result(e, path, "publish_result", limits)?;
             Response::Publish(status, result.map(|r| r.into_enqueue()).transpose()?)
         }
+        "AQXmlReceiveResponse" if is_listen_response(e) => {
+            let mut status = None;
+            let mut result = None;
+            for c in struct_children(e, path)? {
+                let p = child_path(path, c);
+                if c.ns.as_deref() == Some(AQGATE_NS) && c.local == "listen_result" {
+                    set_once(&mut result, parse_listen_result(c, &p)?, &p)?;
+                    continue;
+                }
+                expect_ns(c, ACCESS_NS, &p)?;
+                match &*c.local {
+                    "status_response" => set_once(&mut status, parse_status(c, &p)?, &p)?,
+                    _ => return Err(unknown(c, path)),
+                }
+            }
+            Response::Listen(required(status, "status_response", path)?, result)
+        }
         "AQXmlReceiveResponse" => {
             let (status, result) = parse_status_and_result(e, path, "receive_result", limits)?;
             Response::Receive(status, result.map(|r| r.into_receive()).transpose()?)
@@ -28,6 +45,11 @@ pub(super) fn parse_response_method(e: &Elem, path: &Path<'_>, limits: &Limits) 
         "AQXmlNotification" => Response::Notification(parse_notification(e, path, limits)?),
         _ => return Err(invalid(format!("{path}: unknown response <{}>", snip(&e.qname)))),
     })
+}
+
+/// Whether a receive response answers a LISTEN (holds `aqgate:listen_result`).
+fn is_listen_response(e: &Elem) -> bool {
+    e.elements().any(|c| c.ns.as_deref() == Some(AQGATE_NS) && c.local == "listen_result")
 }
 
 pub(super) fn parse_status(e: &Elem, path: &Path<'_>) -> Result<StatusResponse> {

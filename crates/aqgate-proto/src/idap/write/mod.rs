@@ -48,6 +48,17 @@ pub fn write_response(resp: &Envelope<Response>) -> String {
             }
             w.close("AQXmlReceiveResponse");
         }
+        Response::Listen(status, result) => {
+            w.open_ns("AQXmlReceiveResponse", ACCESS_NS);
+            w.status(status);
+            if let Some(r) = result {
+                w.open_aqgate("listen_result");
+                w.leaf("aqgate:destination", &r.destination);
+                w.opt_leaf("aqgate:consumer_name", r.consumer_name.as_ref());
+                w.close("aqgate:listen_result");
+            }
+            w.close("AQXmlReceiveResponse");
+        }
         Response::Register(status) => w.status_only("AQXmlRegisterResponse", status),
         Response::Commit(status) => w.status_only("AQXmlCommitResponse", status),
         Response::Rollback(status) => w.status_only("AQXmlRollbackResponse", status),
@@ -138,6 +149,19 @@ pub fn write_request(req: &Envelope<Request>) -> String {
             w.delivery_mode(c.delivery_mode);
             w.close("consumer_options");
             w.commit(r.commit);
+            w.close(method);
+        }
+        Request::Listen(l) => {
+            w.open_ns(method, ACCESS_NS);
+            w.open_aqgate("listen");
+            for a in &l.agents {
+                w.open("aqgate:agent");
+                w.destination_as("aqgate:destination", &a.destination);
+                w.opt_leaf("aqgate:consumer_name", a.consumer_name.as_ref());
+                w.close("aqgate:agent");
+            }
+            w.opt_leaf("aqgate:wait_time", l.wait_time);
+            w.close("aqgate:listen");
             w.close(method);
         }
         Request::Register(r) => {
@@ -318,14 +342,32 @@ impl Writer {
     }
 
     fn destination(&mut self, d: &Destination) {
+        self.destination_as("destination", d);
+    }
+
+    fn destination_as(&mut self, name: &str, d: &Destination) {
         self.indent();
-        self.out.push_str("<destination");
+        self.out.push('<');
+        self.out.push_str(name);
         if d.lookup == LookupType::Ldap {
             self.out.push_str(" lookup_type=\"LDAP\"");
         }
         self.out.push('>');
         escape_text(&mut self.out, &d.name);
-        self.out.push_str("</destination>");
+        self.out.push_str("</");
+        self.out.push_str(name);
+        self.out.push('>');
+    }
+
+    /// Opens `aqgate:<name>`, declaring aqgate's namespace.
+    fn open_aqgate(&mut self, name: &str) {
+        self.indent();
+        self.out.push_str("<aqgate:");
+        self.out.push_str(name);
+        self.out.push_str(" xmlns:aqgate=\"");
+        escape_attr(&mut self.out, AQGATE_NS);
+        self.out.push_str("\">");
+        self.depth += 1;
     }
 
     fn status(&mut self, s: &StatusResponse) {
