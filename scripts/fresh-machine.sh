@@ -17,10 +17,12 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 root=${AQGATE_FRESH_ROOT:-/var/tmp/aqgate-fresh-machine}
 packages=gcc,libc6-dev,make,perl,ca-certificates
-mirror=${AQGATE_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}
-mirror=${mirror:-http://deb.debian.org/debian}
 say() { echo "fresh-machine: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
+# The machine's own Debian mirror: its deb822 debian.sources, else its one-line sources.
+mirror=${AQGATE_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | awk '{ print $1; exit }')}
+mirror=${mirror:-$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null)}
+[ -n "$mirror" ] || fail "no Debian mirror in this machine's apt sources: set AQGATE_DEBIAN_MIRROR"
 
 [ "$(id -u)" = 0 ] || fail "needs root (debootstrap, chroot, mount)"
 rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
