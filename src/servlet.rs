@@ -89,7 +89,7 @@ impl AppState {
     pub fn new(engine: Arc<Engine>, limits: Limits) -> Self {
         Self {
             limits,
-            credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300))),
+            credentials: Arc::new(auth::CredentialCache::new(std::time::Duration::from_secs(300), engine.clock())),
             secure_cookie: false,
             in_flight: Arc::default(),
             idempotent_in_flight: Arc::default(),

@@ -23,19 +23,20 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
 /// Remembers credentials that passed argon2 for a while, so that clients which send Basic
 /// credentials on every request (curl without a cookie jar, the SMTP gateway) do not pay
 /// a deliberately slow hash each time. Only a keyed BLAKE2b MAC of the password is kept,
-/// under a random key that never leaves the process.
+/// under a random key that never leaves the process. Its time is the clock's.
 pub struct CredentialCache {
     key: [u8; 32],
     ttl: std::time::Duration,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
     entries: std::sync::Mutex<std::collections::HashMap<String, ([u8; 32], std::time::Instant)>>,
 }
 
 impl CredentialCache {
-    pub fn new(ttl: std::time::Duration) -> Self {
+    pub fn new(ttl: std::time::Duration, clock: std::sync::Arc<dyn crate::clock::Clock>) -> Self {
         use rand::RngCore;
         let mut key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut key);
-        Self { key, ttl, entries: std::sync::Mutex::new(std::collections::HashMap::new()) }
+        Self { key, ttl, clock, entries: std::sync::Mutex::new(std::collections::HashMap::new()) }
     }
 
     fn mac(&self, user: &str, password: &str) -> Option<[u8; 32]> {
@@ -51,7 +52,8 @@ impl CredentialCache {
     pub fn check(&self, user: &str, password: &str) -> bool {
         let Some(mac) = self.mac(user, password) else { return false };
         let g = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(user).is_some_and(|(m, at)| *m == mac && at.elapsed() < self.ttl)
+        let now = self.clock.instant();
+        g.get(user).is_some_and(|(m, at)| *m == mac && now.saturating_duration_since(*at) < self.ttl)
     }
 
     pub fn remember(&self, user: &str, password: &str) {
@@ -60,7 +62,7 @@ impl CredentialCache {
         if g.len() > 100_000 {
             g.clear();
         }
-        g.insert(user.to_string(), (mac, std::time::Instant::now()));
+        g.insert(user.to_string(), (mac, self.clock.instant()));
     }
 
     /// Forgets everything (after a topology reload: passwords may have changed).
@@ -97,7 +99,8 @@ mod tests {
 
     #[test]
     fn credential_cache_matches_only_the_same_password() {
-        let c = CredentialCache::new(std::time::Duration::from_secs(60));
+        let clock = std::sync::Arc::new(crate::clock::SystemClock);
+        let c = CredentialCache::new(std::time::Duration::from_secs(60), clock.clone());
         assert!(!c.check("SCOTT", "tiger"));
         c.remember("SCOTT", "tiger");
         assert!(c.check("SCOTT", "tiger"));
@@ -105,7 +108,7 @@ mod tests {
         assert!(!c.check("JOHN", "tiger"));
         c.clear();
         assert!(!c.check("SCOTT", "tiger"));
-        let expired = CredentialCache::new(std::time::Duration::ZERO);
+        let expired = CredentialCache::new(std::time::Duration::ZERO, clock);
         expired.remember("SCOTT", "tiger");
         assert!(!expired.check("SCOTT", "tiger"));
     }

@@ -362,6 +362,11 @@ impl Engine {
         self.clock.now()
     }
 
+    /// The clock the engine takes its time from (also the servlet's, for its caches).
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
