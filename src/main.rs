@@ -216,12 +216,17 @@ enum AdminCommand {
     Gateway {
         #[command(flatten)]
         db: Db,
-        /// Print the links (with --agents: the agents) as a JSON array.
+        /// Print the links (with --agents: the agents; with --foreign-queues: the foreign
+        /// queues) as a JSON array.
         #[arg(long)]
         json: bool,
         /// The agents only.
         #[arg(long)]
         agents: bool,
+        /// The foreign queues (MGW_FOREIGN_QUEUES): link, the broker's name, domain,
+        /// direction, options and the jobs that use each.
+        #[arg(long, conflicts_with_all = ["agents", "ping"])]
+        foreign_queues: bool,
         /// AGENT_PING: ask the running agents to answer; REACHABLE and each one that did,
         /// or UNREACHABLE and a non-zero exit when none did within --timeout-ms.
         #[arg(long, conflicts_with_all = ["json", "agents"])]
@@ -488,9 +493,11 @@ async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        AdminCommand::Gateway { db, json, agents, ping, timeout_ms } => {
+        AdminCommand::Gateway { db, json, agents, foreign_queues, ping, timeout_ms } => {
             let store = open(db).await?;
-            if ping {
+            if foreign_queues {
+                admin::gateway::print_foreign_queues(store.as_ref(), json, out).await
+            } else if ping {
                 admin::gateway::print_ping(store.as_ref(), std::time::Duration::from_millis(timeout_ms), out).await
             } else if agents {
                 admin::gateway::print_agents(store.as_ref(), json, out).await

@@ -5,7 +5,9 @@
 //! of a process that is not running (its agent's heartbeat ended, or it shut down), or not
 //! refreshed for a minute, is STALE.
 //! `--json` prints the links (`--agents --json`: the agents); `--ping` asks the running
-//! agents to answer (AGENT_PING), within a bound.
+//! agents to answer (AGENT_PING), within a bound. `--foreign-queues` lists the foreign
+//! queues (Messaging Gateway's MGW_FOREIGN_QUEUES): link, the broker's name, domain,
+//! options, and the jobs that use each, which way.
 
 use std::io::Write;
 use std::time::Duration;
@@ -182,6 +184,115 @@ pub async fn print_gateway(store: &dyn Store, json: bool, w: &mut dyn Write) -> 
             r.since.as_deref().unwrap_or("-");
             error
         );
+    }
+    Ok(())
+}
+
+/// A foreign queue as `admin gateway --foreign-queues` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct ForeignQueueRow {
+    pub name: String,
+    pub link: String,
+    pub kind: &'static str,
+    /// The broker's name (PROVIDER_QUEUE): the queue, exchange, subject or topic.
+    pub native_name: String,
+    /// `QUEUE` or `TOPIC`.
+    pub domain: &'static str,
+    /// `OUTBOUND` (jobs publish to it), `INBOUND` (jobs take from it), `BOTH`, or `-`
+    /// (no job uses it).
+    pub direction: &'static str,
+    /// The foreign queue's options (`stream`, `routing_key`, `qos`, `create`), as given.
+    pub options: serde_json::Map<String, serde_json::Value>,
+    pub jobs: Vec<ForeignJobRow>,
+}
+
+/// A job that uses a foreign queue.
+#[derive(Debug, serde::Serialize)]
+pub struct ForeignJobRow {
+    pub name: String,
+    /// `OUTBOUND` or `INBOUND`: the job's direction.
+    pub direction: &'static str,
+    /// `destination`, `source` or `exception_queue`.
+    pub role: &'static str,
+    pub options: aqgate_core::topology::gateway::JobOptions,
+}
+
+/// Every foreign queue of the stored topology, by `NAME@LINK`.
+pub async fn foreign_queues(store: &dyn Store) -> anyhow::Result<Vec<ForeignQueueRow>> {
+    use aqgate_core::topology::gateway::{Direction, Domain, LinkKind};
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    let catalog = &resolved.catalog;
+    let mut out = Vec::new();
+    for (key, f) in &catalog.gateway_foreign {
+        let kind = catalog.gateway_links.get(&f.link).map(|l| l.kind);
+        let mut jobs = Vec::new();
+        for j in catalog.propagations.values() {
+            let Some(g) = j.gateway.as_ref().filter(|g| g.link.name == f.link) else { continue };
+            let role = if g.foreign.name == f.name {
+                if g.direction == Direction::Outbound { "destination" } else { "source" }
+            } else if g.foreign_exception.as_ref().is_some_and(|e| e.name == f.name) {
+                "exception_queue"
+            } else {
+                continue;
+            };
+            let direction = if g.direction == Direction::Outbound { "OUTBOUND" } else { "INBOUND" };
+            jobs.push(ForeignJobRow { name: j.name.clone(), direction, role, options: g.options });
+        }
+        let publishes = jobs.iter().any(|j| j.role != "source");
+        let takes = jobs.iter().any(|j| j.role == "source");
+        let mut options = serde_json::Map::new();
+        if let Some(s) = &f.stream {
+            options.insert("stream".into(), s.clone().into());
+        }
+        if let Some(r) = &f.routing_key {
+            options.insert("routing_key".into(), r.clone().into());
+        }
+        if kind == Some(LinkKind::Mqtt) {
+            options.insert("qos".into(), f.qos.into());
+        }
+        options.insert("create".into(), f.create.into());
+        out.push(ForeignQueueRow {
+            name: key.clone(),
+            link: f.link.clone(),
+            kind: kind.map_or("-", LinkKind::name),
+            native_name: f.native_name.clone(),
+            domain: if f.domain == Domain::Topic { "TOPIC" } else { "QUEUE" },
+            direction: match (publishes, takes) {
+                (true, true) => "BOTH",
+                (true, false) => "OUTBOUND",
+                (false, true) => "INBOUND",
+                (false, false) => "-",
+            },
+            options,
+            jobs,
+        });
+    }
+    Ok(out)
+}
+
+/// `aqgate admin gateway --foreign-queues`.
+pub async fn print_foreign_queues(store: &dyn Store, json: bool, w: &mut dyn Write) -> anyhow::Result<()> {
+    let rows = foreign_queues(store).await?;
+    if json {
+        out!(w, "{}", serde_json::to_value(&rows)?);
+        return Ok(());
+    }
+    out!(
+        w,
+        "{:<24} {:<9} {:<32} {:<6} {:<9} {:<40} JOBS",
+        "NAME",
+        "KIND",
+        "PROVIDER_QUEUE",
+        "DOMAIN",
+        "DIRECTION",
+        "OPTIONS"
+    );
+    for r in rows {
+        let options: Vec<String> =
+            r.options.iter().map(|(k, v)| format!("{k}={}", v.to_string().trim_matches('"'))).collect();
+        let jobs: Vec<String> = r.jobs.iter().map(|j| format!("{} ({} {})", j.name, j.direction, j.role)).collect();
+        let jobs = if jobs.is_empty() { "-".to_string() } else { jobs.join(", ") };
+        row!(w, "{:<24} {:<9} {:<32} {:<6} {:<9} {:<40} {}", r.name, r.kind, r.native_name, r.domain, r.direction, options.join(","); jobs);
     }
     Ok(())
 }

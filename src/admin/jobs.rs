@@ -21,6 +21,7 @@ use aqgate_core::error::AqError;
 use aqgate_core::propagation::PropagationDef;
 use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
+use aqgate_core::topology::gateway::Direction;
 
 use crate::propagate::removals;
 
@@ -216,6 +217,10 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         );
         if let Some(g) = j.guarantee {
             row!(w, "{:<20} guarantee: {}", ""; g);
+        }
+        if let Some(o) = &j.options {
+            let direction = if j.kind == "gateway-out" { Direction::Outbound } else { Direction::Inbound };
+            row!(w, "{:<20} options: {}", ""; o.describe(direction));
         }
     }
     Ok(())

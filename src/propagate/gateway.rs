@@ -452,6 +452,7 @@ async fn out_batch(
         None => None,
     };
     let mut out = Vec::with_capacity(messages.len());
+    let mode = convert::Mode::of(&route.options, &route.link.name);
     let mut refused: Vec<(usize, String)> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let id = m.header.message_id.clone().unwrap_or_default();
@@ -476,6 +477,7 @@ async fn out_batch(
                     .map(|t| u64::try_from((t - now).max(1) / 1000).unwrap_or(1).max(1)),
                 queue: job.source.clone(),
                 props,
+                mode: mode.clone(),
             }),
             Err(why) => refused.push((i, format!("message {id} does not convert: {why}"))),
         }

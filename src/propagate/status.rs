@@ -73,6 +73,9 @@ pub struct JobFigures {
     /// A gateway job's promise per message (`admin jobs` says it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guarantee: Option<&'static str>,
+    /// A gateway job's options (delivery mode, AQ message properties, no-local).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<aqgate_core::topology::gateway::JobOptions>,
     /// An outbound gateway job's messages in doubt: published (perhaps) and still in the
     /// source, because the process died between the publish and the commit.
     pub in_doubt: i64,
@@ -122,6 +125,7 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
         };
         out.push(JobFigures {
             guarantee: j.gateway.as_ref().map(|g| g.guarantee()),
+            options: j.gateway.as_ref().map(|g| g.options),
             in_doubt,
             name: j.name.clone(),
             state,
@@ -187,6 +191,7 @@ fn delete_pending(
         last_error_at: r.last_error_at,
         last_success_at: r.last_success_at,
         guarantee: None,
+        options: None,
         in_doubt: 0,
     }
 }

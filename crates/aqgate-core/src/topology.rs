@@ -274,6 +274,8 @@ pub struct Catalog {
     pub transformations: transformation::Transformations,
     /// The Messaging Gateway's links by name.
     pub gateway_links: gateway::Links,
+    /// The Messaging Gateway's foreign queues by `NAME@LINK`.
+    pub gateway_foreign: gateway::ForeignQueues,
 }
 
 impl Catalog {
@@ -543,7 +545,7 @@ impl Topology {
             propagation::resolve(&self.propagations, &transformations, &mut queues, &mut agents, &mut errors);
         remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
         errors.extend(loops::errors(&propagations));
-        let gateway_links =
+        let (gateway_links, gateway_foreign) =
             gateway::resolve(&self.gateway, &transformations, &mut queues, &mut agents, &mut propagations, &mut errors);
 
         let mut grants = BTreeMap::new();
@@ -568,7 +570,17 @@ impl Topology {
         }
 
         if errors.is_empty() {
-            Ok(Catalog { types, queues, agents, grants, propagations, remote_spaces, transformations, gateway_links })
+            Ok(Catalog {
+                types,
+                queues,
+                agents,
+                grants,
+                propagations,
+                remote_spaces,
+                transformations,
+                gateway_links,
+                gateway_foreign,
+            })
         } else {
             Err(errors)
         }

@@ -13,8 +13,11 @@
 //! | object type, XMLType, JMS object | the payload element's XML | `application/xml` |
 //!
 //! Header fields travel as `AQ-*` headers both ways (`AQ-Message-Id`, `AQ-Correlation`,
-//! `AQ-Priority`, `AQ-Expiration`, `AQ-Delay`); a broker's own field (RabbitMQ's
-//! `message_id`, `correlation_id`, `expiration`) is filled too. A JMS message's header
+//! `AQ-Priority`, `AQ-Expiration`, `AQ-Delay`) when the job's `aq_msg_properties` is on (the
+//! default; [`Outgoing::headers`], [`Incoming::settle`]); a broker's own field (RabbitMQ's
+//! `message_id`, `correlation_id`, `expiration`) is filled and read either way. An outbound
+//! job's messages carry `x-aqgate-link` (the link's name), by which an inbound job with
+//! `no_local` leaves them. A JMS message's header
 //! fields and user properties travel as [`props`] says. Inbound, a body the destination's
 //! type cannot take, or properties past the bounds, is a conversion failure: the message
 //! goes to the job's exception queue with the reason.
@@ -43,18 +46,53 @@ pub struct Outgoing {
     pub queue: String,
     /// A JMS message's header fields and user properties.
     pub props: JmsProps,
+    /// How the job publishes it (its `delivery_mode`, and whether the `AQ-*` headers go).
+    pub mode: Mode,
 }
 
-impl Outgoing {
-    /// The `AQ-*` headers every broker carries.
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let mut h = vec![("AQ-Message-Id", self.id.clone()), ("AQ-Priority", self.priority.to_string())];
-        h.push(("AQ-Queue", self.queue.clone()));
-        if let Some(c) = &self.correlation {
-            h.push(("AQ-Correlation", c.clone()));
+/// How an outbound job publishes (its options, the same for each of its messages).
+#[derive(Debug, Clone, Default)]
+pub struct Mode {
+    /// The broker keeps it across a restart and confirms it (`delivery_mode`).
+    pub persistent: bool,
+    /// The `AQ-*` headers go with it (`aq_msg_properties`).
+    pub aq_properties: bool,
+    /// The link it goes over, marked `x-aqgate-link` (for inbound jobs' `no_local`).
+    pub link: Option<String>,
+}
+
+impl Mode {
+    /// The mode of the messages of a job with `options` over `link`.
+    pub fn of(options: &aqgate_core::topology::gateway::JobOptions, link: &str) -> Self {
+        Self {
+            persistent: options.delivery_mode.persistent(),
+            aq_properties: options.aq_msg_properties,
+            link: Some(link.to_string()),
         }
-        if let Some(ms) = self.expiration_ms {
-            h.push(("AQ-Expiration", ms.div_ceil(1000).to_string()));
+    }
+}
+
+/// The header that names the link an outbound job published over (`no_local`).
+pub const LINK_MARK: &str = "x-aqgate-link";
+
+impl Outgoing {
+    /// The `AQ-*` headers every broker carries (none when the job's `aq_msg_properties` is
+    /// off), and the gateway's own marks.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = Vec::new();
+        if self.mode.aq_properties {
+            h.push(("AQ-Message-Id", self.id.clone()));
+            h.push(("AQ-Priority", self.priority.to_string()));
+            h.push(("AQ-Queue", self.queue.clone()));
+            if let Some(c) = &self.correlation {
+                h.push(("AQ-Correlation", c.clone()));
+            }
+            if let Some(ms) = self.expiration_ms {
+                h.push(("AQ-Expiration", ms.div_ceil(1000).to_string()));
+            }
+        }
+        if let Some(l) = &self.mode.link {
+            h.push((LINK_MARK, l.clone()));
         }
         if self.redelivered {
             h.push(("x-aqgate-redelivered", "true".into()));
@@ -80,8 +118,23 @@ pub struct Incoming {
     pub delay: Option<i64>,
     /// What the headers say of JMS properties.
     pub jms: Gathered,
+    /// What the `AQ-*` headers say, taken into the fields above by [`Incoming::settle`]
+    /// when the job's `aq_msg_properties` is on.
+    pub aq: AqHeaders,
+    /// The link an outbound job of the gateway published it over (`x-aqgate-link`).
+    pub link_mark: Option<String>,
     /// This connection's handle for the ack.
     pub tag: u64,
+}
+
+/// The AQ message properties a broker message's `AQ-*` headers give.
+#[derive(Debug, Clone, Default)]
+pub struct AqHeaders {
+    pub message_id: Option<String>,
+    pub correlation: Option<String>,
+    pub priority: Option<i64>,
+    pub expiration: Option<i64>,
+    pub delay: Option<i64>,
 }
 
 impl Incoming {
@@ -94,13 +147,29 @@ impl Incoming {
     /// Reads a header the broker types (RabbitMQ), as [`Incoming::header`].
     pub fn typed_header(&mut self, name: &str, value: JmsValue) {
         let text = || value.text().trim().to_string();
+        let aq = &mut self.aq;
         match name.to_ascii_lowercase().as_str() {
-            "aq-correlation" if self.correlation.is_none() => self.correlation = Some(text()),
-            "aq-priority" => self.priority = text().parse().ok().or(self.priority),
-            "aq-expiration" => self.expiration = text().parse().ok().filter(|s| *s > 0),
-            "aq-delay" => self.delay = text().parse().ok().filter(|s| *s > 0),
-            "aq-message-id" if self.message_id.is_none() => self.message_id = Some(text()),
+            "aq-correlation" if aq.correlation.is_none() => aq.correlation = Some(text()),
+            "aq-priority" => aq.priority = text().parse().ok().or(aq.priority),
+            "aq-expiration" => aq.expiration = text().parse().ok().filter(|s| *s > 0),
+            "aq-delay" => aq.delay = text().parse().ok().filter(|s| *s > 0),
+            "aq-message-id" if aq.message_id.is_none() => aq.message_id = Some(text()),
+            LINK_MARK if self.link_mark.is_none() => self.link_mark = Some(text()),
             _ => self.jms.header(name, value),
+        }
+    }
+
+    /// With `aq_properties` (the job's `aq_msg_properties`), the `AQ-*` headers' values
+    /// become the message's priority, expiration and delay, and its correlation and message
+    /// id where the broker's own fields give none; without, they are dropped.
+    pub fn settle(&mut self, aq_properties: bool) {
+        let aq = std::mem::take(&mut self.aq);
+        if aq_properties {
+            self.correlation = self.correlation.take().or(aq.correlation);
+            self.message_id = self.message_id.take().or(aq.message_id);
+            self.priority = aq.priority.or(self.priority);
+            self.expiration = aq.expiration.or(self.expiration);
+            self.delay = aq.delay.or(self.delay);
         }
     }
 }
@@ -285,6 +354,33 @@ mod tests {
     }
 
     #[test]
+    fn aq_headers_follow_the_jobs_option_and_the_link_mark_goes_always() {
+        let mut o = Outgoing {
+            id: "ID1".into(),
+            body: Vec::new(),
+            content_type: "application/octet-stream",
+            correlation: Some("c".into()),
+            priority: 2,
+            expiration_ms: Some(1500),
+            redelivered: false,
+            queue: "A.Q".into(),
+            props: JmsProps::default(),
+            mode: Mode { persistent: true, aq_properties: true, link: Some("RABBIT".into()) },
+        };
+        let names = |o: &Outgoing| o.headers().into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(&o),
+            ["AQ-Message-Id", "AQ-Priority", "AQ-Queue", "AQ-Correlation", "AQ-Expiration", LINK_MARK]
+        );
+        o.mode.aq_properties = false;
+        assert_eq!(names(&o), [LINK_MARK]);
+        let mut inc = incoming(b"");
+        inc.header("x-aqgate-link", "RABBIT");
+        assert_eq!(inc.link_mark.as_deref(), Some("RABBIT"));
+        assert!(inc.jms.user.is_empty(), "the mark is no user property");
+    }
+
+    #[test]
     fn text_must_be_utf8() {
         let e = message_of(&PayloadKind::JmsText, &incoming(&[0xff, 0xfe]), "PROP$J", false).expect_err("refused");
         assert!(e.contains("UTF-8"), "{e}");
@@ -318,6 +414,11 @@ mod tests {
         m.header("AQ-Priority", "3");
         m.header("aq-correlation", "c-1");
         m.header("AQ-Delay", "0");
+        let mut off = m.clone();
+        m.settle(true);
+        off.settle(false);
+        let plain = message_of(&PayloadKind::Raw, &off, "P", false).expect("converts");
+        assert_eq!((plain.header.priority, plain.header.correlation), (None, None), "aq_msg_properties off");
         m.message_id = Some("broker-1".into());
         let a = message_of(&PayloadKind::Raw, &m, "P", false).expect("converts");
         assert_eq!((a.header.priority, a.header.correlation.as_deref(), a.header.delay), (Some(3), Some("c-1"), None));
@@ -438,6 +539,7 @@ mod tests {
         inc.typed_header("Nats-Msg-Id", JmsValue::String("1".into()));
         inc.typed_header("JMSXGroupSeq", JmsValue::Long(9));
         inc.typed_header("AQ-Priority", JmsValue::Int(2));
+        inc.settle(true);
         let m = message_of(&PayloadKind::JmsText, &inc, "P", false).expect("converts");
         assert_eq!(
             user_of(&m.payload),

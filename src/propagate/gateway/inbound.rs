@@ -78,7 +78,7 @@ async fn in_batch(
     stats: &Stats,
 ) -> Result<Moved, Fail> {
     let mut stop = stats.stop.clone();
-    let fetched = tokio::select! {
+    let mut fetched = tokio::select! {
         r = src.fetch(max, Duration::from_secs(crate::propagate::WAIT)) => match r {
             Ok(m) => m,
             Err(e) => return Err(src.unreadable().map_or(Fail::Link(e), Fail::Unreadable)),
@@ -87,6 +87,9 @@ async fn in_batch(
     };
     if fetched.is_empty() {
         return Ok(Moved::Done(0));
+    }
+    for m in &mut fetched {
+        m.settle(route.options.aq_msg_properties);
     }
     let all: Vec<u64> = fetched.iter().map(|m| m.tag).collect();
     // Messages enqueued already (a redelivery after a crash between the commit and the
@@ -111,6 +114,11 @@ async fn in_batch(
         {
             tracing::info!(job = %job.name, broker_id = %id, redelivered = m.redelivered,
                 "a broker message enqueued already: acked, not enqueued again");
+            continue;
+        }
+        if route.options.no_local && m.link_mark.as_deref() == Some(route.link.name.as_str()) {
+            // JMS_NoLocal: published by an outbound job over this link; acked, not taken.
+            tracing::debug!(job = %job.name, "a message published over the job's own link: left (no_local)");
             continue;
         }
         if m.body.len() as u64 > max_body {
@@ -229,6 +237,8 @@ async fn in_exceptions(
                 queue: job.source.clone(),
                 // The broker's properties as they came, when they can be read.
                 props: m.jms.props().unwrap_or_default(),
+                // The reason travels as AQ-Correlation whatever the job's options.
+                mode: convert::Mode { persistent: true, aq_properties: true, link: None },
             })
             .collect();
         for r in s.publish(&out).await.map_err(Fail::Link)? {

@@ -9,6 +9,11 @@
 //!   the publishes were made, so the job matches them by that order. The packet state is
 //!   not kept in the store, so QoS 2 here is at least once too: a message in doubt after a
 //!   crash is published again, marked `x-aqgate-redelivered`.
+//! - **Non-persistent.** A job whose `delivery_mode` is `non_persistent` publishes at QoS 0:
+//!   nothing acknowledges it, the job waits only for the client to write it (at most once;
+//!   a broker does not queue QoS 0 messages for a disconnected persistent session).
+//! - **`aq_msg_properties` off:** no `aq-*` user properties; the AQ message id goes as
+//!   `message-id`, which an inbound job reads as the broker's message id (its mark).
 //! - **Inbound.** A persistent session (client id `aqgate-<job>`, clean start off, a
 //!   session expiry of a week) subscribed to the topic filter, with manual acks and a
 //!   receive maximum of the link's window: the broker keeps what arrives while aqgate is
@@ -182,7 +187,11 @@ impl Sink for MqttSink {
                 message_expiry_interval: m.expiration_ms.map(|ms| u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)),
                 ..Default::default()
             };
-            props.user_properties.push(("aq-message-id".into(), m.id.clone()));
+            if !m.mode.aq_properties {
+                // The id still identifies the message (an inbound job's mark), under
+                // MQTT's neutral name, without the AQ-* headers.
+                props.user_properties.push(("message-id".into(), m.id.clone()));
+            }
             for (k, v) in m.headers() {
                 props.user_properties.push((k.to_ascii_lowercase(), v));
             }
@@ -197,8 +206,9 @@ impl Sink for MqttSink {
                     props.user_properties.push((k, v));
                 }
             }
+            let qos = if m.mode.persistent { self.qos } else { QoS::AtMostOnce };
             self.client
-                .publish_with_properties(self.topic.clone(), self.qos, false, m.body.clone(), props)
+                .publish_with_properties(self.topic.clone(), qos, false, m.body.clone(), props)
                 .await
                 .map_err(|e| format!("publish: {e}"))?;
         }
@@ -216,8 +226,16 @@ impl Sink for MqttSink {
             };
             let (pkid, verdict) = match e {
                 Event::Outgoing(Out::Publish(pkid)) => {
-                    if let Some(i) = order.pop_front() {
-                        ids.insert(pkid, i);
+                    match order.pop_front() {
+                        // QoS 0 (NON_PERSISTENT): no acknowledgement comes; written is all.
+                        Some(i) if !batch[i].mode.persistent => {
+                            out[i] = Some(Published::Confirmed);
+                            left -= 1;
+                        }
+                        Some(i) => {
+                            ids.insert(pkid, i);
+                        }
+                        None => {}
                     }
                     continue;
                 }
@@ -285,9 +303,10 @@ fn incoming(p: &Publish) -> Incoming {
     let mut inc = Incoming { redelivered: p.dup, body: p.payload.to_vec(), ..Incoming::default() };
     if let Some(props) = &p.properties {
         for (k, v) in &props.user_properties {
-            inc.header(k, v);
-            if k.eq_ignore_ascii_case("message-id") && inc.message_id.is_none() {
-                inc.message_id = Some(v.clone());
+            if k.eq_ignore_ascii_case("message-id") {
+                inc.message_id.get_or_insert_with(|| v.clone());
+            } else {
+                inc.header(k, v);
             }
         }
         if inc.correlation.is_none() {
@@ -299,7 +318,8 @@ fn incoming(p: &Publish) -> Incoming {
             inc.header(props::JMS_REPLY_TO, r);
         }
     }
-    inc.broker_id = inc.message_id.clone();
+    // The mark: `message-id`, else `aq-message-id` (whatever the job's aq_msg_properties).
+    inc.broker_id = inc.message_id.clone().or_else(|| inc.aq.message_id.clone());
     inc
 }
 

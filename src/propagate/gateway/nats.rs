@@ -10,6 +10,10 @@
 //!   retention) and lets the job create an ephemeral consumer: on a work-queue or interest
 //!   stream, or one whose `max_age` has dropped the message, it cannot tell, and the
 //!   message goes again (the stream's window having passed, a second copy).
+//! - **Non-persistent.** A job whose `delivery_mode` is `non_persistent` publishes with core
+//!   NATS (the same headers, `Nats-Msg-Id` too) and waits only for the client's flush, not
+//!   for a PubAck: a stream on the subject stores what it receives, and nothing tells the
+//!   job whether it did (at most once).
 //! - **Inbound.** A durable pull consumer `aqgate_<job>` (explicit acks, `max_ack_pending`
 //!   the link's window). A message is acked (double ack: the server confirms it) only after
 //!   the transaction that enqueued it committed, together with the mark `<stream>:<sequence>`
@@ -91,6 +95,7 @@ impl Sink for NatsSink {
     async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
         let mut acks = Vec::with_capacity(batch.len());
         let mut out: Vec<Option<Published>> = Vec::with_capacity(batch.len());
+        let mut core = false;
         for m in batch {
             // Headers count too: leave them a kilobyte.
             if self.max_payload > 0 && m.body.len() + 1024 > self.max_payload {
@@ -111,7 +116,6 @@ impl Sink for NatsSink {
                 ))));
                 continue;
             }
-            out.push(None);
             let mut h = async_nats::HeaderMap::new();
             h.insert("Nats-Msg-Id", m.id.as_str());
             h.insert("Content-Type", m.content_type);
@@ -129,12 +133,29 @@ impl Sink for NatsSink {
                     h.insert(k, v);
                 }
             }
+            let body = bytes::Bytes::from(m.body.clone());
+            if !m.mode.persistent {
+                // NON_PERSISTENT: core NATS, no PubAck awaited (flushed below).
+                self.js
+                    .client()
+                    .publish_with_headers(self.subject.clone(), h, body)
+                    .await
+                    .map_err(|e| format!("publish to {}: {e}", self.subject))?;
+                core = true;
+                out.push(Some(Published::Confirmed));
+                continue;
+            }
+            out.push(None);
             let ack = self
                 .js
-                .publish_with_headers(self.subject.clone(), h, bytes::Bytes::from(m.body.clone()))
+                .publish_with_headers(self.subject.clone(), h, body)
                 .await
                 .map_err(|e| format!("publish to {}: {e}", self.subject))?;
             acks.push(ack);
+        }
+        if core {
+            // Written to the server (not confirmed by the stream).
+            self.js.client().flush().await.map_err(|e| format!("flush to {}: {e}", self.subject))?;
         }
         let mut confirmed = Vec::with_capacity(acks.len());
         for a in acks {

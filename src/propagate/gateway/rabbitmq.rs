@@ -1,7 +1,8 @@
 //! RabbitMQ links (lapin, AMQP 0-9-1).
 //!
 //! - **Outbound, at least once.** A channel in confirm mode; every message is published
-//!   `mandatory` and persistent (delivery mode 2) with `message_id` = its AQ message id, the
+//!   `mandatory` and persistent (delivery mode 2; 1 for a job whose `delivery_mode` is
+//!   `non_persistent`, which RabbitMQ confirms without writing it to disk) with `message_id` = its AQ message id, the
 //!   batch's confirms are awaited, and only then does the job commit its dequeue. A message
 //!   the broker returns (no queue is bound for it) is refused for good: the job's exception
 //!   queue, or FAILED. A message sent before and perhaps received (the process died between
@@ -165,7 +166,8 @@ impl Sink for RabbitSink {
                 headers.insert(ShortString::from(k), AMQPValue::LongString(LongString::from(v)));
             }
             let props = BasicProperties::default()
-                .with_delivery_mode(2)
+                // 2: persistent, 1: not (the job's delivery_mode NON_PERSISTENT).
+                .with_delivery_mode(if m.mode.persistent { 2 } else { 1 })
                 .with_content_type(m.content_type.into())
                 .with_priority(amqp_priority(m.priority));
             let mut props = jms_properties(&m.props, props, &mut headers).with_headers(headers);

@@ -161,11 +161,92 @@ pub struct GatewayRoute {
     pub foreign_exception: Option<ForeignQueueDef>,
     /// Inbound: the transformation applied at the enqueue.
     pub inbound_transformation: Option<String>,
+    /// The job's options (Messaging Gateway's job options).
+    pub options: JobOptions,
+}
+
+/// JMS_DeliveryMode: how an outbound job's messages are published.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DeliveryMode {
+    /// The source message's own mode: a job moves persistent AQ messages only (buffered
+    /// ones stay in memory), so this is `Persistent`.
+    #[default]
+    PreserveMsg,
+    /// Kept by the broker across its restart, and confirmed: RabbitMQ delivery mode 2,
+    /// NATS JetStream with its PubAck, MQTT at the foreign queue's QoS (1 or 2).
+    Persistent,
+    /// Not kept, nor confirmed as kept: RabbitMQ delivery mode 1, a core NATS publish
+    /// without a PubAck, MQTT QoS 0. The job gives up its no-loss guarantee.
+    NonPersistent,
+}
+
+impl DeliveryMode {
+    /// The mode a `delivery_mode` value names (any case, `-` or `_`), if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_uppercase().replace('-', "_").as_str() {
+            "PRESERVE_MSG" => Some(Self::PreserveMsg),
+            "PERSISTENT" => Some(Self::Persistent),
+            "NON_PERSISTENT" => Some(Self::NonPersistent),
+            _ => None,
+        }
+    }
+
+    /// Whether messages go persistent.
+    pub fn persistent(self) -> bool {
+        self != Self::NonPersistent
+    }
+}
+
+/// A gateway job's options, as the topology sets them (`admin jobs --json` shows them).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Outbound: JMS_DeliveryMode.
+    pub delivery_mode: DeliveryMode,
+    /// AQ_MsgProperties: outbound, whether the `AQ-*` headers (message id, priority,
+    /// correlation, expiration, queue) are written; inbound, whether they are read into the
+    /// AQ message's properties.
+    pub aq_msg_properties: bool,
+    /// Inbound, JMS_NoLocal: messages the gateway's own outbound jobs published over the
+    /// same link (marked `x-aqgate-link`) are not taken.
+    pub no_local: bool,
+}
+
+impl JobOptions {
+    /// As `admin` prints them: `delivery_mode=PERSISTENT aq_msg_properties=TRUE ...`
+    /// (outbound: no no_local; inbound: no delivery_mode).
+    pub fn describe(&self, direction: Direction) -> String {
+        let flag = |b: bool| if b { "TRUE" } else { "FALSE" };
+        let mode = match self.delivery_mode {
+            DeliveryMode::PreserveMsg => "PRESERVE_MSG",
+            DeliveryMode::Persistent => "PERSISTENT",
+            DeliveryMode::NonPersistent => "NON_PERSISTENT",
+        };
+        match direction {
+            Direction::Outbound => format!("delivery_mode={mode} aq_msg_properties={}", flag(self.aq_msg_properties)),
+            Direction::Inbound => {
+                format!("aq_msg_properties={} no_local={}", flag(self.aq_msg_properties), flag(self.no_local))
+            }
+        }
+    }
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        Self { delivery_mode: DeliveryMode::default(), aq_msg_properties: true, no_local: false }
+    }
 }
 
 impl GatewayRoute {
     /// What the job promises per message, as `admin jobs` states it.
     pub fn guarantee(&self) -> &'static str {
+        if self.direction == Direction::Outbound && !self.options.delivery_mode.persistent() {
+            return match self.link.kind {
+                LinkKind::Rabbitmq => "none: NON_PERSISTENT (delivery mode 1, confirmed, lost if RabbitMQ restarts)",
+                LinkKind::Nats => "none: NON_PERSISTENT (core NATS publish, no PubAck: at most once)",
+                LinkKind::Mqtt => "none: NON_PERSISTENT (QoS 0: at most once)",
+            };
+        }
         match (self.direction, self.link.kind, self.foreign.qos) {
             (Direction::Outbound, LinkKind::Nats, _) => "exactly once (Nats-Msg-Id, PubAck before commit)",
             (Direction::Outbound, LinkKind::Rabbitmq, _) => "at least once (confirms; in-doubt duplicates marked)",

@@ -69,6 +69,17 @@ pub struct GatewayJobDef {
     pub enabled: bool,
     #[serde(default = "default_backoff")]
     pub retry_backoff_ms: u64,
+    /// Outbound (JMS_DeliveryMode): `persistent`, `non_persistent` or `preserve_msg` (the
+    /// default: persistent, the only kind a job moves). See [`DeliveryMode`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_mode: Option<String>,
+    /// AQ_MsgProperties: the `AQ-*` headers written (outbound) and read (inbound).
+    #[serde(default = "yes")]
+    pub aq_msg_properties: bool,
+    /// Inbound (JMS_NoLocal): leave the messages the gateway's outbound jobs published over
+    /// the same link.
+    #[serde(default)]
+    pub no_local: bool,
 }
 
 fn default_batch() -> u32 {
@@ -84,6 +95,9 @@ fn yes() -> bool {
 /// The links by name, for `admin gateway`.
 pub type Links = BTreeMap<String, LinkDef>;
 
+/// The foreign queues by `NAME@LINK`, for `admin gateway --foreign-queues`.
+pub type ForeignQueues = BTreeMap<String, ForeignQueueDef>;
+
 /// Checks the links and foreign queues, resolves the jobs into `jobs` (with their agents and
 /// subscribers); every problem goes to `errors` with its key path.
 pub fn resolve(
@@ -93,7 +107,7 @@ pub fn resolve(
     agents: &mut BTreeMap<String, AgentInfo>,
     jobs: &mut BTreeMap<String, super::propagation::PropagationInfo>,
     errors: &mut Vec<String>,
-) -> Links {
+) -> (Links, ForeignQueues) {
     let mut links = Links::new();
     for (i, l) in def.links.iter().enumerate() {
         let key = format!("gateway.links[{i}] ({})", l.name);
@@ -138,7 +152,7 @@ pub fn resolve(
             errors.push(format!("{key}: defined twice"));
         }
     }
-    let mut foreign: BTreeMap<String, ForeignQueueDef> = BTreeMap::new();
+    let mut foreign = ForeignQueues::new();
     for (i, f) in def.foreign_queues.iter().enumerate() {
         let key = format!("gateway.foreign_queues[{i}] ({})", f.name);
         let (name, link) = (canon(&f.name), canon(&f.link));
@@ -197,7 +211,40 @@ pub fn resolve(
             errors.push(format!("{key}: a propagation or gateway job of that name is defined twice"));
         }
     }
-    links
+    (links, foreign)
+}
+
+/// The job's options, checked against its direction and foreign queue.
+fn options(
+    d: &GatewayJobDef,
+    key: &str,
+    (direction, fq, link): (Direction, &ForeignQueueDef, &LinkDef),
+    errors: &mut Vec<String>,
+) -> JobOptions {
+    let delivery_mode = match d.delivery_mode.as_deref() {
+        None => DeliveryMode::default(),
+        Some(_) if direction == Direction::Inbound => {
+            errors.push(format!(
+                "{key}.delivery_mode: an outbound job's option (how the broker keeps what it publishes); an inbound \
+                 job enqueues persistent AQ messages"
+            ));
+            DeliveryMode::default()
+        }
+        Some(v) => DeliveryMode::parse(v).unwrap_or_else(|| {
+            errors.push(format!("{key}.delivery_mode: persistent, non_persistent or preserve_msg, not {v:?}"));
+            DeliveryMode::default()
+        }),
+    };
+    if d.no_local && direction == Direction::Outbound {
+        errors.push(format!("{key}.no_local: an inbound job's option (the messages it takes from its source)"));
+    } else if d.no_local && link.kind == LinkKind::Rabbitmq && fq.domain == Domain::Queue {
+        errors.push(format!(
+            "{key}.no_local: {}@{} is a RabbitMQ queue, whose messages go to one consumer: leaving one would \
+             take it from every consumer; no_local needs domain = \"topic\" (the job's own queue on the exchange)",
+            fq.name, fq.link
+        ));
+    }
+    JobOptions { delivery_mode, aq_msg_properties: d.aq_msg_properties, no_local: d.no_local }
 }
 
 fn job(
@@ -294,6 +341,7 @@ fn job(
             }
         }
     }
+    let options = options(d, key, (direction, fq, &link), errors);
     let agent = super::propagation::job_agent(&name);
     if direction == Direction::Outbound
         && multi
@@ -349,6 +397,7 @@ fn job(
             payload: body_type,
             foreign_exception,
             inbound_transformation: if outbound { None } else { transformation },
+            options,
         })),
     })
 }
@@ -523,6 +572,79 @@ destination = "nothere@rabbit"
             "gateway.jobs[0] (both): one of source and destination is a foreign queue",
             "gateway.jobs[1] (text_rejects).exception_queue: A.TEXT must be a single-consumer RAW queue",
             "gateway.jobs[2] (unknown): unknown foreign queue NOTHERE@RABBIT",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn job_options_are_resolved_and_bad_ones_named() {
+        let c = resolved(
+            r#"
+[[gateway.foreign_queues]]
+name = "fanout"
+link = "rabbit"
+native_name = "fan"
+domain = "topic"
+
+[[gateway.jobs]]
+name = "quick"
+source = "A.OUT"
+destination = "orders@rabbit"
+delivery_mode = "NON_PERSISTENT"
+aq_msg_properties = false
+
+[[gateway.jobs]]
+name = "back"
+source = "fanout@rabbit"
+destination = "A.REJECTS"
+no_local = true
+"#,
+        )
+        .expect("resolves");
+        let quick = c.propagations["QUICK"].gateway.as_ref().expect("route");
+        assert_eq!(
+            quick.options,
+            JobOptions { delivery_mode: DeliveryMode::NonPersistent, aq_msg_properties: false, no_local: false }
+        );
+        assert!(quick.guarantee().starts_with("none: NON_PERSISTENT"), "{}", quick.guarantee());
+        let back = c.propagations["BACK"].gateway.as_ref().expect("route");
+        assert!(back.options.no_local && back.options.aq_msg_properties);
+        assert_eq!(c.gateway_foreign.keys().collect::<Vec<_>>(), ["EVENTS@NATS", "FANOUT@RABBIT", "ORDERS@RABBIT"]);
+        let errors = resolved(
+            r#"
+[[gateway.jobs]]
+name = "sometimes"
+source = "A.OUT"
+destination = "orders@rabbit"
+delivery_mode = "sometimes"
+
+[[gateway.jobs]]
+name = "in_mode"
+source = "events@nats"
+destination = "A.REJECTS"
+delivery_mode = "persistent"
+
+[[gateway.jobs]]
+name = "out_local"
+source = "A.OUT"
+destination = "events@nats"
+no_local = true
+
+[[gateway.jobs]]
+name = "queue_local"
+source = "orders@rabbit"
+destination = "A.REJECTS"
+no_local = true
+"#,
+        )
+        .expect_err("refused");
+        let all = errors.join("\n");
+        for want in [
+            r#"gateway.jobs[0] (sometimes).delivery_mode: persistent, non_persistent or preserve_msg, not "sometimes""#,
+            "gateway.jobs[1] (in_mode).delivery_mode: an outbound job's option",
+            "gateway.jobs[2] (out_local).no_local: an inbound job's option",
+            "gateway.jobs[3] (queue_local).no_local: ORDERS@RABBIT is a RabbitMQ queue",
         ] {
             assert!(all.contains(want), "missing {want:?} in:\n{all}");
         }
