@@ -322,7 +322,7 @@ pub fn start_mail(
             claim_owner,
         },
     ));
-    let gateway = aqgate_mail::gateway::Gateway {
+    let gateway = aqgate_mail::acceptor::MailAcceptor {
         engine,
         directory: m.directory,
         trust: Arc::new(m.trust),
@@ -341,7 +341,13 @@ pub fn start_mail(
     }
     tracing::info!(addr = %m.smtp_listener.local_addr()?, "aqgate SMTP filter listening");
     Ok(vec![
-        tokio::spawn(aqgate_mail::gateway::serve_smtp(m.smtp_listener, m.smtp, m.tls, Arc::new(gateway), stop.clone())),
+        tokio::spawn(aqgate_mail::acceptor::serve_smtp(
+            m.smtp_listener,
+            m.smtp,
+            m.tls,
+            Arc::new(gateway),
+            stop.clone(),
+        )),
         tokio::spawn(worker.run(stop)),
     ])
 }

@@ -185,7 +185,7 @@ async fn mail_config(
     let tls = match (&a.smtp_tls_cert, &a.smtp_tls_key) {
         (Some(c), Some(k)) => {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
-            Some(aqgate_mail::gateway::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
+            Some(aqgate_mail::acceptor::tls_acceptor(&read(c)?, &read(k)?).map_err(|e| anyhow::anyhow!(e))?)
         }
         (None, None) => None,
         // Flags and the environment are checked by clap; the configuration file here.

@@ -194,7 +194,7 @@ async fn gateway_maps_directory_failures_to_smtp_replies() {
     ];
     for (mail_err, cert_err, code, status) in cases {
         let what = format!("{mail_err:?} / {cert_err:?}");
-        let gateway = aqgate_mail::gateway::Gateway {
+        let gateway = aqgate_mail::acceptor::MailAcceptor {
             engine: engine.clone(),
             directory: Arc::new(FailingDirectory { inner: embedded.clone(), mail: mail_err, certs: cert_err }),
             trust: Arc::new(
@@ -289,7 +289,7 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     let (addr, seen) = fake_reinjection_server().await;
     let down = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").to_string();
     let directory = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
-    let gateway = |to: &str| aqgate_mail::gateway::Gateway {
+    let gateway = |to: &str| aqgate_mail::acceptor::MailAcceptor {
         engine: engine.clone(),
         directory: directory.clone(),
         trust: Arc::new(

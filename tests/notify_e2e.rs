@@ -383,7 +383,7 @@ async fn tls_receiver() -> (Arc<Mutex<Vec<String>>>, u16) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/certs");
     let cert = std::fs::read(format!("{dir}/gateway-tls.pem")).expect("cert");
     let key = std::fs::read(format!("{dir}/gateway-tls.key.pem")).expect("key");
-    let acceptor = aqgate_mail::gateway::tls_acceptor(&cert, &key).expect("tls acceptor");
+    let acceptor = aqgate_mail::acceptor::tls_acceptor(&cert, &key).expect("tls acceptor");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = l.local_addr().expect("addr").port();
     let bodies = Arc::new(Mutex::new(Vec::new()));

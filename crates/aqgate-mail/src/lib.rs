@@ -2,9 +2,9 @@
 //! the forwarding worker that posts verified IDAP requests to the servlet and mails the
 //! responses back.
 
+pub mod acceptor;
 pub mod data;
 pub mod extract;
-pub mod gateway;
 pub mod limits;
 pub mod outbound;
 pub mod reinject;

@@ -23,7 +23,7 @@ use aqgate_core::engine::Engine;
 use aqgate_core::store::{SpoolPut, SpooledMail};
 use aqgate_core::topology::AgentInfo;
 
-pub struct Gateway {
+pub struct MailAcceptor {
     pub engine: Arc<Engine>,
     pub directory: Arc<dyn Directory>,
     /// Shared with the blocking threads that verify signatures.
@@ -55,7 +55,7 @@ fn directory_reply(e: &DirectoryError, what: &str) -> Reply {
     }
 }
 
-impl Gateway {
+impl MailAcceptor {
     /// The agent whose directory mail address is `from`. The topology may have changed in
     /// another process (`admin apply`): an unknown sender reloads it once before giving up.
     async fn agent_for(&self, from: &str) -> Result<Option<AgentInfo>, DirectoryError> {
@@ -96,7 +96,7 @@ impl Gateway {
 }
 
 #[async_trait]
-impl Acceptor for Gateway {
+impl Acceptor for MailAcceptor {
     async fn accept(&self, env: &MailEnvelope, raw: &[u8]) -> Vec<Reply> {
         let for_gateway = env.rcpts.iter().any(|r| r.gateway);
         let others: Vec<&str> = env.rcpts.iter().filter(|r| !r.gateway).map(|r| r.address.as_str()).collect();
@@ -161,14 +161,14 @@ impl Acceptor for Gateway {
     }
 }
 
-impl Gateway {
+impl MailAcceptor {
     /// The decision about an AQ request by mail: sender → agent → directory certificate →
     /// S/MIME verification → spool. `250` only once the request is committed to the spool.
     pub async fn verify_and_spool(&self, raw: &[u8]) -> Reply {
         self.spool_request(raw, false).await.0
     }
 
-    /// [`Gateway::verify_and_spool`], storing the request `held` if `hold` (see
+    /// [`MailAcceptor::verify_and_spool`], storing the request `held` if `hold` (see
     /// [`aqgate_core::store::Store::spool_release`]); with the spool id when it was stored.
     async fn spool_request(&self, raw: &[u8], hold: bool) -> (Reply, Option<i64>) {
         match self.verify_and_put(raw, hold).await {
