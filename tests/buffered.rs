@@ -321,18 +321,47 @@ async fn the_views_show_buffered_messages_in_memory(b: Backend) {
     assert_eq!(received(&s.ok(&one).await).iter().map(raw_of).collect::<Vec<_>>(), ["01"]);
     s.engine.time_manager_round(false).await;
     assert_eq!(shown().await, ["B1|APP2|READY|1|SCOTT", "B2|APP1|READY|5|SCOTT", "B2|APP2|READY|5|SCOTT"]);
-    // Another process's copy, not rewritten for six seconds: that process ended.
-    let now = aqgate_core::clock::Clock::now(&SystemClock);
+    // Another process's copy: shown while that process keeps it current; not once it has
+    // not for six seconds (that process ended), and dropped by the next write of any.
     let gone = aqgate_core::store::NewMessage {
         consumers: vec!["APP1".into()],
         corrid: Some("GONE".into()),
         ..stored_row(s.engine.store().as_ref(), TOPIC).await
     };
-    store.show_buffered("ended-process", &[gone], now - 6_000_000, now - 60_000_000).await.expect("write");
+    store.show_buffered("ended-process", Some(&[gone])).await.expect("write");
+    assert!(shown().await.iter().any(|r| r.starts_with("GONE")), "{:?}", shown().await);
+    backdate_copies(&s.url, "ended-process", 6_000_000).await;
     assert!(!shown().await.iter().any(|r| r.starts_with("GONE")), "{:?}", shown().await);
     assert_eq!(s.drain(TOPIC, "BUFFERED", "APP2").await, ["01", "02"]);
     s.engine.time_manager_round(false).await;
+    assert_eq!(copies_of(&s.url, "ended-process").await, 0, "dropped");
     assert_eq!(shown().await, ["B2|APP1|READY|5|SCOTT"], "APP2 has taken both");
+}
+
+/// Makes the copy of buffered messages of process `node` look `by` microseconds older.
+async fn backdate_copies(url: &str, node: &str, by: i64) {
+    use sqlx::Connection;
+    let sql = "UPDATE buffered_messages SET seen_at = seen_at - $1 WHERE node = $2";
+    if url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.expect("connect");
+        sqlx::query(sql).bind(by).bind(node).execute(&mut c).await.expect("backdate");
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::query(sql).bind(by).bind(node).execute(&mut c).await.expect("backdate");
+    }
+}
+
+/// The rows of process `node`'s copy of buffered messages.
+async fn copies_of(url: &str, node: &str) -> i64 {
+    use sqlx::Connection;
+    let sql = "SELECT count(*) FROM buffered_messages WHERE node = $1";
+    if url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.expect("connect");
+        sqlx::query_scalar(sql).bind(node).fetch_one(&mut c).await.expect("count")
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::query_scalar(sql).bind(node).fetch_one(&mut c).await.expect("count")
+    }
 }
 
 /// A message row for `queue`, as a buffered enqueue would hold it.

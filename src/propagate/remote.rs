@@ -85,16 +85,15 @@ impl Remote {
             Err(e) => return Sent::Transient(format!("{}: {}", self.url, without_url(&e))),
         };
         let status = r.status().as_u16();
-        let text = match r.bytes().await {
+        let text = match answer(r).await {
             Ok(t) => t,
-            Err(e) => return Sent::Transient(format!("{}: reading the answer: {}", self.url, without_url(&e))),
+            Err(e) => return Sent::Transient(format!("{}: reading the answer: {e}", self.url)),
         };
         if status == 413 {
             return Sent::Permanent(format!("{}: 413, the message is larger than the remote takes", self.url));
         }
-        if status == 422
-            && let Ok(Response::Fault(f)) = idap::parse_response(&text, &Limits::default()).map(|e| e.body)
-            && f.code == code::IDEMPOTENCY_MISMATCH
+        if let Ok(Response::Fault(f)) = idap::parse_response(&text, &Limits::default()).map(|e| e.body)
+            && [code::IDEMPOTENCY_MISMATCH, code::IDEMPOTENCY_NOT_KEPT].contains(&f.code)
         {
             // The key was recorded with another body: an earlier send of this message, which
             // was performed (the remote records no Fault), with more of its delay or
@@ -141,9 +140,9 @@ impl Remote {
             Err(e) => return Err(RemoteRefusal::InDoubt(bounded(&without_url(&e)))),
         };
         let status = r.status().as_u16();
-        let text = match r.bytes().await {
+        let text = match answer(r).await {
             Ok(t) => t,
-            Err(e) => return Err(RemoteRefusal::InDoubt(format!("reading the answer: {}", bounded(&without_url(&e))))),
+            Err(e) => return Err(RemoteRefusal::InDoubt(format!("reading the answer: {}", bounded(&e)))),
         };
         let answer = idap::parse_response(&text, &Limits::default()).map(|e| e.body);
         match (status, answer) {
@@ -152,7 +151,10 @@ impl Remote {
             (413, _) => Err(RemoteRefusal::NoSpace("HTTP 413, the request is larger than the remote takes".into())),
             (_, _) => {
                 let snippet: String = String::from_utf8_lossy(&text).chars().take(200).collect();
-                Err(RemoteRefusal::System(format!("HTTP {status}: {}", bounded(snippet.trim()))))
+                let why = format!("HTTP {status}: {}", bounded(snippet.trim()));
+                // A server error that is no IDAP answer comes from something between (a
+                // proxy's 502 or 504): the remote may have committed before it.
+                if status >= 500 { Err(RemoteRefusal::InDoubt(why)) } else { Err(RemoteRefusal::System(why)) }
             }
         }
     }
@@ -176,12 +178,29 @@ fn classify(status: u16, fault: i32, message: &str) -> RemoteRefusal {
         | code::SESSION_LIMIT
         | code::FLOW_CONTROL
         | code::IDEMPOTENCY_LIMIT => RemoteRefusal::NoSpace(why),
-        code::IDEMPOTENCY_MISMATCH => RemoteRefusal::Performed(why),
+        // The key was used before (with another body, or its answer was not kept): the
+        // remote performed that request.
+        code::IDEMPOTENCY_MISMATCH | code::IDEMPOTENCY_NOT_KEPT => RemoteRefusal::Performed(why),
         code::IDEMPOTENCY_IN_PROGRESS => RemoteRefusal::InDoubt(why),
         code::INTERNAL if message.contains("may or may not") => RemoteRefusal::InDoubt(why),
         _ if status == 413 => RemoteRefusal::NoSpace(why),
         _ => RemoteRefusal::System(why),
     }
+}
+
+/// The most of a remote's answer read: a send's answer is its message ids.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The body of `r`, at most [`MAX_ANSWER`] bytes.
+async fn answer(mut r: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| without_url(&e))? {
+        if out.len() + chunk.len() > MAX_ANSWER {
+            return Err(format!("the answer is over {MAX_ANSWER} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 /// At most 300 characters of a remote's text.

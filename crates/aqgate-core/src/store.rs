@@ -277,9 +277,10 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     ) -> Result<Vec<Vec<Option<String>>>>;
 
     /// Replaces the copy of the in-memory buffered messages of the process `node` that the
-    /// `AQ$` views show with `rows` (one row per consumer of each), written at `now`, and
-    /// drops every process's copy written before `stale` (its process ended).
-    async fn show_buffered(&self, node: &str, rows: &[NewMessage], now: Micros, stale: Micros) -> Result<()>;
+    /// `AQ$` views show with `rows` (one row per consumer of each), or with `None` only
+    /// marks it current; and drops every process's copy not marked for `SHOWN_FOR` (its
+    /// process ended). Its times are the database's, as the views' are.
+    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()>;
 
     /// Messages whose expiration has passed and are not locked: candidates for the time
     /// manager.

@@ -323,6 +323,10 @@ impl Catalog {
     }
 }
 
+/// The longest queue table name (`SCHEMA.NAME`, in bytes): its `AQ$` view's name, 3 bytes
+/// longer, is a PostgreSQL identifier.
+pub const MAX_QUEUE_TABLE_NAME: usize = 60;
+
 impl Topology {
     pub fn from_toml(text: &str) -> Result<Self, Vec<String>> {
         toml::from_str(text).map_err(|e| vec![e.to_string()])
@@ -346,6 +350,14 @@ impl Topology {
             let key = format!("queue_tables[{i}] ({})", t.name);
             if !is_qualified(&t.name) {
                 errors.push(format!("{key}.name: expected SCHEMA.NAME"));
+            }
+            // Its view `SCHEMA.AQ$NAME` is one database identifier: PostgreSQL's hold 63
+            // bytes (and cut longer ones, so two long names could collide).
+            if canon(&t.name).len() > MAX_QUEUE_TABLE_NAME {
+                errors.push(format!(
+                    "{key}.name: at most {MAX_QUEUE_TABLE_NAME} bytes (its view \"SCHEMA.AQ$NAME\" is a database \
+                     identifier, at most 63 bytes on PostgreSQL)"
+                ));
             }
             let payload = match PayloadKind::parse(&t.payload_type) {
                 Ok(PayloadKind::Object(n)) if !types.contains(&n) => {

@@ -181,8 +181,8 @@ impl Store for GroupCommitStore {
         self.inner.queue_depths().await
     }
 
-    async fn show_buffered(&self, node: &str, rows: &[NewMessage], now: Micros, stale: Micros) -> Result<()> {
-        self.inner.show_buffered(node, rows, now, stale).await
+    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
+        self.inner.show_buffered(node, rows).await
     }
 
     async fn view_rows(

@@ -179,15 +179,13 @@ where
     b
 }
 
-/// Drops the copy of buffered messages of the process `$1`, and every copy written before `$2`.
-pub(crate) const BUFFERED_DROP: &str = "DELETE FROM buffered_messages WHERE node = $1 OR seen_at < $2";
-
 /// Rows of buffered messages in one statement each (the views' copy, see
-/// `Store::show_buffered`): one row per consumer, at most `ROWS_PER_STATEMENT` a statement.
+/// `Store::show_buffered`): one row per consumer, at most `ROWS_PER_STATEMENT` a statement,
+/// marked with the database's time `now` (SQL).
 pub(crate) fn show_buffered<'a, DB: sqlx::Database>(
     node: &'a str,
     rows: &'a [aqgate_core::store::NewMessage],
-    now: aqgate_core::clock::Micros,
+    now: &'static str,
 ) -> Vec<sqlx::QueryBuilder<'a, DB>>
 where
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -226,7 +224,7 @@ where
                     .push_bind(m.origin.map(|o| o.msgid.to_vec()))
                     .push_bind(m.origin.map(|o| o.queue))
                     .push_bind(m.origin.and_then(|o| o.why).map(|w| w.code()))
-                    .push_bind(now);
+                    .push(now);
             });
             b
         })

@@ -104,6 +104,9 @@ struct Source<'a> {
     live: bool,
     /// Which part of a listing the row is in.
     part: Part,
+    /// Whether `retry` is the message's own count (not a named consumer's): the failed
+    /// dequeues before a move to the exception queue are added.
+    own_retries: bool,
 }
 
 /// The parts of a listing, in its order: messages in their queue (with their consumers'
@@ -202,8 +205,21 @@ pub fn candidates_sql(d: Dialect, state: Option<&str>, single: bool) -> String {
 /// The first `$2` messages queue `$1` keeps after their removal, oldest first.
 pub(crate) const KEPT_CANDIDATES: &str = "SELECT seq FROM processed_messages WHERE queue_id = $1 ORDER BY seq LIMIT $2";
 
+/// The statements of `Store::show_buffered`: (1) drop the copy of process `$1` and the
+/// copies not marked for `SHOWN_FOR`; (2) drop those others alone; (3) mark the copy of
+/// `$1` current.
+pub(crate) fn buffered_sql(d: Dialect) -> [String; 3] {
+    let now = now_sql(d);
+    let stale = format!("seen_at < {now} - {}", aqgate_core::engine::SHOWN_FOR);
+    [
+        format!("DELETE FROM buffered_messages WHERE node = $1 OR {stale}"),
+        format!("DELETE FROM buffered_messages WHERE node <> $1 AND {stale}"),
+        format!("UPDATE buffered_messages SET seen_at = {now} WHERE node = $1"),
+    ]
+}
+
 /// The current time in microseconds, in SQL.
-fn now_sql(d: Dialect) -> &'static str {
+pub(crate) fn now_sql(d: Dialect) -> &'static str {
     match d {
         Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
         Dialect::Postgres => "(extract(epoch FROM clock_timestamp()) * 1000000)::int8",
@@ -236,8 +252,9 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
         ),
     };
     let listing = matches!(scope, Scope::Listing);
+    // (SQLite's hex(NULL) is '': NULL stays NULL.)
     let hex = |col: &str| match d {
-        Dialect::Sqlite => format!("hex({col})"),
+        Dialect::Sqlite => format!("CASE WHEN {col} IS NOT NULL THEN hex({col}) END"),
         Dialect::Postgres => format!("upper(encode({col}, 'hex'))"),
     };
     let now = now_sql(d);
@@ -267,8 +284,7 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
     // A queue table holds one payload type: RAW in hexadecimal, every other as its XML.
     // (A buffered message's copy may hold none: NULL.)
     let user_data = match (d, raw) {
-        (Dialect::Sqlite, true) => "CASE WHEN m.payload IS NOT NULL THEN hex(m.payload) END".to_string(),
-        (Dialect::Postgres, true) => hex("m.payload"),
+        (_, true) => hex("m.payload"),
         (Dialect::Sqlite, false) => "CAST(m.payload AS TEXT)".to_string(),
         (Dialect::Postgres, false) => "convert_from(m.payload, 'UTF8')".to_string(),
     };
@@ -303,7 +319,7 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
                     m.enq_user_id AS enq_user_id, m.enq_txn_id AS enq_txn_id,
                     {deq_time} AS deq_time, {deq_ts} AS deq_timestamp,
                     {deq_user} AS deq_user_id, {deq_txn} AS deq_txn_id,
-                    {retry} + COALESCE(m.exc_retries, 0) AS retry_count,
+                    {retry} AS retry_count,
                     {eq_owner} AS exception_queue_owner, m.exception_queue AS exception_queue,
                     {user_data} AS user_data, {null_text} AS propagated_msgid,
                     {name} AS sender_name, {address} AS sender_address, {protocol} AS sender_protocol,
@@ -320,7 +336,12 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
             deq_ts = s.deq_time.map_or(null_ts.to_string(), ts),
             deq_user = s.deq_user,
             deq_txn = s.deq_txn,
-            retry = s.retry,
+            // The failed dequeues before a move to the exception queue count for the
+            // message's own row there, not for a row of a consumer that took it before.
+            retry = match s.own_retries {
+                true => format!("{} + COALESCE(m.exc_retries, 0)", s.retry),
+                false => s.retry.to_string(),
+            },
             eq_owner = owner("m.exception_queue"),
             name = sender("name"),
             address = sender("address"),
@@ -340,6 +361,7 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
             deq_txn: null_text,
             live: true,
             part,
+            own_retries: true,
         })
     };
     // A consumer that gave up on a message (too many failed dequeues) still has its row,
@@ -356,16 +378,19 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
         deq_txn: "h.txn",
         live: false,
         part: Part::Live,
+        own_retries: false,
     });
     let kept = columns(Source {
         state: processed,
-        retry: "COALESCE(h.retry_count, m.retry_count)",
+        retry: "COALESCE(h.retry_count, m.retry_count) + CASE WHEN COALESCE(h.consumer, '') = '' \
+                THEN COALESCE(m.exc_retries, 0) ELSE 0 END",
         consumer: "NULLIF(h.consumer, '')",
         deq_time: Some("COALESCE(h.deq_time, m.deq_time)"),
         deq_user: "h.deq_user_id",
         deq_txn: "h.txn",
         live: false,
         part: Part::Kept,
+        own_retries: false,
     });
     // The queue a message came from (an exception queue's message, a propagated copy).
     let queues = "JOIN queues q ON q.id = m.queue_id LEFT JOIN queues oq ON oq.id = m.orig_queue_id";

@@ -86,13 +86,17 @@ impl Engine {
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
         let work = self.work();
+        // Oracle's ENQ_TXN_ID: the session's transaction, which this request joins or
+        // commits; an IMMEDIATE enqueue inside an open transaction is not that
+        // transaction's (it commits alone): it has its own.
+        let enq_txn_id = if !immediate || req.commit { session.txn.clone() } else { super::session::random_id() };
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             let carried = if session.propagates { carry.get(i) } else { None };
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
             let row = self
                 .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name, &work)
-                .map(|row| NewMessage { enq_txn_id: Some(session.txn.clone()), ..row })
+                .map(|row| NewMessage { enq_txn_id: Some(enq_txn_id.clone()), ..row })
                 .map_err(|e| match &queue.remote {
                     Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
                         message: format!(

@@ -166,12 +166,12 @@ impl Engine {
     /// their retention deleted, idle sessions rolled back, and (when `purge`) ended sessions' tombstones and old
     /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
     /// Writes this process's copy of its in-memory buffered messages for the `AQ$` views,
-    /// when it is out of date (see `buffered::shown`).
-    pub async fn show_buffered(&self) {
+    /// when it is out of date, or marks it current (see `buffered::shown`); `always`: at
+    /// least the mark, which also drops the copies of processes that ended.
+    pub async fn show_buffered(&self, always: bool) {
         let now = self.now();
-        let Some(copy) = self.buffers.copy_to_show(now) else { return };
-        let stale = now.saturating_sub(buffered::SHOWN_FOR);
-        match self.store.show_buffered(&copy.node, &copy.rows, now, stale).await {
+        let Some(copy) = self.buffers.copy_to_show(now, always) else { return };
+        match self.store.show_buffered(&copy.node, copy.rows.as_deref()).await {
             Ok(()) => self.buffers.shown(&copy, now),
             Err(e) => tracing::warn!(error = %e, "could not write the buffered messages the AQ$ views show"),
         }
@@ -182,7 +182,7 @@ impl Engine {
             tracing::warn!(error = %e, "time manager");
         }
         self.spill(true, None).await;
-        self.show_buffered().await;
+        self.show_buffered(purge).await;
         self.purge_processed(purge).await;
         self.expire_sessions().await;
         if purge {

@@ -250,9 +250,16 @@ pub(super) fn parse_attr_type(s: &str) -> Result<Ty, String> {
     }
 }
 
-/// Names a declared type may not take.
+/// Names a declared type may not take: the built-in types, and the elements that name a
+/// payload's type in an ANYDATA queue (`<JMS_TEXT_MESSAGE>`, …).
 pub(super) fn is_reserved_type_name(n: &str) -> bool {
-    n == "RAW" || n.starts_with("AQ$_JMS_") || matches!(parse_builtin(n), Ok(Some(_)) | Err(_))
+    n == "RAW"
+        || n.starts_with("AQ$_JMS_")
+        || matches!(
+            n,
+            "JMS_TEXT_MESSAGE" | "JMS_MAP_MESSAGE" | "JMS_BYTES_MESSAGE" | "JMS_OBJECT_MESSAGE" | "ANYDATA" | "XMLTYPE"
+        )
+        || matches!(parse_builtin(n), Ok(Some(_)) | Err(_))
 }
 
 impl TypeRegistry {

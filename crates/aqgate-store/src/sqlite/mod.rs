@@ -162,11 +162,21 @@ impl Store for SqliteStore {
         rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
     }
 
-    async fn show_buffered(&self, node: &str, rows: &[NewMessage], now: Micros, stale: Micros) -> Result<()> {
+    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
+        use crate::views::{Dialect, buffered_sql};
+        let [drop_all, drop_stale, mark] = buffered_sql(Dialect::Sqlite);
         let mut tx = self.pool.begin().await.db()?;
-        sqlx::query(sql::BUFFERED_DROP).bind(node).bind(stale).execute(&mut *tx).await.db()?;
-        for mut b in sql::show_buffered(node, rows, now) {
-            b.build().execute(&mut *tx).await.db()?;
+        match rows {
+            Some(rows) => {
+                sqlx::query(&drop_all).bind(node).execute(&mut *tx).await.db()?;
+                for mut b in sql::show_buffered(node, rows, crate::views::now_sql(Dialect::Sqlite)) {
+                    b.build().execute(&mut *tx).await.db()?;
+                }
+            }
+            None => {
+                sqlx::query(&drop_stale).bind(node).execute(&mut *tx).await.db()?;
+                sqlx::query(&mark).bind(node).execute(&mut *tx).await.db()?;
+            }
         }
         tx.commit().await.db()?;
         Ok(())

@@ -30,28 +30,30 @@ impl Shown {
     }
 }
 
-/// A copy to write: the messages (each with its consumers), and the changes it reflects.
+/// A copy to write: the messages (each with its consumers; `None`: the last copy is still
+/// current, only marked so), and the changes it reflects.
 pub(in crate::engine) struct Copy {
     pub node: String,
-    pub rows: Vec<NewMessage>,
+    pub rows: Option<Vec<NewMessage>>,
     changes: u64,
 }
 
 impl Buffers {
     /// The copy to write at `now`, if the last one is out of date: the first messages of
     /// each queue in dequeue order, [`SHOWN_ROWS`] consumers' rows and [`SHOWN_PAYLOAD_BYTES`]
-    /// of payload at most.
-    pub(in crate::engine) fn copy_to_show(&self, now: Micros) -> Option<Copy> {
+    /// of payload at most; or, when it is current but not marked so for [`REFRESH`] (or
+    /// `always`), a mark. (Each write also drops the copies of ended processes.)
+    pub(in crate::engine) fn copy_to_show(&self, now: Micros, always: bool) -> Option<Copy> {
         let held = self.held();
-        let (node, due) = {
+        let (node, changed, mark) = {
             let shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
             let empty = held.queues.values().all(|b| b.msgs.is_empty());
             let changed = held.changes != shown.changes && (shown.any || !empty);
-            let refresh = !empty && now.saturating_sub(shown.at) >= REFRESH;
-            (shown.node.clone(), changed || refresh)
+            let mark = always || (!empty && now.saturating_sub(shown.at) >= REFRESH);
+            (shown.node.clone(), changed, mark)
         };
-        if !due {
-            return None;
+        if !changed {
+            return mark.then_some(Copy { node, rows: None, changes: held.changes });
         }
         let (mut rows, mut count, mut bytes) = (Vec::new(), 0, 0);
         let mut queues: Vec<_> = held.queues.iter().collect();
@@ -91,13 +93,14 @@ impl Buffers {
                 });
             }
         }
-        Some(Copy { node, rows, changes: held.changes })
+        Some(Copy { node, rows: Some(rows), changes: held.changes })
     }
 
     /// `copy` was written at `now`.
     pub(in crate::engine) fn shown(&self, copy: &Copy, now: Micros) {
         let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
-        *shown =
-            Shown { node: std::mem::take(&mut shown.node), changes: copy.changes, at: now, any: !copy.rows.is_empty() };
+        let any = copy.rows.as_ref().map_or(shown.any, |r| !r.is_empty());
+        let changes = if copy.rows.is_some() { copy.changes } else { shown.changes };
+        *shown = Shown { node: std::mem::take(&mut shown.node), changes, at: now, any };
     }
 }
