@@ -111,7 +111,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         body_timeout: Duration::from_secs(edge.http_body_timeout),
         passwords: edge.passwords(),
     };
-    let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| {
+        anyhow::anyhow!("cannot listen for HTTP on {} (--listen, AQGATE_LISTEN, http.listen): {e}", cfg.listen)
+    })?;
     let mail = if mail_args.no_smtp {
         None
     } else {
@@ -123,6 +125,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
 /// `aqgate smtp`: the SMTP filter and its forwarding worker, posting to a servlet elsewhere.
 pub async fn smtp(a: SmtpArgs) -> anyhow::Result<()> {
     let SmtpArgs { db, servlet_url, directory: directory_args, mail: mail_args } = a;
+    if mail_args.no_smtp {
+        anyhow::bail!(
+            "the smtp command runs the SMTP filter alone: --no-smtp (smtp.enabled = false) leaves it nothing to run"
+        );
+    }
     let stop = shutdown_signal();
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
@@ -133,6 +140,11 @@ pub async fn smtp(a: SmtpArgs) -> anyhow::Result<()> {
 /// `aqgate notify`: the notification dispatcher alone.
 pub async fn notify(a: NotifyCommandArgs) -> anyhow::Result<()> {
     let NotifyCommandArgs { db, poll_ms, directory: directory_args, mail: mail_args, notify: notify_args } = a;
+    if notify_args.no_notify {
+        anyhow::bail!(
+            "the notify command runs the notification dispatcher alone: --no-notify (notify.enabled = false) leaves it nothing to run"
+        );
+    }
     let stop = shutdown_signal();
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
@@ -191,7 +203,12 @@ async fn mail_config(
         // Flags and the environment are checked by clap; the configuration file here.
         _ => anyhow::bail!("STARTTLS needs both --smtp-tls-cert and --smtp-tls-key (smtp.tls_cert, smtp.tls_key)"),
     };
-    let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await?;
+    let smtp_listener = tokio::net::TcpListener::bind(a.smtp_listen).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen for SMTP on {} (--smtp-listen, AQGATE_SMTP_LISTEN, smtp.listen; --no-smtp for none): {e}",
+            a.smtp_listen
+        )
+    })?;
     Ok(aqgate::server::MailConfig {
         smtp_listener,
         smtp: aqgate_mail::smtp::SmtpConfig {

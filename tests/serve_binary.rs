@@ -143,6 +143,28 @@ fn a_second_server_on_one_sqlite_file_is_refused() {
     assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200), "the first one still serves");
 }
 
+/// A port another process holds stops the start with the address and the setting to
+/// change; a command told not to run the one thing it runs is refused.
+#[test]
+fn a_taken_port_and_a_command_with_nothing_to_run_are_named() {
+    let port = free_port();
+    let _first = serve(&fresh_sqlite_url(), port, &[]);
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().expect("run");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let (ok, err) = run(&["serve", "--no-smtp", "--listen", &listen, "--database", &fresh_sqlite_url()]);
+    assert!(!ok && err.contains(&format!("cannot listen for HTTP on {listen} (--listen")), "{err}");
+    let other = format!("127.0.0.1:{}", free_port());
+    let (ok, err) = run(&["serve", "--listen", &other, "--smtp-listen", &listen, "--database", &fresh_sqlite_url()]);
+    assert!(!ok && err.contains(&format!("cannot listen for SMTP on {listen} (--smtp-listen")), "{err}");
+    let (ok, err) = run(&["smtp", "--no-smtp", "--database", &fresh_sqlite_url()]);
+    assert!(!ok && err.contains("--no-smtp (smtp.enabled = false) leaves it nothing to run"), "{err}");
+    let (ok, err) = run(&["notify", "--no-notify", "--database", &fresh_sqlite_url()]);
+    assert!(!ok && err.contains("--no-notify (notify.enabled = false) leaves it nothing to run"), "{err}");
+}
+
 #[test]
 fn admin_apply_is_idempotent_and_lists_queues() {
     let db = fresh_sqlite_url();
