@@ -274,6 +274,8 @@ fn main() -> ExitCode {
             }
         }
     }
+    // `config check` also reads the settings as `serve` would take them.
+    let as_serve = command.clone();
     let matches = command.get_matches_from(&args);
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(e) = start_log(&cli.log_level, cli.log_file.as_deref()) {
@@ -292,6 +294,19 @@ fn main() -> ExitCode {
             eprintln!("aqgate: no configuration file: give --config FILE or set AQGATE_CONFIG");
             return ExitCode::FAILURE;
         };
+        // What would stop `serve` with them (its policies, files and topology).
+        let problems = match as_serve.try_get_matches_from(["aqgate", "serve"]).map(|m| Cli::from_arg_matches(&m)) {
+            Ok(Ok(Cli { command: Command::Serve(a), .. })) => service::serve_problems(&a),
+            Ok(Ok(_)) => Vec::new(),
+            Ok(Err(e)) | Err(e) => vec![e.to_string()],
+        };
+        if !problems.is_empty() {
+            for p in &problems {
+                eprintln!("aqgate: serve: {p}");
+            }
+            eprintln!("aqgate: {}: `serve` would not start: {} problem(s)", path.display(), problems.len());
+            return ExitCode::FAILURE;
+        }
         println!("{}: ok, {} setting(s)", path.display(), settings.unwrap_or(0));
         return ExitCode::SUCCESS;
     }

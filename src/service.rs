@@ -10,6 +10,37 @@ use aqgate_core::engine::EngineConfig;
 use aqgate_proto::idap::Limits;
 
 /// `aqgate serve`: the servlet, the SMTP filter and the notification dispatcher.
+/// What would stop `serve` with these settings before it serves, found without starting
+/// anything (`config check`): the HTTPS files and plain-HTTP policy, SAML, the directory,
+/// the notification policies, the topology file.
+pub fn serve_problems(a: &ServeArgs) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |r: anyhow::Result<()>| {
+        if let Err(e) = r {
+            problems.push(e.to_string());
+        }
+    };
+    check(a.tls.config(a.listen).map(drop));
+    check(a.saml.verifier().map(drop));
+    check(a.directory.config().map(drop));
+    check(aqgate::notify::Policy::parse(&a.notify.notify_allow).map(drop).map_err(|e| anyhow::anyhow!(e)));
+    check(a.notify.mail_policy().map(drop));
+    if let (Some(p), false) = (&a.topology, a.no_topology) {
+        check(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+                .and_then(|text| {
+                    let t = aqgate_core::topology::Topology::from_toml(&text)
+                        .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
+                    t.resolve(&aqgate_core::auth::hash_password)
+                        .map(drop)
+                        .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))
+                }),
+        );
+    }
+    problems
+}
+
 pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs {
         db,

@@ -248,6 +248,34 @@ fn the_example_file_is_valid_and_names_every_flag() {
     assert!(!out.status.success());
 }
 
+/// `config check` finds what would stop `serve` with the file's settings, as `serve`
+/// would: plain HTTP beyond loopback, a topology file that does not resolve.
+#[test]
+fn config_check_refuses_what_would_stop_serve() {
+    let dir = std::env::temp_dir().join(format!("aqgate-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let check = |file: &str, extra: &[&str]| {
+        let out = aqgate().args(["--config", file]).args(extra).args(["config", "check"]).output().expect("run");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_string_lossy().to_string()
+    };
+    let open = file("open.toml", "[http]\nlisten = \"0.0.0.0:8470\"\n");
+    let (ok, err) = check(&open, &[]);
+    assert!(!ok && err.contains("refusing plain HTTP on 0.0.0.0:8470"), "{err}");
+    let allowed = file("allowed.toml", "[http]\nlisten = \"0.0.0.0:8470\"\nallow_plain_http = true\n");
+    let (ok, err) = check(&allowed, &[]);
+    assert!(ok, "{err}");
+    let topology = file("bad-topology.toml", "[[queues]]\nname = \"NO_SCHEMA\"\nqueue_table = \"X.Y\"\n");
+    let bad = file("bad.toml", &format!("[topology]\nfile = \"{topology}\"\n"));
+    let (ok, err) = check(&bad, &[]);
+    assert!(!ok && err.contains("bad-topology.toml") && err.contains("would not start"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs `cmd` that must stop by itself within 10 s: its exit status and stderr (a server
 /// that starts instead is killed, and the test fails).
 fn stops_by_itself(cmd: &mut Command) -> (std::process::ExitStatus, String) {
