@@ -26,17 +26,13 @@ pub fn serve_problems(a: &ServeArgs) -> Vec<String> {
     check(aqgate::notify::Policy::parse(&a.notify.notify_allow).map(drop).map_err(|e| anyhow::anyhow!(e)));
     check(a.notify.mail_policy().map(drop));
     if let (Some(p), false) = (&a.topology, a.no_topology) {
-        check(
-            std::fs::read_to_string(p)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
-                .and_then(|text| {
-                    let t = aqgate_core::topology::Topology::from_toml(&text)
-                        .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
-                    t.resolve(&aqgate_core::auth::hash_password)
-                        .map(drop)
-                        .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))
-                }),
-        );
+        check(std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display())).and_then(|text| {
+            let t = aqgate_core::topology::Topology::from_toml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
+            t.resolve(&aqgate_core::auth::hash_password)
+                .map(drop)
+                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))
+        }));
     }
     problems
 }

@@ -358,3 +358,79 @@ fn the_cycle_finder_finds_cycles() {
     assert_eq!(module_of("src/bin/aqgate-bench.rs"), None);
     let _ = Path::new("");
 }
+
+/// The functions of `text` (rustfmt's layout: a body ends at the first line that is its
+/// indentation and `}`), before its test module, as (name, lines).
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().take(non_test_lines(text)).collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = &l[..l.len() - t.len()];
+        let rest = ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "]
+            .iter()
+            .fold(t, |r, p| r.strip_prefix(p).unwrap_or(r))
+            .trim_start_matches("async ");
+        let Some(name) = rest.strip_prefix("fn ") else { continue };
+        if l.trim_end().ends_with(';') || l.trim_end().ends_with('}') {
+            // A declaration, or a function on one line.
+            continue;
+        }
+        let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[i + 1..].iter().position(|x| *x == close) {
+            out.push((name, end + 2));
+        }
+    }
+    out
+}
+
+/// No function grows past 150 lines: those that have (named with their length when the
+/// rule came) may only shrink, and leave the list once under it.
+#[test]
+fn no_function_is_over_150_lines_but_a_shrinking_few() {
+    const MAX: usize = 150;
+    let allowed: BTreeMap<(&str, &str), usize> = [
+        (("crates/aqgate-core/src/engine/dequeue.rs", "try_receive"), 312),
+        (("crates/aqgate-core/src/topology.rs", "resolve"), 262),
+        (("src/servlet.rs", "idap_post"), 229),
+        (("crates/aqgate-store/src/views.rs", "body"), 224),
+        (("src/server.rs", "serve"), 195),
+        (("crates/aqgate-core/src/engine/enqueue.rs", "enqueue"), 183),
+        (("src/bin/aqgate-bench/main.rs", "main"), 172),
+        (("crates/aqgate-core/src/engine/enqueue.rs", "new_message"), 161),
+        (("crates/aqgate-proto/src/selector/convert.rs", "convert"), 160),
+        (("crates/aqgate-proto/src/selector/eval.rs", "eval"), 158),
+        (("crates/aqgate-core/src/topology/gateway.rs", "job"), 154),
+    ]
+    .into_iter()
+    .collect();
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for f in tracked("*.rs").into_iter().filter(|f| !f.starts_with("tests/") && !f.ends_with("tests.rs")) {
+        for (name, n) in function_lengths(&read(&f)) {
+            match allowed.get(&(f.as_str(), name.as_str())) {
+                Some(&cap) if n > cap => problems.push(format!("{f}: {name} grew to {n} lines (at most {cap})")),
+                Some(_) if n <= MAX => problems.push(format!("{f}: {name} is {n} lines now: take it off the list")),
+                Some(_) => {
+                    seen.insert((f.clone(), name));
+                }
+                None if n > MAX => problems.push(format!("{f}: {name} is {n} lines (at most {MAX})")),
+                None => {}
+            }
+        }
+    }
+    for (f, name) in allowed.keys() {
+        if !seen.contains(&(f.to_string(), name.to_string())) && !problems.iter().any(|p| p.contains(name)) {
+            problems.push(format!("{f}: {name} is gone: take it off the list"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_function_measure_finds_a_function_and_its_end() {
+    let text = "//! x\n\nfn short() {}\n\npub(crate) async fn two(\n    a: u8,\n) {\n    body();\n}\n\nimpl X {\n    fn inner(&self) {\n        if y {\n        }\n    }\n}\n";
+    let got = function_lengths(text);
+    assert_eq!(got, [("two".to_string(), 5), ("inner".to_string(), 4)], "{got:?}");
+}
