@@ -1,6 +1,7 @@
 //! aqgate: Oracle-AQ-style message queuing over HTTP (IDAP) and signed e-mail.
 //!
-//! The binary crate: the HTTP edge (`servlet`), the process wiring (`server`), outbound
+//! The binary crate: the HTTP edge (`servlet`, `https`, `edge`), the process wiring
+//! (`server`), propagation jobs and the Messaging Gateway (`propagate`), outbound
 //! notifications (`notify`) and the administration commands (`admin`). The protocol, the
 //! engine, the stores, the directory and the mail path are the workspace's member crates
 //! (see ARCHITECTURE.md).
