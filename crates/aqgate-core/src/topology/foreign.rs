@@ -71,6 +71,25 @@ pub struct LinkDef {
     /// and properties) as its Maximum Packet Size: see [`packet_limit`].
     #[serde(default)]
     pub max_message_bytes: Option<u64>,
+    /// How many connections to the broker the link's jobs share (Messaging Gateway's
+    /// `max_connections`; 1 by default): RabbitMQ jobs each take a channel of one, NATS jobs
+    /// share its client (which multiplexes). Not for MQTT links, where a connection is a
+    /// client id and its session: each MQTT job keeps its own. See [`LinkDef::shared`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+}
+
+/// The accepted range of `max_connections`.
+pub const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<u32> = 1..=64;
+
+impl LinkDef {
+    /// How many connections the link's jobs share (`None`: each job has its own, MQTT).
+    pub fn shared(&self) -> Option<u32> {
+        match self.kind {
+            LinkKind::Mqtt => None,
+            LinkKind::Rabbitmq | LinkKind::Nats => Some(self.max_connections.unwrap_or(1)),
+        }
+    }
 }
 
 /// The accepted range of `max_message_bytes`: 1 KiB to 128 MiB.

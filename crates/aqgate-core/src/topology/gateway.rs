@@ -80,6 +80,10 @@ pub struct GatewayJobDef {
     /// the same link.
     #[serde(default)]
     pub no_local: bool,
+    /// The windows in which the job runs and its latency, as a propagation job's
+    /// (`schedule = { start, duration, next, latency }`, see [`super::schedule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<super::schedule::ScheduleDef>,
 }
 
 fn default_batch() -> u32 {
@@ -143,6 +147,17 @@ pub fn resolve(
         }
         if l.max_message_bytes.is_some_and(|m| !MAX_MESSAGE_BYTES_RANGE.contains(&m)) {
             errors.push(format!("{key}.max_message_bytes: 1024 to 134217728 (1 KiB to 128 MiB)"));
+        }
+        match (l.kind, l.max_connections) {
+            (LinkKind::Mqtt, Some(_)) => errors.push(format!(
+                "{key}.max_connections: not for MQTT links (a connection is one client id and its session: each job keeps its own)"
+            )),
+            (_, Some(n)) if !MAX_CONNECTIONS_RANGE.contains(&n) => errors.push(format!(
+                "{key}.max_connections: {} to {}",
+                MAX_CONNECTIONS_RANGE.start(),
+                MAX_CONNECTIONS_RANGE.end()
+            )),
+            _ => {}
         }
         let mut l = l.clone();
         l.name = name.clone();
@@ -342,6 +357,7 @@ fn job(
         }
     }
     let options = options(d, key, (direction, fq, &link), errors);
+    let schedule = d.schedule.as_ref().map(|s| super::schedule::resolve(s, &format!("{key}.schedule"), errors));
     let agent = super::propagation::job_agent(&name);
     if direction == Direction::Outbound
         && multi
@@ -388,7 +404,7 @@ fn job(
         concurrency: 1,
         retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
         space: None,
-        schedule: super::schedule::Schedule::default(),
+        schedule: schedule.unwrap_or_default(),
         transformation: if outbound { transformation.clone() } else { None },
         gateway: Some(Box::new(GatewayRoute {
             direction,
@@ -660,6 +676,65 @@ no_local = true
         .expect("resolves");
         assert_eq!(c.gateway_links["M"].max_message_bytes, Some(2048));
         assert_eq!(c.gateway_links["RABBIT"].max_message_bytes, None);
+    }
+
+    #[test]
+    fn links_share_connections_and_jobs_take_a_schedule() {
+        let c = resolved(
+            r#"
+[[gateway.links]]
+name = "pooled"
+kind = "nats"
+url = "nats://127.0.0.1:4222"
+max_connections = 3
+
+[[gateway.links]]
+name = "m"
+kind = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+
+[[gateway.jobs]]
+name = "nightly"
+source = "A.OUT"
+destination = "orders@rabbit"
+schedule = { start = "2026-05-28T20:26:40Z", duration = 60, next = 3600, latency = 5 }
+"#,
+        )
+        .expect("resolves");
+        let links = &c.gateway_links;
+        assert_eq!((links["POOLED"].shared(), links["RABBIT"].shared(), links["M"].shared()), (Some(3), Some(1), None));
+        let s = c.propagations["NIGHTLY"].schedule;
+        assert_eq!((s.start.is_some(), s.duration, s.latency), (true, Some(60_000_000), 5));
+        let errors = resolved(
+            r#"
+[[gateway.links]]
+name = "none"
+kind = "rabbitmq"
+url = "amqp://127.0.0.1:5672/%2f"
+max_connections = 0
+
+[[gateway.links]]
+name = "m"
+kind = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+max_connections = 1
+
+[[gateway.jobs]]
+name = "bad"
+source = "A.OUT"
+destination = "orders@rabbit"
+schedule = { duration = 60 }
+"#,
+        )
+        .expect_err("refused");
+        let all = errors.join("\n");
+        for want in [
+            "gateway.links[2] (none).max_connections: 1 to 64",
+            "gateway.links[3] (m).max_connections: not for MQTT links",
+            "gateway.jobs[0] (bad).schedule.start: needed with duration or next",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
     }
 
     #[test]
