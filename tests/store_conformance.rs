@@ -3198,8 +3198,10 @@ async fn control_counters_follow_the_topology_and_pings(b: Backend) {
         last_error_at: None,
         since: now,
         updated_at: now,
+        connections: 2,
     };
     store.gateway_link_put(&link).await.expect("link");
+    assert_eq!(store.gateway_links().await.expect("links"), vec![link.clone()], "the connections too");
     assert_eq!(store.agents_purge(now).await.expect("purge"), 0, "not older than that");
     assert_eq!(store.agents_purge(now + 2 * SEC).await.expect("purge"), 1);
     assert!(store.agents().await.expect("agents").is_empty());

@@ -115,6 +115,10 @@ pub struct LinkRow {
     /// The process (`host:pid:random`); `None` when no process has used the link.
     pub owner: Option<String>,
     pub state: String,
+    /// The connections the process has open to the broker (0 for a stale row).
+    pub connections: i64,
+    /// How many the link's jobs share at most (`None`: one per job, MQTT).
+    pub max_connections: Option<u32>,
     pub since: Option<String>,
     pub last_error: Option<String>,
     pub last_error_at: Option<String>,
@@ -136,6 +140,8 @@ pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
                 url: l.url.clone(),
                 owner: None,
                 state: "DISCONNECTED".into(),
+                connections: 0,
+                max_connections: l.shared(),
                 since: None,
                 last_error: None,
                 last_error_at: None,
@@ -149,6 +155,8 @@ pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
                 url: l.url.clone(),
                 owner: Some(s.owner.clone()),
                 state: if stale { "STALE".into() } else { s.state.clone() },
+                connections: if stale { 0 } else { s.connections },
+                max_connections: l.shared(),
                 since: Some(time(s.since)),
                 last_error: s.last_error.clone(),
                 last_error_at: s.last_error_at.map(time),
@@ -167,20 +175,36 @@ pub async fn print_gateway(store: &dyn Store, json: bool, w: &mut dyn Write) -> 
     }
     print_agents(store, false, w).await?;
     out!(w, "");
-    out!(w, "{:<16} {:<9} {:<32} {:<28} {:<13} {:<20} LAST_ERROR", "LINK", "KIND", "URL", "OWNER", "STATE", "SINCE");
+    out!(
+        w,
+        "{:<16} {:<9} {:<32} {:<28} {:<13} {:<11} {:<20} LAST_ERROR",
+        "LINK",
+        "KIND",
+        "URL",
+        "OWNER",
+        "STATE",
+        "CONNECTIONS",
+        "SINCE"
+    );
     for r in rows {
         let error = match (&r.last_error, &r.last_error_at) {
             (Some(e), Some(t)) => format!("{t} {}", e.replace(['\r', '\n'], " ")),
             _ => "-".into(),
         };
+        // Open of at most `max_connections`; MQTT: one per job, no maximum.
+        let connections = match r.max_connections {
+            Some(max) => format!("{}/{max}", r.connections),
+            None => r.connections.to_string(),
+        };
         row!(
             w,
-            "{:<16} {:<9} {:<32} {:<28} {:<13} {:<20} {}",
+            "{:<16} {:<9} {:<32} {:<28} {:<13} {:<11} {:<20} {}",
             r.name,
             r.kind,
             r.url,
             r.owner.as_deref().unwrap_or("-"),
             r.state,
+            connections,
             r.since.as_deref().unwrap_or("-");
             error
         );

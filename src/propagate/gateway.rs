@@ -43,6 +43,7 @@ mod convert;
 mod inbound;
 pub(crate) mod mqtt;
 pub(crate) mod nats;
+mod pool;
 pub(crate) mod rabbitmq;
 mod removal;
 
@@ -72,6 +73,16 @@ pub(crate) trait Sink: Send {
     async fn at_broker(&mut self, _id: &str, _since: Micros, _now: Micros) -> Result<Option<bool>, String> {
         Ok(None)
     }
+
+    /// Whether the shared connection under it went (another job found it down): the job
+    /// lets go and connects again, with the others on it.
+    fn stale(&self) -> bool {
+        false
+    }
+
+    /// The link failed under this job: a shared connection found down is dropped for every
+    /// job on it (see `pool`).
+    fn failed(&self) {}
 }
 
 /// A link's inbound side, for one job.
@@ -94,6 +105,12 @@ pub(crate) trait Source: Send {
     fn unreadable(&self) -> Option<String> {
         None
     }
+    /// As [`Sink::stale`].
+    fn stale(&self) -> bool {
+        false
+    }
+    /// As [`Sink::failed`].
+    fn failed(&self) {}
 }
 
 /// The link's user and password, the password read now from the environment or the file.
@@ -102,32 +119,37 @@ pub(crate) fn credentials(link: &LinkDef) -> Result<Option<(String, String)>, St
     Ok(link.username.clone().map(|u| (u, password.unwrap_or_default())))
 }
 
-async fn sink(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Sink>, String> {
+async fn sink(board: &Board, link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Sink>, String> {
     match link.kind {
-        LinkKind::Nats => Ok(Box::new(nats::sink(link, fq).await?)),
-        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::sink(link, fq).await?)),
+        LinkKind::Nats => Ok(Box::new(nats::sink(&board.nats, link, fq).await?)),
+        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::sink(&board.rabbitmq, link, fq).await?)),
         LinkKind::Mqtt => Ok(Box::new(mqtt::sink(link, fq, job).await?)),
     }
 }
 
-/// The inbound side of `link` for job `job`, taking bodies of up to `max_body` bytes (MQTT
-/// announces its packet limit from it; the others' clients read what their broker sends).
-async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str, max_body: u64) -> Result<Box<dyn Source>, String> {
+/// The inbound side of `link` for job `job`, taking bodies of up to the link's largest
+/// (`Board::max_body`: MQTT announces its packet limit from it; the others' clients read
+/// what their broker sends).
+async fn source(board: &Board, link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Source>, String> {
+    let max_body = board.max_body(link);
     match link.kind {
-        LinkKind::Nats => Ok(Box::new(nats::source(link, fq, job).await?)),
-        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::source(link, fq, job).await?)),
+        LinkKind::Nats => Ok(Box::new(nats::source(&board.nats, link, fq, job).await?)),
+        LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::source(&board.rabbitmq, link, fq, job).await?)),
         LinkKind::Mqtt => Ok(Box::new(mqtt::source(link, fq, job, max_body).await?)),
     }
 }
 
-/// This process's view of its links (`admin gateway`): each job's connection reports to
-/// it, and it writes the link's row whenever the state changes (and every `REFRESH`).
+/// This process's links: the connections their jobs share (`pool`), and its view of them
+/// (`admin gateway`): each job's connection reports to it, and it writes the link's row
+/// whenever the state or the number of connections changes (and every `REFRESH`).
 #[derive(Debug)]
 pub struct Board {
     owner: String,
     links: Mutex<BTreeMap<String, Seen>>,
     /// Inbound: the largest body a job takes, on links without `max_message_bytes`.
     max_message_bytes: u64,
+    rabbitmq: pool::Pool<lapin::Connection>,
+    nats: pool::Pool<async_nats::Client>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,7 +165,19 @@ const REFRESH: Micros = 10_000_000;
 
 impl Board {
     pub fn new(owner: &str) -> Self {
-        Self { owner: owner.to_string(), links: Mutex::new(BTreeMap::new()), max_message_bytes: 1 << 20 }
+        Self {
+            owner: owner.to_string(),
+            links: Mutex::new(BTreeMap::new()),
+            max_message_bytes: 1 << 20,
+            rabbitmq: pool::Pool::default(),
+            nats: pool::Pool::default(),
+        }
+    }
+
+    /// The connections open to `link` now: the shared ones, or (MQTT) one per job connected.
+    fn connections(&self, link: &str, jobs: usize) -> i64 {
+        let open = self.rabbitmq.open(link).or_else(|| self.nats.open(link)).unwrap_or(jobs);
+        i64::try_from(open).unwrap_or(i64::MAX)
     }
 
     /// With `n` bytes the largest inbound body on links that set none.
@@ -172,6 +206,7 @@ impl Board {
                     last_error_at: None,
                     since: now,
                     updated_at: 0,
+                    connections: 0,
                 },
                 connected: std::collections::BTreeSet::new(),
                 failing: std::collections::BTreeSet::new(),
@@ -200,7 +235,9 @@ impl Board {
             } else {
                 "DISCONNECTED"
             };
-            let changed = s.status.state != state || up.is_err();
+            let connections = self.connections(link, s.connected.len());
+            let changed = s.status.state != state || up.is_err() || s.status.connections != connections;
+            s.status.connections = connections;
             if s.status.state != state {
                 s.status.state = state.into();
                 s.status.since = now;
@@ -226,14 +263,19 @@ impl Board {
     }
 
     /// Called after every step of a job on `link`: rewrites the link's row when it is due
-    /// (every `REFRESH`), so that `admin gateway` tells a live view from a dead process's.
+    /// (every `REFRESH`, or the number of connections changed), so that `admin gateway`
+    /// tells a live view from a dead process's.
     async fn alive(&self, engine: &Engine, link: &str) {
         let now = engine.now();
         let row = {
             let mut links = self.links.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match links.get_mut(link) {
-                Some(s) if now - s.written >= REFRESH => {
+                Some(s)
+                    if now - s.written >= REFRESH
+                        || s.status.connections != self.connections(link, s.connected.len()) =>
+                {
                     s.written = now;
+                    s.status.connections = self.connections(link, s.connected.len());
                     s.status.updated_at = now;
                     Some(s.status.clone())
                 }
@@ -298,6 +340,21 @@ impl Pacing {
 
     fn alone(&self) -> bool {
         self.one_by_one > 0
+    }
+
+    /// With the schedule's latency, after a step that moved `n` messages, less than a full
+    /// batch (one by one: none): waits the latency (until stopped), holding no receive or
+    /// fetch open, so messages gather into fuller batches.
+    async fn latency(&self, job: &PropagationInfo, n: usize, stop: &tokio::sync::watch::Receiver<bool>) {
+        let full = if self.alone() { 1 } else { job.batch_size };
+        if job.schedule.latency == 0 || u32::try_from(n).unwrap_or(u32::MAX) >= full {
+            return;
+        }
+        let mut stop = stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(job.schedule.latency)) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
     }
 
     fn refused(&mut self, job: &PropagationInfo) {
@@ -382,6 +439,11 @@ async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, 
             purge_doubts(engine, job).await;
             purged = Some(std::time::Instant::now());
         }
+        if conn.as_ref().is_some_and(|c| c.stale()) {
+            // Another job found the shared connection down: connect again with them.
+            conn = None;
+            board.report(engine, &route.link.name, &job.name, Err("the shared connection went")).await;
+        }
         if conn.is_none() {
             conn = connected(
                 engine,
@@ -390,25 +452,31 @@ async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, 
                 stats,
                 board,
                 &mut pacing,
-                sink(&route.link, &route.foreign, &job.name).await,
+                sink(board, &route.link, &route.foreign, &job.name).await,
             )
             .await;
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
         match out_batch(engine, job, route, s.as_mut(), pacing.alone(), stats).await {
-            Ok(Moved::Done(_)) => pacing.done(job, stats),
+            Ok(Moved::Done(n)) => {
+                pacing.done(job, stats);
+                pacing.latency(job, n, &stats.stop).await;
+            }
             Ok(Moved::Refused) => pacing.refused(job),
             Err(e) => {
                 if let Fail::Link(why) = &e {
-                    conn = None;
+                    if let Some(c) = conn.take() {
+                        c.failed();
+                    }
                     board.report(engine, &route.link.name, &job.name, Err(why)).await;
                 }
                 pacing.failed(engine, job, (&route.link, board), stats, &e).await;
             }
         }
     }
-    if conn.is_some() {
+    // Let go of the connection first: the link's row counts what stays open.
+    if conn.take().is_some() {
         board.closed(engine, &route.link.name, &job.name).await;
     }
     pacing.end(stats);

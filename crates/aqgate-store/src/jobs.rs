@@ -131,6 +131,7 @@ macro_rules! job_store {
                     .bind(l.last_error_at)
                     .bind(l.since)
                     .bind(l.updated_at)
+                    .bind(l.connections)
                     .execute(&self.pool)
                     .await
                     .db()?;
@@ -149,6 +150,7 @@ macro_rules! job_store {
                             last_error_at: r.try_get("last_error_at").db()?,
                             since: r.try_get("since").db()?,
                             updated_at: r.try_get("updated_at").db()?,
+                            connections: r.try_get("connections").db()?,
                         })
                     })
                     .collect()

@@ -113,10 +113,11 @@ pub(crate) const GATEWAY_DOUBTS: &str =
 pub(crate) const GATEWAY_SEEN_PURGE: &str = "DELETE FROM gateway_seen WHERE at < $1";
 pub(crate) const GATEWAY_DOUBT_DROP: &str = "DELETE FROM gateway_doubt WHERE job = $1";
 pub(crate) const GATEWAY_SEEN_DROP: &str = "DELETE FROM gateway_seen WHERE job = $1";
-pub(crate) const GATEWAY_LINK_PUT: &str = "INSERT INTO gateway_links (name, owner, state, last_error, last_error_at, since, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name, owner) DO UPDATE SET state = excluded.state, \
+pub(crate) const GATEWAY_LINK_PUT: &str = "INSERT INTO gateway_links \
+     (name, owner, state, last_error, last_error_at, since, updated_at, connections) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name, owner) DO UPDATE SET state = excluded.state, \
      last_error = excluded.last_error, last_error_at = excluded.last_error_at, since = excluded.since, \
-     updated_at = excluded.updated_at";
+     updated_at = excluded.updated_at, connections = excluded.connections";
 pub(crate) const GATEWAY_LINKS: &str = "SELECT * FROM gateway_links ORDER BY name, owner";
 pub(crate) const CONTROL_COUNTERS: &str = "SELECT topology, ping FROM control_plane WHERE id = 1";
 pub(crate) const CONTROL_PING: &str = "UPDATE control_plane SET ping = ping + 1 WHERE id = 1 RETURNING ping";

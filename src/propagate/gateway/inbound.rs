@@ -35,51 +35,71 @@ pub(super) async fn inbound(
     let mut exceptions: Option<Box<dyn Sink>> = None;
     let max_body = board.max_body(&route.link);
     while !*stats.stop.borrow() {
+        if conn.as_ref().is_some_and(|c| c.stale()) || exceptions.as_ref().is_some_and(|c| c.stale()) {
+            // Another job found the shared connection down: connect again with them.
+            (conn, exceptions) = (None, None);
+            board.report(engine, &route.link.name, &job.name, Err("the shared connection went")).await;
+        }
         if conn.is_none() {
-            let made = source(&route.link, &route.foreign, &job.name, max_body).await;
+            let made = source(board, &route.link, &route.foreign, &job.name).await;
             conn = connected(engine, job, route, stats, board, &mut pacing, made).await;
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
         let batch = if pacing.alone() { 1 } else { job.batch_size as usize };
-        let step = in_batch(engine, job, route, (s.as_mut(), max_body), &mut exceptions, batch, stats).await;
+        let wait = if job.schedule.latency > 0 {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(crate::propagate::WAIT)
+        };
+        let step =
+            in_batch(engine, job, route, (s.as_mut(), max_body, wait), (board, &mut exceptions), batch, stats).await;
         if s.spent() {
             conn = None;
             board.closed(engine, &route.link.name, &job.name).await;
         }
         match step {
-            Ok(Moved::Done(_)) => pacing.done(job, stats),
+            Ok(Moved::Done(n)) => {
+                pacing.done(job, stats);
+                pacing.latency(job, n, &stats.stop).await;
+            }
             Ok(Moved::Refused) => pacing.refused(job),
             Err(e) => {
                 if let Fail::Link(why) | Fail::Unreadable(why) = &e {
-                    conn = None;
-                    exceptions = None;
+                    if let Some(c) = conn.take() {
+                        c.failed();
+                    }
+                    if let Some(c) = exceptions.take() {
+                        c.failed();
+                    }
                     board.report(engine, &route.link.name, &job.name, Err(why)).await;
                 }
                 pacing.failed(engine, job, (&route.link, board), stats, &e).await;
             }
         }
     }
-    if conn.is_some() {
+    // Let go of the connections first: the link's row counts what stays open.
+    drop(exceptions);
+    if conn.take().is_some() {
         board.closed(engine, &route.link.name, &job.name).await;
     }
     pacing.end(stats);
 }
 
-/// One inbound batch of up to `max` broker messages, from `src` (bodies of up to
-/// `max_body` bytes go to the destination).
+/// One inbound batch of up to `max` broker messages, from `src`, waiting up to `wait` for
+/// the first (bodies of up to `max_body` bytes go to the destination).
 async fn in_batch(
     engine: &Engine,
     job: &PropagationInfo,
     route: &GatewayRoute,
-    (src, max_body): (&mut dyn Source, u64),
-    exceptions: &mut Option<Box<dyn Sink>>,
+    (src, max_body, wait): (&mut dyn Source, u64, Duration),
+    (board, exceptions): (&Board, &mut Option<Box<dyn Sink>>),
     max: usize,
     stats: &Stats,
 ) -> Result<Moved, Fail> {
     let mut stop = stats.stop.clone();
     let mut fetched = tokio::select! {
-        r = src.fetch(max, Duration::from_secs(crate::propagate::WAIT)) => match r {
+        r = src.fetch(max, wait) => match r {
             Ok(m) => m,
             Err(e) => return Err(src.unreadable().map_or(Fail::Link(e), Fail::Unreadable)),
         },
@@ -133,7 +153,7 @@ async fn in_batch(
     }
     let result = async {
         if !bad.is_empty() {
-            in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
+            in_exceptions(engine, job, route, (board, exceptions), &bad, stats).await?;
             let oversize = bad.iter().filter(|(m, _)| m.body.len() as u64 > max_body).count();
             stats.counters.oversize.add(oversize as u64);
         }
@@ -163,7 +183,7 @@ async fn in_batch(
                 Err(e) if crate::propagate::permanent(&e) => {
                     let why = format!("the destination refused it: {}", e.message);
                     let bad: Vec<(&Incoming, String)> = take.iter().map(|(m, _)| (*m, why.clone())).collect();
-                    in_exceptions(engine, job, route, exceptions, &bad, stats).await?;
+                    in_exceptions(engine, job, route, (board, exceptions), &bad, stats).await?;
                     return Ok(true);
                 }
                 Err(e) => return Err(Fail::Aq(e)),
@@ -196,7 +216,7 @@ async fn in_exceptions(
     engine: &Engine,
     job: &PropagationInfo,
     route: &GatewayRoute,
-    exceptions: &mut Option<Box<dyn Sink>>,
+    (board, exceptions): (&Board, &mut Option<Box<dyn Sink>>),
     bad: &[(&Incoming, String)],
     stats: &Stats,
 ) -> Result<(), Fail> {
@@ -221,7 +241,7 @@ async fn in_exceptions(
         stats.excepted(bad.len(), engine.now());
     } else if let Some(fq) = &route.foreign_exception {
         if exceptions.is_none() {
-            *exceptions = Some(sink(&route.link, fq, &job.name).await.map_err(Fail::Link)?);
+            *exceptions = Some(sink(board, &route.link, fq, &job.name).await.map_err(Fail::Link)?);
         }
         let Some(s) = exceptions.as_mut() else { return Err(Fail::Link("no exception link".into())) };
         let out: Vec<Outgoing> = bad

@@ -31,7 +31,14 @@ use futures_util::StreamExt;
 
 use super::convert::props;
 use super::convert::{Incoming, Outgoing};
+use super::pool::{Pool, Shared};
 use super::{Published, Sink, Source, credentials};
+
+/// A share of one of the link's clients (`max_connections`; a client multiplexes the jobs'
+/// publishes and consumers).
+async fn shared(pool: &Pool<async_nats::Client>, link: &LinkDef) -> Result<Shared<async_nats::Client>, String> {
+    pool.take(&link.name, link.shared().unwrap_or(1), || connect(link)).await
+}
 
 async fn connect(link: &LinkDef) -> Result<async_nats::Client, String> {
     let mut o = async_nats::ConnectOptions::new()
@@ -73,6 +80,7 @@ async fn stream_of(js: &jetstream::Context, fq: &ForeignQueueDef) -> Result<stre
 }
 
 pub struct NatsSink {
+    client: Shared<async_nats::Client>,
     js: jetstream::Context,
     /// The server's largest message.
     max_payload: usize,
@@ -81,17 +89,25 @@ pub struct NatsSink {
     window: Duration,
 }
 
-pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef) -> Result<NatsSink, String> {
-    let client = connect(link).await?;
+pub async fn sink(pool: &Pool<async_nats::Client>, link: &LinkDef, fq: &ForeignQueueDef) -> Result<NatsSink, String> {
+    let client = shared(pool, link).await?;
     let max_payload = client.server_info().max_payload;
-    let js = jetstream::new(client);
+    let js = jetstream::new((*client).clone());
     let mut stream = stream_of(&js, fq).await?;
     let window = stream.info().await.map_err(|e| format!("stream info: {e}"))?.config.duplicate_window;
-    Ok(NatsSink { js, max_payload, stream, subject: fq.native_name.clone(), window })
+    Ok(NatsSink { client, js, max_payload, stream, subject: fq.native_name.clone(), window })
 }
 
 #[async_trait::async_trait]
 impl Sink for NatsSink {
+    fn stale(&self) -> bool {
+        self.client.stale()
+    }
+
+    fn failed(&self) {
+        self.client.failed();
+    }
+
     async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
         let mut acks = Vec::with_capacity(batch.len());
         let mut out: Vec<Option<Published>> = Vec::with_capacity(batch.len());
@@ -217,15 +233,21 @@ impl Sink for NatsSink {
 }
 
 pub struct NatsSource {
+    client: Shared<async_nats::Client>,
     messages: consumer::pull::Stream,
     stream_name: String,
     held: std::collections::HashMap<u64, jetstream::Message>,
     next: u64,
 }
 
-pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<NatsSource, String> {
-    let client = connect(link).await?;
-    let js = jetstream::new(client);
+pub async fn source(
+    pool: &Pool<async_nats::Client>,
+    link: &LinkDef,
+    fq: &ForeignQueueDef,
+    job: &str,
+) -> Result<NatsSource, String> {
+    let client = shared(pool, link).await?;
+    let js = jetstream::new((*client).clone());
     let stream = stream_of(&js, fq).await?;
     let durable = format!("aqgate_{job}");
     let c: consumer::PullConsumer = stream
@@ -250,11 +272,25 @@ pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<N
         .messages()
         .await
         .map_err(|e| format!("consumer {durable}: {e}"))?;
-    Ok(NatsSource { messages, stream_name: fq.stream.clone().unwrap_or_default(), held: Default::default(), next: 0 })
+    Ok(NatsSource {
+        client,
+        messages,
+        stream_name: fq.stream.clone().unwrap_or_default(),
+        held: Default::default(),
+        next: 0,
+    })
 }
 
 #[async_trait::async_trait]
 impl Source for NatsSource {
+    fn stale(&self) -> bool {
+        self.client.stale()
+    }
+
+    fn failed(&self) {
+        self.client.failed();
+    }
+
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Incoming>, String> {
         let mut out = Vec::new();
         let first = tokio::time::timeout(wait, self.messages.next()).await;

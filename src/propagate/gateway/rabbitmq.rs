@@ -32,7 +32,13 @@ use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
 
 use super::convert::props::{self, JmsProps, JmsValue};
 use super::convert::{Incoming, Outgoing};
+use super::pool::{Pool, Shared};
 use super::{Published, Sink, Source, credentials};
+
+/// A share of one of the link's connections (`max_connections`): the job's channel is its own.
+async fn shared(pool: &Pool<Connection>, link: &LinkDef) -> Result<Shared<Connection>, String> {
+    pool.take(&link.name, link.shared().unwrap_or(1), || connect(link)).await
+}
 
 async fn connect(link: &LinkDef) -> Result<Connection, String> {
     let mut uri: lapin::uri::AMQPUri = link.url.parse().map_err(|e| format!("{}: {e}", link.url))?;
@@ -123,14 +129,14 @@ async fn declare(ch: &lapin::Channel, fq: &ForeignQueueDef) -> Result<(), String
 }
 
 pub struct RabbitSink {
-    conn: Connection,
+    conn: Shared<Connection>,
     ch: lapin::Channel,
     exchange: String,
     routing_key: String,
 }
 
-pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef) -> Result<RabbitSink, String> {
-    let conn = connect(link).await?;
+pub async fn sink(pool: &Pool<Connection>, link: &LinkDef, fq: &ForeignQueueDef) -> Result<RabbitSink, String> {
+    let conn = shared(pool, link).await?;
     let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
     ch.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| format!("confirm.select: {e}"))?;
     declare(&ch, fq).await?;
@@ -147,6 +153,14 @@ fn amqp_priority(aq: i64) -> u8 {
 
 #[async_trait::async_trait]
 impl Sink for RabbitSink {
+    fn stale(&self) -> bool {
+        self.conn.stale()
+    }
+
+    fn failed(&self) {
+        self.conn.failed();
+    }
+
     async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
         let mut waited = 0;
         while self.conn.status().blocked() {
@@ -211,15 +225,20 @@ impl Sink for RabbitSink {
 }
 
 pub struct RabbitSource {
-    _conn: Connection,
+    conn: Shared<Connection>,
     consumer: lapin::Consumer,
     queue: String,
     held: std::collections::HashMap<u64, lapin::message::Delivery>,
     next: u64,
 }
 
-pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<RabbitSource, String> {
-    let conn = connect(link).await?;
+pub async fn source(
+    pool: &Pool<Connection>,
+    link: &LinkDef,
+    fq: &ForeignQueueDef,
+    job: &str,
+) -> Result<RabbitSource, String> {
+    let conn = shared(pool, link).await?;
     let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
     ch.basic_qos(u16::try_from(link.window).unwrap_or(u16::MAX), BasicQosOptions::default())
         .await
@@ -254,7 +273,7 @@ pub async fn source(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<R
         )
         .await
         .map_err(|e| format!("basic.consume {queue}: {e}"))?;
-    Ok(RabbitSource { _conn: conn, consumer, queue, held: Default::default(), next: 0 })
+    Ok(RabbitSource { conn, consumer, queue, held: Default::default(), next: 0 })
 }
 
 /// A JMS property's value as an AMQP field value of its type.
@@ -354,6 +373,14 @@ fn jms_properties(p: &JmsProps, mut props: BasicProperties, headers: &mut FieldT
 
 #[async_trait::async_trait]
 impl Source for RabbitSource {
+    fn stale(&self) -> bool {
+        self.conn.stale()
+    }
+
+    fn failed(&self) {
+        self.conn.failed();
+    }
+
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Incoming>, String> {
         let mut out = Vec::new();
         let mut next = match tokio::time::timeout(wait, self.consumer.next()).await {

@@ -57,6 +57,9 @@ pub struct LinkStatus {
     pub since: Micros,
     /// When the row was last written.
     pub updated_at: Micros,
+    /// The connections to the link's broker the process has open (shared by its jobs, see
+    /// the link's `max_connections`; MQTT: one per job).
+    pub connections: i64,
 }
 
 /// A process that runs propagation jobs (the Messaging Gateway's agent), as it last said
