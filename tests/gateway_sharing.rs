@@ -18,9 +18,9 @@ use common::*;
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 
-/// The established TCP connections of process `pid` to port `port` (both IP versions).
-fn sockets_to(pid: u32, port: u16) -> usize {
-    let inodes: BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+/// The socket inodes process `pid` holds open.
+fn socket_inodes(pid: u32) -> BTreeSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
             d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
                 .filter_map(|l| {
@@ -29,7 +29,15 @@ fn sockets_to(pid: u32, port: u16) -> usize {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The established TCP connections of process `pid` to port `port` (both IP versions) that
+/// are its own: a socket this test process holds too (inherited by the child when it was
+/// spawned) is not counted.
+fn sockets_to(pid: u32, port: u16) -> usize {
+    let inherited = socket_inodes(std::process::id());
+    let inodes: BTreeSet<String> = socket_inodes(pid).difference(&inherited).cloned().collect();
     let want = format!(":{port:04X}");
     let mut n = 0;
     for table in ["tcp", "tcp6"] {
@@ -268,6 +276,12 @@ async fn nats_jobs_of_a_link_share_one_client() {
         link_row(&db, &link) == ("CONNECTED".into(), 1, Some(1))
     });
     assert_eq!(sockets_to(s.id(), 4222), 1, "four jobs, one TCP connection to NATS");
+    let out = aqgate(&["admin", "gateway", "--database", &db]).output().expect("admin gateway");
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let header = table.lines().find(|l| l.starts_with("LINK ")).unwrap_or_default();
+    let row = table.lines().find(|l| l.starts_with(&link)).unwrap_or_default();
+    let at = header.find("CONNECTIONS").expect("a CONNECTIONS column");
+    assert_eq!(row.get(at..).and_then(|r| r.split_whitespace().next()), Some("1/1"), "{table}");
     let per = 10;
     send_numbered(port, "AQUSER.RAW_QUE", 0, per, 5, "").await;
     for (k, n) in ins.iter().enumerate() {
