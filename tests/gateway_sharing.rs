@@ -1,8 +1,10 @@
 //! Links whose jobs share their connections (`max_connections`), and gateway jobs on a
-//! schedule, through a real `aqgate serve` and the machine's RabbitMQ and NATS: the
-//! connections counted at the broker (`rabbitmqctl list_connections`, with each one's
-//! channels), in the aqgate process's own sockets (`/proc/PID/fd` against
-//! `/proc/PID/net/tcp`) and in `admin gateway`; a connection closed by the broker takes
+//! schedule, through a real `aqgate serve`, the machine's RabbitMQ and a NATS server of
+//! the test's own (monitoring on): the connections counted at the broker by the name aqgate
+//! gives them (`rabbitmqctl list_connections` with each one's channels; NATS's `/connz`),
+//! in the aqgate process's sockets to the private NATS (`/proc/PID/fd` against
+//! `/proc/PID/net/tcp`; a port no other test uses, connected to by the test only after
+//! aqgate started, so no inherited socket counts) and in `admin gateway`; a connection closed by the broker takes
 //! down only the jobs on it, which come back on one new connection with nothing lost or
 //! doubled; a job outside its window moves nothing and holds no connection, and moves its
 //! messages once the window opens.
@@ -51,6 +53,43 @@ fn sockets_to(pid: u32, port: u16) -> usize {
         }
     }
     n
+}
+
+/// A NATS server with JetStream of this test's own, its monitoring endpoint on; killed and
+/// its store removed when dropped.
+struct PrivateNats {
+    server: Option<Proc>,
+    port: u16,
+    monitor: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        drop(self.server.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn private_nats() -> PrivateNats {
+    let (port, monitor) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("aqgate-test-nats-{}", tag()));
+    let (p, m) = (port.to_string(), monitor.to_string());
+    let mut cmd = Command::new("nats-server");
+    cmd.args(["-a", "127.0.0.1", "-p", &p, "-m", &m, "-js", "-sd"]).arg(&dir);
+    let mut server = Proc::spawn("nats-server", &mut cmd);
+    server.wait_port(port);
+    server.wait_port(monitor);
+    PrivateNats { server: Some(server), port, monitor, dir }
+}
+
+/// The connections NATS (monitoring on `monitor`) has from clients named `aqgate LINK`.
+fn nats_connections(monitor: u16, link: &str) -> usize {
+    let (status, body) = http_get(monitor, "/connz?limit=1024").expect("NATS's /connz");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("/connz JSON");
+    let name = format!("aqgate {link}");
+    v["connections"].as_array().map_or(0, |a| a.iter().filter(|c| c["name"] == name.as_str()).count())
 }
 
 /// `rabbitmqctl -q list_connections ARGS`'s output.
@@ -167,7 +206,6 @@ async fn rabbitmq_jobs_of_a_link_share_its_connections_and_fail_alone() {
         let (c1, c2) = (rabbit_connections(&r1), rabbit_connections(&r2));
         c1.len() == 1 && c1[0].1 == 4 && c2.len() == 2 && c2.iter().map(|c| c.1).sum::<u64>() == 3
     });
-    assert_eq!(sockets_to(s.id(), 5672), 3, "the process's own sockets: one for R1, two for R2");
     wait_until("admin gateway counts them", Duration::from_secs(20), || {
         link_row(&db, &r1) == ("CONNECTED".into(), 1, Some(1)) && link_row(&db, &r2) == ("CONNECTED".into(), 2, Some(2))
     });
@@ -206,7 +244,6 @@ async fn rabbitmq_jobs_of_a_link_share_its_connections_and_fail_alone() {
         assert_eq!(j["failed"], 0, "a job of R1 never failed: {j}");
     }
     assert_eq!(link_row(&db, &r2).1, 2);
-    assert_eq!(sockets_to(s.id(), 5672), 3);
     let got = rabbit_drain(&ch, &q("out")).await;
     let ids: BTreeSet<String> = got.iter().map(|(p, _)| p.clone()).collect();
     assert_eq!((got.len(), ids.len()), (per, per), "the outbound job's messages once each");
@@ -232,15 +269,18 @@ async fn nats_numbered(js: &async_nats::jetstream::Context, t: &str, subject: &s
 }
 
 /// Four NATS jobs (one outbound, three inbound from their own streams) on a link with the
-/// default max_connections share one client: one TCP connection of the aqgate process to
-/// the server, `1/1` in admin gateway (SQLite); every message moves.
+/// default max_connections share one client: one connection at the server (`/connz`), one
+/// TCP connection of the aqgate process to it, `1/1` in admin gateway (SQLite); every
+/// message moves.
 #[tokio::test(flavor = "multi_thread")]
 async fn nats_jobs_of_a_link_share_one_client() {
     let t = tag();
     let link = format!("N_{}", t.to_uppercase());
     let up = t.to_uppercase();
+    let nats = private_nats();
+    let (nport, monitor) = (nats.port, nats.monitor);
     let mut toml =
-        format!("\n[[gateway.links]]\nname = \"{link}\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n");
+        format!("\n[[gateway.links]]\nname = \"{link}\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:{nport}\"\n");
     let subject = |n: &str| format!("aqgt.{t}.{n}");
     let stream = |n: &str| format!("AQGT_{up}_{}", n.to_uppercase());
     toml.push_str(&foreign(
@@ -259,7 +299,11 @@ async fn nats_jobs_of_a_link_share_one_client() {
         toml.push_str(&job_lines(&format!("from_{n}"), &format!("{n}@{link}"), "AQUSER.RAW_ARCHIVE", ""));
     }
     let topo = demo_topology_with("gateway-sharing-nats", &toml);
-    let js = jetstream(4222).await;
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let s = serve("gateway-sharing-nats", &db, port, &topo);
+    // The test's own client only now: aqgate cannot have inherited its socket.
+    let js = jetstream(nport).await;
     for n in ins.iter().chain(&["out"]) {
         let config = async_nats::jetstream::stream::Config {
             name: stream(n),
@@ -269,13 +313,11 @@ async fn nats_jobs_of_a_link_share_one_client() {
         };
         js.get_or_create_stream(config).await.expect("stream");
     }
-    let db = fresh_sqlite_url();
-    let port = free_port();
-    let s = serve("gateway-sharing-nats", &db, port, &topo);
     wait_until("admin gateway: the link CONNECTED on one connection", Duration::from_secs(30), || {
         link_row(&db, &link) == ("CONNECTED".into(), 1, Some(1))
     });
-    assert_eq!(sockets_to(s.id(), 4222), 1, "four jobs, one TCP connection to NATS");
+    assert_eq!(nats_connections(monitor, &link), 1, "four jobs, one connection at the server");
+    assert_eq!(sockets_to(s.id(), nport), 1, "four jobs, one TCP connection of the process");
     let out = aqgate(&["admin", "gateway", "--database", &db]).output().expect("admin gateway");
     let table = String::from_utf8_lossy(&out.stdout).to_string();
     let header = table.lines().find(|l| l.starts_with("LINK ")).unwrap_or_default();
@@ -289,12 +331,9 @@ async fn nats_jobs_of_a_link_share_one_client() {
     }
     all_arrived(&db, port, 3 * per, "every inbound message once", Duration::from_secs(60)).await;
     assert_eq!(stream_messages(&js, &stream("out")).await, per as u64, "the outbound job's messages once each");
-    assert_eq!(sockets_to(s.id(), 4222), 1);
+    assert_eq!((nats_connections(monitor, &link), sockets_to(s.id(), nport)), (1, 1));
     assert_eq!(link_row(&db, &link).1, 1);
     drop(s);
-    for n in ins.iter().chain(&["out"]) {
-        let _ = js.delete_stream(stream(n)).await;
-    }
     let _ = std::fs::remove_file(&topo);
 }
 
@@ -328,12 +367,14 @@ async fn gateway_jobs_move_only_inside_their_schedules_window() {
     let (rl, nl) = (format!("RW_{}", t.to_uppercase()), format!("NW_{}", t.to_uppercase()));
     let (qout, subject, stream) =
         (format!("aqgt.{t}.w"), format!("aqgt.{t}.w"), format!("AQGT_{}_W", t.to_uppercase()));
+    let nats = private_nats();
+    let (nport, monitor) = (nats.port, nats.monitor);
     let start = unix_now() + 20;
     let schedule = format!("schedule = {{ start = \"{}\", duration = 6, latency = 1 }}", rfc3339(start));
     let mut toml = format!(
         "\n[[gateway.links]]\nname = \"{rl}\"\nkind = \"rabbitmq\"\nurl = \"amqp://127.0.0.1:5672/%2f\"\n\
          username = \"guest\"\npassword_env = \"AQGT_RABBIT_PASSWORD\"\n\
-         \n[[gateway.links]]\nname = \"{nl}\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n"
+         \n[[gateway.links]]\nname = \"{nl}\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:{nport}\"\n"
     );
     toml.push_str(&foreign("out", &rl, &format!("native_name = \"{qout}\"\ncreate = true")));
     toml.push_str(&foreign("inb", &nl, &format!("native_name = \"{subject}\"\nstream = \"{stream}\"\ncreate = true")));
@@ -344,17 +385,19 @@ async fn gateway_jobs_move_only_inside_their_schedules_window() {
     ch.queue_declare(qout.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
         .await
         .expect("declare");
-    let js = jetstream(4222).await;
+    let db = fresh_sqlite_url();
+    let port = free_port();
+    let s = serve("gateway-window", &db, port, &topo);
+    // The test's own NATS client only now: aqgate cannot have inherited its socket.
+    let js = jetstream(nport).await;
     js.get_or_create_stream(async_nats::jetstream::stream::Config {
         name: stream.clone(),
         subjects: vec![subject.clone()],
+        storage: async_nats::jetstream::stream::StorageType::File,
         ..Default::default()
     })
     .await
     .expect("stream");
-    let db = fresh_sqlite_url();
-    let port = free_port();
-    let s = serve("gateway-window", &db, port, &topo);
     send_numbered(port, "AQUSER.RAW_QUE", 0, 3, 1, "").await;
     nats_numbered(&js, &t, &subject, 3..6).await;
     for name in ["TO_RABBIT_W", "FROM_NATS_W"] {
@@ -374,22 +417,26 @@ async fn gateway_jobs_move_only_inside_their_schedules_window() {
         "nothing moves before the window"
     );
     assert!(rabbit_connections(&rl).is_empty(), "no RabbitMQ connection before the window");
-    assert_eq!((sockets_to(s.id(), 5672), sockets_to(s.id(), 4222)), (0, 0), "no broker connection before the window");
-    assert_eq!(link_row(&db, &rl).1, 0);
+    assert_eq!(
+        (nats_connections(monitor, &nl), sockets_to(s.id(), nport)),
+        (0, 0),
+        "no NATS connection before the window"
+    );
+    assert_eq!((link_row(&db, &rl).1, link_row(&db, &nl).1), (0, 0));
 
     // The window opens: both move what waited.
     wait_until("the window's messages moved both ways", Duration::from_secs(5), || {
         depth(&db, "AQUSER.RAW_QUE") == 0 && depth(&db, "AQUSER.RAW_ARCHIVE") == 3
     });
     assert!(unix_now() >= start, "moved only once the window opened");
-    assert_eq!(rabbit_connections(&rl).len(), 1, "connected inside the window");
+    assert_eq!((rabbit_connections(&rl).len(), nats_connections(monitor, &nl)), (1, 1), "connected inside the window");
     let j = wait_job(&db, "TO_RABBIT_W", Duration::from_secs(5), |j| j["propagated"] == 3);
     assert!(j["state"] == "RUNNING" && j["next_window"].is_null(), "{j}");
 
     // It closes: the connections go, and what comes now waits.
     until(start + 6).await;
     wait_until("the connections closed with the window", Duration::from_secs(10), || {
-        rabbit_connections(&rl).is_empty() && sockets_to(s.id(), 5672) == 0 && sockets_to(s.id(), 4222) == 0
+        rabbit_connections(&rl).is_empty() && nats_connections(monitor, &nl) == 0 && sockets_to(s.id(), nport) == 0
     });
     send_numbered(port, "AQUSER.RAW_QUE", 6, 2, 1, "").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
