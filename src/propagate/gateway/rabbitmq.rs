@@ -137,11 +137,35 @@ pub struct RabbitSink {
 
 pub async fn sink(pool: &Pool<Connection>, link: &LinkDef, fq: &ForeignQueueDef) -> Result<RabbitSink, String> {
     let conn = shared(pool, link).await?;
-    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| format!("confirm.select: {e}"))?;
-    declare(&ch, fq).await?;
+    let ch = set_up(&conn, async {
+        let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+        ch.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| format!("confirm.select: {e}"))?;
+        declare(&ch, fq).await?;
+        Ok(ch)
+    })
+    .await?;
     let (exchange, routing_key) = target(fq);
     Ok(RabbitSink { conn, ch, exchange, routing_key })
+}
+
+/// How long a job may take to set its channel up on a shared connection.
+const SETUP_WAIT: Duration = Duration::from_secs(10);
+
+/// A job's channel set up on a shared connection within `SETUP_WAIT` (lapin may leave a
+/// promise unresolved when the connection fails under it); failing, the connection is told
+/// (dropped for every job on it if it is down).
+async fn set_up<T>(
+    conn: &Shared<Connection>,
+    f: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    let r = match tokio::time::timeout(SETUP_WAIT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("setting up the channel: no answer within {} s", SETUP_WAIT.as_secs())),
+    };
+    if r.is_err() {
+        conn.failed();
+    }
+    r
 }
 
 /// AQ's priority (smaller is more urgent, 1 by default) as AMQP's (0–9, larger is more
@@ -239,40 +263,44 @@ pub async fn source(
     job: &str,
 ) -> Result<RabbitSource, String> {
     let conn = shared(pool, link).await?;
-    let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
-    ch.basic_qos(u16::try_from(link.window).unwrap_or(u16::MAX), BasicQosOptions::default())
-        .await
-        .map_err(|e| format!("basic.qos: {e}"))?;
-    declare(&ch, fq).await?;
-    let queue = match fq.domain {
-        Domain::Queue => fq.native_name.clone(),
-        Domain::Topic => {
-            // The job's own durable queue, bound to the exchange: later messages only.
-            let q = format!("aqgate.{job}");
-            ch.queue_declare(q.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+    let (queue, consumer) = set_up(&conn, async {
+        let ch = conn.create_channel().await.map_err(|e| format!("channel: {e}"))?;
+        ch.basic_qos(u16::try_from(link.window).unwrap_or(u16::MAX), BasicQosOptions::default())
+            .await
+            .map_err(|e| format!("basic.qos: {e}"))?;
+        declare(&ch, fq).await?;
+        let queue = match fq.domain {
+            Domain::Queue => fq.native_name.clone(),
+            Domain::Topic => {
+                // The job's own durable queue, bound to the exchange: later messages only.
+                let q = format!("aqgate.{job}");
+                ch.queue_declare(q.as_str().into(), QueueDeclareOptions::durable(), FieldTable::default())
+                    .await
+                    .map_err(|e| format!("declaring queue {q}: {e}"))?;
+                ch.queue_bind(
+                    q.as_str().into(),
+                    fq.native_name.as_str().into(),
+                    fq.routing_key.clone().unwrap_or_else(|| "#".into()).as_str().into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
                 .await
-                .map_err(|e| format!("declaring queue {q}: {e}"))?;
-            ch.queue_bind(
-                q.as_str().into(),
-                fq.native_name.as_str().into(),
-                fq.routing_key.clone().unwrap_or_else(|| "#".into()).as_str().into(),
-                QueueBindOptions::default(),
+                .map_err(|e| format!("binding {q}: {e}"))?;
+                q
+            }
+        };
+        let consumer = ch
+            .basic_consume(
+                queue.as_str().into(),
+                format!("aqgate-{job}").into(),
+                BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| format!("binding {q}: {e}"))?;
-            q
-        }
-    };
-    let consumer = ch
-        .basic_consume(
-            queue.as_str().into(),
-            format!("aqgate-{job}").into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| format!("basic.consume {queue}: {e}"))?;
+            .map_err(|e| format!("basic.consume {queue}: {e}"))?;
+        Ok((queue, consumer))
+    })
+    .await?;
     Ok(RabbitSource { conn, consumer, queue, held: Default::default(), next: 0 })
 }
 
