@@ -357,7 +357,6 @@ fn job(
         }
     }
     let options = options(d, key, (direction, fq, &link), errors);
-    let schedule = d.schedule.as_ref().map(|s| super::schedule::resolve(s, &format!("{key}.schedule"), errors));
     let agent = super::propagation::job_agent(&name);
     if direction == Direction::Outbound
         && multi
@@ -404,7 +403,7 @@ fn job(
         concurrency: 1,
         retry_backoff_ms: d.retry_backoff_ms.clamp(10, 60_000),
         space: None,
-        schedule: schedule.unwrap_or_default(),
+        schedule: schedule_of(d, key, errors),
         transformation: if outbound { transformation.clone() } else { None },
         gateway: Some(Box::new(GatewayRoute {
             direction,
@@ -416,6 +415,11 @@ fn job(
             options,
         })),
     })
+}
+
+/// The job's schedule (none: at all times), checked under `key`.
+fn schedule_of(d: &GatewayJobDef, key: &str, errors: &mut Vec<String>) -> super::schedule::Schedule {
+    d.schedule.as_ref().map(|s| super::schedule::resolve(s, &format!("{key}.schedule"), errors)).unwrap_or_default()
 }
 
 fn is_name(s: &str) -> bool {
