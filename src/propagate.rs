@@ -65,6 +65,7 @@ use tokio::sync::watch;
 pub mod control;
 mod forward;
 pub mod gateway;
+pub mod job;
 pub mod lease;
 mod remote;
 pub mod removals;
@@ -169,10 +170,10 @@ impl Stats {
 
     /// A batch failed: the worker is RETRYING, or FAILED when the destination refused it for
     /// good (what it does now).
-    pub(crate) fn failed(&self, e: &AqError, now: Micros) -> lease::Doing {
+    pub(crate) fn failed(&self, e: &AqError, now: Micros) -> job::Doing {
         self.counters.failures.inc();
         self.report.failed(&e.message, now);
-        if permanent(e) { lease::Doing::Failed } else { lease::Doing::Retrying }
+        if permanent(e) { job::Doing::Failed } else { job::Doing::Retrying }
     }
 }
 
@@ -375,14 +376,14 @@ async fn usable<T>(
     make: impl Fn() -> Result<T, String>,
 ) -> Option<T> {
     let mut stop = stats.stop.clone();
-    let mut doing = lease::Doing::Running;
+    let mut doing = job::Doing::Running;
     let made = loop {
         match make() {
             Ok(t) => break Some(t),
             Err(e) => {
                 stats.failed(&AqError::server(code::INTERNAL, format!("{what}: {e}")), engine.now());
-                stats.report.shift(doing, lease::Doing::Retrying);
-                doing = lease::Doing::Retrying;
+                stats.report.shift(doing, job::Doing::Retrying);
+                doing = job::Doing::Retrying;
                 tracing::warn!(job = %job.name, error = %e, "{what} not usable; retrying in 10 s");
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_secs(10)) => {}
@@ -391,7 +392,7 @@ async fn usable<T>(
             }
         }
     };
-    stats.report.shift(doing, lease::Doing::Running);
+    stats.report.shift(doing, job::Doing::Running);
     made
 }
 
@@ -421,15 +422,15 @@ async fn retrying<F, Fut>(
     let mut backoff = first;
     let mut one_by_one = false;
     // What this worker does, in the job's report.
-    let mut doing = lease::Doing::Running;
+    let mut doing = job::Doing::Running;
     while !*stop.borrow() {
         match step(one_by_one).await {
             Ok(Moved::Done(n)) => {
                 if n > 0 {
                     tracing::debug!(job = %job.name, messages = n, "propagated");
                 }
-                stats.report.shift(doing, lease::Doing::Running);
-                doing = lease::Doing::Running;
+                stats.report.shift(doing, job::Doing::Running);
+                doing = job::Doing::Running;
                 let want = if one_by_one { 1 } else { full };
                 backoff = first;
                 one_by_one = false;
@@ -454,7 +455,7 @@ async fn retrying<F, Fut>(
             }
         }
     }
-    stats.report.shift(doing, lease::Doing::Running);
+    stats.report.shift(doing, job::Doing::Running);
 }
 
 pub(crate) enum Moved {

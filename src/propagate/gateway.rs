@@ -47,12 +47,13 @@ mod pool;
 pub(crate) mod rabbitmq;
 mod removal;
 
+pub(crate) use removal::end;
 use removal::purge_doubts;
-pub use removal::{BrokerState, owned};
 
 use convert::{Incoming, Outgoing};
 
-use super::{Moved, Stats, carried_send, excepted, lease, rolled_back, waiting_receive};
+use super::job::Doing;
+use super::{Moved, Stats, carried_send, excepted, rolled_back, waiting_receive};
 
 /// How one message fared at the broker.
 pub(crate) enum Published {
@@ -319,7 +320,7 @@ enum Fail {
 /// it; the backoff doubles from the job's `retry_backoff_ms` (a link failure from the link's
 /// `reconnect_backoff_ms`) up to its maximum.
 struct Pacing {
-    doing: lease::Doing,
+    doing: Doing,
     backoff: Duration,
     /// Steps still to take one message at a time, after a refused batch: the batch's
     /// size, so that the messages around the refused one go alone too, once each.
@@ -328,12 +329,12 @@ struct Pacing {
 
 impl Pacing {
     fn new(job: &PropagationInfo) -> Self {
-        Self { doing: lease::Doing::Running, backoff: Duration::from_millis(job.retry_backoff_ms), one_by_one: 0 }
+        Self { doing: Doing::Running, backoff: Duration::from_millis(job.retry_backoff_ms), one_by_one: 0 }
     }
 
     fn done(&mut self, job: &PropagationInfo, stats: &Stats) {
-        stats.report.shift(self.doing, lease::Doing::Running);
-        self.doing = lease::Doing::Running;
+        stats.report.shift(self.doing, Doing::Running);
+        self.doing = Doing::Running;
         self.backoff = Duration::from_millis(job.retry_backoff_ms);
         self.one_by_one = self.one_by_one.saturating_sub(1);
     }
@@ -380,7 +381,7 @@ impl Pacing {
             ),
             Fail::Aq(e) => (e.clone(), super::MAX_BACKOFF),
         };
-        if matches!(e, Fail::Link(_) | Fail::Unreadable(_)) && self.doing == lease::Doing::Running {
+        if matches!(e, Fail::Link(_) | Fail::Unreadable(_)) && self.doing == Doing::Running {
             self.backoff = Duration::from_millis(link.reconnect_backoff_ms);
         }
         let next = stats.failed(&err, engine.now());
@@ -402,7 +403,7 @@ impl Pacing {
     }
 
     fn end(&self, stats: &Stats) {
-        stats.report.shift(self.doing, lease::Doing::Running);
+        stats.report.shift(self.doing, Doing::Running);
     }
 }
 

@@ -26,6 +26,7 @@ use aqgate_core::store::JobReport;
 use aqgate_core::topology::schedule::Window;
 use tokio::sync::watch;
 
+use super::job::Doing;
 use super::{Counters, Ending, Stats};
 
 /// How long a lease lasts unrenewed, and who this process is.
@@ -136,26 +137,6 @@ pub async fn end_dead_local_claims(store: &dyn aqgate_core::store::Store, me: &s
                 tracing::info!(owner = %owner, mails = n, "took back the spool claims of a dead process of this host")
             }
             Err(e) => tracing::warn!(owner = %owner, error = %e, "ending a dead process's spool claims failed"),
-        }
-    }
-}
-
-/// What the job's workers say they are doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Doing {
-    Running = 0,
-    /// Backing off after a failure the destination may get over.
-    Retrying = 1,
-    /// The destination refused a message for good and there is no exception queue.
-    Failed = 2,
-}
-
-impl Doing {
-    pub fn name(self) -> &'static str {
-        match self {
-            Doing::Running => "RUNNING",
-            Doing::Retrying => "RETRYING",
-            Doing::Failed => "FAILED",
         }
     }
 }
@@ -438,7 +419,7 @@ async fn tenure(
     // marks. Else the lease is given up so that another process may take the job at once;
     // what is left of the report goes with it.
     if why == Some(Ending::Removed) {
-        if held && super::gateway::owned(job).is_some() {
+        if held && super::job::owned(job).is_some() {
             let now = engine.now();
             if let Err(e) = store.job_report(&job.name, &cfg.owner, now, None, &report.take("DELETE_PENDING")).await {
                 tracing::warn!(job = %job.name, error = %e, "giving up the removed job's lease failed; it ends by itself");

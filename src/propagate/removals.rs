@@ -29,7 +29,7 @@ use aqgate_core::store::{JobReport, Store};
 use tokio::sync::watch;
 
 use super::LeaseConfig;
-pub use super::gateway::{BrokerState, owned};
+pub use super::job::{BrokerState, owned};
 
 /// An error kept in a job's status is cut to this many characters (as `lease` does).
 const MAX_ERROR: usize = 500;
@@ -115,7 +115,7 @@ pub(crate) async fn finish(engine: Arc<Engine>, r: Removal, cfg: Arc<LeaseConfig
         let mut wait = cfg.heartbeat();
         let mut rep = pending();
         if held {
-            match state.end(&r.name).await {
+            match super::gateway::end(&state, &r.name).await {
                 Ok(what) => {
                     if let Some(what) = what {
                         tracing::info!(job = %r.name, removed = %what, "the removed job's state at its broker is gone");
