@@ -36,6 +36,7 @@ pub mod jobs;
 pub mod messages;
 pub mod notifications;
 pub mod spool;
+pub mod status;
 pub mod topology;
 
 pub use topology::{AgentRow, QueueRow, agents, queues};

@@ -69,7 +69,6 @@ pub mod job;
 pub mod lease;
 mod remote;
 pub mod removals;
-pub mod status;
 
 pub use lease::LeaseConfig;
 pub use remote::Spaces as RemoteSpaceClients;

@@ -186,8 +186,8 @@ async fn metrics(State(s): State<AppState>) -> Response {
         }
     }
     let resolved = s.engine.resolved();
-    match crate::propagate::status::figures(s.engine.store().as_ref(), &resolved, s.engine.now()).await {
-        Ok(jobs) => crate::propagate::status::render(&jobs, &mut out),
+    match crate::admin::status::figures(s.engine.store().as_ref(), &resolved, s.engine.now()).await {
+        Ok(jobs) => crate::admin::status::render(&jobs, &mut out),
         Err(e) => {
             tracing::warn!(error = %e.message, "metrics: propagation jobs");
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
@@ -195,7 +195,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
     }
     let store = s.engine.store();
     match tokio::try_join!(store.gateway_links(), store.agents()) {
-        Ok((links, agents)) => crate::propagate::status::render_links(&links, &agents, s.engine.now(), &mut out),
+        Ok((links, agents)) => crate::admin::status::render_links(&links, &agents, s.engine.now(), &mut out),
         Err(e) => {
             tracing::warn!(error = %e, "metrics: gateway links");
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();

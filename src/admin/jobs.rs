@@ -1,6 +1,6 @@
 //! `aqgate admin jobs`: the topology's propagation jobs with their state (requested by the
 //! stored topology, and actual as the running node reports it), owner, counts, backlog,
-//! lag and last error (see `crate::propagate::status` for what each figure means), as a
+//! lag and last error (see `super::status` for what each figure means), as a
 //! table or as JSON; and `--enable` / `--disable NAME`, which change the stored job
 //! (running servers follow by themselves, `propagate::control`; the next `admin apply` of a
 //! file sets what the file says); `--remove NAME [--force]`, which takes the job out of the
@@ -25,12 +25,12 @@ use aqgate_core::topology::gateway::Direction;
 
 use crate::propagate::removals;
 
-pub use crate::propagate::status::JobFigures;
+pub use crate::admin::status::JobFigures;
 
 /// Every job's figures now.
 pub async fn jobs(store: &dyn Store) -> Result<Vec<JobFigures>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
-    crate::propagate::status::figures(store, &resolved, SystemClock.now()).await
+    crate::admin::status::figures(store, &resolved, SystemClock.now()).await
 }
 
 /// Sets the stored job `name` enabled or disabled; `false` if there is no such job.

@@ -148,7 +148,7 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
     }
     // Removed jobs whose state at the broker is still to be ended, whether or not a process
     // is at it (the row, if any, carries the last error).
-    let pending = super::removals::load(store).await?.into_iter().filter_map(|r| Some((r.name, r.pending?)));
+    let pending = crate::propagate::removals::load(store).await?.into_iter().filter_map(|r| Some((r.name, r.pending?)));
     for (name, b) in pending.filter(|(n, _)| !resolved.catalog.propagations.contains_key(n)) {
         let r = rows.remove(&name).unwrap_or_else(|| empty(&name));
         let live = r.owner.is_some() && r.lease_until.is_some_and(|t| t > now);
