@@ -5,7 +5,8 @@
 //! messages alone are built ([`views::listing_sql`]), with the consumers' rows of each
 //! message together; then the buffered ones, then those kept after their removal (oldest
 //! first). So a listing costs its page, not the queue: the same at 1,000 messages as at
-//! 1,000,000.
+//! 1,000,000. [`views_backend!`] writes each backend's side once: its [`Lister`] and the
+//! copy of buffered messages the views show (`Store::show_buffered`).
 
 use async_trait::async_trait;
 
@@ -105,3 +106,107 @@ fn consumer(r: &Listed) -> Option<&str> {
 fn enq(r: &Listed) -> Option<&str> {
     column(r, "enq_timestamp")
 }
+
+/// A backend's listing ([`Lister`] for `Listing`) and its `show_buffered`, written once:
+/// `$pool` its pool, `$dialect` its SQL, `$seqs` how it binds a list of `seq`s, `$kinds` the
+/// kinds of message its candidates are looked for in, in turn (`single`: PostgreSQL keeps
+/// single- and multi-consumer messages in two indexes; SQLite looks once).
+macro_rules! views_backend {
+    ($pool:ty, $dialect:expr, $seqs:expr, $kinds:expr) => {
+        pub(super) struct Listing<'a>(pub &'a $pool);
+
+        #[async_trait::async_trait]
+        impl $crate::listing::Lister for Listing<'_> {
+            async fn queue_id(&self, queue: &str) -> Result<Option<QueueId>> {
+                sqlx::query_scalar("SELECT id FROM queues WHERE name = $1")
+                    .bind(queue)
+                    .fetch_optional(self.0)
+                    .await
+                    .db()
+            }
+
+            async fn candidates(
+                &self,
+                queue: QueueId,
+                state: Option<&str>,
+                after: (i64, i64),
+                n: i64,
+            ) -> Result<Vec<(i64, i64)>> {
+                use sqlx::Row;
+                // A queue's messages are all of one kind: each kind's index in turn, an
+                // ordered range of it (no sort).
+                for single in $kinds {
+                    let rows = sqlx::query(&$crate::views::candidates_sql($dialect, state, single))
+                        .bind(queue)
+                        .bind(after.0)
+                        .bind(after.1)
+                        .bind(n)
+                        .fetch_all(self.0)
+                        .await
+                        .db()?;
+                    if !rows.is_empty() {
+                        return rows
+                            .iter()
+                            .map(|r| Ok((r.try_get("seq").db()?, r.try_get("prio_key").db()?)))
+                            .collect();
+                    }
+                }
+                Ok(Vec::new())
+            }
+
+            async fn kept(&self, queue: QueueId, n: i64) -> Result<Vec<i64>> {
+                sqlx::query_scalar($crate::views::KEPT_CANDIDATES).bind(queue).bind(n).fetch_all(self.0).await.db()
+            }
+
+            async fn rows(
+                &self,
+                queue: QueueId,
+                live: &[i64],
+                kept: &[i64],
+                buffered: bool,
+                state: Option<&str>,
+            ) -> Result<Vec<$crate::listing::Listed>> {
+                use sqlx::Row;
+                let sql = $crate::views::listing_sql($dialect, state.is_some());
+                let mut q = sqlx::query(&sql).bind(($seqs)(live)).bind(($seqs)(kept)).bind(queue).bind(buffered);
+                if let Some(s) = state {
+                    q = q.bind(s);
+                }
+                let n = $crate::views::listed_columns().count();
+                q.fetch_all(self.0)
+                    .await
+                    .db()?
+                    .iter()
+                    .map(|r| {
+                        Ok($crate::listing::Listed {
+                            columns: (0..n).map(|i| r.try_get::<Option<String>, _>(i).db()).collect::<Result<_>>()?,
+                            seq: r.try_get("list_seq").db()?,
+                            part: $crate::views::Part::from_code(r.try_get("list_part").db()?),
+                        })
+                    })
+                    .collect()
+            }
+        }
+
+        /// `Store::show_buffered` (the statements of `views::buffered_sql`).
+        pub(super) async fn show_buffered(pool: &$pool, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
+            let [drop_all, drop_stale, mark] = $crate::views::buffered_sql($dialect);
+            let mut tx = pool.begin().await.db()?;
+            match rows {
+                Some(rows) => {
+                    sqlx::query(&drop_all).bind(node).execute(&mut *tx).await.db()?;
+                    for mut b in $crate::sql::show_buffered(node, rows, $crate::views::now_sql($dialect)) {
+                        b.build().execute(&mut *tx).await.db()?;
+                    }
+                }
+                None => {
+                    sqlx::query(&drop_stale).bind(node).execute(&mut *tx).await.db()?;
+                    sqlx::query(&mark).bind(node).execute(&mut *tx).await.db()?;
+                }
+            }
+            tx.commit().await.db()?;
+            Ok(())
+        }
+    };
+}
+pub(crate) use views_backend;

@@ -157,7 +157,11 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
 pub fn listing_sql(d: Dialect, by_state: bool) -> String {
     let cols: Vec<String> = listed_columns().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
     let state = if by_state { " WHERE msg_state = $5" } else { "" };
-    format!("SELECT {}, list_seq, list_part FROM ({}) v{state}", cols.join(", "), body(d, false, Scope::Listing))
+    format!(
+        "SELECT {}, list_seq, CAST(list_part AS BIGINT) AS list_part FROM ({}) v{state}",
+        cols.join(", "),
+        body(d, false, Scope::Listing)
+    )
 }
 
 /// The first `$4` messages of queue `$1` in their queue, in dequeue order after

@@ -163,23 +163,7 @@ impl Store for SqliteStore {
     }
 
     async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
-        use crate::views::{Dialect, buffered_sql};
-        let [drop_all, drop_stale, mark] = buffered_sql(Dialect::Sqlite);
-        let mut tx = self.pool.begin().await.db()?;
-        match rows {
-            Some(rows) => {
-                sqlx::query(&drop_all).bind(node).execute(&mut *tx).await.db()?;
-                for mut b in sql::show_buffered(node, rows, crate::views::now_sql(Dialect::Sqlite)) {
-                    b.build().execute(&mut *tx).await.db()?;
-                }
-            }
-            None => {
-                sqlx::query(&drop_stale).bind(node).execute(&mut *tx).await.db()?;
-                sqlx::query(&mark).bind(node).execute(&mut *tx).await.db()?;
-            }
-        }
-        tx.commit().await.db()?;
-        Ok(())
+        listing::show_buffered(&self.pool, node, rows).await
     }
 
     async fn view_rows(
