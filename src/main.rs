@@ -117,10 +117,14 @@ enum MailCommand {
         /// The signer's private key (PEM).
         #[arg(long)]
         key: PathBuf,
+        /// The mail's From address: the agent's directory mail address, which the SMTP
+        /// filter finds the agent by.
         #[arg(long)]
         from: String,
+        /// The mail's To address: the gateway's.
         #[arg(long, default_value = "aq@localhost")]
         to: String,
+        /// The mail's Subject.
         #[arg(long, default_value = "AQ request")]
         subject: String,
         /// Then encrypt the signed mail to this certificate (PEM; the gateway's S/MIME
@@ -192,8 +196,11 @@ enum AdminCommand {
         /// Print the jobs as a JSON array.
         #[arg(long, conflicts_with_all = ["enable", "disable"])]
         json: bool,
+        /// Enable the job in the stored topology: a running node starts it (ENABLE_JOB).
         #[arg(long, value_name = "JOB", conflicts_with = "disable")]
         enable: Option<String>,
+        /// Disable the job in the stored topology: its holder stops it after the batch in
+        /// flight (DISABLE_JOB); REQUESTED reads DISABLED at once, ACTUAL once it stopped.
         #[arg(long, value_name = "JOB", conflicts_with = "remove")]
         disable: Option<String>,
         /// Take the job out of the stored topology (REMOVE_JOB): a running node stops it;

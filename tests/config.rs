@@ -248,6 +248,43 @@ fn the_example_file_is_valid_and_names_every_flag() {
     assert!(!out.status.success());
 }
 
+/// Every flag of every command says what it does in `--help` (not only its default).
+#[test]
+fn every_flag_has_a_help_text() {
+    let commands: [&[&str]; 15] = [
+        &["serve"],
+        &["smtp"],
+        &["notify"],
+        &["admin", "apply"],
+        &["admin", "queues"],
+        &["admin", "messages"],
+        &["admin", "agents"],
+        &["admin", "spool"],
+        &["admin", "notifications"],
+        &["admin", "jobs"],
+        &["admin", "gateway"],
+        &["admin", "registrations"],
+        &["admin", "hash-password"],
+        &["mail", "sign"],
+        &["config", "check"],
+    ];
+    let mut bare = Vec::new();
+    for c in commands {
+        let (out, _) = run(aqgate().args(c).arg("--help"));
+        assert!(out.status.success(), "{c:?} --help");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        for w in lines.windows(2) {
+            let flag = w[0].trim_start().starts_with("--") || w[0].trim_start().starts_with('-');
+            let said = w[1].trim();
+            if flag && w[0].starts_with("  ") && (said.is_empty() || said.starts_with('[')) {
+                bare.push(format!("{}: {}", c.join(" "), w[0].trim()));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "flags without a help text: {bare:?}");
+}
+
 /// `config check` finds what would stop `serve` with the file's settings, as `serve`
 /// would: plain HTTP beyond loopback, a topology file that does not resolve.
 #[test]
