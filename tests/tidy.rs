@@ -91,7 +91,7 @@ fn the_crates_depend_on_each_other_only_downwards() {
     // the core reaches a database, the network, a mail relay or a directory only through
     // its interfaces; the backends do not reach the HTTP edge or each other's clients;
     // the SAML verifier (samael, libxml2, xmlsec) is the binary's alone, and reaches no
-    // engine, database or network.
+    // engine, database or network; notifications reach no database but through the engine.
     let io = [
         "tokio",
         "sqlx",
@@ -106,7 +106,7 @@ fn the_crates_depend_on_each_other_only_downwards() {
         "libxml",
         "aqgate-saml",
     ];
-    let rules: [(&str, &[&str]); 6] = [
+    let rules: [(&str, &[&str]); 7] = [
         ("aqgate-proto", &io),
         (
             "aqgate-core",
@@ -129,6 +129,8 @@ fn the_crates_depend_on_each_other_only_downwards() {
         ("aqgate-store", &["axum", "reqwest", "lettre", "openssl", "ldap3", "aqgate-mail", "aqgate-directory"]),
         ("aqgate-directory", &["sqlx", "axum", "reqwest", "lettre", "openssl", "aqgate-store", "aqgate-mail"]),
         ("aqgate-mail", &["sqlx", "axum", "ldap3", "samael", "aqgate-store", "aqgate-directory"]),
+        // Notifications reach the store only through the engine, and no broker or HTTP server.
+        ("aqgate-notify", &["sqlx", "axum", "samael", "aqgate-store", "aqgate-saml", "lapin", "async-nats", "rumqttc"]),
         (
             "aqgate-saml",
             &[

@@ -684,9 +684,10 @@ impl std::fmt::Display for Denied {
 impl std::error::Error for Denied {}
 
 /// Resolves names and keeps only the addresses the policy allows, so the connection can
-/// only go where the policy says (checked after DNS, on every delivery).
-pub(crate) struct PolicyResolver {
-    pub(crate) policy: Arc<Policy>,
+/// only go where the policy says (checked after DNS, on every delivery). The HTTP
+/// forwarder of propagation jobs connects through it too.
+pub struct PolicyResolver {
+    pub policy: Arc<Policy>,
 }
 
 impl reqwest::dns::Resolve for PolicyResolver {
