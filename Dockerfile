@@ -25,6 +25,7 @@ COPY crates/aqgate-store/Cargo.toml crates/aqgate-store/
 COPY crates/aqgate-directory/Cargo.toml crates/aqgate-directory/
 COPY crates/aqgate-mail/Cargo.toml crates/aqgate-mail/
 COPY crates/aqgate-notify/Cargo.toml crates/aqgate-notify/
+COPY crates/aqgate-propagate/Cargo.toml crates/aqgate-propagate/
 COPY crates/aqgate-saml/Cargo.toml crates/aqgate-saml/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \

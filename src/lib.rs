@@ -1,17 +1,18 @@
 //! aqgate: Oracle-AQ-style message queuing over HTTP (IDAP) and signed e-mail.
 //!
 //! The binary crate: the HTTP edge (`servlet`, `https`, `edge`), the process wiring
-//! (`server`), propagation jobs and the Messaging Gateway (`propagate`) and the administration
-//! commands (`admin`). The protocol, the engine, the stores, the directory, the mail path
-//! and the notifications (`notify`, re-exported) are the workspace's member crates (see
-//! ARCHITECTURE.md).
+//! (`server`) and the administration commands (`admin`). The protocol, the engine, the
+//! stores, the directory, the mail path, the notifications (`notify`) and propagation with
+//! the Messaging Gateway (`propagate`), both re-exported, are the workspace's member crates
+//! (see ARCHITECTURE.md).
 
 pub mod admin;
 pub mod edge;
 pub mod https;
 /// Notifications (the `aqgate-notify` crate), where the binary's modules and the tests name them.
 pub use aqgate_notify as notify;
-pub mod propagate;
+/// Propagation jobs and the Messaging Gateway (the `aqgate-propagate` crate).
+pub use aqgate_propagate as propagate;
 pub mod server;
 pub mod servlet;
 

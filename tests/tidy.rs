@@ -106,7 +106,7 @@ fn the_crates_depend_on_each_other_only_downwards() {
         "libxml",
         "aqgate-saml",
     ];
-    let rules: [(&str, &[&str]); 7] = [
+    let rules: [(&str, &[&str]); 8] = [
         ("aqgate-proto", &io),
         (
             "aqgate-core",
@@ -131,6 +131,8 @@ fn the_crates_depend_on_each_other_only_downwards() {
         ("aqgate-mail", &["sqlx", "axum", "ldap3", "samael", "aqgate-store", "aqgate-directory"]),
         // Notifications reach the store only through the engine, and no broker or HTTP server.
         ("aqgate-notify", &["sqlx", "axum", "samael", "aqgate-store", "aqgate-saml", "lapin", "async-nats", "rumqttc"]),
+        // Propagation and the gateway reach the store only through the engine, and serve no HTTP.
+        ("aqgate-propagate", &["sqlx", "axum", "samael", "aqgate-store", "aqgate-saml"]),
         (
             "aqgate-saml",
             &[

@@ -47,7 +47,7 @@ impl Forwarder {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
-            .dns_resolver(Arc::new(crate::notify::PolicyResolver { policy }))
+            .dns_resolver(Arc::new(aqgate_notify::PolicyResolver { policy }))
             .user_agent(concat!("aqgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("HTTP client: {e}"))?;
@@ -115,7 +115,7 @@ pub async fn move_one(engine: &Engine, job: &PropagationInfo, f: &Forwarder, sta
     }
     if let Some(secret) = &f.secret {
         let t = engine.now() / 1_000_000;
-        req = req.header("AQ-Signature", crate::notify::signature(secret, t, &id, &body));
+        req = req.header("AQ-Signature", aqgate_notify::signature(secret, t, &id, &body));
     }
     let answer = match req.body(body).send().await {
         Ok(r) => {

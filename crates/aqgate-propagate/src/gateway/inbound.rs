@@ -20,7 +20,7 @@ use aqgate_proto::idap::Message;
 
 use super::convert::{self, Incoming, Outgoing};
 use super::{Board, Fail, Pacing, Published, Sink, Source, connected, sink, source};
-use crate::propagate::{Moved, Stats, carried_send};
+use crate::{Moved, Stats, carried_send};
 
 /// An inbound job's worker, while this process holds its lease: until `stats.stop`.
 pub(super) async fn inbound(
@@ -47,11 +47,7 @@ pub(super) async fn inbound(
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
         let batch = if pacing.alone() { 1 } else { job.batch_size as usize };
-        let wait = if job.schedule.latency > 0 {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_secs(crate::propagate::WAIT)
-        };
+        let wait = if job.schedule.latency > 0 { Duration::from_millis(100) } else { Duration::from_secs(crate::WAIT) };
         let step =
             in_batch(engine, job, route, (s.as_mut(), max_body, wait), (board, &mut exceptions), batch, stats).await;
         if s.spent() {
@@ -179,8 +175,8 @@ async fn in_batch(
             session.seen.clear();
             match sent {
                 Ok(_) => {}
-                Err(e) if crate::propagate::permanent(&e) && take.len() > 1 => return Ok(false),
-                Err(e) if crate::propagate::permanent(&e) => {
+                Err(e) if crate::permanent(&e) && take.len() > 1 => return Ok(false),
+                Err(e) if crate::permanent(&e) => {
                     let why = format!("the destination refused it: {}", e.message);
                     let bad: Vec<(&Incoming, String)> = take.iter().map(|(m, _)| (*m, why.clone())).collect();
                     in_exceptions(engine, job, route, (board, exceptions), &bad, stats).await?;
