@@ -225,9 +225,18 @@ pub async fn serve(
                         false
                     }
                 };
+                // The agents' passwords before: remembered credentials are forgotten only
+                // when one changed (a reload that changes nothing of them, such as the
+                // control plane's first look at start, keeps them).
+                let passwords = |e: &Engine| -> Vec<(String, Option<String>)> {
+                    e.resolved().catalog.agents.iter().map(|(n, a)| (n.clone(), a.password_hash.clone())).collect()
+                };
+                let before = passwords(&engine);
                 match engine.reload().await {
                     Ok(()) => {
-                        credentials.clear();
+                        if passwords(&engine) != before {
+                            credentials.clear();
+                        }
                         if let Some(d) = &engine.config().directory {
                             d.invalidate();
                         }

@@ -284,6 +284,17 @@ async fn a_wrong_password_flood_keeps_memory_bounded_and_honest_clients_fast() {
         &["--auth-failures-before-backoff", "1000", "--password-checks", "1", "--password-check-wait-ms", "300"],
     );
     assert_eq!(honest(port, [127, 0, 0, 2]).await.0, 200);
+    // A reload that changes no password (SIGHUP here; the control plane's first look at
+    // the stored topology does the same at start) keeps the honest client's credentials
+    // remembered: its next request runs no password check.
+    let checks = || metric(port, "aqgate_password_checks_total");
+    let checked = checks();
+    assert!(checked >= 1, "{checked}");
+    let hup = std::process::Command::new("kill").args(["-HUP", &p.id().to_string()]).status().expect("kill");
+    assert!(hup.success());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(honest(port, [127, 0, 0, 2]).await.0, 200);
+    assert_eq!(checks(), checked, "the reload forgot the remembered credentials");
     let before = peak_kb(p.id());
     let flood: Vec<_> = (0..200u8)
         .map(|i| {

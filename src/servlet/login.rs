@@ -173,6 +173,7 @@ async fn basic_login(
     let (p, hash) = (password.to_string(), agent.password_hash.clone().unwrap_or_default());
     let ok = tokio::task::spawn_blocking(move || auth::verify_password(&p, &hash)).await.unwrap_or(false);
     drop(turn);
+    s.passwords.checked();
     if !ok {
         s.passwords.failed(caller);
         return Err(unauthorized());

@@ -82,6 +82,7 @@ pub struct PasswordGate {
     refused_barred: Counter,
     refused_busy: Counter,
     failed: Counter,
+    checked: Counter,
 }
 
 /// One turn to run a check; given back when dropped.
@@ -102,7 +103,16 @@ impl PasswordGate {
             refused_barred: metrics.labelled(REFUSED, HELP, "reason", "backoff"),
             refused_busy: metrics.labelled(REFUSED, HELP, "reason", "busy"),
             failed: metrics.counter("aqgate_password_failures_total", "Password checks that failed."),
+            checked: metrics.counter(
+                "aqgate_password_checks_total",
+                "Password checks run (argon2); credentials verified recently are not checked again.",
+            ),
         }
+    }
+
+    /// A password check ran.
+    pub fn checked(&self) {
+        self.checked.inc();
     }
 
     /// `Err` when `caller` may not have a check now; else waits for a turn.
