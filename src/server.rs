@@ -225,29 +225,7 @@ pub async fn serve(
                         false
                     }
                 };
-                // The agents' passwords before: remembered credentials are forgotten only
-                // when one changed (a reload that changes nothing of them, such as the
-                // control plane's first look at start, keeps them).
-                let passwords = |e: &Engine| -> Vec<(String, Option<String>)> {
-                    e.resolved().catalog.agents.iter().map(|(n, a)| (n.clone(), a.password_hash.clone())).collect()
-                };
-                let before = passwords(&engine);
-                match engine.reload().await {
-                    Ok(()) => {
-                        if passwords(&engine) != before {
-                            credentials.clear();
-                        }
-                        if let Some(d) = &engine.config().directory {
-                            d.invalidate();
-                        }
-                        tracing::info!("topology reloaded, directory cache dropped");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "topology reload failed; keeping the old one");
-                        agent.failed(&format!("reloading the topology: {}", e.message), engine.now());
-                    }
-                }
-                agent.reloaded();
+                reload(&engine, &credentials, &agent).await;
                 if hangup && let Some(t) = &tls {
                     match t.reload() {
                         Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
@@ -405,6 +383,36 @@ pub async fn notify_only(
     let _ = stop_tx.send(true);
     let _ = task.await;
     Ok(())
+}
+
+/// Reloads the topology and drops the directory cache; the verified credentials are
+/// forgotten only when an agent's password changed (a reload that changes none of them,
+/// such as the control plane's first look at start, keeps them).
+async fn reload(
+    engine: &Engine,
+    credentials: &aqgate_core::auth::CredentialCache,
+    agent: &crate::propagate::control::Agent,
+) {
+    let passwords = |e: &Engine| -> Vec<(String, Option<String>)> {
+        e.resolved().catalog.agents.iter().map(|(n, a)| (n.clone(), a.password_hash.clone())).collect()
+    };
+    let before = passwords(engine);
+    match engine.reload().await {
+        Ok(()) => {
+            if passwords(engine) != before {
+                credentials.clear();
+            }
+            if let Some(d) = &engine.config().directory {
+                d.invalidate();
+            }
+            tracing::info!("topology reloaded, directory cache dropped");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "topology reload failed; keeping the old one");
+            agent.failed(&format!("reloading the topology: {}", e.message), engine.now());
+        }
+    }
+    agent.reloaded();
 }
 
 /// The engine's background duties, scheduled: a round of the time manager every `tick`
