@@ -13,15 +13,18 @@ use crate::store::*;
 use crate::topology::{AgentInfo, Privilege, QueueInfo, canon};
 
 impl Engine {
-    pub(super) async fn receive(
+    /// The queue a dequeue (or a LISTEN: `what`) names, checked as a dequeue is: it exists,
+    /// is not a remote space's, the agent may dequeue from it, it is enabled for dequeue,
+    /// and the consumer fits its model. With its id and the consumer.
+    pub(super) async fn dequeue_target<'r>(
         &self,
-        resolved: &Resolved,
-        session: &mut Session,
+        resolved: &'r Resolved,
         agent: &AgentInfo,
-        req: ReceiveRequest,
-    ) -> Result<ReceiveResult, AqError> {
-        let o = &req.consumer;
-        let dest = self.destination_name(&o.destination).await?;
+        destination: &Destination,
+        consumer_name: Option<&str>,
+        what: &str,
+    ) -> Result<(&'r QueueInfo, QueueId, String), AqError> {
+        let dest = self.destination_name(destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         not_remote(queue, agent, "dequeue from")?;
         if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
@@ -30,10 +33,22 @@ impl Engine {
         if !queue.dequeue_enabled {
             return Err(AqError::client(
                 code::DEQUEUE_DISABLED,
-                format!("dequeue failed, queue {} is not enabled for dequeue", queue.name),
+                format!("{what} failed, queue {} is not enabled for dequeue", queue.name),
             ));
         }
-        let consumer = consumer_for(queue, o.consumer_name.as_deref())?;
+        Ok((queue, qid, consumer_for(queue, consumer_name)?))
+    }
+
+    pub(super) async fn receive(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        agent: &AgentInfo,
+        req: ReceiveRequest,
+    ) -> Result<ReceiveResult, AqError> {
+        let o = &req.consumer;
+        let (queue, qid, consumer) =
+            self.dequeue_target(resolved, agent, &o.destination, o.consumer_name.as_deref(), "dequeue").await?;
         self.check_buffered_receive(session, o)?;
         let transformation = transform::for_dequeue(&resolved.catalog, o.transformation.as_deref(), queue, &consumer)?;
         self.check_grouping(queue, o)?;

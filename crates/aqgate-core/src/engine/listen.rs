@@ -14,7 +14,6 @@ use tokio::sync::Notify;
 
 use super::*;
 use crate::store::{CandidateQuery, Stored};
-use crate::topology::Privilege;
 
 impl Engine {
     pub(super) async fn listen(
@@ -30,19 +29,8 @@ impl Engine {
         // Every agent checked before any look: (queue name, queue id, consumer, as asked).
         let mut agents: Vec<(String, QueueId, String, Option<String>)> = Vec::with_capacity(req.agents.len());
         for a in &req.agents {
-            let dest = self.destination_name(&a.destination).await?;
-            let (queue, qid) = resolved.queue(&dest)?;
-            not_remote(queue, agent, "dequeue from")?;
-            if !resolved.catalog.permits(agent, queue, Privilege::Dequeue) {
-                return Err(not_permitted(agent, "dequeue from", &queue.name));
-            }
-            if !queue.dequeue_enabled {
-                return Err(AqError::client(
-                    code::DEQUEUE_DISABLED,
-                    format!("LISTEN failed, queue {} is not enabled for dequeue", queue.name),
-                ));
-            }
-            let consumer = consumer_for(queue, a.consumer_name.as_deref())?;
+            let (queue, qid, consumer) =
+                self.dequeue_target(resolved, agent, &a.destination, a.consumer_name.as_deref(), "LISTEN").await?;
             let named = (!consumer.is_empty()).then(|| consumer.clone());
             if !agents.iter().any(|(_, q, c, _)| *q == qid && *c == consumer) {
                 agents.push((queue.name.clone(), qid, consumer, named));
