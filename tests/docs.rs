@@ -123,7 +123,11 @@ fn check_blocks(page: &str, md: &str, read: &dyn Fn(&str) -> Option<String>) -> 
         };
         let same = if kind == "file" { content == b.text } else { content.contains(&b.text) };
         if !same {
-            problems.push(format!("{page}:{}: the block is not {}{path} as it is", b.line, if kind == "file" { "" } else { "a part of " }));
+            problems.push(format!(
+                "{page}:{}: the block is not {}{path} as it is",
+                b.line,
+                if kind == "file" { "" } else { "a part of " }
+            ));
         }
         shown.push(path.clone());
     }
@@ -153,10 +157,12 @@ fn every_marked_block_is_its_file_and_every_example_file_is_shown() {
 #[test]
 fn the_block_check_sees_a_changed_file_a_missing_one_and_an_unmarked_topology() {
     let md = "<!-- file: a.toml -->\n```toml\nx = 1\n```\n\n  <!-- excerpt: b.toml -->\n  ```toml\n  y = 2\n  ```\n";
-    let files = |content_a: &'static str| move |p: &str| match p {
-        "a.toml" => Some(content_a.to_string()),
-        "b.toml" => Some("# b\ny = 2\nz = 3\n".to_string()),
-        _ => None,
+    let files = |content_a: &'static str| {
+        move |p: &str| match p {
+            "a.toml" => Some(content_a.to_string()),
+            "b.toml" => Some("# b\ny = 2\nz = 3\n".to_string()),
+            _ => None,
+        }
     };
     let (problems, shown) = check_blocks("p.md", md, &files("x = 1\n"));
     assert!(problems.is_empty(), "{problems:?}");

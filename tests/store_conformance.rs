@@ -1675,8 +1675,9 @@ fn script(failures: u32, one_request: bool) -> Vec<Step> {
     s
 }
 
-/// The README's rule for max_retries on a multi-consumer queue, over random interleavings
-/// of the dequeues, rollbacks and commits of two or three consumers (max_retries = 1): a
+/// The rule for max_retries on a multi-consumer queue (docs/operations.md, "Administration"),
+/// over random interleavings of the dequeues, rollbacks and commits of two or three
+/// consumers (max_retries = 1): a
 /// consumer past max_retries no longer sees the message; the message moves to the
 /// exception queue once no consumer can take it any more if some consumer gave up on it,
 /// is deleted once all of them took it otherwise, and stays until then. Checked after
