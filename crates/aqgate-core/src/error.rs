@@ -2,7 +2,7 @@
 //! one of these and then an IDAP `Fault`; internals (SQL text, paths) never leak into it.
 //!
 //! Error numbers follow Oracle where Oracle has one for the condition (see the table in
-//! README.md).
+//! docs/faults.md).
 
 use aqgate_proto::idap::model::{Fault, FaultKind};
 

@@ -1,4 +1,4 @@
-//! Oracle-style error numbers used in IDAP faults (the table in README.md).
+//! Oracle-style error numbers used in IDAP faults (the table in docs/faults.md).
 
 /// ORA-01031 insufficient privileges.
 pub const NOT_PERMITTED: i32 = 1031;

@@ -8,12 +8,12 @@ pub const ON_BEHALF_HEADER: &str = "aq-on-behalf-of";
 /// At most once per agent and key (IETF httpapi `Idempotency-Key`).
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// A SAML 2.0 assertion (or the IdP's `samlp:Response`), base64 of its exact XML bytes,
-/// for clients that cannot put it in the IDAP `Header` (README, "SAML").
+/// for clients that cannot put it in the IDAP `Header` (docs/security.md, "SAML").
 pub const SAML_ASSERTION_HEADER: &str = "aq-saml-assertion";
 /// Set on a response replayed for an `Idempotency-Key` seen before.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// When the messages of a send to a remote queue space may be dequeued at the remote:
-/// `HH:MM`, `R:HH:MM`, `L:HH:MM` or an RFC 3339 timestamp (README, "Remote queue spaces").
+/// `HH:MM`, `R:HH:MM`, `L:HH:MM` or an RFC 3339 timestamp (docs/remote-queue-spaces.md).
 pub const SCHEDULE_HEADER: &str = "aq-schedule";
 /// The client's time zone for an `L:HH:MM` schedule: a UTC offset (`+01:00`).
 pub const CLIENT_TIMEZONE_HEADER: &str = "aq-client-timezone";

@@ -15,7 +15,7 @@
 //!   every take claims its group first in the request's database transaction
 //!   ([`StoreTx::claim_group`]), so two sessions never take from one group at once.
 //! - A propagation job's session moves messages as from any queue (in queue order, its
-//!   batches as they come): it does not keep the groups (see README, "Message grouping").
+//!   batches as they come): it does not keep the groups (see docs/idap.md, "Message grouping").
 
 use super::*;
 use crate::engine::session::GroupAt;

@@ -111,7 +111,7 @@ impl Engine {
         }
         if let Some(claim) = &session.idempotency {
             // No response: a read that changes nothing (a browse), which a retry may simply
-            // perform again (README, "Idempotency").
+            // perform again (docs/idap.md, "Sessions, restarts and retries").
             let Some(response) = response else {
                 self.unrecorded();
                 return Ok(version);

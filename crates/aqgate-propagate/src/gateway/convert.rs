@@ -1,5 +1,5 @@
-//! Conversion between AQ messages and broker messages (the mapping table is in the README,
-//! "Messaging Gateway"), the same for every broker: each broker module puts [`Outgoing`]
+//! Conversion between AQ messages and broker messages (the mapping table is in docs/gateway.md,
+//! "Conversion"), the same for every broker: each broker module puts [`Outgoing`]
 //! into its own properties and headers and reads its deliveries into [`Incoming`].
 //!
 //! Bodies, by the AQ queue's payload type:

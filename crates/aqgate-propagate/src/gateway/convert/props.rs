@@ -1,7 +1,7 @@
 //! JMS properties across the gateway: the JMS header fields (IDAP's `oracle_jms_properties`)
 //! and the typed user properties (`user_properties`) of a JMS message, read from a payload
 //! going out and written into one coming in, with the bounds on what a message carries
-//! (the mapping table is in the README, "Messaging Gateway", "JMS properties").
+//! (the mapping table is in docs/gateway.md, "JMS properties").
 //!
 //! - A broker with typed headers (RabbitMQ's AMQP field tables) carries each property with
 //!   its type. Brokers whose headers are strings (NATS, MQTT v5 user properties) carry the
