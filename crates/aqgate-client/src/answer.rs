@@ -10,10 +10,16 @@ use crate::request::Payload;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     /// AQXmlSend / AQXmlPublish: the queue and one id per message sent.
-    Sent { destination: String, message_ids: Vec<String> },
+    Sent {
+        destination: String,
+        message_ids: Vec<String>,
+    },
     /// AQXmlReceive: the queue and the messages taken (or seen, browsing); empty when
     /// there was none (fault 25228, no message within the wait).
-    Received { destination: String, messages: Vec<Received> },
+    Received {
+        destination: String,
+        messages: Vec<Received>,
+    },
     Committed,
     RolledBack,
     /// Another answer (register, listen, notification), its element's name.

@@ -204,7 +204,17 @@ async fn exchange(c: &Connection, req: aqgate_proto::idap::Request, ended: Ended
         None => None,
     };
     client.set_session(before.clone());
-    let result = client.call(req).await;
+    let queue = match &req {
+        aqgate_proto::idap::Request::Receive(r) => Some(r.consumer.destination.name.clone()),
+        _ => None,
+    };
+    let mut result = client.call(req).await;
+    // No message: the answer names no queue; the one asked of is it.
+    if let (Ok(Answer::Received { destination, .. }), Some(q)) = (&mut result, queue)
+        && destination.is_empty()
+    {
+        *destination = q;
+    }
     if let Some(f) = &c.session_file {
         let gone = matches!(&result, Err(Error::Fault(x)) if x.code == aqgate_proto::code::SESSION_EXPIRED
             || x.code == aqgate_proto::code::SESSION_UNKNOWN);

@@ -29,11 +29,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use aqgate_client::client::{Client, Config, PostError, Reply};
+use aqgate_client::request;
 use aqgate_core::error::code;
 use aqgate_core::propagation::RemoteDef;
 use aqgate_core::remote::{RemoteRefusal, RemoteSend, RemoteSpaces};
-use aqgate_client::client::{Client, Config, PostError, Reply};
-use aqgate_client::request;
 use aqgate_proto::idap::{self, Limits, Message, Response};
 
 pub struct Remote {
