@@ -179,15 +179,19 @@ pub fn document(request: Request) -> String {
     idap::write_request(&Envelope { headers: Vec::new(), body: request })
 }
 
-/// An AQXmlSend of `messages` to `queue` with buffered options (IMMEDIATE, BUFFERED).
-pub fn send_buffered(queue: &str, messages: Vec<Message>) -> Request {
-    match send(queue, messages, false) {
-        Request::Send(mut e) => {
+/// Makes a send, publish or receive one of buffered messages (IMMEDIATE, as they must
+/// be, and `aqgate:delivery_mode` BUFFERED); other requests are left as they are.
+pub fn buffered(request: &mut Request) {
+    match request {
+        Request::Send(e) | Request::Publish(e) => {
             e.producer.visibility = Visibility::Immediate;
             e.producer.delivery_mode = DeliveryMode::Buffered;
-            Request::Send(e)
         }
-        other => other,
+        Request::Receive(r) => {
+            r.consumer.visibility = Visibility::Immediate;
+            r.consumer.delivery_mode = DeliveryMode::Buffered;
+        }
+        _ => {}
     }
 }
 
