@@ -274,3 +274,96 @@ pub fn without_url(e: &reqwest::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A servlet stand-in that answers `answers` in turn (status, extra header lines,
+    /// body), one per connection; what it was sent: each request's head.
+    async fn stand_in(answers: Vec<(u16, &'static str, String)>) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/aqserv", l.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for (status, headers, body) in answers {
+                let (mut c, _) = l.accept().await.expect("accept");
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head = loop {
+                    let n = c.read(&mut buf).await.expect("read");
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                            })
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        if rest.len() >= len {
+                            break head.to_ascii_lowercase();
+                        }
+                    }
+                };
+                heads.push(head);
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
+                    body.len()
+                );
+                c.write_all(answer.as_bytes()).await.expect("write");
+            }
+            heads
+        });
+        (url, task)
+    }
+
+    fn doc(r: aqgate_proto::idap::Response) -> String {
+        aqgate_proto::idap::write_response(&aqgate_proto::idap::Envelope { headers: Vec::new(), body: r })
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_tried_again_under_the_same_key_and_the_session_is_carried() {
+        let busy = doc(aqgate_proto::idap::Response::Fault(aqgate_proto::idap::Fault {
+            kind: aqgate_proto::idap::FaultKind::Client,
+            code: code::IDEMPOTENCY_IN_PROGRESS,
+            message: "in progress".into(),
+        }));
+        let ok = doc(aqgate_proto::idap::Response::Commit(aqgate_proto::idap::StatusResponse::ok()));
+        let (url, server) = stand_in(vec![
+            (409, "", busy),
+            (200, "set-cookie: AQSESSIONID=tok1; Path=/; HttpOnly\r\n", ok.clone()),
+            (200, "", ok),
+        ])
+        .await;
+        let mut config = Config::new(url, "scott", "tiger");
+        config.backoff = Duration::from_millis(1);
+        let c = Client::new(config).expect("client");
+        assert_eq!(c.call(Request::Commit).await, Ok(Answer::Committed));
+        assert_eq!(c.session().as_deref(), Some("tok1"));
+        assert_eq!(c.call(Request::Commit).await, Ok(Answer::Committed));
+        let heads = server.await.expect("stand-in");
+        let key = |h: &str| h.lines().find(|l| l.starts_with("idempotency-key:")).map(str::to_string);
+        assert!(key(&heads[0]).is_some(), "{}", heads[0]);
+        assert_eq!(key(&heads[0]), key(&heads[1]), "the retry has the same key");
+        assert_ne!(key(&heads[1]), key(&heads[2]), "a new request, a new key");
+        assert!(!heads[1].contains("cookie: aqsessionid"), "no session before the servlet opened one");
+        assert!(heads[2].contains("cookie: aqsessionid=tok1"), "{}", heads[2]);
+        assert!(heads[2].contains("authorization: basic"), "credentials on every request");
+    }
+
+    #[tokio::test]
+    async fn answers_over_the_cap_are_refused_and_401_is_unauthorized() {
+        let (url, server) = stand_in(vec![(200, "", "x".repeat(100)), (401, "", String::new())]).await;
+        let mut config = Config::new(url, "scott", "wrong");
+        config.max_answer = 50;
+        config.attempts = 1;
+        let c = Client::new(config).expect("client");
+        let r = c.post("<x/>".into(), None).await;
+        assert!(matches!(r, Err(PostError::Reading(ref e)) if e.contains("over 50 bytes")), "{r:?}");
+        assert_eq!(c.call(Request::Commit).await, Err(Error::Unauthorized));
+        server.await.expect("stand-in");
+    }
+}

@@ -1,6 +1,8 @@
 //! Another aqgate as a propagation destination, over IDAP: one AQXmlSend with a trailing
 //! commit per message, as the job's remote agent, with
-//! `Idempotency-Key: prop-<job>-<source message id>`.
+//! `Idempotency-Key: prop-<job>-<source message id>`. The requests go through
+//! `aqgate_client` (one POST each, no session, no retry of its own: the job retries), and
+//! the answers are classified here.
 //!
 //! Exactly once: the local batch (the receive of that one message) commits only after the
 //! remote answered the send. If this process dies in between, the message goes back to the
@@ -71,7 +73,7 @@ impl Remote {
 
     /// Sends `message` to `queue` there, under the key for (`job`, `source_id`).
     pub async fn send(&self, job: &str, source_id: &str, queue: &str, message: Message) -> Sent {
-        let body = request::document(super::send(queue, vec![message]));
+        let body = request::document(request::send(queue, vec![message], true));
         let r = self.client.post(body, Some(&format!("prop-{job}-{source_id}"))).await;
         let Reply { status, body: text, .. } = match r {
             Ok(r) => r,
@@ -112,7 +114,7 @@ impl Remote {
 impl Remote {
     /// Sends all of `send`'s messages in one request that commits there.
     pub async fn send_all(&self, send: &RemoteSend) -> Result<Vec<String>, RemoteRefusal> {
-        let body = request::document(super::send(&send.queue, send.messages.clone()));
+        let body = request::document(request::send(&send.queue, send.messages.clone(), true));
         let Reply { status, body: text, .. } = match self.client.post(body, Some(&send.key)).await {
             Ok(r) => r,
             Err(PostError::NotSent(e)) => return Err(RemoteRefusal::Unreachable(bounded(&e))),
