@@ -192,6 +192,10 @@ async fn exchange(c: &Connection, req: aqgate_proto::idap::Request, ended: Ended
     if ended == Ended::Yes && c.session_file.is_none() {
         bail!("commit and rollback end the transaction of a --session-file");
     }
+    let url = reqwest::Url::parse(&c.url).with_context(|| format!("--url {}", c.url))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        bail!("--url carries credentials: give --user, and the password by AQGATE_PASSWORD or --password-file");
+    }
     let password = password(c.password_file.as_deref())?;
     let mut config = Config::new(c.url.clone(), c.user.clone(), password);
     config.timeout = std::time::Duration::from_secs(c.timeout.max(1));
@@ -253,7 +257,10 @@ fn password(file: Option<&Path>) -> anyhow::Result<String> {
 
 fn read_token(f: &Path) -> anyhow::Result<Option<String>> {
     match std::fs::read_to_string(f) {
-        Ok(t) => Ok(Some(t.trim().to_string()).filter(|t| !t.is_empty())),
+        Ok(t) if t.trim().bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',') => {
+            Ok(Some(t.trim().to_string()).filter(|t| !t.is_empty()))
+        }
+        Ok(_) => Err(anyhow!("{}: not a session token", f.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(anyhow!("{}: {e}", f.display())),
     }
@@ -329,5 +336,54 @@ fn print(answer: &Answer, as_json: bool) {
         Answer::Committed => println!("committed"),
         Answer::RolledBack => println!("rolled back"),
         Answer::Other(name) => println!("{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_print_as_json_with_their_payload_kind() {
+        let m = |payload| Received {
+            message_id: Some("0A".into()),
+            correlation: Some("c".into()),
+            priority: Some(1),
+            delivery_count: Some(0),
+            sender: None,
+            payload,
+        };
+        let a = Answer::Received {
+            destination: "Q".into(),
+            messages: vec![m(Payload::Raw(vec![1, 2])), m(Payload::Text("t".into())), m(Payload::Xml("<x/>".into()))],
+        };
+        let v = to_json(&a);
+        assert_eq!(v["queue"], "Q");
+        assert_eq!(v["messages"][0]["payload"], json!({ "raw_hex": "0102" }));
+        assert_eq!(v["messages"][1]["payload"], json!({ "text": "t" }));
+        assert_eq!(v["messages"][2]["payload"], json!({ "xml": "<x/>" }));
+        assert_eq!(v["messages"][0]["correlation"], "c");
+        assert_eq!(to_json(&Answer::Committed), json!({ "committed": true }));
+    }
+
+    #[test]
+    fn a_session_file_holds_one_token_or_is_refused() {
+        let dir = std::env::temp_dir().join(format!("aqgate-client-token-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let f = dir.join("s");
+        assert_eq!(read_token(&f).expect("absent"), None);
+        write_token(&f, "abc123").expect("write");
+        assert_eq!(read_token(&f).expect("read").as_deref(), Some("abc123"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&f).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "only the owner reads a session token: {mode:o}");
+        }
+        std::fs::write(&f, "a b\r\nCookie: x").expect("write");
+        assert!(read_token(&f).is_err(), "not a token");
+        remove_token(&f).expect("remove");
+        remove_token(&f).expect("removing an absent file is no error");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
