@@ -94,6 +94,9 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// IDAP from the shell: send, receive, browse, commit, rollback (docs/client.md).
+    #[command(flatten)]
+    Client(aqgate_client::cli::ClientCommand),
 }
 
 #[derive(Subcommand)]
@@ -430,6 +433,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin { command } => admin(command).await,
+        Command::Client(c) => aqgate_client::cli::run(c).await,
     }
 }
 

@@ -106,7 +106,7 @@ fn the_crates_depend_on_each_other_only_downwards() {
         "libxml",
         "aqgate-saml",
     ];
-    let rules: [(&str, &[&str]); 8] = [
+    let rules: [(&str, &[&str]); 9] = [
         ("aqgate-proto", &io),
         (
             "aqgate-core",
@@ -133,6 +133,11 @@ fn the_crates_depend_on_each_other_only_downwards() {
         ("aqgate-notify", &["sqlx", "axum", "samael", "aqgate-store", "aqgate-saml", "lapin", "async-nats", "rumqttc"]),
         // Propagation and the gateway reach the store only through the engine, and serve no HTTP.
         ("aqgate-propagate", &["sqlx", "axum", "samael", "aqgate-store", "aqgate-saml"]),
+        // The client speaks IDAP over HTTP: no engine, store, database, broker or server.
+        (
+            "aqgate-client",
+            &["sqlx", "axum", "samael", "aqgate-core", "aqgate-store", "aqgate-saml", "lapin", "async-nats", "rumqttc"],
+        ),
         (
             "aqgate-saml",
             &[

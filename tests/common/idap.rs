@@ -1,6 +1,7 @@
 //! IDAP over HTTP for the tests: a POST of an envelope to a servlet's `/aqserv` with Basic
-//! credentials (and the session cookie, if there is one), and the answer parsed. The raw
-//! forms ([`idap_request`], [`http_as`]) leave status and headers to the caller.
+//! credentials (and the session cookie, if there is one) through `aqgate_client`, and the
+//! answer parsed. The raw forms ([`idap_request`], [`http_as`]) leave status and headers to
+//! the caller.
 
 use aqgate_proto::idap::{self, Limits, Response};
 
@@ -38,23 +39,25 @@ pub fn parse_idap(body: &[u8]) -> Response {
 }
 
 /// One IDAP request to the servlet on `port` as `(agent, password)`, in the session whose
-/// cookie `cookie` holds (if any; a cookie the server sets replaces it): status and body.
+/// cookie `cookie` holds (if any; a cookie the server sets replaces it, one it clears is
+/// gone): status and body. Sent once, unbounded in time and size, as a test wants it.
 pub async fn http_as(
     port: u16,
     (agent, password): (&str, &str),
     cookie: &mut Option<String>,
     body: &str,
 ) -> (u16, String) {
-    let mut rb = idap_request(&reqwest::Client::new(), &aqserv(port), (agent, password), body.to_string());
-    if let Some(c) = cookie.as_ref() {
-        rb = rb.header("cookie", c.clone());
-    }
-    let r = rb.send().await.expect("post");
-    if let Some(c) = set_cookie(&r) {
-        *cookie = Some(c);
-    }
-    let status = r.status().as_u16();
-    (status, r.text().await.expect("body"))
+    use aqgate_proto::names::SESSION_COOKIE;
+    let mut config = aqgate_client::Config::new(aqserv(port), agent, password);
+    config.timeout = std::time::Duration::from_secs(3600);
+    config.max_answer = usize::MAX;
+    config.attempts = 1;
+    let client = aqgate_client::Client::new(config).expect("client");
+    let prefix = format!("{SESSION_COOKIE}=");
+    client.set_session(cookie.as_deref().and_then(|c| c.strip_prefix(&prefix)).map(String::from));
+    let r = client.post(body.to_string(), None).await.expect("post");
+    *cookie = client.session().map(|t| format!("{prefix}{t}"));
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
 }
 
 /// As [`http_as`], answered 200: the IDAP response.

@@ -1,6 +1,8 @@
 //! Another aqgate as a propagation destination, over IDAP: one AQXmlSend with a trailing
 //! commit per message, as the job's remote agent, with
-//! `Idempotency-Key: prop-<job>-<source message id>`.
+//! `Idempotency-Key: prop-<job>-<source message id>`. The requests go through
+//! `aqgate_client` (one POST each, no session, no retry of its own: the job retries), and
+//! the answers are classified here.
 //!
 //! Exactly once: the local batch (the receive of that one message) commits only after the
 //! remote answered the send. If this process dies in between, the message goes back to the
@@ -28,19 +30,16 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use aqgate_client::client::{Client, Config, PostError, Reply};
+use aqgate_client::request;
 use aqgate_core::error::code;
 use aqgate_core::propagation::RemoteDef;
 use aqgate_core::remote::{RemoteRefusal, RemoteSend, RemoteSpaces};
-use aqgate_proto::idap::{self, Envelope, Limits, Message, Response};
-use aqgate_proto::names::IDEMPOTENCY_HEADER;
+use aqgate_proto::idap::{self, Limits, Message, Response};
 
 pub struct Remote {
-    http: reqwest::Client,
-    url: String,
-    agent: String,
-    password: String,
+    client: Client,
 }
 
 pub enum Sent {
@@ -54,43 +53,37 @@ impl Remote {
     pub fn new(def: &RemoteDef) -> Result<Self, String> {
         let password = super::secret(def.password_env.as_deref(), def.password_file.as_deref())?
             .ok_or("no password_env or password_file")?;
-        let mut b = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60));
+        let mut config = Config::new(def.url.clone(), def.agent.clone(), password);
         if let Some(f) = &def.ca_file {
-            let pem = std::fs::read(f).map_err(|e| format!("{f}: {e}"))?;
-            for c in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{f}: {e}"))? {
-                b = b.add_root_certificate(c);
-            }
+            config.ca_pem = Some(std::fs::read(f).map_err(|e| format!("{f}: {e}"))?);
         }
-        let http = b.build().map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(Self { http, url: def.url.clone(), agent: def.agent.clone(), password })
+        // Every send commits there and is one request; the job retries, under the same key.
+        config.sessions = false;
+        config.attempts = 1;
+        let client = Client::new(config).map_err(|e| match &def.ca_file {
+            Some(f) if !e.starts_with("HTTP client") => format!("{f}: {e}"),
+            _ => e,
+        })?;
+        Ok(Self { client })
+    }
+
+    fn url(&self) -> &str {
+        self.client.url()
     }
 
     /// Sends `message` to `queue` there, under the key for (`job`, `source_id`).
     pub async fn send(&self, job: &str, source_id: &str, queue: &str, message: Message) -> Sent {
-        let body = idap::write_request(&Envelope { headers: Vec::new(), body: super::send(queue, vec![message]) });
-        let r = self
-            .http
-            .post(&self.url)
-            .basic_auth(&self.agent, Some(&self.password))
-            .header("content-type", "text/xml")
-            .header(IDEMPOTENCY_HEADER, format!("prop-{job}-{source_id}"))
-            .body(body)
-            .send()
-            .await;
-        let r = match r {
+        let body = request::document(request::send(queue, vec![message], true));
+        let r = self.client.post(body, Some(&format!("prop-{job}-{source_id}"))).await;
+        let Reply { status, body: text, .. } = match r {
             Ok(r) => r,
-            Err(e) => return Sent::Transient(format!("{}: {}", self.url, without_url(&e))),
-        };
-        let status = r.status().as_u16();
-        let text = match answer(r).await {
-            Ok(t) => t,
-            Err(e) => return Sent::Transient(format!("{}: reading the answer: {e}", self.url)),
+            Err(PostError::NotSent(e) | PostError::NoAnswer(e)) => {
+                return Sent::Transient(format!("{}: {e}", self.url()));
+            }
+            Err(PostError::Reading(e)) => return Sent::Transient(format!("{}: reading the answer: {e}", self.url())),
         };
         if status == 413 {
-            return Sent::Permanent(format!("{}: 413, the message is larger than the remote takes", self.url));
+            return Sent::Permanent(format!("{}: 413, the message is larger than the remote takes", self.url()));
         }
         if let Ok(Response::Fault(f)) = idap::parse_response(&text, &Limits::default()).map(|e| e.body)
             && [code::IDEMPOTENCY_MISMATCH, code::IDEMPOTENCY_NOT_KEPT].contains(&f.code)
@@ -98,13 +91,13 @@ impl Remote {
             // The key was recorded with another body: an earlier send of this message, which
             // was performed (the remote records no Fault), with more of its delay or
             // expiration left then. The message is there.
-            tracing::info!(url = %self.url, message = %source_id,
+            tracing::info!(url = %self.url(), message = %source_id,
                 "the remote performed an earlier send of this message; not sent again");
             return Sent::Done;
         }
         if status != 200 {
             let snippet: String = String::from_utf8_lossy(&text).chars().take(200).collect();
-            return Sent::Transient(format!("{}: HTTP {status}: {}", self.url, snippet.trim()));
+            return Sent::Transient(format!("{}: HTTP {status}: {}", self.url(), snippet.trim()));
         }
         match idap::parse_response(&text, &Limits::default()).map(|e| e.body) {
             Ok(Response::Send(..)) => Sent::Done,
@@ -112,8 +105,8 @@ impl Remote {
                 let why = format!("remote fault {}: {}", f.code, f.message);
                 if PERMANENT.contains(&f.code) { Sent::Permanent(why) } else { Sent::Transient(why) }
             }
-            Ok(other) => Sent::Transient(format!("{}: unexpected answer {:?}", self.url, other_name(&other))),
-            Err(e) => Sent::Transient(format!("{}: the answer is not IDAP: {e}", self.url)),
+            Ok(other) => Sent::Transient(format!("{}: unexpected answer {:?}", self.url(), other_name(&other))),
+            Err(e) => Sent::Transient(format!("{}: the answer is not IDAP: {e}", self.url())),
         }
     }
 }
@@ -121,28 +114,14 @@ impl Remote {
 impl Remote {
     /// Sends all of `send`'s messages in one request that commits there.
     pub async fn send_all(&self, send: &RemoteSend) -> Result<Vec<String>, RemoteRefusal> {
-        let body = idap::write_request(&Envelope {
-            headers: Vec::new(),
-            body: super::send(&send.queue, send.messages.clone()),
-        });
-        let r = self
-            .http
-            .post(&self.url)
-            .basic_auth(&self.agent, Some(&self.password))
-            .header("content-type", "text/xml")
-            .header(IDEMPOTENCY_HEADER, &send.key)
-            .body(body)
-            .send()
-            .await;
-        let r = match r {
+        let body = request::document(request::send(&send.queue, send.messages.clone(), true));
+        let Reply { status, body: text, .. } = match self.client.post(body, Some(&send.key)).await {
             Ok(r) => r,
-            Err(e) if e.is_connect() => return Err(RemoteRefusal::Unreachable(bounded(&without_url(&e)))),
-            Err(e) => return Err(RemoteRefusal::InDoubt(bounded(&without_url(&e)))),
-        };
-        let status = r.status().as_u16();
-        let text = match answer(r).await {
-            Ok(t) => t,
-            Err(e) => return Err(RemoteRefusal::InDoubt(format!("reading the answer: {}", bounded(&e)))),
+            Err(PostError::NotSent(e)) => return Err(RemoteRefusal::Unreachable(bounded(&e))),
+            Err(PostError::NoAnswer(e)) => return Err(RemoteRefusal::InDoubt(bounded(&e))),
+            Err(PostError::Reading(e)) => {
+                return Err(RemoteRefusal::InDoubt(format!("reading the answer: {}", bounded(&e))));
+            }
         };
         let answer = idap::parse_response(&text, &Limits::default()).map(|e| e.body);
         match (status, answer) {
@@ -186,21 +165,6 @@ fn classify(status: u16, fault: i32, message: &str) -> RemoteRefusal {
         _ if status == 413 => RemoteRefusal::NoSpace(why),
         _ => RemoteRefusal::System(why),
     }
-}
-
-/// The most of a remote's answer read: a send's answer is its message ids.
-const MAX_ANSWER: usize = 16 << 20;
-
-/// The body of `r`, at most [`MAX_ANSWER`] bytes.
-async fn answer(mut r: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    while let Some(chunk) = r.chunk().await.map_err(|e| without_url(&e))? {
-        if out.len() + chunk.len() > MAX_ANSWER {
-            return Err(format!("the answer is over {MAX_ANSWER} bytes"));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
 }
 
 /// At most 300 characters of a remote's text.
@@ -272,20 +236,6 @@ fn other_name(r: &Response) -> &'static str {
         Response::Notification(..) => "AQXmlNotification",
         Response::Send(..) | Response::Fault(..) => "response",
     }
-}
-
-/// A reqwest error without its URL (the caller names the URL, without credentials).
-fn without_url(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(u) = e.url() {
-        s = s.replace(&format!(" for url ({u})"), "");
-    }
-    let mut src = std::error::Error::source(e);
-    while let Some(c) = src {
-        s.push_str(&format!(": {c}"));
-        src = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

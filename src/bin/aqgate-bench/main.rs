@@ -32,6 +32,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use aqgate_client::request::{self, Outgoing, Receive};
+use aqgate_proto::idap::{Request, XmlNode};
 use clap::{Parser, ValueEnum};
 
 mod broker;
@@ -161,38 +163,36 @@ struct Args {
     fair: fairness::FairArgs,
 }
 
-/// The options of a buffered send or receive (`--buffered`): IMMEDIATE, as they must be.
-const BUFFERED_OPTIONS: &str = r#"<visibility>IMMEDIATE</visibility><aqgate:delivery_mode xmlns:aqgate="urn:aqgate:idap">BUFFERED</aqgate:delivery_mode>"#;
-
-/// `xml` with buffered options before the end of its producer or consumer options.
-fn buffered(xml: String, on: bool) -> String {
-    if !on {
-        return xml;
+/// An AQXmlSend of `n` RAW messages of the payload `hex` to `queue` (buffered: IMMEDIATE,
+/// `aqgate:delivery_mode` BUFFERED), with a trailing AQXmlCommit if `commit`.
+fn send_doc(queue: &str, n: usize, hex: &str, buffered: bool, commit: bool) -> String {
+    let messages = (1..=n)
+        .map(|i| Outgoing::node(XmlNode::with_text("raw", hex)).to_message(u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect();
+    let mut send = request::send(queue, messages, commit);
+    if buffered {
+        request::buffered(&mut send);
     }
-    xml.replacen("</destination>", &format!("</destination>{BUFFERED_OPTIONS}"), 1)
+    request::document(send)
 }
 
+/// [`send_doc`], persistent and committed.
 fn send_xml(queue: &str, n: usize, hex: &str) -> String {
-    let mut s = String::with_capacity(n * (hex.len() + 200) + 400);
-    s.push_str(r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlSend xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>"#);
-    s.push_str(queue);
-    s.push_str("</destination></producer_options><message_set>");
-    s.push_str(&format!("<message_count>{n}</message_count>"));
-    for i in 1..=n {
-        s.push_str(&format!(
-            "<message><message_number>{i}</message_number><message_payload><raw>{hex}</raw></message_payload></message>"
-        ));
-    }
-    s.push_str("</message_set><AQXmlCommit/></AQXmlSend></Body></Envelope>");
-    s
+    send_doc(queue, n, hex, false, true)
 }
 
-const COMMIT_XML: &str = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlCommit xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body></Envelope>"#;
+/// An AQXmlReceive (REMOVE, no wait) with a trailing AQXmlCommit; `buffered`: IMMEDIATE,
+/// buffered messages.
+fn receive_doc(queue: &str, buffered: bool) -> String {
+    let mut r = Receive::new(queue);
+    r.wait = Some(0);
+    r.buffered = buffered;
+    r.commit = true;
+    request::document(r.to_request())
+}
 
 fn receive_xml(queue: &str) -> String {
-    format!(
-        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>{queue}</destination><wait_time>0</wait_time></consumer_options><AQXmlCommit/></AQXmlReceive></Body></Envelope>"#
-    )
+    receive_doc(queue, false)
 }
 
 /// One load-generating client: a minimal HTTP/1.1 keep-alive client (as wrk is), one
@@ -468,7 +468,7 @@ async fn main() -> anyhow::Result<()> {
 
     if args.scenario == Scenario::Receive {
         let mut c = mk();
-        let body = buffered(send_xml(&args.queue, 500, &hex), args.buffered);
+        let body = send_doc(&args.queue, 500, &hex, args.buffered, true);
         let mut n = 0;
         while n < args.prefill {
             c.post(body.clone()).await?;
@@ -483,12 +483,12 @@ async fn main() -> anyhow::Result<()> {
     };
     // The requests of one cycle, posted in turn.
     let bodies = Arc::new(match args.scenario {
-        Scenario::Send => vec![buffered(send_xml(&args.queue, 1, &hex), args.buffered)],
-        Scenario::Batch => vec![buffered(send_xml(&args.queue, args.batch, &hex), args.buffered)],
+        Scenario::Send => vec![send_doc(&args.queue, 1, &hex, args.buffered, true)],
+        Scenario::Batch => vec![send_doc(&args.queue, args.batch, &hex, args.buffered, true)],
         Scenario::Transact => {
-            vec![send_xml(&args.queue, 1, &hex).replace("<AQXmlCommit/>", ""), COMMIT_XML.to_string()]
+            vec![send_doc(&args.queue, 1, &hex, false, false), request::document(Request::Commit)]
         }
-        Scenario::Receive => vec![buffered(receive_xml(&args.queue), args.buffered)],
+        Scenario::Receive => vec![receive_doc(&args.queue, args.buffered)],
         Scenario::Smtp
         | Scenario::Notify
         | Scenario::Store

@@ -21,6 +21,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::*;
+use aqgate_proto::idap::Selector;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Attack {
@@ -103,31 +104,23 @@ pub(super) struct AttackCtx {
 
 const BIG: usize = 1_900_000;
 
-fn envelope(body: &str) -> String {
-    format!(
-        r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body>{body}</Body></Envelope>"#
-    )
-}
-
 fn browse(queue: &str, condition: Option<&str>) -> String {
-    let selector = condition.map_or(String::new(), |c| format!("<selector><condition>{c}</condition></selector>"));
-    envelope(&format!(
-        r#"<AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>{queue}</destination><wait_time>0</wait_time>{selector}<navigation_mode>FIRST_MESSAGE</navigation_mode><dequeue_mode>BROWSE</dequeue_mode></consumer_options></AQXmlReceive>"#
-    ))
+    let mut r = Receive::new(queue);
+    r.wait = Some(0);
+    r.selector = condition.map(|c| Selector::Condition(c.to_string()));
+    r.browse = true;
+    request::document(r.to_request())
 }
 
 /// A publish of a 1-byte RAW message to `recipients`, committed or buffered.
 fn publish(topic: &str, recipients: impl Iterator<Item = String>, buffered: bool) -> String {
-    let mut list = String::new();
-    for r in recipients {
-        list.push_str("<agent_name>");
-        list.push_str(&r);
-        list.push_str("</agent_name>");
+    let mut m = Outgoing::raw(&[1]);
+    m.recipients = recipients.collect();
+    let mut publish = request::publish(topic, vec![m.to_message(1)], !buffered);
+    if buffered {
+        request::buffered(&mut publish);
     }
-    let (options, commit) = if buffered { (BUFFERED_OPTIONS, "") } else { ("", "<AQXmlCommit/>") };
-    envelope(&format!(
-        r#"<AQXmlPublish xmlns="http://ns.oracle.com/AQ/schemas/access"><producer_options><destination>{topic}</destination>{options}</producer_options><message_set><message_count>1</message_count><message><message_number>1</message_number><message_header><recipient_list>{list}</recipient_list></message_header><message_payload><raw>01</raw></message_payload></message></message_set>{commit}</AQXmlPublish>"#
-    ))
+    request::document(publish)
 }
 
 fn base36(mut n: u32, width: usize) -> String {
@@ -309,10 +302,10 @@ impl AttackCtx {
     }
 
     async fn long_polls(&self, deadline: Instant, t: &mut Tally) {
-        let body = Arc::new(envelope(&format!(
-            r#"<AQXmlReceive xmlns="http://ns.oracle.com/AQ/schemas/access"><consumer_options><destination>{}</destination><wait_time>30</wait_time><selector><correlation>FAIR-NEVER-MATCHES</correlation></selector></consumer_options></AQXmlReceive>"#,
-            self.honest_queue
-        )));
+        let mut poll = Receive::new(self.honest_queue.clone());
+        poll.wait = Some(30);
+        poll.selector = Some(Selector::Correlation("FAIR-NEVER-MATCHES".into()));
+        let body = Arc::new(request::document(poll.to_request()));
         let mut tasks = Vec::new();
         for _ in 0..200 {
             let mut c = self.client(Attack::LongPolls);
