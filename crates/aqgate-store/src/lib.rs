@@ -2,9 +2,15 @@
 //! [`aqgate_core::store::Store`] interface, with group commit, cross-process interest and
 //! the migrations of both.
 
-// First: its macro serves both backends below.
+// First: their macros write each part of the store once, for both backends below.
 #[macro_use]
 mod jobs;
+#[macro_use]
+mod notify;
+#[macro_use]
+mod sessions;
+#[macro_use]
+mod spool;
 pub mod full;
 pub mod group;
 mod interest;
