@@ -6,11 +6,15 @@
 #[macro_use]
 mod jobs;
 #[macro_use]
+mod messages;
+#[macro_use]
 mod notify;
 #[macro_use]
 mod sessions;
 #[macro_use]
 mod spool;
+#[macro_use]
+mod tx;
 pub mod full;
 pub mod group;
 mod interest;
