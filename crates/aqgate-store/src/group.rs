@@ -19,6 +19,39 @@ use tokio::sync::{Mutex, OwnedMutexGuard, watch};
 
 use crate::*;
 
+/// `#[async_trait] impl $trait for $ty`: each method listed passes its call on to the same
+/// method of `self.inner` (the wrapped store) or `self.tx()?` (the shared transaction),
+/// then the methods written out, which group commit changes. A method of the trait that is
+/// neither keeps the trait's default (which calls this store's own methods again).
+macro_rules! forward {
+    (impl $trait:ident for $ty:ty, to self.$inner:ident {
+        $(async fn $name:ident(&self $(, $arg:ident: $argty:ty)*) -> $ret:ty;)*
+        $(fn $sname:ident(&self) -> $sret:ty;)*
+    } $($own:tt)*) => {
+        #[async_trait]
+        impl $trait for $ty {
+            $(async fn $name(&self $(, $arg: $argty)*) -> $ret {
+                self.$inner.$name($($arg),*).await
+            })*
+            $(fn $sname(&self) -> $sret {
+                self.$inner.$sname()
+            })*
+            $($own)*
+        }
+    };
+    (impl $trait:ident for $ty:ty, to self.tx()? {
+        $(async fn $name:ident(&mut self $(, $arg:ident: $argty:ty)*) -> $ret:ty;)*
+    } $($own:tt)*) => {
+        #[async_trait]
+        impl $trait for $ty {
+            $(async fn $name(&mut self $(, $arg: $argty)*) -> $ret {
+                self.tx()?.$name($($arg),*).await
+            })*
+            $($own)*
+        }
+    };
+}
+
 type Outcome = Option<std::result::Result<(), Failure>>;
 
 /// Why a shared transaction failed, for each of its members: what kind of store error
@@ -121,8 +154,26 @@ impl Lane {
     }
 }
 
-#[async_trait]
-impl Store for GroupCommitStore {
+forward! {
+    impl Store for GroupCommitStore, to self.inner {
+        async fn recover(&self) -> Result<u64>;
+        async fn probe_write(&self) -> Result<()>;
+        async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
+        async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
+        async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+        async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()>;
+        async fn view_rows(&self, queue_table: &str, queue: &str, state: Option<&str>, limit: i64) -> Result<Vec<Vec<Option<String>>>>;
+        async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
+        async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64>;
+        async fn purge_history(&self, limit: i64) -> Result<u64>;
+        async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>>;
+        async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>>;
+        async fn interest(&self, queue: QueueId) -> Result<Interest>;
+        fn writes_refused(&self) -> bool;
+        fn full_refusals(&self) -> u64;
+        fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>>;
+    }
+
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let lane = self.lane.clone();
         let mut g = {
@@ -152,115 +203,32 @@ impl Store for GroupCommitStore {
         g.dangling = true;
         Ok(Box::new(GroupTx { guard: Some(g), lane }))
     }
+}
 
-    async fn recover(&self) -> Result<u64> {
-        self.inner.recover().await
-    }
-
-    async fn probe_write(&self) -> Result<()> {
-        self.inner.probe_write().await
-    }
-
-    fn writes_refused(&self) -> bool {
-        self.inner.writes_refused()
-    }
-
-    fn full_refusals(&self) -> u64 {
-        self.inner.full_refusals()
-    }
-
-    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
-        self.inner.load_topology().await
-    }
-
-    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
-        self.inner.queue_ids().await
-    }
-
-    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
-        self.inner.queue_depths().await
-    }
-
-    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
-        self.inner.show_buffered(node, rows).await
-    }
-
-    async fn view_rows(
-        &self,
-        queue_table: &str,
-        queue: &str,
-        state: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<Vec<Option<String>>>> {
-        self.inner.view_rows(queue_table, queue, state, limit).await
-    }
-
-    async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
-        self.inner.due_expirations(now, limit).await
-    }
-
-    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {
-        self.inner.purge_processed(now, limit).await
-    }
-
-    async fn purge_history(&self, limit: i64) -> Result<u64> {
-        self.inner.purge_history(limit).await
-    }
-
-    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
-        self.inner.next_delay_end(queue, now).await
-    }
-
-    async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
-        self.inner.listen().await
-    }
-
-    fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.control_signals()
-    }
-
-    async fn interest(&self, queue: QueueId) -> Result<Interest> {
-        self.inner.interest(queue).await
+forward! {
+    impl SessionStore for GroupCommitStore, to self.inner {
+        async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup>;
+        async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()>;
+        async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>>;
+        async fn session_count(&self) -> Result<i64>;
+        async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64>;
+        async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>>;
+        async fn idempotency_usage(&self, agent: &str) -> Result<(i64, i64)>;
+        async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool>;
     }
 }
 
-#[async_trait]
-impl SessionStore for GroupCommitStore {
-    async fn session_get(&self, id_hash: &[u8]) -> Result<SessionLookup> {
-        self.inner.session_get(id_hash).await
+forward! {
+    impl SpoolStore for GroupCommitStore, to self.inner {
+        async fn spool_release(&self, id: i64, now: Micros) -> Result<()>;
+        async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;
+        async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool>;
+        async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()>;
+        async fn spool_purge(&self, before: Micros) -> Result<u64>;
+        async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
+        async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
     }
 
-    async fn session_touch(&self, id_hash: &[u8], until: Micros) -> Result<()> {
-        self.inner.session_touch(id_hash, until).await
-    }
-
-    async fn sessions_idle(&self, before: Micros, limit: i64) -> Result<Vec<SessionRow>> {
-        self.inner.sessions_idle(before, limit).await
-    }
-
-    async fn session_count(&self) -> Result<i64> {
-        self.inner.session_count().await
-    }
-
-    async fn sessions_purge(&self, now: Micros, records_before: Micros) -> Result<u64> {
-        self.inner.sessions_purge(now, records_before).await
-    }
-
-    async fn idempotency_get(&self, agent: &str, key: &str) -> Result<Option<IdempotencyRecord>> {
-        self.inner.idempotency_get(agent, key).await
-    }
-
-    async fn idempotency_usage(&self, agent: &str) -> Result<(i64, i64)> {
-        self.inner.idempotency_usage(agent).await
-    }
-
-    async fn saml_assertion_once(&self, issuer: &str, id: &str, until: Micros) -> Result<bool> {
-        self.inner.saml_assertion_once(issuer, id, until).await
-    }
-}
-
-#[async_trait]
-impl SpoolStore for GroupCommitStore {
     /// Mail accepted by concurrent SMTP sessions shares the servlet's batches: one disk
     /// sync for all of them. The 250 still waits for the commit that holds the mail.
     async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut> {
@@ -272,18 +240,6 @@ impl SpoolStore for GroupCommitStore {
                 Err(e)
             }
         }
-    }
-
-    async fn spool_release(&self, id: i64, now: Micros) -> Result<()> {
-        self.inner.spool_release(id, now).await
-    }
-
-    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>> {
-        self.inner.spool_due(now, limit).await
-    }
-
-    async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool> {
-        self.inner.spool_claim(id, now, owner).await
     }
 
     async fn spool_attempted(
@@ -302,184 +258,48 @@ impl SpoolStore for GroupCommitStore {
             }
         }
     }
+}
 
-    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()> {
-        self.inner.spool_replied(sent).await
-    }
-
-    async fn spool_purge(&self, before: Micros) -> Result<u64> {
-        self.inner.spool_purge(before).await
-    }
-
-    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>> {
-        self.inner.spool_get(id).await
-    }
-
-    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>> {
-        self.inner.spool_pending(limit).await
+forward! {
+    impl NotifyStore for GroupCommitStore, to self.inner {
+        async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
+        async fn all_registrations(&self) -> Result<Vec<Registration>>;
+        async fn set_registration_secret(&self, queue: QueueId, consumer: &str, agent: &str, secret: Option<&str>) -> Result<bool>;
+        async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64, shape: &ClaimShape) -> Result<Vec<OutboxEntry>>;
+        async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()>;
+        async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64>;
+        async fn notify_delivered(&self, ids: &[i64]) -> Result<()>;
+        async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()>;
+        async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>>;
+        async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>>;
+        async fn notify_counts(&self) -> Result<(i64, i64)>;
+        async fn notify_unpark(&self, now: Micros) -> Result<u64>;
     }
 }
 
-#[async_trait]
-impl NotifyStore for GroupCommitStore {
-    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        self.inner.registrations(queue).await
-    }
-
-    async fn all_registrations(&self) -> Result<Vec<Registration>> {
-        self.inner.all_registrations().await
-    }
-
-    async fn set_registration_secret(
-        &self,
-        queue: QueueId,
-        consumer: &str,
-        agent: &str,
-        secret: Option<&str>,
-    ) -> Result<bool> {
-        self.inner.set_registration_secret(queue, consumer, agent, secret).await
-    }
-
-    async fn notify_claim(
-        &self,
-        now: Micros,
-        lease_until: Micros,
-        limit: i64,
-        shape: &ClaimShape,
-    ) -> Result<Vec<OutboxEntry>> {
-        self.inner.notify_claim(now, lease_until, limit, shape).await
-    }
-
-    async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()> {
-        self.inner.notify_release(ids, at).await
-    }
-
-    async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64> {
-        self.inner.notify_defer(urls, until).await
-    }
-
-    async fn notify_delivered(&self, ids: &[i64]) -> Result<()> {
-        self.inner.notify_delivered(ids).await
-    }
-
-    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
-        self.inner.notify_failed(id, error, next_attempt_at).await
-    }
-
-    async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>> {
-        self.inner.notify_next_due(skip_urls).await
-    }
-
-    async fn notify_pending(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
-        self.inner.notify_pending(limit).await
-    }
-
-    async fn notify_counts(&self) -> Result<(i64, i64)> {
-        self.inner.notify_counts().await
-    }
-
-    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
-        self.inner.notify_unpark(now).await
-    }
-}
-
-#[async_trait]
-impl JobStore for GroupCommitStore {
-    async fn control_counters(&self) -> Result<(i64, i64)> {
-        self.inner.control_counters().await
-    }
-
-    async fn control_ping(&self) -> Result<i64> {
-        self.inner.control_ping().await
-    }
-
-    async fn agent_put(&self, agent: &AgentStatus) -> Result<()> {
-        self.inner.agent_put(agent).await
-    }
-
-    async fn agent_pong(&self, owner: &str, ping: i64) -> Result<()> {
-        self.inner.agent_pong(owner, ping).await
-    }
-
-    async fn agents(&self) -> Result<Vec<AgentStatus>> {
-        self.inner.agents().await
-    }
-
-    async fn agents_purge(&self, before: Micros) -> Result<u64> {
-        self.inner.agents_purge(before).await
-    }
-
-    async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool> {
-        self.inner.job_lease(name, owner, now, until).await
-    }
-
-    async fn job_report(
-        &self,
-        name: &str,
-        owner: &str,
-        now: Micros,
-        until: Option<Micros>,
-        report: &JobReport,
-    ) -> Result<Option<String>> {
-        self.inner.job_report(name, owner, now, until, report).await
-    }
-
-    async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool> {
-        self.inner.job_forget(name, owner, now).await
-    }
-
-    async fn job_reset(&self, name: &str) -> Result<bool> {
-        self.inner.job_reset(name).await
-    }
-
-    async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64> {
-        self.inner.job_leases_clear(owner).await
-    }
-
-    async fn job_statuses(&self) -> Result<Vec<JobStatus>> {
-        self.inner.job_statuses().await
-    }
-
-    async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()> {
-        self.inner.gateway_doubt_put(job, ids, now).await
-    }
-
-    async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>> {
-        self.inner.gateway_doubts(job).await
-    }
-
-    async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>> {
-        self.inner.gateway_seen(job, ids).await
-    }
-
-    async fn gateway_seen_purge(&self, before: Micros) -> Result<u64> {
-        self.inner.gateway_seen_purge(before).await
-    }
-
-    async fn gateway_doubt_purge(&self, job: &str, queue: QueueId, consumer: &str) -> Result<u64> {
-        self.inner.gateway_doubt_purge(job, queue, consumer).await
-    }
-
-    async fn gateway_job_drop(&self, job: &str) -> Result<u64> {
-        self.inner.gateway_job_drop(job).await
-    }
-
-    async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()> {
-        self.inner.gateway_link_put(link).await
-    }
-
-    async fn gateway_links(&self) -> Result<Vec<LinkStatus>> {
-        self.inner.gateway_links().await
-    }
-
-    async fn job_backlog(
-        &self,
-        queue: QueueId,
-        consumer: &str,
-        now: Micros,
-        waiting: bool,
-    ) -> Result<(i64, Option<Micros>)> {
-        self.inner.job_backlog(queue, consumer, now, waiting).await
+forward! {
+    impl JobStore for GroupCommitStore, to self.inner {
+        async fn control_counters(&self) -> Result<(i64, i64)>;
+        async fn control_ping(&self) -> Result<i64>;
+        async fn agent_put(&self, agent: &AgentStatus) -> Result<()>;
+        async fn agent_pong(&self, owner: &str, ping: i64) -> Result<()>;
+        async fn agents(&self) -> Result<Vec<AgentStatus>>;
+        async fn agents_purge(&self, before: Micros) -> Result<u64>;
+        async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool>;
+        async fn job_report(&self, name: &str, owner: &str, now: Micros, until: Option<Micros>, report: &JobReport) -> Result<Option<String>>;
+        async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool>;
+        async fn job_reset(&self, name: &str) -> Result<bool>;
+        async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64>;
+        async fn job_statuses(&self) -> Result<Vec<JobStatus>>;
+        async fn gateway_doubt_put(&self, job: &str, ids: &[String], now: Micros) -> Result<()>;
+        async fn gateway_doubts(&self, job: &str) -> Result<Vec<(String, Micros)>>;
+        async fn gateway_seen(&self, job: &str, ids: &[String]) -> Result<Vec<String>>;
+        async fn gateway_seen_purge(&self, before: Micros) -> Result<u64>;
+        async fn gateway_doubt_purge(&self, job: &str, queue: QueueId, consumer: &str) -> Result<u64>;
+        async fn gateway_job_drop(&self, job: &str) -> Result<u64>;
+        async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()>;
+        async fn gateway_links(&self) -> Result<Vec<LinkStatus>>;
+        async fn job_backlog(&self, queue: QueueId, consumer: &str, now: Micros, waiting: bool) -> Result<(i64, Option<Micros>)>;
     }
 }
 
@@ -535,115 +355,40 @@ impl Drop for GroupTx {
     }
 }
 
-#[async_trait]
-impl StoreTx for GroupTx {
-    async fn session_put(&mut self, row: &SessionRow) -> Result<bool> {
-        self.tx()?.session_put(row).await
+forward! {
+    impl StoreTx for GroupTx, to self.tx()? {
+        async fn session_put(&mut self, row: &SessionRow) -> Result<bool>;
+        async fn session_end(&mut self, id_hash: &[u8], version: i64, idle_before: Option<Micros>, tombstone: Option<(&str, bool, Micros)>) -> Result<bool>;
+        async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
+        async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64>;
+        async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool>;
+        async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()>;
+        async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()>;
+        async fn time_manager_turn(&mut self) -> Result<bool>;
+        async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut>;
+        async fn spool_attempted(&mut self, id: i64, response: Option<&[u8]>, error: Option<&str>, next_attempt_at: Option<Micros>) -> Result<()>;
+        async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
+        async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>>;
+        async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
+        async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal>;
+        async fn groups(&mut self, q: &CandidateQuery, after: Option<Position>, except: Option<i64>) -> Result<Vec<(i64, Position)>>;
+        async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>>;
+        async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool>;
+        async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
+        async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>>;
+        async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64>;
+        async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()>;
+        async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()>;
+        async fn forget_dequeues(&mut self, txn: &str) -> Result<()>;
+        async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()>;
+        async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()>;
+        async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
+        async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool>;
+        async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
+        async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()>;
+        async fn ensure_queue(&mut self, name: &str) -> Result<QueueId>;
     }
-    async fn session_end(
-        &mut self,
-        id_hash: &[u8],
-        version: i64,
-        idle_before: Option<Micros>,
-        tombstone: Option<(&str, bool, Micros)>,
-    ) -> Result<bool> {
-        self.tx()?.session_end(id_hash, version, idle_before, tombstone).await
-    }
-    async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool> {
-        self.tx()?.idempotency_put(r).await
-    }
-    async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64> {
-        self.tx()?.sessions_of(agent, limit).await
-    }
-    async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
-        self.tx()?.gateway_seen_put(job, ids, now).await
-    }
-    async fn gateway_doubt_clear(&mut self, job: &str, ids: &[String]) -> Result<()> {
-        self.tx()?.gateway_doubt_clear(job, ids).await
-    }
-    async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()> {
-        self.tx()?.job_tally(job, propagated, exceptions).await
-    }
-    async fn time_manager_turn(&mut self) -> Result<bool> {
-        self.tx()?.time_manager_turn().await
-    }
-    async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut> {
-        self.tx()?.spool_put(m).await
-    }
-    async fn spool_attempted(
-        &mut self,
-        id: i64,
-        response: Option<&[u8]>,
-        error: Option<&str>,
-        next_attempt_at: Option<Micros>,
-    ) -> Result<()> {
-        self.tx()?.spool_attempted(id, response, error, next_attempt_at).await
-    }
-    async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()> {
-        self.tx()?.insert_messages(msgs).await
-    }
-    async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>> {
-        self.tx()?.candidates(q).await
-    }
-    async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool> {
-        self.tx()?.lock(seq, consumer, txn, kind).await
-    }
-    async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal> {
-        self.tx()?.remove_now(seq, consumer, txn, shared).await
-    }
-    async fn groups(
-        &mut self,
-        q: &CandidateQuery,
-        after: Option<Position>,
-        except: Option<i64>,
-    ) -> Result<Vec<(i64, Position)>> {
-        self.tx()?.groups(q, after, except).await
-    }
-    async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>> {
-        self.tx()?.group_candidates(q, group).await
-    }
-    async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool> {
-        self.tx()?.claim_group(queue, consumer, group, txn, wait).await
-    }
-    async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome> {
-        self.tx()?.commit_session(txn, dequeues).await
-    }
-    async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>> {
-        self.tx()?.rollback_session(txn, counts).await
-    }
-    async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64> {
-        self.tx()?.give_up(seq, consumer).await
-    }
-    async fn define_views(&mut self, tables: &[QueueTableView], retained: &[Retained]) -> Result<()> {
-        self.tx()?.define_views(tables, retained).await
-    }
-    async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()> {
-        self.tx()?.record_dequeues(rows).await
-    }
-    async fn forget_dequeues(&mut self, txn: &str) -> Result<()> {
-        self.tx()?.forget_dequeues(txn).await
-    }
-    async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()> {
-        self.tx()?.delay_message(seq, until).await
-    }
-    async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()> {
-        self.tx()?.move_to_exception(seq, to, forget_named, why).await
-    }
-    async fn upsert_registration(&mut self, r: &Registration) -> Result<()> {
-        self.tx()?.upsert_registration(r).await
-    }
-    async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool> {
-        self.tx()?.delete_registration(queue, consumer, agent).await
-    }
-    async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()> {
-        self.tx()?.put_topology_object(kind, name, spec).await
-    }
-    async fn delete_topology_object(&mut self, kind: &str, name: &str) -> Result<()> {
-        self.tx()?.delete_topology_object(kind, name).await
-    }
-    async fn ensure_queue(&mut self, name: &str) -> Result<QueueId> {
-        self.tx()?.ensure_queue(name).await
-    }
+
     async fn savepoint(&mut self) -> Result<()> {
         Err(StoreError::corrupt("nested group commit"))
     }
