@@ -2,7 +2,7 @@
 //! conditional UPDATEs, so two consumers never take the same delivery. Commits that make
 //! messages visible send `pg_notify('aqgate_enqueue', queue_id)`, which every aqgate
 //! process LISTENs to, to wake its long-polls, for the queues some process holds interest
-//! in (see [`super::interest`]).
+//! in (see [`interest`]).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,16 +11,18 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 
-use crate::regulars::Regulars;
 use crate::*;
 use aqgate_core::metrics::{Counter, Metrics};
 use listing::Listing;
+use regulars::Regulars;
 
 mod coalesce;
 mod grouping;
+mod interest;
 mod jobs;
 mod listing;
 mod notify;
+pub mod regulars;
 mod sessions;
 mod spool;
 mod statements;
@@ -65,7 +67,7 @@ pub struct PgStore {
     /// of a queue: see [`Coalescer`].
     inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
     takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
-    interests: crate::interest::Interests,
+    interests: interest::Interests,
     /// This store's mark on the enqueue signals its commits send: its own listener skips
     /// them, since the engine that committed has woken its waiters already, and knows
     /// better what changed (see `Change::Arrived`).
@@ -103,7 +105,7 @@ impl PgStore {
             .map_err(|_| no_answer(url))?
             .map_err(|e| cannot_connect("connect to", url, &e))?;
         let _ = sqlx::Connection::close(first).await;
-        let interests = crate::interest::Interests::start(opts.clone());
+        let interests = interest::Interests::start(opts.clone());
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(30))

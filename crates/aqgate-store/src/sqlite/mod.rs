@@ -15,6 +15,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use crate::*;
 use listing::Listing;
 
+pub mod group;
 mod grouping;
 mod jobs;
 mod listing;
