@@ -143,10 +143,10 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
     /// to wait, a notification dispatcher with registrations on it) until the returned
     /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
-    /// somebody holds interest in (see `postgres/interest.rs` in `aqgate-store`); once this returns, whatever
-    /// was committed without a signal is visible to the caller's next read, so a waiter
-    /// takes interest and then looks once more before it waits. SQLite, one process per
-    /// file, needs none: [`Interest::is_held`] is false.
+    /// somebody holds interest in (see `aqgate-store`'s `postgres/interest.rs`); once this
+    /// returns, whatever was committed without a signal is visible to the caller's next
+    /// read, so a waiter takes interest and then looks once more before it waits. SQLite,
+    /// one process per file, needs none: [`Interest::is_held`] is false.
     async fn interest(&self, _queue: QueueId) -> Result<Interest> {
         Ok(Interest::none())
     }
