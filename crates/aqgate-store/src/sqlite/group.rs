@@ -162,7 +162,13 @@ forward! {
         async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
         async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
         async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()>;
-        async fn view_rows(&self, queue_table: &str, queue: &str, state: Option<&str>, limit: i64) -> Result<Vec<Vec<Option<String>>>>;
+        async fn view_rows(
+            &self,
+            queue_table: &str,
+            queue: &str,
+            state: Option<&str>,
+            limit: i64
+        ) -> Result<Vec<Vec<Option<String>>>>;
         async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
         async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64>;
         async fn purge_history(&self, limit: i64) -> Result<u64>;
@@ -264,8 +270,20 @@ forward! {
     impl NotifyStore for GroupCommitStore, to self.inner {
         async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>>;
         async fn all_registrations(&self) -> Result<Vec<Registration>>;
-        async fn set_registration_secret(&self, queue: QueueId, consumer: &str, agent: &str, secret: Option<&str>) -> Result<bool>;
-        async fn notify_claim(&self, now: Micros, lease_until: Micros, limit: i64, shape: &ClaimShape) -> Result<Vec<OutboxEntry>>;
+        async fn set_registration_secret(
+            &self,
+            queue: QueueId,
+            consumer: &str,
+            agent: &str,
+            secret: Option<&str>
+        ) -> Result<bool>;
+        async fn notify_claim(
+            &self,
+            now: Micros,
+            lease_until: Micros,
+            limit: i64,
+            shape: &ClaimShape
+        ) -> Result<Vec<OutboxEntry>>;
         async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()>;
         async fn notify_defer(&self, urls: &[String], until: Micros) -> Result<u64>;
         async fn notify_delivered(&self, ids: &[i64]) -> Result<()>;
@@ -286,7 +304,14 @@ forward! {
         async fn agents(&self) -> Result<Vec<AgentStatus>>;
         async fn agents_purge(&self, before: Micros) -> Result<u64>;
         async fn job_lease(&self, name: &str, owner: &str, now: Micros, until: Micros) -> Result<bool>;
-        async fn job_report(&self, name: &str, owner: &str, now: Micros, until: Option<Micros>, report: &JobReport) -> Result<Option<String>>;
+        async fn job_report(
+            &self,
+            name: &str,
+            owner: &str,
+            now: Micros,
+            until: Option<Micros>,
+            report: &JobReport
+        ) -> Result<Option<String>>;
         async fn job_forget(&self, name: &str, owner: &str, now: Micros) -> Result<bool>;
         async fn job_reset(&self, name: &str) -> Result<bool>;
         async fn job_leases_clear(&self, owner: Option<&str>) -> Result<u64>;
@@ -299,7 +324,13 @@ forward! {
         async fn gateway_job_drop(&self, job: &str) -> Result<u64>;
         async fn gateway_link_put(&self, link: &LinkStatus) -> Result<()>;
         async fn gateway_links(&self) -> Result<Vec<LinkStatus>>;
-        async fn job_backlog(&self, queue: QueueId, consumer: &str, now: Micros, waiting: bool) -> Result<(i64, Option<Micros>)>;
+        async fn job_backlog(
+            &self,
+            queue: QueueId,
+            consumer: &str,
+            now: Micros,
+            waiting: bool
+        ) -> Result<(i64, Option<Micros>)>;
     }
 }
 
@@ -358,7 +389,13 @@ impl Drop for GroupTx {
 forward! {
     impl StoreTx for GroupTx, to self.tx()? {
         async fn session_put(&mut self, row: &SessionRow) -> Result<bool>;
-        async fn session_end(&mut self, id_hash: &[u8], version: i64, idle_before: Option<Micros>, tombstone: Option<(&str, bool, Micros)>) -> Result<bool>;
+        async fn session_end(
+            &mut self,
+            id_hash: &[u8],
+            version: i64,
+            idle_before: Option<Micros>,
+            tombstone: Option<(&str, bool, Micros)>
+        ) -> Result<bool>;
         async fn idempotency_put(&mut self, r: &IdempotencyRecord) -> Result<bool>;
         async fn sessions_of(&mut self, agent: &str, limit: i64) -> Result<i64>;
         async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool>;
@@ -366,14 +403,32 @@ forward! {
         async fn job_tally(&mut self, job: &str, propagated: i64, exceptions: i64) -> Result<()>;
         async fn time_manager_turn(&mut self) -> Result<bool>;
         async fn spool_put(&mut self, m: &SpooledMail) -> Result<SpoolPut>;
-        async fn spool_attempted(&mut self, id: i64, response: Option<&[u8]>, error: Option<&str>, next_attempt_at: Option<Micros>) -> Result<()>;
+        async fn spool_attempted(
+            &mut self,
+            id: i64,
+            response: Option<&[u8]>,
+            error: Option<&str>,
+            next_attempt_at: Option<Micros>
+        ) -> Result<()>;
         async fn insert_messages(&mut self, msgs: &[NewMessage]) -> Result<()>;
         async fn candidates(&mut self, q: &CandidateQuery) -> Result<Vec<StoredMessage>>;
         async fn lock(&mut self, seq: i64, consumer: &str, txn: &str, kind: LockKind) -> Result<bool>;
         async fn remove_now(&mut self, seq: i64, consumer: &str, txn: &str, shared: bool) -> Result<Removal>;
-        async fn groups(&mut self, q: &CandidateQuery, after: Option<Position>, except: Option<i64>) -> Result<Vec<(i64, Position)>>;
+        async fn groups(
+            &mut self,
+            q: &CandidateQuery,
+            after: Option<Position>,
+            except: Option<i64>
+        ) -> Result<Vec<(i64, Position)>>;
         async fn group_candidates(&mut self, q: &CandidateQuery, group: i64) -> Result<Vec<StoredMessage>>;
-        async fn claim_group(&mut self, queue: QueueId, consumer: &str, group: i64, txn: &str, wait: bool) -> Result<bool>;
+        async fn claim_group(
+            &mut self,
+            queue: QueueId,
+            consumer: &str,
+            group: i64,
+            txn: &str,
+            wait: bool
+        ) -> Result<bool>;
         async fn commit_session(&mut self, txn: &str, dequeues: bool) -> Result<CommitOutcome>;
         async fn rollback_session(&mut self, txn: &str, counts: bool) -> Result<Vec<Released>>;
         async fn give_up(&mut self, seq: i64, consumer: &str) -> Result<i64>;
@@ -381,7 +436,13 @@ forward! {
         async fn record_dequeues(&mut self, rows: &[DequeueRecord]) -> Result<()>;
         async fn forget_dequeues(&mut self, txn: &str) -> Result<()>;
         async fn delay_message(&mut self, seq: i64, until: Micros) -> Result<()>;
-        async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()>;
+        async fn move_to_exception(
+            &mut self,
+            seq: i64,
+            to: QueueId,
+            forget_named: bool,
+            why: Expiry
+        ) -> Result<()>;
         async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;
         async fn delete_registration(&mut self, queue: QueueId, consumer: &str, agent: &str) -> Result<bool>;
         async fn put_topology_object(&mut self, kind: &str, name: &str, spec: &str) -> Result<()>;
