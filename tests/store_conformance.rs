@@ -2049,7 +2049,7 @@ async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-/// The advisory lock class of interests (`store::interest`).
+/// The advisory lock class of interests (`aqgate-store`'s `postgres/interest.rs`).
 const INTEREST_CLASS: i64 = 0x6171_6761;
 
 /// A second process's engine on the harness's database.

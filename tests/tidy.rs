@@ -414,6 +414,73 @@ fn the_cycle_finder_finds_cycles() {
     let _ = Path::new("");
 }
 
+/// The lines of `text` that carry code, whitespace collapsed (no blank lines, no comments).
+fn code_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .collect()
+}
+
+/// The longest run of consecutive lines that `a` and `b` share, as (length, where in `a`,
+/// where in `b`), the places counted in code lines.
+fn longest_shared_run(a: &[String], b: &[String]) -> (usize, usize, usize) {
+    let mut best = (0, 0, 0);
+    let mut prev = vec![0usize; b.len() + 1];
+    for i in 1..=a.len() {
+        let mut cur = vec![0usize; b.len() + 1];
+        for j in 1..=b.len() {
+            if a[i - 1] == b[j - 1] {
+                cur[j] = prev[j - 1] + 1;
+                if cur[j] > best.0 {
+                    best = (cur[j], i - cur[j], j - cur[j]);
+                }
+            }
+        }
+        prev = cur;
+    }
+    best
+}
+
+/// The two store backends say nothing twice: what both run is written once (the store
+/// crate's `*_store!` macros), so no run of more than 20 code lines of a PostgreSQL file
+/// appears in a SQLite file too.
+#[test]
+fn the_store_backends_repeat_no_run_of_over_twenty_lines() {
+    const MAX: usize = 20;
+    let code = |dir: &str| -> Vec<(String, Vec<String>)> {
+        tracked(&format!("crates/aqgate-store/src/{dir}/"))
+            .into_iter()
+            .map(|f| (f.clone(), code_lines(&read(&f))))
+            .collect()
+    };
+    let (postgres, sqlite) = (code("postgres"), code("sqlite"));
+    assert!(!postgres.is_empty() && !sqlite.is_empty(), "no backend files found");
+    let mut repeated = Vec::new();
+    for (pf, p) in &postgres {
+        for (sf, s) in &sqlite {
+            let (n, i, j) = longest_shared_run(p, s);
+            if n > MAX {
+                let at = format!("code lines {} and {}", i + 1, j + 1);
+                repeated.push(format!("{pf} and {sf}: {n} lines alike ({at}), from `{}`", p[i]));
+            }
+        }
+    }
+    assert!(
+        repeated.is_empty(),
+        "write these once for both backends (runs over {MAX} lines):\n{}",
+        repeated.join("\n")
+    );
+}
+
+#[test]
+fn the_run_measure_finds_the_longest_shared_run() {
+    let lines = |t: &str| code_lines(t);
+    let a = lines("fn a() {\n    x(1,  2);\n\n    // said\n    y();\n}\n");
+    let b = lines("fn b() {\nx(1, 2);\ny();\n}\n");
+    assert_eq!(longest_shared_run(&a, &b), (3, 1, 1));
+}
+
 /// The functions of `text` (rustfmt's layout: a body ends at the first line that is its
 /// indentation and `}`), before its test module, as (name, lines).
 fn function_lengths(text: &str) -> Vec<(String, usize)> {

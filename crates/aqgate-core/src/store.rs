@@ -17,199 +17,23 @@ use async_trait::async_trait;
 
 use crate::clock::Micros;
 
-mod jobs;
-pub use jobs::*;
-
 pub use aqgate_proto::payload;
 
 pub type QueueId = i64;
 
-mod delivery;
 mod error;
-mod history;
-mod interest;
-mod outbox;
-mod removal;
+mod jobs;
+mod messages;
+mod notify;
 mod sessions;
-pub use {delivery::*, error::*, history::*, interest::*, outbox::*, removal::*, sessions::*};
+mod spool;
+mod views;
+pub use {error::*, jobs::*, messages::*, notify::*, sessions::*, spool::*, views::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// A message to insert, with one delivery row per consumer (`""` on single-consumer
-/// queues).
-#[derive(Debug, Clone)]
-pub struct NewMessage {
-    pub msgid: [u8; 16],
-    pub queue: QueueId,
-    pub corrid: Option<String>,
-    pub priority: i64,
-    pub enq_time: Micros,
-    pub delay_until: Option<Micros>,
-    pub expire_at: Option<Micros>,
-    /// JSON of the sender agent: the message's `sender_id`, as the application gave it.
-    pub sender: Option<String>,
-    /// Oracle's ENQ_USER_ID: the request's authenticated agent, whatever `sender` says
-    /// (`None` only on rows stored before it was recorded).
-    pub enq_user_id: Option<String>,
-    pub exception_queue: Option<String>,
-    pub payload: Vec<u8>,
-    /// Session transaction id while uncommitted; `None` when committed in this request.
-    pub enq_txn: Option<String>,
-    pub consumers: Vec<String>,
-    /// Sort key for deliveries: the priority on priority-ordered queues, else 0.
-    pub prio_key: i64,
-    /// A buffered message the engine spilled from memory: stored with state [`SPILLED`],
-    /// so that only buffered dequeues take it.
-    pub spilled: bool,
-    /// Its message group, on a queue with message grouping (the same for every message of
-    /// one transaction); `None` elsewhere. A stored message without one is a group alone.
-    pub group: Option<i64>,
-    /// Oracle's ENQ_TXN_ID: the IDAP transaction that enqueued it (`None` only on rows
-    /// stored before it was recorded).
-    pub enq_txn_id: Option<String>,
-    /// A copy a propagation job made: the message it copies (see [`Origin`]).
-    pub origin: Option<Origin>,
-}
-
-/// A message as seen by one consumer.
-#[cfg(test)]
-impl NewMessage {
-    /// A committed single-consumer message of priority 1 with no payload: unit tests' fixture.
-    pub(crate) fn for_test(msgid: [u8; 16], queue: QueueId) -> Self {
-        Self {
-            msgid,
-            queue,
-            corrid: None,
-            priority: 1,
-            enq_time: 0,
-            delay_until: None,
-            expire_at: None,
-            sender: None,
-            enq_user_id: None,
-            exception_queue: None,
-            payload: Vec::new(),
-            enq_txn: None,
-            consumers: Vec::new(),
-            prio_key: 0,
-            spilled: false,
-            group: None,
-            enq_txn_id: None,
-            origin: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct StoredMessage {
-    pub seq: i64,
-    pub msgid: [u8; 16],
-    pub queue: QueueId,
-    pub consumer: String,
-    pub corrid: Option<String>,
-    pub priority: i64,
-    pub prio_key: i64,
-    pub enq_time: Micros,
-    pub delay_until: Option<Micros>,
-    pub expire_at: Option<Micros>,
-    pub sender: Option<String>,
-    pub enq_user_id: Option<String>,
-    pub exception_queue: Option<String>,
-    pub payload: Vec<u8>,
-    pub retry_count: i64,
-    /// 0 normal, 3 expired (moved to an exception queue), [`SPILLED`].
-    pub state: i32,
-}
-
-/// Where a consumer's navigation stands: the sort key of the last message it saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Position {
-    pub prio_key: i64,
-    pub seq: i64,
-}
-
-/// Which deliveries a dequeue may look at.
-#[derive(Debug, Clone)]
-pub struct CandidateQuery {
-    pub queue: QueueId,
-    pub consumer: String,
-    /// The session transaction; its own uncommitted enqueues and LOCKED messages count.
-    pub txn: String,
-    pub now: Micros,
-    pub after: Option<Position>,
-    pub corrid: Option<String>,
-    pub msgid: Option<[u8; 16]>,
-    /// BROWSE sees messages locked by others too.
-    pub include_locked: bool,
-    /// Messages still in their delay count too (a propagation job moves them with the
-    /// remaining delay). `take_head` never takes them.
-    pub include_waiting: bool,
-    pub limit: i64,
-    /// Persistent messages, spilled buffered ones, or both.
-    pub stored: Stored,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockKind {
-    /// A pending REMOVE: deleted at commit.
-    Remove = 1,
-    /// A LOCKED dequeue: released at commit.
-    Locked = 2,
-}
-
-/// An expired message moved by the time manager.
-#[derive(Debug, Clone)]
-pub struct ExpiredMessage {
-    pub seq: i64,
-    pub queue: QueueId,
-    pub exception_queue: Option<String>,
-}
-
-/// A mail accepted by the SMTP filter: stored (committed) before the 250, then forwarded
-/// to the servlet and answered by the worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpooledMail {
-    pub id: i64,
-    pub received_at: Micros,
-    /// The verified agent the mail was signed by.
-    pub agent: String,
-    pub message_id: String,
-    /// Recognises a re-sent copy of the same signed mail (with the agent).
-    pub dedupe_key: String,
-    pub reply_to: String,
-    pub subject: Option<String>,
-    pub idap: Vec<u8>,
-    /// `new` (to forward), `done` (forwarded; `response` set), `failed` (given up), or
-    /// `held`: stored, but not to be performed until [`Store::spool_release`] (the SMTP
-    /// answer for the whole mail is not known yet). Given as `held` to `spool_put` to store
-    /// a mail held; anything else stores it `new`.
-    pub state: String,
-    pub attempts: i64,
-    pub response: Option<Vec<u8>>,
-    pub last_error: Option<String>,
-    /// Replies owed: 1, plus one for every re-sent copy of the same mail.
-    pub replies_wanted: i64,
-    pub replies_sent: i64,
-    /// The Message-ID of the latest re-sent copy (set by `spool_put` of a duplicate): the
-    /// replies after the first answer it.
-    pub resend_message_id: Option<String>,
-    /// DER of the certificate replies are encrypted to (the agent's, when a copy came
-    /// encrypted); `None`: replies are not encrypted. A duplicate's value, if set, is kept.
-    pub encrypt_to: Option<Vec<u8>>,
-}
-
-/// What storing a mail did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpoolPut {
-    /// Stored now, or stored held before and this is that mail's first accepted copy.
-    New(i64),
-    /// The same signer sent the same signed mail before: not forwarded again; one more
-    /// reply with the original response is owed.
-    Duplicate(i64),
-}
-
-///
-/// Its parts: [`SessionStore`], [`SpoolStore`], [`NotifyStore`], [`JobStore`]; queues,
-/// messages and the topology are here.
+/// The store: queues, messages and the topology, with its parts [`SessionStore`],
+/// [`SpoolStore`], [`NotifyStore`] and [`JobStore`].
 #[async_trait]
 pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
@@ -319,10 +143,10 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
     /// Declares that this process waits for enqueue signals on `queue` (a long-poll about
     /// to wait, a notification dispatcher with registrations on it) until the returned
     /// guard is dropped. On PostgreSQL, commits in other processes signal only queues that
-    /// somebody holds interest in (see `store::interest`); once this returns, whatever
-    /// was committed without a signal is visible to the caller's next read, so a waiter
-    /// takes interest and then looks once more before it waits. SQLite, one process per
-    /// file, needs none: [`Interest::is_held`] is false.
+    /// somebody holds interest in (see `aqgate-store`'s `postgres/interest.rs`); once this
+    /// returns, whatever was committed without a signal is visible to the caller's next
+    /// read, so a waiter takes interest and then looks once more before it waits. SQLite,
+    /// one process per file, needs none: [`Interest::is_held`] is false.
     async fn interest(&self, _queue: QueueId) -> Result<Interest> {
         Ok(Interest::none())
     }
@@ -358,67 +182,6 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Syn
             q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
         }
     }
-}
-
-/// The mail spool: signed mails accepted by the SMTP filter, until forwarded and answered.
-#[async_trait]
-pub trait SpoolStore: Send + Sync {
-    /// Stores an accepted mail (committed when this returns), or counts a duplicate. A mail
-    /// put `held` owes no reply yet and is not forwarded; a duplicate put `held` changes
-    /// nothing (see [`Store::spool_release`]); a duplicate put otherwise of a held mail
-    /// releases it.
-    async fn spool_put(&self, m: &SpooledMail) -> Result<SpoolPut>;
-
-    /// The mail put `held` was accepted after all: a held mail becomes `new` (it will be
-    /// forwarded); one reply more is owed either way.
-    async fn spool_release(&self, id: i64, now: Micros) -> Result<()>;
-
-    /// Mails to forward or answer now.
-    async fn spool_due(&self, now: Micros, limit: i64) -> Result<Vec<SpooledMail>>;
-
-    /// Claims a due mail for this process's worker: its next attempt moves to the end of a
-    /// lease, so that the workers of other processes leave it alone meanwhile (a crashed
-    /// process's claim comes due again then). False if it is not due any more (another
-    /// process claimed it). SQLite has one process: always true.
-    async fn spool_claim(&self, id: i64, now: Micros, owner: &str) -> Result<bool> {
-        let _ = (id, now, owner);
-        Ok(true)
-    }
-
-    /// The processes (`host:pid:random`) that hold claims on spooled mail not yet due.
-    async fn spool_claim_owners(&self, now: Micros) -> Result<Vec<String>> {
-        let _ = now;
-        Ok(Vec::new())
-    }
-
-    /// Ends the claims `owner` holds (a dead process's): its mails are due at `now`.
-    async fn spool_unclaim(&self, owner: &str, now: Micros) -> Result<u64> {
-        let _ = (owner, now);
-        Ok(0)
-    }
-
-    /// Records the outcome of a forwarding attempt: `response` when forwarded, else the
-    /// error and when to try again (`next_attempt_at = None`: give up, state `failed`).
-    async fn spool_attempted(
-        &self,
-        id: i64,
-        response: Option<&[u8]>,
-        error: Option<&str>,
-        next_attempt_at: Option<Micros>,
-    ) -> Result<()>;
-
-    /// Records, for each (mail id, replies sent), how many replies have gone out — one
-    /// statement for a whole batch of mails.
-    async fn spool_replied(&self, sent: &[(i64, i64)]) -> Result<()>;
-
-    /// Forgets finished mails (forwarded or failed, every reply sent) received before
-    /// `before`: the dedupe window is over, a re-sent copy is a new request. Returns how many.
-    async fn spool_purge(&self, before: Micros) -> Result<u64>;
-
-    async fn spool_get(&self, id: i64) -> Result<Option<SpooledMail>>;
-
-    /// Mails that are not finished (to forward, replies owed, or failed), oldest first.
-    async fn spool_pending(&self, limit: i64) -> Result<Vec<SpooledMail>>;
 }
 
 #[async_trait]

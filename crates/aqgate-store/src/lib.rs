@@ -2,15 +2,22 @@
 //! [`aqgate_core::store::Store`] interface, with group commit, cross-process interest and
 //! the migrations of both.
 
-// First: its macro serves both backends below.
+// First: their macros write each part of the store once, for both backends below.
 #[macro_use]
 mod jobs;
+#[macro_use]
+mod messages;
+#[macro_use]
+mod notify;
+#[macro_use]
+mod sessions;
+#[macro_use]
+mod spool;
+#[macro_use]
+mod tx;
 pub mod full;
-pub mod group;
-mod interest;
 mod listing;
 pub mod postgres;
-pub mod regulars;
 mod sql;
 pub mod sqlite;
 pub mod views;
@@ -198,7 +205,7 @@ pub async fn open_with(url: &str, metrics: &aqgate_core::metrics::Metrics) -> Re
     } else {
         let sqlite: std::sync::Arc<dyn Store> = std::sync::Arc::new(sqlite::SqliteStore::open(url).await?);
         // One writer, one disk sync per commit: concurrent requests share commits.
-        Ok(std::sync::Arc::new(group::GroupCommitStore::new(sqlite, 256)))
+        Ok(std::sync::Arc::new(sqlite::group::GroupCommitStore::new(sqlite, 256)))
     }
 }
 

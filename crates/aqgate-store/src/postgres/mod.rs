@@ -2,7 +2,7 @@
 //! conditional UPDATEs, so two consumers never take the same delivery. Commits that make
 //! messages visible send `pg_notify('aqgate_enqueue', queue_id)`, which every aqgate
 //! process LISTENs to, to wake its long-polls, for the queues some process holds interest
-//! in (see [`super::interest`]).
+//! in (see [`interest`]).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,16 +11,18 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, QueryBuilder, Row, Transaction};
 
-use crate::regulars::Regulars;
 use crate::*;
 use aqgate_core::metrics::{Counter, Metrics};
 use listing::Listing;
+use regulars::Regulars;
 
 mod coalesce;
 mod grouping;
+mod interest;
 mod jobs;
 mod listing;
 mod notify;
+pub mod regulars;
 mod sessions;
 mod spool;
 mod statements;
@@ -65,7 +67,7 @@ pub struct PgStore {
     /// of a queue: see [`Coalescer`].
     inserts: tokio::sync::mpsc::UnboundedSender<InsertJob>,
     takes: tokio::sync::mpsc::UnboundedSender<TakeJob>,
-    interests: crate::interest::Interests,
+    interests: interest::Interests,
     /// This store's mark on the enqueue signals its commits send: its own listener skips
     /// them, since the engine that committed has woken its waiters already, and knows
     /// better what changed (see `Change::Arrived`).
@@ -103,7 +105,7 @@ impl PgStore {
             .map_err(|_| no_answer(url))?
             .map_err(|e| cannot_connect("connect to", url, &e))?;
         let _ = sqlx::Connection::close(first).await;
-        let interests = crate::interest::Interests::start(opts.clone());
+        let interests = interest::Interests::start(opts.clone());
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(30))
@@ -141,47 +143,9 @@ async fn ping_if_stale(conn: &mut sqlx::PgConnection, meta: sqlx::pool::PoolConn
     Ok(true)
 }
 
-fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
-    v.try_into().map_err(|_| StoreError::corrupt("msgid is not 16 bytes"))
-}
-
-fn stored_from_row(r: &PgRow) -> Result<StoredMessage> {
-    Ok(StoredMessage {
-        seq: r.try_get("seq").db()?,
-        msgid: msgid_from(r.try_get("msgid").db()?)?,
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        corrid: r.try_get("corrid").db()?,
-        priority: r.try_get("priority").db()?,
-        prio_key: r.try_get("prio_key").db()?,
-        enq_time: r.try_get("enq_time").db()?,
-        delay_until: r.try_get("delay_until").db()?,
-        expire_at: r.try_get("expire_at").db()?,
-        sender: r.try_get("sender").db()?,
-        enq_user_id: r.try_get("enq_user_id").db()?,
-        exception_queue: r.try_get("exception_queue").db()?,
-        payload: r.try_get("payload").db()?,
-        retry_count: r.try_get("retry_count").db()?,
-        state: i32::try_from(r.try_get::<i64, _>("state").db()?).unwrap_or(0),
-    })
-}
-
-#[async_trait]
-impl Store for PgStore {
+queue_store!(PgStore, PgRow, {
     fn holds_transactions(&self) -> bool {
         true
-    }
-
-    async fn probe_write(&self) -> Result<()> {
-        crate::full::probe(&self.pool).await
-    }
-
-    fn writes_refused(&self) -> bool {
-        crate::full::writes_refused()
-    }
-
-    fn full_refusals(&self) -> u64 {
-        crate::full::refused_total()
     }
 
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
@@ -226,45 +190,6 @@ impl Store for PgStore {
         Ok(u64::try_from(a).unwrap_or(0) + b.rows_affected() + c.rows_affected())
     }
 
-    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
-        let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()
-    }
-
-    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
-        let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
-    }
-
-    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
-        listing::show_buffered(&self.pool, node, rows).await
-    }
-
-    async fn view_rows(
-        &self,
-        _queue_table: &str,
-        queue: &str,
-        state: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<Vec<Option<String>>>> {
-        crate::listing::list(&Listing(&self.pool), queue, state, limit).await
-    }
-
-    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
-        let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
-    }
-
-    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {
-        let gone = sqlx::query(sql::PROCESSED_PURGE).bind(now).bind(limit).execute(&self.pool).await.db()?;
-        Ok(gone.rows_affected())
-    }
-
-    async fn purge_history(&self, limit: i64) -> Result<u64> {
-        let gone = sqlx::query(sql::HISTORY_PURGE_ORPHANS).bind(limit).execute(&self.pool).await.db()?;
-        Ok(gone.rows_affected())
-    }
-
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
         let rows = sqlx::query(
             "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
@@ -287,11 +212,6 @@ impl Store for PgStore {
                 })
             })
             .collect()
-    }
-
-    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
-        let r = sqlx::query(sql::NEXT_DELAY_END).bind(queue).bind(now).fetch_one(&self.pool).await.db()?;
-        Ok(r.try_get("t").db()?)
     }
 
     async fn insert_committed(&self, msgs: &[NewMessage], source: u64) -> Result<()> {
@@ -384,7 +304,7 @@ impl Store for PgStore {
     async fn interest(&self, queue: QueueId) -> Result<Interest> {
         self.interests.acquire(queue).await
     }
-}
+});
 
 /// The queue an enqueue signal names, unless it comes from the store of origin `own`
 /// (whose engine woke its waiters itself). A signal without an origin counts.

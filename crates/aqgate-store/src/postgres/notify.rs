@@ -1,37 +1,20 @@
-//! Registrations and the notification outbox on PostgreSQL.
+//! Registrations and the notification outbox on PostgreSQL: claims among processes (`FOR
+//! UPDATE SKIP LOCKED`), statements on arrays of ids and URLs; the rest is `notify_store!`'s.
 
 use super::*;
 
-#[async_trait]
-impl NotifyStore for PgStore {
-    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(sql::REGISTRATIONS_OF_QUEUE).bind(queue).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(registration_from_row).collect()
-    }
+/// A failed attempt: try again at `$3`, or park (`$3` NULL).
+pub(super) const NOTIFY_FAILED: &str = "UPDATE notify_outbox SET last_error = $2,
+        state = CASE WHEN $3::int8 IS NULL THEN 'parked' ELSE state END,
+        next_attempt_at = COALESCE($3::int8, next_attempt_at)
+ WHERE id = $1";
 
-    async fn all_registrations(&self) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(sql::REGISTRATIONS_ALL).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(registration_from_row).collect()
-    }
+/// (pending, parked) committed notifications.
+pub(super) const NOTIFY_COUNTS: &str =
+    "SELECT COUNT(*) FILTER (WHERE state = 'new') AS pending, COUNT(*) FILTER (WHERE state = 'parked') AS parked
+     FROM notify_outbox WHERE txn IS NULL";
 
-    async fn set_registration_secret(
-        &self,
-        queue: QueueId,
-        consumer: &str,
-        agent: &str,
-        secret: Option<&str>,
-    ) -> Result<bool> {
-        let r = sqlx::query(sql::REGISTRATION_SET_SECRET)
-            .bind(queue)
-            .bind(consumer)
-            .bind(agent)
-            .bind(secret)
-            .execute(&self.pool)
-            .await
-            .db()?;
-        Ok(r.rows_affected() == 1)
-    }
-
+notify_store!(PgStore, PgRow, {
     async fn notify_claim(
         &self,
         now: Micros,
@@ -112,22 +95,6 @@ impl NotifyStore for PgStore {
         Ok(())
     }
 
-    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
-        sqlx::query(
-            "UPDATE notify_outbox SET last_error = $2,
-                    state = CASE WHEN $3::int8 IS NULL THEN 'parked' ELSE state END,
-                    next_attempt_at = COALESCE($3::int8, next_attempt_at)
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(next_attempt_at)
-        .execute(&self.pool)
-        .await
-        .db()?;
-        Ok(())
-    }
-
     async fn notify_next_due(&self, skip_urls: &[String]) -> Result<Option<Micros>> {
         if skip_urls.is_empty() {
             return sqlx::query_scalar(sql::NOTIFY_NEXT_DUE).fetch_one(&self.pool).await.db();
@@ -148,51 +115,4 @@ impl NotifyStore for PgStore {
         .db()?;
         rows.iter().map(outbox_from_row).collect()
     }
-
-    async fn notify_counts(&self) -> Result<(i64, i64)> {
-        let r = sqlx::query(
-            "SELECT COUNT(*) FILTER (WHERE state = 'new') AS pending, COUNT(*) FILTER (WHERE state = 'parked') AS parked
-             FROM notify_outbox WHERE txn IS NULL",
-        )
-        .fetch_one(&self.pool)
-        .await.db()?;
-        Ok((r.try_get("pending").db()?, r.try_get("parked").db()?))
-    }
-
-    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
-        let r = sqlx::query(sql::NOTIFY_UNPARK).bind(now).execute(&self.pool).await.db()?;
-        Ok(r.rows_affected())
-    }
-}
-
-pub(super) fn registration_from_row(r: &PgRow) -> Result<Registration> {
-    Ok(Registration {
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        notify_url: r.try_get("notify_url").db()?,
-        agent: r.try_get("agent").db()?,
-    })
-}
-
-pub(super) fn outbox_from_row(r: &PgRow) -> Result<OutboxEntry> {
-    Ok(OutboxEntry {
-        id: r.try_get("id").db()?,
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        agent: r.try_get("agent").db()?,
-        notify_url: r.try_get("notify_url").db()?,
-        secret: r.try_get("secret").db()?,
-        msgid: msgid_from(r.try_get("msgid").db()?)?,
-        corrid: r.try_get("corrid").db()?,
-        priority: r.try_get("priority").db()?,
-        enq_time: r.try_get("enq_time").db()?,
-        delay_until: r.try_get("delay_until").db()?,
-        expire_at: r.try_get("expire_at").db()?,
-        sender: r.try_get("sender").db()?,
-        exception_queue: r.try_get("exception_queue").db()?,
-        state: r.try_get("state").db()?,
-        attempts: r.try_get("attempts").db()?,
-        next_attempt_at: r.try_get("next_attempt_at").db()?,
-        last_error: r.try_get("last_error").db()?,
-    })
-}
+});

@@ -15,7 +15,7 @@ pub(super) const PUBLISH_SQL: &str = concat!(
           s AS (SELECT pg_notify($2, ",
     notify_payload!(),
     ") FROM c WHERE NOT ",
-    crate::interest::uninterested!(),
+    super::interest::uninterested!(),
     ")
      SELECT q, n FROM c WHERE (SELECT count(*) FROM s) >= 0 ORDER BY q"
 );
@@ -92,7 +92,7 @@ pub(super) static PUBLISH_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::sy
               w AS (SELECT (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed)
          SELECT c.q, c.n, w.sealed FROM w LEFT JOIN c ON true WHERE (SELECT count(*) FROM s) >= 0 ORDER BY c.q",
             notify_payload!(),
-            crate::interest::uninterested!(),
+            super::interest::uninterested!(),
             session_ctes(3, new)
         )
     })
@@ -167,7 +167,7 @@ pub(super) static INSERT_SEALED_SQL: std::sync::LazyLock<[String; 2]> = std::syn
          SELECT (SELECT count(*) FROM nt) AS notified, (SELECT count(*) FROM sw) + (SELECT count(*) FROM su) AS sealed",
             insert_ctes!(),
             notify_payload!(),
-            crate::interest::uninterested!(),
+            super::interest::uninterested!(),
             session_ctes(26, new)
         )
     })
@@ -244,7 +244,7 @@ pub(super) fn insert_query<'a>(
             "\n         SELECT pg_notify($16, ",
             notify_payload!(),
             ") FROM UNNEST($17::int8[]) AS q WHERE NOT ",
-            crate::interest::uninterested!()
+            super::interest::uninterested!()
         ),
         Some(row) => INSERT_SEALED_SQL[variant(row)].as_str(),
     };

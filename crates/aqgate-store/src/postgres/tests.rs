@@ -114,7 +114,7 @@ async fn a_regular_that_does_not_come_back_delays_the_batch_at_most_max_wait() {
     assert_eq!(batch.len(), 1);
     // The timer wheel has millisecond ticks, so the wait ends at the tick after the cap;
     // the margin is for a loaded test machine, not for the writer.
-    assert!(started.elapsed() < crate::regulars::MAX_WAIT + Duration::from_millis(500));
+    assert!(started.elapsed() < super::regulars::MAX_WAIT + Duration::from_millis(500));
 }
 
 #[test]

@@ -15,6 +15,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, Transaction};
 use crate::*;
 use listing::Listing;
 
+pub mod group;
 mod grouping;
 mod jobs;
 mod listing;
@@ -100,33 +101,7 @@ impl SqliteStore {
     }
 }
 
-fn msgid_from(v: Vec<u8>) -> Result<[u8; 16]> {
-    v.try_into().map_err(|_| StoreError::corrupt("msgid is not 16 bytes"))
-}
-
-fn stored_from_row(r: &SqliteRow) -> Result<StoredMessage> {
-    Ok(StoredMessage {
-        seq: r.try_get("seq").db()?,
-        msgid: msgid_from(r.try_get("msgid").db()?)?,
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        corrid: r.try_get("corrid").db()?,
-        priority: r.try_get("priority").db()?,
-        prio_key: r.try_get("prio_key").db()?,
-        enq_time: r.try_get("enq_time").db()?,
-        delay_until: r.try_get("delay_until").db()?,
-        expire_at: r.try_get("expire_at").db()?,
-        sender: r.try_get("sender").db()?,
-        enq_user_id: r.try_get("enq_user_id").db()?,
-        exception_queue: r.try_get("exception_queue").db()?,
-        payload: r.try_get("payload").db()?,
-        retry_count: r.try_get("retry_count").db()?,
-        state: i32::try_from(r.try_get::<i64, _>("state").db()?).unwrap_or(0),
-    })
-}
-
-#[async_trait]
-impl Store for SqliteStore {
+queue_store!(SqliteStore, SqliteRow, {
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let tx = match self.pool.begin().await {
             Ok(tx) => tx,
@@ -152,45 +127,6 @@ impl Store for SqliteStore {
         Ok(a.rows_affected() + b.rows_affected())
     }
 
-    async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
-        let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()
-    }
-
-    async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>> {
-        let rows = sqlx::query(sql::QUEUE_IDS).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("name").db()?, r.try_get("id").db()?))).collect()
-    }
-
-    async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()> {
-        listing::show_buffered(&self.pool, node, rows).await
-    }
-
-    async fn view_rows(
-        &self,
-        _queue_table: &str,
-        queue: &str,
-        state: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<Vec<Option<String>>>> {
-        crate::listing::list(&Listing(&self.pool), queue, state, limit).await
-    }
-
-    async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
-        let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
-    }
-
-    async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {
-        let gone = sqlx::query(sql::PROCESSED_PURGE).bind(now).bind(limit).execute(&self.pool).await.db()?;
-        Ok(gone.rows_affected())
-    }
-
-    async fn purge_history(&self, limit: i64) -> Result<u64> {
-        let gone = sqlx::query(sql::HISTORY_PURGE_ORPHANS).bind(limit).execute(&self.pool).await.db()?;
-        Ok(gone.rows_affected())
-    }
-
     async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>> {
         let rows = sqlx::query(
             "SELECT m.seq, m.queue_id, m.exception_queue FROM messages m
@@ -214,24 +150,7 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn next_delay_end(&self, queue: QueueId, now: Micros) -> Result<Option<Micros>> {
-        let r = sqlx::query(sql::NEXT_DELAY_END).bind(queue).bind(now).fetch_one(&self.pool).await.db()?;
-        Ok(r.try_get("t").db()?)
-    }
-
     async fn listen(&self) -> Result<Option<tokio::sync::mpsc::Receiver<QueueId>>> {
         Ok(None)
     }
-
-    async fn probe_write(&self) -> Result<()> {
-        crate::full::probe(&self.pool).await
-    }
-
-    fn writes_refused(&self) -> bool {
-        crate::full::writes_refused()
-    }
-
-    fn full_refusals(&self) -> u64 {
-        crate::full::refused_total()
-    }
-}
+});

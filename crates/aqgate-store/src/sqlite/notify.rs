@@ -1,6 +1,18 @@
-//! Registrations and the notification outbox on SQLite.
+//! Registrations and the notification outbox on SQLite: the claim in two statements, lists
+//! of ids and URLs bound one by one; the rest is `notify_store!`'s.
 
 use super::*;
+
+/// A failed attempt: try again at `?3`, or park (`?3` NULL).
+pub(super) const NOTIFY_FAILED: &str = "UPDATE notify_outbox SET last_error = ?2,
+        state = CASE WHEN ?3 IS NULL THEN 'parked' ELSE state END,
+        next_attempt_at = COALESCE(?3, next_attempt_at)
+ WHERE id = ?1";
+
+/// (pending, parked) committed notifications.
+pub(super) const NOTIFY_COUNTS: &str =
+    "SELECT COALESCE(SUM(state = 'new'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked
+     FROM notify_outbox WHERE txn IS NULL";
 
 pub(super) const OUTBOX_SELECT: &str =
     "SELECT o.id, o.queue_id, o.consumer, o.agent, o.notify_url, r.secret, o.msgid, o.corrid,
@@ -8,38 +20,6 @@ pub(super) const OUTBOX_SELECT: &str =
         o.next_attempt_at, o.last_error
      FROM notify_outbox o
      LEFT JOIN registrations r ON r.queue_id = o.queue_id AND r.consumer = o.consumer AND r.agent = o.agent";
-
-pub(super) fn registration_from_row(r: &SqliteRow) -> Result<Registration> {
-    Ok(Registration {
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        notify_url: r.try_get("notify_url").db()?,
-        agent: r.try_get("agent").db()?,
-    })
-}
-
-pub(super) fn outbox_from_row(r: &SqliteRow) -> Result<OutboxEntry> {
-    Ok(OutboxEntry {
-        id: r.try_get("id").db()?,
-        queue: r.try_get("queue_id").db()?,
-        consumer: r.try_get("consumer").db()?,
-        agent: r.try_get("agent").db()?,
-        notify_url: r.try_get("notify_url").db()?,
-        secret: r.try_get("secret").db()?,
-        msgid: msgid_from(r.try_get("msgid").db()?)?,
-        corrid: r.try_get("corrid").db()?,
-        priority: r.try_get("priority").db()?,
-        enq_time: r.try_get("enq_time").db()?,
-        delay_until: r.try_get("delay_until").db()?,
-        expire_at: r.try_get("expire_at").db()?,
-        sender: r.try_get("sender").db()?,
-        exception_queue: r.try_get("exception_queue").db()?,
-        state: r.try_get("state").db()?,
-        attempts: r.try_get("attempts").db()?,
-        next_attempt_at: r.try_get("next_attempt_at").db()?,
-        last_error: r.try_get("last_error").db()?,
-    })
-}
 
 /// ` AND notify_url NOT IN (…)` for the URLs a claim skips (nothing when there are none).
 fn push_skip<'a>(b: &mut QueryBuilder<'a, Sqlite>, skip: &'a [String]) {
@@ -54,36 +34,7 @@ fn push_skip<'a>(b: &mut QueryBuilder<'a, Sqlite>, skip: &'a [String]) {
     b.push(")");
 }
 
-#[async_trait]
-impl NotifyStore for SqliteStore {
-    async fn registrations(&self, queue: QueueId) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(sql::REGISTRATIONS_OF_QUEUE).bind(queue).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(registration_from_row).collect()
-    }
-
-    async fn all_registrations(&self) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(sql::REGISTRATIONS_ALL).fetch_all(&self.pool).await.db()?;
-        rows.iter().map(registration_from_row).collect()
-    }
-
-    async fn set_registration_secret(
-        &self,
-        queue: QueueId,
-        consumer: &str,
-        agent: &str,
-        secret: Option<&str>,
-    ) -> Result<bool> {
-        let r = sqlx::query(sql::REGISTRATION_SET_SECRET)
-            .bind(queue)
-            .bind(consumer)
-            .bind(agent)
-            .bind(secret)
-            .execute(&self.pool)
-            .await
-            .db()?;
-        Ok(r.rows_affected() == 1)
-    }
-
+notify_store!(SqliteStore, SqliteRow, {
     async fn notify_claim(
         &self,
         now: Micros,
@@ -142,22 +93,6 @@ impl NotifyStore for SqliteStore {
         Ok(())
     }
 
-    async fn notify_failed(&self, id: i64, error: &str, next_attempt_at: Option<Micros>) -> Result<()> {
-        sqlx::query(
-            "UPDATE notify_outbox SET last_error = ?2,
-                    state = CASE WHEN ?3 IS NULL THEN 'parked' ELSE state END,
-                    next_attempt_at = COALESCE(?3, next_attempt_at)
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(next_attempt_at)
-        .execute(&self.pool)
-        .await
-        .db()?;
-        Ok(())
-    }
-
     async fn notify_release(&self, ids: &[i64], at: Micros) -> Result<()> {
         for part in ids.chunks(500) {
             let mut b: QueryBuilder<Sqlite> =
@@ -206,20 +141,4 @@ impl NotifyStore for SqliteStore {
         b.push(" WHERE o.txn IS NULL ORDER BY o.id LIMIT ").push_bind(limit);
         b.build().fetch_all(&self.pool).await.db()?.iter().map(outbox_from_row).collect()
     }
-
-    async fn notify_counts(&self) -> Result<(i64, i64)> {
-        let r = sqlx::query(
-            "SELECT COALESCE(SUM(state = 'new'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked
-             FROM notify_outbox WHERE txn IS NULL",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .db()?;
-        Ok((r.try_get("pending").db()?, r.try_get("parked").db()?))
-    }
-
-    async fn notify_unpark(&self, now: Micros) -> Result<u64> {
-        let r = sqlx::query(sql::NOTIFY_UNPARK).bind(now).execute(&self.pool).await.db()?;
-        Ok(r.rows_affected())
-    }
-}
+});
