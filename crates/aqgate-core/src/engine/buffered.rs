@@ -548,22 +548,15 @@ impl Engine {
     /// spilled messages first (they are the older ones) while the store may hold some for
     /// the consumer, then this process's memory; PERSISTENT_OR_BUFFERED then looks at the
     /// store's persistent messages too.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn try_receive_any(
         &self,
-        resolved: &Resolved,
+        d: &Dequeue<'_>,
         session: &mut Session,
-        queue: &QueueInfo,
-        qid: QueueId,
-        consumer: &str,
-        req: &ReceiveRequest,
-        filter: &Filter,
     ) -> Result<Vec<Message>, AqError> {
+        let Dequeue { resolved, queue, qid, consumer, req, filter } = *d;
         let stored = match req.consumer.delivery_mode {
             DeliveryMode::Persistent => {
-                return self
-                    .try_receive(resolved, session, queue, qid, consumer, req, filter, Stored::Persistent)
-                    .await;
+                return self.try_receive(d, session, Stored::Persistent).await;
             }
             DeliveryMode::Buffered => Stored::Spilled,
             DeliveryMode::PersistentOrBuffered => Stored::Either,
@@ -571,7 +564,7 @@ impl Engine {
         let now = self.now();
         let spilled = self.buffers.spilled_may_exist(qid, consumer, now);
         if spilled {
-            let found = self.try_receive(resolved, session, queue, qid, consumer, req, filter, stored).await?;
+            let found = self.try_receive(d, session, stored).await?;
             if !found.is_empty() {
                 return Ok(found);
             }
@@ -592,7 +585,7 @@ impl Engine {
             return Ok(vec![out]);
         }
         if stored == Stored::Either && !spilled {
-            return self.try_receive(resolved, session, queue, qid, consumer, req, filter, stored).await;
+            return self.try_receive(d, session, stored).await;
         }
         Ok(Vec::new())
     }
