@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
+use super::enqueue::Enqueue;
 use super::*;
 use crate::clock::{MICROS_PER_SEC, Micros};
 use crate::error::{AqError, code};
@@ -473,6 +474,7 @@ impl Engine {
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
         let work = self.work();
+        let e = Enqueue { resolved, queue, qid, now, enq_user: &session.agent, work: &work };
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             if m.header.delay.is_some_and(|d| d != 0) {
@@ -484,8 +486,8 @@ impl Engine {
                     ),
                 ));
             }
-            let row = self
-                .new_message(resolved, queue, qid, m, now, None, None, &session.agent, &work)
+            let row = e
+                .new_message(m, None, None)
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             ids.push(crate::payload::hex_upper(&row.msgid));
             rows.push(row);
