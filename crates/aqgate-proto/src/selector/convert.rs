@@ -60,6 +60,8 @@ pub(super) fn scalar(e: &SqlExpr, depth: Depth) -> Result<Box<Node>, ConditionEr
     Ok(Box::new(n))
 }
 
+/// An sqlparser expression as our node and its static kind, node kind by node kind: what
+/// is not on the allowlist is refused, as is nesting deeper than `MAX_DEPTH`.
 pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
     if depth.level > MAX_DEPTH {
         return Err(ConditionError::TooDeep);
