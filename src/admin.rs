@@ -213,6 +213,11 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     }
     let catalog: Catalog =
         wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
+    // A link whose broker's client this build lacks could never connect.
+    let unbuilt = crate::propagate::gateway::unbuilt_links(&catalog);
+    if !unbuilt.is_empty() {
+        return Err(ApplyError::Invalid(unbuilt));
+    }
 
     refuse_reshaping_queues_with_messages(store, &current, &catalog).await?;
 

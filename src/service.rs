@@ -29,9 +29,13 @@ pub fn serve_problems(a: &ServeArgs) -> Vec<String> {
         check(std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display())).and_then(|text| {
             let t = aqgate_core::topology::Topology::from_toml(&text)
                 .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
-            t.resolve(&aqgate_core::auth::hash_password)
-                .map(drop)
-                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))
+            let catalog = t
+                .resolve(&aqgate_core::auth::hash_password)
+                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
+            match aqgate::propagate::gateway::unbuilt_links(&catalog) {
+                unbuilt if unbuilt.is_empty() => Ok(()),
+                unbuilt => Err(anyhow::anyhow!("{}: {}", p.display(), unbuilt.join("; "))),
+            }
         }));
     }
     problems

@@ -344,7 +344,48 @@ impl Topology {
                 TypeRegistry::default()
             }
         };
+        let tables = self.queue_tables(&types, &mut errors);
+        let mut queues = exception_queues(&tables);
+        self.declared_queues(&tables, &mut queues, &mut errors);
 
+        let transformations = transformation::resolve(&self.transformations, &types, &mut errors);
+
+        // Remote queue spaces add their queues before anything refers to queues.
+        let schemas: std::collections::BTreeSet<String> =
+            tables.keys().chain(queues.keys()).filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string())).collect();
+        let (remote_spaces, mapped) =
+            remote_space::queues(&self.remote_queue_spaces, &types, &schemas, &mut queues, &mut errors);
+        self.subscribers_of_queues(&transformations, &mut queues, &mut errors);
+
+        let mut agents = self.agents(hash, &mut errors);
+        let mut propagations =
+            propagation::resolve(&self.propagations, &transformations, &mut queues, &mut agents, &mut errors);
+        remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
+        errors.extend(loops::errors(&propagations));
+        let (gateway_links, gateway_foreign) =
+            gateway::resolve(&self.gateway, &transformations, &mut queues, &mut agents, &mut propagations, &mut errors);
+        let grants = self.grants(&queues, &mut errors);
+
+        if errors.is_empty() {
+            Ok(Catalog {
+                types,
+                queues,
+                agents,
+                grants,
+                propagations,
+                remote_spaces,
+                transformations,
+                gateway_links,
+                gateway_foreign,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// `[[queue_tables]]` checked, by canonical name: each one's payload type, sort order
+    /// and grouping. A table whose payload type is wrong is left out (its error said so).
+    fn queue_tables(&self, types: &TypeRegistry, errors: &mut Vec<String>) -> BTreeMap<String, Table<'_>> {
         let mut tables = BTreeMap::new();
         for (i, t) in self.queue_tables.iter().enumerate() {
             let key = format!("queue_tables[{i}] ({})", t.name);
@@ -391,42 +432,27 @@ impl Topology {
                     false
                 }
             };
-            if tables.insert(canon(&t.name), (t, payload, sort, grouped)).is_some() {
+            if tables.insert(canon(&t.name), Table { def: t, payload, sort, grouped }).is_some() {
                 errors.push(format!("{key}: defined twice"));
             }
         }
+        tables
+    }
 
-        let mut queues = BTreeMap::new();
-        for (table_name, (t, payload, sort, grouped)) in &tables {
-            let eq = exception_queue_name(table_name);
-            queues.insert(
-                eq.clone(),
-                QueueInfo {
-                    name: eq.clone(),
-                    queue_table: table_name.clone(),
-                    payload: payload.clone(),
-                    multi_consumer: false,
-                    sort: *sort,
-                    enqueue_enabled: false,
-                    dequeue_enabled: true,
-                    max_retries: 0,
-                    retry_delay: 0,
-                    retention: Retention::None,
-                    is_exception_queue: true,
-                    secure: t.secure,
-                    grouped: *grouped,
-                    exception_queue: eq.clone(),
-                    subscribers: Vec::new(),
-                    remote: None,
-                },
-            );
-        }
+    /// `[[queues]]` checked and added to `queues`, each in its queue table. Exception
+    /// queues are single-consumer and closed for enqueue, like the default one.
+    fn declared_queues(
+        &self,
+        tables: &BTreeMap<String, Table<'_>>,
+        queues: &mut BTreeMap<String, QueueInfo>,
+        errors: &mut Vec<String>,
+    ) {
         for (i, q) in self.queues.iter().enumerate() {
             let key = format!("queues[{i}] ({})", q.name);
             if !is_qualified(&q.name) {
                 errors.push(format!("{key}.name: expected SCHEMA.NAME"));
             }
-            let Some((t, payload, sort, grouped)) = tables.get(&canon(&q.queue_table)) else {
+            let Some(Table { def: t, payload, sort, grouped }) = tables.get(&canon(&q.queue_table)) else {
                 errors.push(format!("{key}.queue_table: unknown queue table {}", q.queue_table));
                 continue;
             };
@@ -437,7 +463,6 @@ impl Topology {
                 errors.push(format!("{key}.retry_delay: must be >= 0 (seconds)"));
             }
             let name = canon(&q.name);
-            // Exception queues are single-consumer and closed for enqueue, like the default one.
             let info = QueueInfo {
                 name: name.clone(),
                 queue_table: canon(&t.name),
@@ -460,15 +485,16 @@ impl Topology {
                 errors.push(format!("{key}: defined twice"));
             }
         }
+    }
 
-        let transformations = transformation::resolve(&self.transformations, &types, &mut errors);
-
-        // Remote queue spaces add their queues before anything refers to queues.
-        let schemas: std::collections::BTreeSet<String> =
-            tables.keys().chain(queues.keys()).filter_map(|n| n.split_once('.').map(|(s, _)| s.to_string())).collect();
-        let (remote_spaces, mapped) =
-            remote_space::queues(&self.remote_queue_spaces, &types, &schemas, &mut queues, &mut errors);
-
+    /// `[[subscribers]]` checked (rule, transformation) and added to their multi-consumer
+    /// queues.
+    fn subscribers_of_queues(
+        &self,
+        transformations: &transformation::Transformations,
+        queues: &mut BTreeMap<String, QueueInfo>,
+        errors: &mut Vec<String>,
+    ) {
         for (i, s) in self.subscribers.iter().enumerate() {
             let key = format!("subscribers[{i}] ({} on {})", s.name, s.queue);
             let rule = match s.rule.as_deref().map(Condition::parse) {
@@ -498,7 +524,7 @@ impl Topology {
                     }
                     let transformation = s.transformation.as_deref().and_then(|t| {
                         let key = format!("{key}.transformation");
-                        transformation::check_use(&transformations, t, &q.payload, None, &key)
+                        transformation::check_use(transformations, t, &q.payload, None, &key)
                             .map_err(|e| errors.push(e))
                             .ok()
                     });
@@ -506,7 +532,16 @@ impl Topology {
                 }
             }
         }
+    }
 
+    /// `[[agents]]` checked, by canonical name: credentials (`hash` for a clear-text
+    /// password), protocols, database users. Names beginning `PROP$` are refused: they
+    /// belong to propagation jobs.
+    fn agents(
+        &self,
+        hash: &dyn Fn(&str) -> Result<String, String>,
+        errors: &mut Vec<String>,
+    ) -> BTreeMap<String, AgentInfo> {
         let mut agents = BTreeMap::new();
         for (i, a) in self.agents.iter().enumerate() {
             let key = format!("agents[{i}] ({})", a.name);
@@ -547,19 +582,21 @@ impl Topology {
                 errors.push(format!("{key}: defined twice"));
             }
         }
-
         for a in agents.keys() {
             if propagation::is_job_agent(a) {
                 errors.push(format!("agents ({a}): names beginning PROP$ belong to propagation jobs"));
             }
         }
-        let mut propagations =
-            propagation::resolve(&self.propagations, &transformations, &mut queues, &mut agents, &mut errors);
-        remote_space::jobs(&self.remote_queue_spaces, mapped, &queues, &mut agents, &mut propagations, &mut errors);
-        errors.extend(loops::errors(&propagations));
-        let (gateway_links, gateway_foreign) =
-            gateway::resolve(&self.gateway, &transformations, &mut queues, &mut agents, &mut propagations, &mut errors);
+        agents
+    }
 
+    /// `[[grants]]` checked, by (canonical user, queue): the enqueue and dequeue
+    /// privileges, those of several grants of one pair together.
+    fn grants(
+        &self,
+        queues: &BTreeMap<String, QueueInfo>,
+        errors: &mut Vec<String>,
+    ) -> BTreeMap<(String, String), (bool, bool)> {
         let mut grants = BTreeMap::new();
         for (i, g) in self.grants.iter().enumerate() {
             let key = format!("grants[{i}] ({} on {})", g.user, g.queue);
@@ -580,23 +617,47 @@ impl Topology {
             e.0 |= enq;
             e.1 |= deq;
         }
-
-        if errors.is_empty() {
-            Ok(Catalog {
-                types,
-                queues,
-                agents,
-                grants,
-                propagations,
-                remote_spaces,
-                transformations,
-                gateway_links,
-                gateway_foreign,
-            })
-        } else {
-            Err(errors)
-        }
+        grants
     }
+}
+
+/// A queue table as resolved: its declaration, payload type, sort order and grouping.
+struct Table<'a> {
+    def: &'a QueueTableDef,
+    payload: PayloadKind,
+    sort: SortOrder,
+    grouped: bool,
+}
+
+/// Each queue table's default exception queue, `SCHEMA.AQ$_TABLE_E`: single-consumer,
+/// closed for enqueue.
+fn exception_queues(tables: &BTreeMap<String, Table<'_>>) -> BTreeMap<String, QueueInfo> {
+    let mut queues = BTreeMap::new();
+    for (table_name, Table { def: t, payload, sort, grouped }) in tables {
+        let eq = exception_queue_name(table_name);
+        queues.insert(
+            eq.clone(),
+            QueueInfo {
+                name: eq.clone(),
+                queue_table: table_name.clone(),
+                payload: payload.clone(),
+                multi_consumer: false,
+                sort: *sort,
+                enqueue_enabled: false,
+                dequeue_enabled: true,
+                max_retries: 0,
+                retry_delay: 0,
+                retention: Retention::None,
+                is_exception_queue: true,
+                secure: t.secure,
+                grouped: *grouped,
+                exception_queue: eq.clone(),
+                subscribers: Vec::new(),
+                remote: None,
+            },
+        );
+    }
+    queues
 }
 
 fn is_qualified(name: &str) -> bool {

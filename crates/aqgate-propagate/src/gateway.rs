@@ -27,6 +27,13 @@
 //! A link that fails (refused, dropped, a timeout) is reconnected with the link's backoff;
 //! meanwhile its state is RECONNECTING and the job RETRYING, and `/readyz` stays ready.
 
+// A build that leaves a broker's client out (its cargo feature) leaves unused what only that
+// client uses: its conversions, the connection pool, the arguments of its calls.
+#![cfg_attr(
+    not(all(feature = "rabbitmq", feature = "nats", feature = "mqtt")),
+    allow(dead_code, unused_imports, unused_variables)
+)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,14 +43,18 @@ use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::store::{Expiry, LinkStatus};
+use aqgate_core::topology::Catalog;
 use aqgate_core::topology::gateway::{Direction, ForeignQueueDef, GatewayRoute, LinkDef, LinkKind};
 use aqgate_proto::idap::{Message, Request, Response};
 
 mod convert;
 mod inbound;
+#[cfg(feature = "mqtt")]
 pub(crate) mod mqtt;
+#[cfg(feature = "nats")]
 pub(crate) mod nats;
 mod pool;
+#[cfg(feature = "rabbitmq")]
 pub(crate) mod rabbitmq;
 mod removal;
 
@@ -120,11 +131,51 @@ pub(crate) fn credentials(link: &LinkDef) -> Result<Option<(String, String)>, St
     Ok(link.username.clone().map(|u| (u, password.unwrap_or_default())))
 }
 
+/// The cargo feature of this crate that builds the client of `kind`'s brokers.
+pub fn feature_of(kind: LinkKind) -> &'static str {
+    match kind {
+        LinkKind::Rabbitmq => "rabbitmq",
+        LinkKind::Nats => "nats",
+        LinkKind::Mqtt => "mqtt",
+    }
+}
+
+/// Whether this build has the client of `kind`'s brokers.
+pub fn built(kind: LinkKind) -> bool {
+    match kind {
+        LinkKind::Rabbitmq => cfg!(feature = "rabbitmq"),
+        LinkKind::Nats => cfg!(feature = "nats"),
+        LinkKind::Mqtt => cfg!(feature = "mqtt"),
+    }
+}
+
+/// Why a link of `kind` cannot be used by this build (see [`built`]).
+pub fn not_built(link: &str, kind: LinkKind) -> String {
+    let feature = feature_of(kind);
+    format!(
+        "gateway.links ({link}): a {feature} link, and this aqgate was built without the cargo feature `{feature}` \
+         (of aqgate-propagate, on by default): build it with that feature, or leave the link out"
+    )
+}
+
+/// The links of `catalog` whose broker's client this build lacks, each as an error that
+/// names the link and the cargo feature: a topology with one is refused (by `admin apply`
+/// and at `serve`'s start), since its jobs could never connect.
+pub fn unbuilt_links(catalog: &Catalog) -> Vec<String> {
+    catalog.gateway_links.iter().filter(|(_, l)| !built(l.kind)).map(|(name, l)| not_built(name, l.kind)).collect()
+}
+
+/// The outbound side of `link` for job `job`.
 async fn sink(board: &Board, link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Sink>, String> {
     match link.kind {
+        #[cfg(feature = "nats")]
         LinkKind::Nats => Ok(Box::new(nats::sink(&board.nats, link, fq).await?)),
+        #[cfg(feature = "rabbitmq")]
         LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::sink(&board.rabbitmq, link, fq).await?)),
+        #[cfg(feature = "mqtt")]
         LinkKind::Mqtt => Ok(Box::new(mqtt::sink(link, fq, job).await?)),
+        #[allow(unreachable_patterns)]
+        kind => Err(not_built(&link.name, kind)),
     }
 }
 
@@ -134,9 +185,14 @@ async fn sink(board: &Board, link: &LinkDef, fq: &ForeignQueueDef, job: &str) ->
 async fn source(board: &Board, link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Box<dyn Source>, String> {
     let max_body = board.max_body(link);
     match link.kind {
+        #[cfg(feature = "nats")]
         LinkKind::Nats => Ok(Box::new(nats::source(&board.nats, link, fq, job).await?)),
+        #[cfg(feature = "rabbitmq")]
         LinkKind::Rabbitmq => Ok(Box::new(rabbitmq::source(&board.rabbitmq, link, fq, job).await?)),
+        #[cfg(feature = "mqtt")]
         LinkKind::Mqtt => Ok(Box::new(mqtt::source(link, fq, job, max_body).await?)),
+        #[allow(unreachable_patterns)]
+        kind => Err(not_built(&link.name, kind)),
     }
 }
 
@@ -149,7 +205,9 @@ pub struct Board {
     links: Mutex<BTreeMap<String, Seen>>,
     /// Inbound: the largest body a job takes, on links without `max_message_bytes`.
     max_message_bytes: u64,
+    #[cfg(feature = "rabbitmq")]
     rabbitmq: pool::Pool<lapin::Connection>,
+    #[cfg(feature = "nats")]
     nats: pool::Pool<async_nats::Client>,
 }
 
@@ -170,15 +228,30 @@ impl Board {
             owner: owner.to_string(),
             links: Mutex::new(BTreeMap::new()),
             max_message_bytes: 1 << 20,
+            #[cfg(feature = "rabbitmq")]
             rabbitmq: pool::Pool::default(),
+            #[cfg(feature = "nats")]
             nats: pool::Pool::default(),
         }
     }
 
     /// The connections open to `link` now: the shared ones, or (MQTT) one per job connected.
     fn connections(&self, link: &str, jobs: usize) -> i64 {
-        let open = self.rabbitmq.open(link).or_else(|| self.nats.open(link)).unwrap_or(jobs);
+        let open = self.shared(link).unwrap_or(jobs);
         i64::try_from(open).unwrap_or(i64::MAX)
+    }
+
+    /// The connections open to `link` when its jobs share them (RabbitMQ, NATS).
+    fn shared(&self, link: &str) -> Option<usize> {
+        #[cfg(feature = "rabbitmq")]
+        if let Some(n) = self.rabbitmq.open(link) {
+            return Some(n);
+        }
+        #[cfg(feature = "nats")]
+        if let Some(n) = self.nats.open(link) {
+            return Some(n);
+        }
+        None
     }
 
     /// With `n` bytes the largest inbound body on links that set none.
@@ -662,5 +735,58 @@ async fn refuse(
             Ok(Moved::Done(messages.len()))
         }
         Err(e) => Err(Fail::Aq(rolled_back(engine, session, e).await)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A topology with a link of each kind is refused by a build without one kind's client,
+    /// with an error naming the link and the cargo feature; with every client, it passes.
+    #[test]
+    fn a_link_whose_client_is_not_built_is_refused_naming_its_feature() {
+        let topology = aqgate_core::topology::Topology::from_toml(
+            r#"
+[[gateway.links]]
+name = "rabbit"
+kind = "rabbitmq"
+url = "amqp://127.0.0.1:5672/%2f"
+
+[[gateway.links]]
+name = "jet"
+kind = "nats"
+url = "nats://127.0.0.1:4222"
+
+[[gateway.links]]
+name = "mosquitto"
+kind = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+"#,
+        )
+        .expect("parses");
+        let catalog = topology.resolve(&|_| Err("no passwords here".into())).expect("resolves");
+        let errors = unbuilt_links(&catalog);
+        let mut expected = Vec::new();
+        for (name, kind, feature, on) in [
+            ("JET", LinkKind::Nats, "nats", cfg!(feature = "nats")),
+            ("MOSQUITTO", LinkKind::Mqtt, "mqtt", cfg!(feature = "mqtt")),
+            ("RABBIT", LinkKind::Rabbitmq, "rabbitmq", cfg!(feature = "rabbitmq")),
+        ] {
+            assert_eq!(built(kind), on, "{feature}");
+            assert_eq!(feature_of(kind), feature);
+            if !on {
+                expected.push(name);
+            }
+        }
+        assert_eq!(errors.len(), expected.len(), "{errors:?}");
+        for (e, name) in errors.iter().zip(&expected) {
+            let feature = feature_of(catalog.gateway_links[*name].kind);
+            assert!(
+                e.starts_with(&format!("gateway.links ({name}): "))
+                    && e.contains(&format!("cargo feature `{feature}`")),
+                "{e}"
+            );
+        }
     }
 }

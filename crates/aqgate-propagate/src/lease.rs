@@ -79,9 +79,23 @@ impl Default for LeaseConfig {
 
 /// `host:pid:random`: unique per process, and telling the operator which one it is.
 pub fn process_owner() -> String {
-    let host = aqgate_mail::outbound::hostname();
+    let host = host_name();
     let random = aqgate_core::engine::session::random_id();
     format!("{host}:{}:{}", std::process::id(), &random[..8])
+}
+
+/// This host's name, from `/etc/hostname` (`localhost` when it names none or is no plain
+/// host name), read once.
+fn host_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            .unwrap_or_else(|| "localhost".to_string())
+    })
+    .clone()
 }
 
 /// Whether the lease holder `other` was a process of this host that no longer runs, seen

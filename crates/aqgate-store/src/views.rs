@@ -233,82 +233,201 @@ pub(crate) fn now_sql(d: Dialect) -> &'static str {
 /// The rows of a view (`SELECT`s joined by `UNION ALL`) of the messages `scope` names;
 /// `raw`: their payloads are RAW.
 fn body(d: Dialect, raw: bool, scope: Scope) -> String {
-    // Which rows: of messages in their queue (`live`; on SQLite reached through their
-    // deliveries, `deliv`), kept ones, buffered ones.
-    let (live_f, deliv_f, kept_f, buffered_f) = match (scope, d) {
-        (Scope::Queues(ids), _) => (
-            format!("m.queue_id IN ({ids})"),
-            format!("d.queue_id IN ({ids})"),
-            format!("m.queue_id IN ({ids})"),
-            format!("m.queue_id IN ({ids})"),
-        ),
-        (Scope::Listing, Dialect::Postgres) => (
-            "m.seq = ANY($1::int8[])".to_string(),
-            String::new(),
-            "m.seq = ANY($2::int8[])".to_string(),
-            "m.queue_id = $3 AND $4".to_string(),
-        ),
-        (Scope::Listing, Dialect::Sqlite) => (
-            "m.seq IN (SELECT value FROM json_each($1))".to_string(),
-            "d.msg_seq IN (SELECT value FROM json_each($1))".to_string(),
-            "m.seq IN (SELECT value FROM json_each($2))".to_string(),
-            "m.queue_id = $3 AND $4".to_string(),
-        ),
-    };
-    let listing = matches!(scope, Scope::Listing);
-    // (SQLite's hex(NULL) is '': NULL stays NULL.)
-    let hex = |col: &str| match d {
-        Dialect::Sqlite => format!("CASE WHEN {col} IS NOT NULL THEN hex({col}) END"),
-        Dialect::Postgres => format!("upper(encode({col}, 'hex'))"),
-    };
-    let now = now_sql(d);
-    let (null_ts, null_text, null_int, null_int8) = match d {
-        Dialect::Sqlite => ("NULL", "NULL", "NULL", "NULL"),
-        Dialect::Postgres => ("NULL::timestamptz", "NULL::text", "NULL::int", "NULL::int8"),
-    };
-    // Oracle's TIMESTAMP columns (microseconds), and its DATE ones (whole seconds).
-    let ts = |col: &str| match d {
-        Dialect::Sqlite => format!("strftime('%Y-%m-%d %H:%M:%f', {col} / 1000000.0, 'unixepoch')"),
-        Dialect::Postgres => format!("to_timestamp({col} / 1000000.0)"),
-    };
-    let date = |col: &str| match d {
-        Dialect::Sqlite => format!("strftime('%Y-%m-%d %H:%M:%S', {col} / 1000000.0, 'unixepoch')"),
-        Dialect::Postgres => format!("date_trunc('second', to_timestamp({col} / 1000000.0))"),
-    };
-    // The schema of a `SCHEMA.NAME` (Oracle's *_OWNER columns).
-    let owner = |col: &str| match d {
-        Dialect::Sqlite => format!("CASE WHEN instr({col}, '.') > 0 THEN substr({col}, 1, instr({col}, '.') - 1) END"),
-        Dialect::Postgres => format!("CASE WHEN strpos({col}, '.') > 0 THEN split_part({col}, '.', 1) END"),
-    };
-    let sender = |field: &str| match d {
-        Dialect::Sqlite => format!("json_extract(m.sender, '$.{field}')"),
-        Dialect::Postgres if field == "protocol" => format!("(m.sender::jsonb ->> '{field}')::int"),
-        Dialect::Postgres => format!("(m.sender::jsonb ->> '{field}')"),
-    };
-    // A queue table holds one payload type: RAW in hexadecimal, every other as its XML.
-    // (A buffered message's copy may hold none: NULL.)
-    let user_data = match (d, raw) {
-        (_, true) => hex("m.payload"),
-        (Dialect::Sqlite, false) => "CAST(m.payload AS TEXT)".to_string(),
-        (Dialect::Postgres, false) => "convert_from(m.payload, 'UTF8')".to_string(),
-    };
-    let reasons: String =
-        Expiry::ALL.iter().map(|e| format!(" WHEN {} THEN '{}'", e.code(), e.oracle_name())).collect();
-    let expired = format!("m.expire_at <= {now}");
-    let state = format!(
-        "CASE WHEN m.state = 3 OR {expired} THEN 'EXPIRED' WHEN m.delay_until > {now} THEN 'WAIT' ELSE 'READY' END"
+    let f = Filters::of(d, scope);
+    let c = Columns::new(d, raw, matches!(scope, Scope::Listing));
+    // The queue a message came from (an exception queue's message, a propagated copy).
+    let queues = "JOIN queues q ON q.id = m.queue_id LEFT JOIN queues oq ON oq.id = m.orig_queue_id";
+    let rest = format!(
+        "{taken}
+         UNION ALL
+         {kept} FROM processed_messages m {queues}
+                LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
+          WHERE {kept_f}
+         UNION ALL
+         {buffered}",
+        taken = c.taken(d, scope, &f.live, queues),
+        kept = c.kept(),
+        kept_f = f.kept,
+        buffered = c.buffered(&f.buffered, queues),
     );
-    let processed = "'PROCESSED'";
-    let columns = |s: Source| {
-        let reason = if s.live {
+    // A consumer that gave up on a message (too many failed dequeues) still has its row,
+    // UNDELIVERABLE, until the message moves to its exception queue.
+    let delivery_state = format!("CASE WHEN d.gave_up THEN 'UNDELIVERABLE' ELSE {} END", c.state);
+    match d {
+        // Every message has its deliveries (a single consumer's is named '').
+        Dialect::Sqlite => format!(
+            "{} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq {queues}
+              WHERE {deliv_f} AND m.enq_txn IS NULL
+             UNION ALL
+             {rest}",
+            c.live("d.retry_count", "NULLIF(d.consumer, '')", &delivery_state, Part::Live),
+            deliv_f = f.deliveries,
+        ),
+        // A single-consumer message carries its own delivery. The queue is the message's
+        // (a delivery's is the same): its deliveries are then found by their primary key.
+        // Filtered by the delivery's, the planner could look each message's up in
+        // deliveries_order by its leading column alone (a scan of the whole queue per
+        // message) when it has no statistics to tell that the filter keeps every row.
+        Dialect::Postgres => format!(
+            "{} FROM messages m {queues}
+              WHERE m.single AND {live_f} AND m.enq_txn IS NULL
+             UNION ALL
+             {} FROM messages m {queues} JOIN deliveries d ON d.msg_seq = m.seq
+              WHERE NOT m.single AND {live_f} AND m.enq_txn IS NULL
+             UNION ALL
+             {rest}",
+            c.live("m.retry_count", "NULL::text", &c.state, Part::Live),
+            c.live("d.retry_count", "d.consumer", &delivery_state, Part::Live),
+            live_f = f.live,
+        ),
+    }
+}
+
+/// Which rows a view's body takes: of messages in their queue (`live`; on SQLite reached
+/// through their deliveries, `deliveries`), kept ones, buffered ones.
+struct Filters {
+    live: String,
+    deliveries: String,
+    kept: String,
+    buffered: String,
+}
+
+impl Filters {
+    /// The filters of `scope`'s messages in dialect `d`.
+    fn of(d: Dialect, scope: Scope) -> Filters {
+        let s = |x: &str| x.to_string();
+        match (scope, d) {
+            (Scope::Queues(ids), _) => Filters {
+                live: format!("m.queue_id IN ({ids})"),
+                deliveries: format!("d.queue_id IN ({ids})"),
+                kept: format!("m.queue_id IN ({ids})"),
+                buffered: format!("m.queue_id IN ({ids})"),
+            },
+            (Scope::Listing, Dialect::Postgres) => Filters {
+                live: s("m.seq = ANY($1::int8[])"),
+                deliveries: String::new(),
+                kept: s("m.seq = ANY($2::int8[])"),
+                buffered: s("m.queue_id = $3 AND $4"),
+            },
+            (Scope::Listing, Dialect::Sqlite) => Filters {
+                live: s("m.seq IN (SELECT value FROM json_each($1))"),
+                deliveries: s("d.msg_seq IN (SELECT value FROM json_each($1))"),
+                kept: s("m.seq IN (SELECT value FROM json_each($2))"),
+                buffered: s("m.queue_id = $3 AND $4"),
+            },
+        }
+    }
+}
+
+/// A view's columns in one dialect: the expressions of Oracle's columns over a row of
+/// `messages`, `processed_messages` or `buffered_messages` (`m`), and the `SELECT` of
+/// each source of rows.
+struct Columns {
+    d: Dialect,
+    /// Whether the payloads are RAW.
+    raw: bool,
+    /// Whether the rows are a listing's (with their `list_seq` and `list_part`).
+    listing: bool,
+    now: &'static str,
+    /// A message's state in its queue: EXPIRED, WAIT or READY.
+    state: String,
+    /// Oracle's expiration reasons by their codes (`WHEN … THEN …`).
+    reasons: String,
+    /// Whether a message is past its expiration.
+    expired: String,
+}
+
+impl Columns {
+    fn new(d: Dialect, raw: bool, listing: bool) -> Columns {
+        let now = now_sql(d);
+        let expired = format!("m.expire_at <= {now}");
+        let state = format!(
+            "CASE WHEN m.state = 3 OR {expired} THEN 'EXPIRED' WHEN m.delay_until > {now} THEN 'WAIT' ELSE 'READY' END"
+        );
+        let reasons = Expiry::ALL.iter().map(|e| format!(" WHEN {} THEN '{}'", e.code(), e.oracle_name())).collect();
+        Columns { d, raw, listing, now, state, reasons, expired }
+    }
+
+    /// The typed NULLs: (timestamp, text, int, int8).
+    fn nulls(&self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self.d {
+            Dialect::Sqlite => ("NULL", "NULL", "NULL", "NULL"),
+            Dialect::Postgres => ("NULL::timestamptz", "NULL::text", "NULL::int", "NULL::int8"),
+        }
+    }
+
+    /// A bytes column in upper-case hexadecimal. (SQLite's hex(NULL) is '': NULL stays NULL.)
+    fn hex(&self, col: &str) -> String {
+        match self.d {
+            Dialect::Sqlite => format!("CASE WHEN {col} IS NOT NULL THEN hex({col}) END"),
+            Dialect::Postgres => format!("upper(encode({col}, 'hex'))"),
+        }
+    }
+
+    /// Oracle's TIMESTAMP columns (microseconds).
+    fn ts(&self, col: &str) -> String {
+        match self.d {
+            Dialect::Sqlite => format!("strftime('%Y-%m-%d %H:%M:%f', {col} / 1000000.0, 'unixepoch')"),
+            Dialect::Postgres => format!("to_timestamp({col} / 1000000.0)"),
+        }
+    }
+
+    /// Oracle's DATE columns (whole seconds).
+    fn date(&self, col: &str) -> String {
+        match self.d {
+            Dialect::Sqlite => format!("strftime('%Y-%m-%d %H:%M:%S', {col} / 1000000.0, 'unixepoch')"),
+            Dialect::Postgres => format!("date_trunc('second', to_timestamp({col} / 1000000.0))"),
+        }
+    }
+
+    /// The schema of a `SCHEMA.NAME` (Oracle's *_OWNER columns).
+    fn owner(&self, col: &str) -> String {
+        match self.d {
+            Dialect::Sqlite => {
+                format!("CASE WHEN instr({col}, '.') > 0 THEN substr({col}, 1, instr({col}, '.') - 1) END")
+            }
+            Dialect::Postgres => format!("CASE WHEN strpos({col}, '.') > 0 THEN split_part({col}, '.', 1) END"),
+        }
+    }
+
+    /// A field of the sender, stored as JSON.
+    fn sender(&self, field: &str) -> String {
+        match self.d {
+            Dialect::Sqlite => format!("json_extract(m.sender, '$.{field}')"),
+            Dialect::Postgres if field == "protocol" => format!("(m.sender::jsonb ->> '{field}')::int"),
+            Dialect::Postgres => format!("(m.sender::jsonb ->> '{field}')"),
+        }
+    }
+
+    /// A queue table holds one payload type: RAW in hexadecimal, every other as its XML.
+    /// (A buffered message's copy may hold none: NULL.)
+    fn user_data(&self) -> String {
+        match (self.d, self.raw) {
+            (_, true) => self.hex("m.payload"),
+            (Dialect::Sqlite, false) => "CAST(m.payload AS TEXT)".to_string(),
+            (Dialect::Postgres, false) => "convert_from(m.payload, 'UTF8')".to_string(),
+        }
+    }
+
+    /// The expiration reason: a message still in its queue that has expired there, not yet
+    /// moved, shows TIME_EXPIRATION.
+    fn reason(&self, live: bool) -> String {
+        let reasons = &self.reasons;
+        if live {
             format!(
-                "CASE WHEN m.exc_reason IS NULL AND m.state <> 3 AND {expired} THEN '{}' ELSE CASE m.exc_reason{reasons} END END",
+                "CASE WHEN m.exc_reason IS NULL AND m.state <> 3 AND {} THEN '{}' ELSE CASE m.exc_reason{reasons} END END",
+                self.expired,
                 Expiry::Time.oracle_name()
             )
         } else {
             format!("CASE m.exc_reason{reasons} END")
-        };
-        let listed = match (listing, s.part) {
+        }
+    }
+
+    /// The `SELECT` list of the rows of source `s`, with Oracle's columns in their order.
+    fn select(&self, s: Source) -> String {
+        let (null_ts, null_text, null_int, null_int8) = self.nulls();
+        let listed = match (self.listing, s.part) {
             (false, _) => String::new(),
             (true, Part::Buffered) => format!(", {null_int8} AS list_seq, {} AS list_part", s.part as i64),
             (true, _) => format!(", m.seq AS list_seq, {} AS list_part", s.part as i64),
@@ -330,14 +449,14 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
                     {orig_id} AS original_msgid, oq.name AS original_queue_name, {oq_owner} AS original_queue_owner,
                     {reason} AS expiration_reason,
                     {consumer} AS consumer_name, {null_text} AS address, {null_int} AS protocol{listed}",
-            msg_id = hex("m.msgid"),
+            msg_id = self.hex("m.msgid"),
             state = s.state,
-            delay = date("m.delay_until"),
-            delay_ts = ts("m.delay_until"),
-            enq_time = date("m.enq_time"),
-            enq_ts = ts("m.enq_time"),
-            deq_time = s.deq_time.map_or(null_ts.to_string(), date),
-            deq_ts = s.deq_time.map_or(null_ts.to_string(), ts),
+            delay = self.date("m.delay_until"),
+            delay_ts = self.ts("m.delay_until"),
+            enq_time = self.date("m.enq_time"),
+            enq_ts = self.ts("m.enq_time"),
+            deq_time = s.deq_time.map_or(null_ts.to_string(), |c| self.date(c)),
+            deq_ts = s.deq_time.map_or(null_ts.to_string(), |c| self.ts(c)),
             deq_user = s.deq_user,
             deq_txn = s.deq_txn,
             // The failed dequeues before a move to the exception queue count for the
@@ -346,17 +465,23 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
                 true => format!("{} + COALESCE(m.exc_retries, 0)", s.retry),
                 false => s.retry.to_string(),
             },
-            eq_owner = owner("m.exception_queue"),
-            name = sender("name"),
-            address = sender("address"),
-            protocol = sender("protocol"),
-            orig_id = hex("m.orig_msgid"),
-            oq_owner = owner("oq.name"),
+            eq_owner = self.owner("m.exception_queue"),
+            user_data = self.user_data(),
+            name = self.sender("name"),
+            address = self.sender("address"),
+            protocol = self.sender("protocol"),
+            orig_id = self.hex("m.orig_msgid"),
+            oq_owner = self.owner("oq.name"),
+            reason = self.reason(s.live),
             consumer = s.consumer,
         )
-    };
-    let live = |retry: &'static str, consumer: &'static str, state: &str, part: Part| {
-        columns(Source {
+    }
+
+    /// The `SELECT` list of a message still in its queue (or in a process's memory), for
+    /// one consumer's delivery (or the message's own).
+    fn live(&self, retry: &str, consumer: &str, state: &str, part: Part) -> String {
+        let null_text = self.nulls().1;
+        self.select(Source {
             state,
             retry,
             consumer,
@@ -367,93 +492,64 @@ fn body(d: Dialect, raw: bool, scope: Scope) -> String {
             part,
             own_retries: true,
         })
-    };
-    // A consumer that gave up on a message (too many failed dequeues) still has its row,
-    // UNDELIVERABLE, until the message moves to its exception queue.
-    let delivery_state = format!("CASE WHEN d.gave_up THEN 'UNDELIVERABLE' ELSE {state} END");
-    // Consumers of a message still in the queue that have taken it (their delivery is gone;
-    // a pending remove keeps it), and messages kept after their removal, with who took them.
-    let dequeued = columns(Source {
-        state: processed,
-        retry: "h.retry_count",
-        consumer: "NULLIF(h.consumer, '')",
-        deq_time: Some("h.deq_time"),
-        deq_user: "h.deq_user_id",
-        deq_txn: "h.txn",
-        live: false,
-        part: Part::Live,
-        own_retries: false,
-    });
-    let kept = columns(Source {
-        state: processed,
-        retry: "COALESCE(h.retry_count, m.retry_count) + CASE WHEN COALESCE(h.consumer, '') = '' \
-                THEN COALESCE(m.exc_retries, 0) ELSE 0 END",
-        consumer: "NULLIF(h.consumer, '')",
-        deq_time: Some("COALESCE(h.deq_time, m.deq_time)"),
-        deq_user: "h.deq_user_id",
-        deq_txn: "h.txn",
-        live: false,
-        part: Part::Kept,
-        own_retries: false,
-    });
-    // The queue a message came from (an exception queue's message, a propagated copy).
-    let queues = "JOIN queues q ON q.id = m.queue_id LEFT JOIN queues oq ON oq.id = m.orig_queue_id";
-    let taken = |which: &str| {
-        format!(
-            "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq {queues}
+    }
+
+    /// The `SELECT` list of a message kept after its removal, with who took it.
+    fn kept(&self) -> String {
+        self.select(Source {
+            state: "'PROCESSED'",
+            retry: "COALESCE(h.retry_count, m.retry_count) + CASE WHEN COALESCE(h.consumer, '') = '' \
+                    THEN COALESCE(m.exc_retries, 0) ELSE 0 END",
+            consumer: "NULLIF(h.consumer, '')",
+            deq_time: Some("COALESCE(h.deq_time, m.deq_time)"),
+            deq_user: "h.deq_user_id",
+            deq_txn: "h.txn",
+            live: false,
+            part: Part::Kept,
+            own_retries: false,
+        })
+    }
+
+    /// The rows of the consumers of a message still in the queue that have taken it (their
+    /// delivery is gone; a pending remove keeps it). PostgreSQL finds a queue's messages
+    /// through two partial indexes, one for either kind of message (a message in an
+    /// exception queue keeps the history of its consumers).
+    fn taken(&self, d: Dialect, scope: Scope, live_f: &str, queues: &str) -> String {
+        let dequeued = self.select(Source {
+            state: "'PROCESSED'",
+            retry: "h.retry_count",
+            consumer: "NULLIF(h.consumer, '')",
+            deq_time: Some("h.deq_time"),
+            deq_user: "h.deq_user_id",
+            deq_txn: "h.txn",
+            live: false,
+            part: Part::Live,
+            own_retries: false,
+        });
+        let taken = |which: &str| {
+            format!(
+                "{dequeued} FROM dequeue_history h JOIN messages m ON m.seq = h.msg_seq {queues}
               WHERE {which}{live_f} AND m.enq_txn IS NULL AND h.consumer <> ''
                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = h.msg_seq AND d.consumer = h.consumer)"
-        )
-    };
-    // PostgreSQL finds a queue's messages through two partial indexes, one for either kind
-    // of message (a message in an exception queue keeps the history of its consumers).
-    let taken = match (d, scope) {
-        (Dialect::Postgres, Scope::Queues(_)) => {
-            format!("{} UNION ALL {}", taken("m.single AND "), taken("NOT m.single AND "))
+            )
+        };
+        match (d, scope) {
+            (Dialect::Postgres, Scope::Queues(_)) => {
+                format!("{} UNION ALL {}", taken("m.single AND "), taken("NOT m.single AND "))
+            }
+            _ => taken(""),
         }
-        _ => taken(""),
-    };
-    // Buffered messages in the memory of a live process (`Store::show_buffered`).
-    let buffered = format!(
-        "{} FROM buffered_messages m {queues}
+    }
+
+    /// The rows of buffered messages in the memory of a live process (`Store::show_buffered`).
+    fn buffered(&self, buffered_f: &str, queues: &str) -> String {
+        format!(
+            "{} FROM buffered_messages m {queues}
           WHERE {buffered_f} AND m.seen_at > {now} - {shown_for}",
-        live("m.retry_count", "NULLIF(m.consumer, '')", &state, Part::Buffered),
-        shown_for = aqgate_core::engine::SHOWN_FOR,
-    );
-    let rest = format!(
-        "{taken}
-         UNION ALL
-         {kept} FROM processed_messages m {queues}
-                LEFT JOIN dequeue_history h ON h.msg_seq = m.seq
-          WHERE {kept_f}
-         UNION ALL
-         {buffered}"
-    );
-    match d {
-        // Every message has its deliveries (a single consumer's is named '').
-        Dialect::Sqlite => format!(
-            "{} FROM deliveries d JOIN messages m ON m.seq = d.msg_seq {queues}
-              WHERE {deliv_f} AND m.enq_txn IS NULL
-             UNION ALL
-             {rest}",
-            live("d.retry_count", "NULLIF(d.consumer, '')", &delivery_state, Part::Live)
-        ),
-        // A single-consumer message carries its own delivery. The queue is the message's
-        // (a delivery's is the same): its deliveries are then found by their primary key.
-        // Filtered by the delivery's, the planner could look each message's up in
-        // deliveries_order by its leading column alone (a scan of the whole queue per
-        // message) when it has no statistics to tell that the filter keeps every row.
-        Dialect::Postgres => format!(
-            "{} FROM messages m {queues}
-              WHERE m.single AND {live_f} AND m.enq_txn IS NULL
-             UNION ALL
-             {} FROM messages m {queues} JOIN deliveries d ON d.msg_seq = m.seq
-              WHERE NOT m.single AND {live_f} AND m.enq_txn IS NULL
-             UNION ALL
-             {rest}",
-            live("m.retry_count", "NULL::text", &state, Part::Live),
-            live("d.retry_count", "d.consumer", &delivery_state, Part::Live)
-        ),
+            self.live("m.retry_count", "NULLIF(m.consumer, '')", &self.state, Part::Buffered),
+            now = self.now,
+            shown_for = aqgate_core::engine::SHOWN_FOR,
+        )
     }
 }
 

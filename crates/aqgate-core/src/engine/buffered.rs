@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
+use super::enqueue::Enqueue;
 use super::*;
 use crate::clock::{MICROS_PER_SEC, Micros};
 use crate::error::{AqError, code};
@@ -473,6 +474,7 @@ impl Engine {
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
         let work = self.work();
+        let e = Enqueue { resolved, queue, qid, now, enq_user: &session.agent, work: &work };
         for (i, m) in req.messages.iter().enumerate() {
             let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             if m.header.delay.is_some_and(|d| d != 0) {
@@ -484,8 +486,8 @@ impl Engine {
                     ),
                 ));
             }
-            let row = self
-                .new_message(resolved, queue, qid, m, now, None, None, &session.agent, &work)
+            let row = e
+                .new_message(m, None, None)
                 .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
             ids.push(crate::payload::hex_upper(&row.msgid));
             rows.push(row);
@@ -548,22 +550,15 @@ impl Engine {
     /// spilled messages first (they are the older ones) while the store may hold some for
     /// the consumer, then this process's memory; PERSISTENT_OR_BUFFERED then looks at the
     /// store's persistent messages too.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn try_receive_any(
         &self,
-        resolved: &Resolved,
+        d: &Dequeue<'_>,
         session: &mut Session,
-        queue: &QueueInfo,
-        qid: QueueId,
-        consumer: &str,
-        req: &ReceiveRequest,
-        filter: &Filter,
     ) -> Result<Vec<Message>, AqError> {
+        let Dequeue { resolved, queue, qid, consumer, req, filter } = *d;
         let stored = match req.consumer.delivery_mode {
             DeliveryMode::Persistent => {
-                return self
-                    .try_receive(resolved, session, queue, qid, consumer, req, filter, Stored::Persistent)
-                    .await;
+                return self.try_receive(d, session, Stored::Persistent).await;
             }
             DeliveryMode::Buffered => Stored::Spilled,
             DeliveryMode::PersistentOrBuffered => Stored::Either,
@@ -571,7 +566,7 @@ impl Engine {
         let now = self.now();
         let spilled = self.buffers.spilled_may_exist(qid, consumer, now);
         if spilled {
-            let found = self.try_receive(resolved, session, queue, qid, consumer, req, filter, stored).await?;
+            let found = self.try_receive(d, session, stored).await?;
             if !found.is_empty() {
                 return Ok(found);
             }
@@ -592,7 +587,7 @@ impl Engine {
             return Ok(vec![out]);
         }
         if stored == Stored::Either && !spilled {
-            return self.try_receive(resolved, session, queue, qid, consumer, req, filter, stored).await;
+            return self.try_receive(d, session, stored).await;
         }
         Ok(Vec::new())
     }

@@ -12,6 +12,25 @@ use crate::selector::Condition;
 use crate::store::*;
 use crate::topology::{AgentInfo, Privilege, QueueInfo, canon};
 
+mod look;
+
+/// What each look of a receive works with: the request and what it was resolved to.
+pub(super) struct Dequeue<'a> {
+    pub(super) resolved: &'a Resolved,
+    pub(super) queue: &'a QueueInfo,
+    pub(super) qid: QueueId,
+    pub(super) consumer: &'a str,
+    pub(super) req: &'a ReceiveRequest,
+    pub(super) filter: &'a Filter,
+}
+
+impl Dequeue<'_> {
+    /// The receive's consumer options.
+    pub(super) fn options(&self) -> &ConsumerOptions {
+        &self.req.consumer
+    }
+}
+
 impl Engine {
     /// The queue a dequeue (or a LISTEN: `what`) names, checked as a dequeue is: it exists,
     /// is not a remote space's, the agent may dequeue from it, it is enabled for dequeue,
@@ -76,6 +95,7 @@ impl Engine {
         let abandon = session.abandon.clone();
         // Registered before the first look: a change after it is not missed.
         let slot = self.waiters.register(qid, &consumer);
+        let d = Dequeue { resolved, queue, qid, consumer: &consumer, req: &req, filter: &filter };
         loop {
             // This look sees whatever was told before it.
             slot.take();
@@ -84,7 +104,7 @@ impl Engine {
                 return Err(AqError::client(code::NO_MESSAGE, "the client went away during the dequeue wait"));
             }
             filter.work.renew();
-            let messages = self.try_receive_any(resolved, session, queue, qid, &consumer, &req, &filter).await?;
+            let messages = self.try_receive_any(&d, session).await?;
             if !messages.is_empty() {
                 return Ok(ReceiveResult { destination: queue.name.clone(), messages });
             }
@@ -174,320 +194,6 @@ impl Engine {
             code::NO_MESSAGE,
             format!("timeout or end-of-fetch during message dequeue from {}", queue.name),
         ))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn try_receive(
-        &self,
-        resolved: &Resolved,
-        session: &mut Session,
-        queue: &QueueInfo,
-        qid: QueueId,
-        consumer: &str,
-        req: &ReceiveRequest,
-        filter: &Filter,
-        stored: Stored,
-    ) -> Result<Vec<Message>, AqError> {
-        let o = &req.consumer;
-        let now = self.now();
-        session.received.clear();
-        // More than one only for a session that asks (a propagation job), and never for a
-        // browse (its position is one message).
-        let want = if o.dequeue_mode == DequeueMode::Browse { 1 } else { session.max_messages.clamp(1, 1000) as usize };
-        let key = (qid, consumer.to_string());
-        let start = match o.navigation {
-            NavigationMode::FirstMessage => None,
-            _ => session.positions.get(&key).copied(),
-        };
-        let browse = o.dequeue_mode == DequeueMode::Browse;
-        // A REMOVE that commits at once (IMMEDIATE, or a trailing AQXmlCommit with nothing
-        // else pending) deletes the delivery directly instead of locking it first.
-        let remove_now = o.visibility == Visibility::Immediate || (req.commit && !session.pending);
-        if o.dequeue_mode == DequeueMode::Remove
-            && remove_now
-            && req.commit
-            && !self.sealed(session)
-            && !session.pending
-            && start.is_none()
-            && filter.condition.is_none()
-            && !queue.multi_consumer
-            && queue.retention.is_none()
-            && want == 1
-            && filter.transformation.is_none()
-            && !queue.grouped
-        {
-            // The common consumer loop — take the head, commit — in one atomic step.
-            let q = CandidateQuery {
-                queue: qid,
-                consumer: consumer.to_string(),
-                txn: session.txn.clone(),
-                now,
-                after: None,
-                corrid: filter.corrid.clone(),
-                msgid: filter.msgid,
-                include_locked: false,
-                include_waiting: false,
-                limit: 1,
-                stored,
-            };
-            let Some(m) = self.store.take_head(&q, session.origin).await? else { return Ok(Vec::new()) };
-            let out = match self.message_out(resolved, queue, &m, now, !session.propagates, None) {
-                Ok(out) => out,
-                Err(e) => {
-                    // Removed already, but not returnable: put it back (at the end of its
-                    // priority), so that the Fault loses nothing.
-                    self.put_back(&m, stored == Stored::Spilled).await?;
-                    return Err(e);
-                }
-            };
-            // A session without a row that ends its transaction: nothing to keep.
-            session.end_transaction();
-            return Ok(vec![out]);
-        }
-        // A propagation batch from a single-consumer queue without history takes its
-        // messages in a transaction its send continues (`HeldTx`): removed at once, not
-        // locked, since nothing of it is visible until the send's commit. Not with a
-        // condition (the rows it passes over would stay locked for the whole batch) nor on
-        // a grouped queue (whose groups are claimed by committed locks).
-        let holds = session.one_transaction
-            && session.propagates
-            && !session.pending
-            && self.store.holds_transactions()
-            && o.dequeue_mode == DequeueMode::Remove
-            && !remove_now
-            && !queue.multi_consumer
-            && !queue.keeps_history()
-            && !queue.grouped
-            && filter.condition.is_none()
-            && session.idempotency.is_none();
-        let mut tx = if holds { self.store.begin_held().await? } else { self.store.begin().await? };
-        let mut found = Vec::new();
-        // Exception queues that got a message this request's removes left to consumers
-        // that gave up on it.
-        let mut moved = Vec::new();
-        // A grouped queue navigates by groups (a propagation job's session moves messages
-        // as from any queue: see `grouping`).
-        let grouped = queue.grouped && !session.propagates;
-        let mut group_at = None;
-        if grouped {
-            let taken = self
-                .take_grouped(&mut *tx, resolved, session, queue, qid, consumer, o, filter, stored, remove_now)
-                .await;
-            match taken {
-                Ok((f, g)) => (found, group_at) = (f, g),
-                Err(e) => {
-                    tx.rollback().await?;
-                    return Err(e);
-                }
-            }
-        }
-        // Scan from the position; REMOVE and LOCKED wrap around once so that a consumer
-        // never starves on messages sorted before its position (e.g. higher priority).
-        let passes: &[Option<Position>] = if grouped {
-            &[]
-        } else if start.is_some() && !browse {
-            &[start, None]
-        } else {
-            &[start]
-        };
-        'passes: for &from in passes.iter() {
-            let mut q = CandidateQuery {
-                queue: qid,
-                consumer: consumer.to_string(),
-                txn: session.txn.clone(),
-                now,
-                after: from,
-                corrid: filter.corrid.clone(),
-                msgid: filter.msgid,
-                include_locked: browse,
-                include_waiting: session.propagates && !session.ready_only && !browse,
-                // Without a condition the first candidate is normally the answer: fetch one
-                // payload, not a page of them.
-                limit: if filter.condition.is_some() {
-                    SCAN_BATCH.max(want as i64)
-                } else {
-                    i64::try_from(want).unwrap_or(1)
-                },
-                stored,
-            };
-            loop {
-                let batch = tx.candidates(&q).await?;
-                let mut exhausted = (batch.len() as i64) < q.limit;
-                // The candidates that meet the condition, as many as are still wanted; then
-                // taken together (one statement for a job's batch).
-                let mut picked = Vec::new();
-                for m in batch {
-                    if found.len() + picked.len() >= want {
-                        // Not looked at: the next query starts from here.
-                        exhausted = false;
-                        break;
-                    }
-                    q.after = Some(Position { prio_key: m.prio_key, seq: m.seq });
-                    match filter.matches_condition(&m, queue, resolved) {
-                        Ok(true) => picked.push(m),
-                        Ok(false) => {}
-                        Err(e) => {
-                            // Over its budget: the locks this scan took go with the Fault.
-                            tx.rollback().await?;
-                            return Err(e);
-                        }
-                    }
-                }
-                match o.dequeue_mode {
-                    DequeueMode::Browse => found.extend(picked),
-                    DequeueMode::Remove if holds => {
-                        let seqs: Vec<i64> = picked.iter().map(|m| m.seq).collect();
-                        let removed: std::collections::HashSet<i64> =
-                            tx.remove_singles(&seqs, &session.txn).await?.into_iter().collect();
-                        found.extend(picked.into_iter().filter(|m| removed.contains(&m.seq)));
-                    }
-                    DequeueMode::Remove if remove_now => {
-                        for m in picked {
-                            match tx.remove_now(m.seq, consumer, &session.txn, queue.multi_consumer).await? {
-                                Removal::Missed => continue,
-                                Removal::Removed => {}
-                                // The consumers left gave up on it: it moves now.
-                                Removal::Stranded(s) => moved.extend(move_stranded(&mut *tx, resolved, &[s]).await?),
-                            }
-                            found.push(m);
-                        }
-                    }
-                    DequeueMode::Locked | DequeueMode::Remove => {
-                        let kind =
-                            if o.dequeue_mode == DequeueMode::Locked { LockKind::Locked } else { LockKind::Remove };
-                        let taken: std::collections::HashSet<i64> = match picked.as_slice() {
-                            [] => Default::default(),
-                            [m] => {
-                                if tx.lock(m.seq, consumer, &session.txn, kind).await? {
-                                    [m.seq].into()
-                                } else {
-                                    Default::default()
-                                }
-                            }
-                            _ => {
-                                let seqs: Vec<i64> = picked.iter().map(|m| m.seq).collect();
-                                tx.lock_many(&seqs, consumer, &session.txn, kind).await?.into_iter().collect()
-                            }
-                        };
-                        found.extend(picked.into_iter().filter(|m| taken.contains(&m.seq)));
-                    }
-                }
-                if found.len() >= want {
-                    break 'passes;
-                }
-                if exhausted {
-                    break;
-                }
-            }
-        }
-        if found.is_empty() {
-            tx.rollback().await?;
-            if browse && o.navigation == NavigationMode::NextMessage && session.positions.contains_key(&key) {
-                // End of fetch: the next browse starts from the beginning again.
-                let mut next = session.state();
-                next.positions.remove(&key);
-                next.groups.remove(&key);
-                self.seal_alone(session, next).await?;
-            }
-            return Ok(Vec::new());
-        }
-        // Decoded before anything commits: a message that cannot be returned is neither
-        // removed nor locked nor passed by the browse position (a Fault changes nothing).
-        let outs = match found
-            .iter()
-            .map(|m| self.message_out(resolved, queue, m, now, !session.propagates, filter.transformation.as_deref()))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(outs) => outs,
-            Err(e) => {
-                // Rolled back now, not when the pool gets to the dropped transaction: the
-                // locks it took must be gone when the Fault is answered.
-                tx.rollback().await?;
-                return Err(e);
-            }
-        };
-        if session.propagates {
-            session.received = found
-                .iter()
-                .map(|m| Carried {
-                    enq_time: m.enq_time,
-                    delay_until: m.delay_until,
-                    expire_at: m.expire_at,
-                    enq_user_id: m.enq_user_id.clone(),
-                    origin: Some(Origin { msgid: m.msgid, queue: m.queue, why: None }),
-                })
-                .collect();
-        }
-        let takes_lock = !browse && !remove_now;
-        if o.dequeue_mode == DequeueMode::Remove && queue.keeps_history() {
-            // Who took them, in the same transaction as the removes, and in which IDAP
-            // transaction (Oracle's DEQ_TXN_ID): a rollback of a pending remove takes its
-            // row back with it. An IMMEDIATE remove inside an open transaction is not that
-            // transaction's: it has its own.
-            let txn = if o.visibility != Visibility::Immediate || req.commit {
-                session.txn.clone()
-            } else {
-                super::session::random_id()
-            };
-            let txn = Some(txn);
-            let rows: Vec<DequeueRecord> = found
-                .iter()
-                .filter(|m| m.state != SPILLED)
-                .map(|m| DequeueRecord {
-                    seq: m.seq,
-                    consumer: consumer.to_string(),
-                    deq_time: now,
-                    deq_user_id: session.agent.clone(),
-                    txn: txn.clone(),
-                    retry_count: m.retry_count,
-                })
-                .collect();
-            if !rows.is_empty() {
-                tx.record_dequeues(&rows).await?;
-            }
-        }
-        let mut next = session.state();
-        if let Some(g) = group_at {
-            next.groups.insert(key.clone(), g);
-        }
-        if let Some(m) = found.last() {
-            next.positions.insert(key, Position { prio_key: m.prio_key, seq: m.seq });
-        }
-        if req.commit {
-            next.end_transaction();
-        } else if takes_lock {
-            next.pending = true;
-            next.dequeued = true;
-        }
-        if holds {
-            // No session row: a crash ends the transaction, and the messages are back.
-            self.settle(session, next, None);
-            session.held.hold(tx, qid);
-            return Ok(outs);
-        }
-        // A browse takes, locks and removes nothing: under an idempotency key it is not
-        // recorded (a retry browses again), unless it commits the session's earlier work.
-        let changes = !browse || (req.commit && session.pending);
-        let response = (session.idempotency.is_some() && changes).then(|| {
-            Response::Receive(
-                StatusResponse::ok(),
-                Some(ReceiveResult { destination: queue.name.clone(), messages: outs.clone() }),
-            )
-        });
-        let version = self.seal(&mut *tx, session, &next, response.as_ref()).await?;
-        let mut woken = moved;
-        if req.commit && (session.pending || takes_lock) {
-            woken.extend(publish(&mut *tx, resolved, session, session.dequeued || takes_lock).await?);
-        }
-        if req.commit {
-            self.tally(&mut *tx, session).await?;
-        }
-        self.commit_tx(tx).await?;
-        self.settle(session, next, version);
-        for q in woken {
-            self.wake(q);
-        }
-        Ok(outs)
     }
 
     /// A fresh budget for the conditions of one scan.

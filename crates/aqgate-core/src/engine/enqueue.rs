@@ -9,7 +9,28 @@ use crate::store::*;
 use crate::topology::remote_space::RemoteTarget;
 use crate::topology::{AgentInfo, Catalog, Privilege, QueueInfo, SortOrder, canon};
 
+/// What each message of an enqueue is made with: the queue it goes to and the request's
+/// time, agent and budget of subscriber rules.
+pub(super) struct Enqueue<'a> {
+    pub(super) resolved: &'a Resolved,
+    pub(super) queue: &'a QueueInfo,
+    pub(super) qid: QueueId,
+    pub(super) now: Micros,
+    /// The agent that enqueues (`ENQ_USER_ID`).
+    pub(super) enq_user: &'a str,
+    pub(super) work: &'a work::Work,
+}
+
+/// `e` with the number of the message it is about (its `number`, else its place).
+fn in_message(m: &Message, i: usize, e: AqError) -> AqError {
+    let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
+    AqError { message: format!("message {n}: {}", e.message), ..e }
+}
+
 impl Engine {
+    /// AQXmlSend and AQXmlPublish: the request checked, its messages made and stored (or
+    /// kept in memory when buffered, or sent on to a synchronous remote queue space) with
+    /// the session's next state, and the waiting receives told.
     pub(super) async fn enqueue(
         &self,
         resolved: &Resolved,
@@ -20,11 +41,54 @@ impl Engine {
     ) -> Result<Response, AqError> {
         // The times a propagation job carries are for this send only.
         let carry = std::mem::take(&mut session.carry);
+        let mut req = req;
+        let (queue, qid, transformation) = self.enqueue_target(resolved, session, agent, &mut req).await?;
+        let now = self.now();
+        self.remote_schedule(session, queue, &mut req, now)?;
+        if let Some(t) = transformation {
+            // Every message is transformed before any is stored: one that fails fails the request.
+            for (i, m) in req.messages.iter_mut().enumerate() {
+                m.payload = transform::incoming(&resolved.catalog, t, &m.payload, &self.config.conditions)
+                    .map_err(|e| in_message(m, i, e))?;
+            }
+        }
+        if req.producer.delivery_mode != DeliveryMode::Persistent {
+            let result = self.enqueue_buffered(resolved, session, queue, qid, &req, now).await?;
+            return Ok(wrap(result));
+        }
+        let work = self.work();
+        let e = Enqueue { resolved, queue, qid, now, enq_user: &agent.name, work: &work };
+        let (rows, ids) = self.persistent_rows(&e, session, &req, &carry)?;
+        if let Some(r) = queue.remote.as_ref().filter(|r| r.synchronous && !session.propagates) {
+            let commit_now = req.producer.visibility == Visibility::Immediate || req.commit;
+            synchronous::refuse_in_transaction(r, &queue.name, commit_now, session.pending)?;
+            let Some(remote) = self.config.remote_spaces.clone() else {
+                return Err(AqError::server(
+                    code::REMOTE_UNREACHABLE,
+                    format!("remote queue space {}: this process forwards to no remote queue space", r.space),
+                ));
+            };
+            return self.send_synchronously(session, &*remote, r, queue, &req.messages, req.commit, wrap).await;
+        }
+        let response = wrap(EnqueueResult { destination: queue.name.clone(), message_ids: ids });
+        self.store_persistent(resolved, session, &e, rows, &req, response).await
+    }
+
+    /// The queue an enqueue names, with its id and the transformation the request applies,
+    /// once the request may enqueue to it: recipient lists within their cap, aliases
+    /// resolved, the agent permitted, every sender allowed (secure queues), the queue
+    /// enabled for enqueue, the transformation known and of the queue's type.
+    async fn enqueue_target<'r>(
+        &self,
+        resolved: &'r Resolved,
+        session: &Session,
+        agent: &AgentInfo,
+        req: &mut EnqueueRequest,
+    ) -> Result<(&'r QueueInfo, QueueId, Option<&'r std::sync::Arc<payload::Transformation>>), AqError> {
         let dest = self.destination_name(&req.producer.destination).await?;
         let (queue, qid) = resolved.queue(&dest)?;
         // Before any alias is looked up: a list over the cap costs no directory search.
         self.check_recipient_counts(&req.messages)?;
-        let mut req = req;
         for m in req.messages.iter_mut() {
             self.resolve_aliases(&mut m.header).await?;
         }
@@ -33,9 +97,7 @@ impl Engine {
         }
         if !session.propagates {
             for (i, m) in req.messages.iter_mut().enumerate() {
-                let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-                check_sender(&resolved.catalog, &mut m.header, agent, queue)
-                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+                check_sender(&resolved.catalog, &mut m.header, agent, queue).map_err(|e| in_message(m, i, e))?;
             }
         }
         if !queue.enqueue_enabled {
@@ -48,7 +110,18 @@ impl Engine {
             Some(name) => Some(transform::for_enqueue(&resolved.catalog, name, queue)?),
             None => None,
         };
-        let now = self.now();
+        Ok((queue, qid, transformation))
+    }
+
+    /// The delays of a send to a remote queue space (its `AQ-Schedule`, or each message's
+    /// own); an `AQ-Schedule` to any other queue is refused.
+    fn remote_schedule(
+        &self,
+        session: &Session,
+        queue: &QueueInfo,
+        req: &mut EnqueueRequest,
+        now: Micros,
+    ) -> Result<(), AqError> {
         match &queue.remote {
             Some(r) => {
                 let scheduled = match &session.schedule {
@@ -56,86 +129,89 @@ impl Engine {
                     None => None,
                 };
                 for (i, m) in req.messages.iter_mut().enumerate() {
-                    let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-                    remote_delay(r, &mut m.header, scheduled)
-                        .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+                    remote_delay(r, &mut m.header, scheduled).map_err(|e| in_message(m, i, e))?;
                 }
+                Ok(())
             }
-            None if session.schedule.is_some() => {
-                return Err(AqError::invalid(format!(
-                    "AQ-Schedule applies to the queues of remote queue spaces, and {} is not one (give the messages a delay)",
-                    queue.name
-                )));
-            }
-            None => {}
+            None if session.schedule.is_some() => Err(AqError::invalid(format!(
+                "AQ-Schedule applies to the queues of remote queue spaces, and {} is not one (give the messages a delay)",
+                queue.name
+            ))),
+            None => Ok(()),
         }
-        if let Some(t) = transformation {
-            // Every message is transformed before any is stored: one that fails fails the request.
-            for (i, m) in req.messages.iter_mut().enumerate() {
-                let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
-                m.payload = transform::incoming(&resolved.catalog, t, &m.payload, &self.config.conditions)
-                    .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
-            }
-        }
-        if req.producer.delivery_mode != DeliveryMode::Persistent {
-            let result = self.enqueue_buffered(resolved, session, queue, qid, &req, now).await?;
-            return Ok(wrap(result));
-        }
+    }
+
+    /// The rows of a persistent enqueue and the messages' ids, in the request's order:
+    /// each made (a propagation job's copy with the times it carries), in the IDAP
+    /// transaction it belongs to, within a remote queue space's limits.
+    fn persistent_rows(
+        &self,
+        e: &Enqueue<'_>,
+        session: &Session,
+        req: &EnqueueRequest,
+        carry: &[Carried],
+    ) -> Result<(Vec<NewMessage>, Vec<String>), AqError> {
+        let queue = e.queue;
         let immediate = req.producer.visibility == Visibility::Immediate;
         let commit_now = immediate || req.commit;
         let mut rows = Vec::with_capacity(req.messages.len());
         let mut ids = Vec::with_capacity(req.messages.len());
-        let work = self.work();
         // Oracle's ENQ_TXN_ID: the session's transaction, which this request joins or
         // commits; an IMMEDIATE enqueue inside an open transaction is not that
         // transaction's (it commits alone): it has its own.
         let enq_txn_id = if !immediate || req.commit { session.txn.clone() } else { super::session::random_id() };
         for (i, m) in req.messages.iter().enumerate() {
-            let n = m.number.unwrap_or(u32::try_from(i + 1).unwrap_or(u32::MAX));
             let carried = if session.propagates { carry.get(i) } else { None };
             let txn = if commit_now { None } else { Some(session.txn.clone()) };
-            let row = self
-                .new_message(resolved, queue, qid, m, now, carried, txn, &agent.name, &work)
+            let row = e
+                .new_message(m, carried, txn)
                 .map(|row| NewMessage { enq_txn_id: Some(enq_txn_id.clone()), ..row })
-                .map_err(|e| match &queue.remote {
-                    Some(r) if e.code == code::PAYLOAD_MISMATCH => AqError {
+                .map_err(|err| match &queue.remote {
+                    Some(r) if err.code == code::PAYLOAD_MISMATCH => AqError {
                         message: format!(
                             "{} of remote queue space {} takes {} payloads (payload_type): {}",
-                            queue.name, r.space, queue.payload, e.message
+                            queue.name, r.space, queue.payload, err.message
                         ),
-                        ..e
+                        ..err
                     },
-                    _ => e,
+                    _ => err,
                 })
                 .and_then(|row| match &queue.remote {
-                    Some(r) => remote_limits(r, row, carried.is_some(), now),
+                    Some(r) => remote_limits(r, row, carried.is_some(), e.now),
                     None => Ok(row),
                 })
-                .map_err(|e| AqError { message: format!("message {n}: {}", e.message), ..e })?;
+                .map_err(|err| in_message(m, i, err))?;
             ids.push(payload::hex_upper(&row.msgid));
             rows.push(row);
         }
-        if let Some(r) = queue.remote.as_ref().filter(|r| r.synchronous && !session.propagates) {
-            synchronous::refuse_in_transaction(r, &queue.name, commit_now, session.pending)?;
-            let Some(remote) = self.config.remote_spaces.clone() else {
-                return Err(AqError::server(
-                    code::REMOTE_UNREACHABLE,
-                    format!("remote queue space {}: this process forwards to no remote queue space", r.space),
-                ));
-            };
-            return self.send_synchronously(session, &*remote, r, queue, &req.messages, req.commit, wrap).await;
-        }
-        if let Some(g) = self.enqueue_group(queue, session, immediate) {
+        Ok((rows, ids))
+    }
+
+    /// Stores a persistent enqueue's rows (grouped on a grouped queue, in the queue's
+    /// order) with the session's next state, then tells the waiting receives what became
+    /// visible (or keeps the rows of an open transaction staged for its commit).
+    async fn store_persistent(
+        &self,
+        resolved: &Resolved,
+        session: &mut Session,
+        e: &Enqueue<'_>,
+        mut rows: Vec<NewMessage>,
+        req: &EnqueueRequest,
+        response: Response,
+    ) -> Result<Response, AqError> {
+        let qid = e.qid;
+        let immediate = req.producer.visibility == Visibility::Immediate;
+        if let Some(g) = self.enqueue_group(e.queue, session, immediate) {
             for r in rows.iter_mut() {
                 r.group = Some(g);
             }
         }
-        if queue.sort == SortOrder::EnqTimePriority {
+        if e.queue.sort == SortOrder::EnqTimePriority {
             // Messages of one enqueue time are stored (so numbered, and dequeued) by
             // priority; the response keeps the request's order.
             rows.sort_by_key(|r| (r.enq_time, r.priority));
         }
-        let mut woken = vec![qid];
+        let commit_now = immediate || req.commit;
         let commit_session = req.commit && session.pending;
         let (txn, enqueued_before, dequeued_before) = (session.txn.clone(), session.enqueued, session.dequeued);
         let mut next = session.state();
@@ -145,36 +221,10 @@ impl Engine {
             next.pending = true;
             next.enqueued += rows.len() as u64;
         }
-        let response = wrap(EnqueueResult { destination: queue.name.clone(), message_ids: ids });
-        let version = if commit_now && !commit_session && !self.sealed(session) && !session.held.is_active() {
-            // Nothing else to commit and no session row to write: one atomic write where
-            // the backend can.
-            self.store.insert_committed(&rows, session.origin).await?;
-            None
-        } else {
-            // Tagged rows, published by a later durable commit: see `begin_provisional`.
-            let provisional = !commit_now;
-            // A propagation batch's send continues the transaction its receive removed the
-            // messages in (`HeldTx`): its commit is the batch's only one.
-            let (mut tx, held) = self.held_or_begin(session, provisional).await?;
-            // Sealed first: a backend may write the session row with the insert.
-            let v = self.seal(&mut *tx, session, &next, Some(&response)).await?;
-            tx.insert_messages(&rows).await?;
-            // A held transaction's removes are done already, and its send commits it
-            // (`execute` lets no other send into it): nothing to publish.
-            if commit_session && !held {
-                woken.extend(publish(&mut *tx, resolved, session, session.dequeued).await?);
-            }
-            if req.commit {
-                self.tally(&mut *tx, session).await?;
-            }
-            self.commit_tx(tx).await?;
-            if held {
-                session.held.end();
-            }
-            v
-        };
+        let (version, published) = self.write_rows(resolved, session, &rows, &next, &response, req).await?;
         if commit_session {
+            let mut woken = vec![qid];
+            woken.extend(published);
             // The session's earlier work comes with them: what this process saw of it.
             let visible = self.staged.commit(&txn, enqueued_before, dequeued_before, &woken, Some((qid, rows)));
             self.settle(session, next, version);
@@ -194,72 +244,69 @@ impl Engine {
         Ok(response)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new_message(
+    /// Writes the rows: in one atomic insert when nothing else is to commit and no session
+    /// row to write, else in a transaction (a propagation batch's held one) with the
+    /// session row and idempotency record, the session's earlier work published if it
+    /// commits. The session row's version, and the queues the publish woke.
+    async fn write_rows(
         &self,
         resolved: &Resolved,
-        queue: &QueueInfo,
-        qid: QueueId,
+        session: &mut Session,
+        rows: &[NewMessage],
+        next: &SessionState,
+        response: &Response,
+        req: &EnqueueRequest,
+    ) -> Result<(Option<i64>, Vec<QueueId>), AqError> {
+        let commit_now = req.producer.visibility == Visibility::Immediate || req.commit;
+        let commit_session = req.commit && session.pending;
+        if commit_now && !commit_session && !self.sealed(session) && !session.held.is_active() {
+            self.store.insert_committed(rows, session.origin).await?;
+            return Ok((None, Vec::new()));
+        }
+        // Tagged rows, published by a later durable commit: see `begin_provisional`.
+        let provisional = !commit_now;
+        // A propagation batch's send continues the transaction its receive removed the
+        // messages in (`HeldTx`): its commit is the batch's only one.
+        let (mut tx, held) = self.held_or_begin(session, provisional).await?;
+        // Sealed first: a backend may write the session row with the insert.
+        let v = self.seal(&mut *tx, session, next, Some(response)).await?;
+        tx.insert_messages(rows).await?;
+        // A held transaction's removes are done already, and its send commits it
+        // (`execute` lets no other send into it): nothing to publish.
+        let mut woken = Vec::new();
+        if commit_session && !held {
+            woken = publish(&mut *tx, resolved, session, session.dequeued).await?;
+        }
+        if req.commit {
+            self.tally(&mut *tx, session).await?;
+        }
+        self.commit_tx(tx).await?;
+        if held {
+            session.held.end();
+        }
+        Ok((v, woken))
+    }
+}
+
+impl Enqueue<'_> {
+    /// One message of the request as a row to store: its header checked, its payload
+    /// encoded for the queue, its times (a propagated copy's carried), its consumers.
+    pub(super) fn new_message(
+        &self,
         m: &Message,
-        now: Micros,
         carried: Option<&Carried>,
         enq_txn: Option<String>,
-        enq_user: &str,
-        work: &work::Work,
     ) -> Result<NewMessage, AqError> {
+        let (queue, catalog) = (self.queue, &self.resolved.catalog);
         let h = &m.header;
-        if h.message_id.is_some() {
-            return Err(AqError::invalid("message_id is assigned by the server; do not send it"));
-        }
-        if h.message_state.is_some() || h.delivery_count.is_some() {
-            return Err(AqError::invalid("message_state and delivery_count are filled in at dequeue"));
-        }
-        if let Some(c) = &h.correlation
-            && c.chars().count() > 128
-        {
-            return Err(AqError::invalid("correlation is longer than 128 characters"));
-        }
-        let delay = h.delay.unwrap_or(0);
-        if delay < 0 {
-            return Err(AqError::invalid("delay must not be negative"));
-        }
-        let expiration = h.expiration.unwrap_or(-1);
-        if expiration < -1 || expiration == 0 {
-            return Err(AqError::invalid("expiration must be a positive number of seconds, or -1 (never)"));
-        }
+        let (delay, expiration, sender) = checked_header(h, catalog, queue)?;
         let priority = h.priority.unwrap_or(1);
-        let sender = match &h.sender_id {
-            Some(a) => {
-                if a.alias.is_some() {
-                    return Err(AqError::client(
-                        code::DIRECTORY,
-                        "sender_id agent_alias needs the directory, which is not configured",
-                    ));
-                }
-                Some(agent_json(a))
-            }
-            None => None,
-        };
-        if let Some(eq) = &h.exception_queue {
-            if eq.trim().is_empty() {
-                return Err(AqError::invalid("exception_queue is empty"));
-            }
-            // A message can only be moved within its queue table, to a queue made for
-            // failed messages (a name that does not exist yet is resolved at the move).
-            if let Some(target) = resolved.catalog.queue(eq)
-                && !exception_queue_of(target, queue)
-            {
-                return Err(AqError::invalid(format!(
-                    "exception_queue {} is not an exception queue of queue table {}",
-                    target.name, queue.queue_table
-                )));
-            }
-        }
-        let payload = payload::encode(&queue.payload, &resolved.catalog.types, &m.payload)
+        let payload = payload::encode(&queue.payload, &catalog.types, &m.payload)
             .map_err(|e| AqError::client(code::PAYLOAD_MISMATCH, format!("payload does not match queue type: {e}")))?;
         // UUIDv7: time-ordered, so the unique index on message ids is appended to, not
         // written at random pages; 74 random bits keep them unique across processes.
         let msgid = *uuid::Uuid::now_v7().as_bytes();
+        let now = self.now;
         let (enq_time, delay_until, expire_at) = match carried {
             // A propagated message keeps its times: first enqueued then, ready and expiring
             // when it would have been in its source.
@@ -273,7 +320,7 @@ impl Engine {
         };
         let mut row = NewMessage {
             msgid,
-            queue: qid,
+            queue: self.qid,
             corrid: h.correlation.clone(),
             priority,
             enq_time,
@@ -284,7 +331,7 @@ impl Engine {
             // copy keeps the agent that enqueued the source message.
             enq_user_id: match carried {
                 Some(c) => c.enq_user_id.clone(),
-                None => Some(enq_user.to_string()),
+                None => Some(self.enq_user.to_string()),
             },
             exception_queue: h.exception_queue.as_deref().map(canon),
             payload,
@@ -301,53 +348,7 @@ impl Engine {
             enq_txn_id: None,
             origin: carried.and_then(|c| c.origin),
         };
-        row.consumers = if queue.multi_consumer {
-            if !h.recipient_list.is_empty() {
-                // The first mention of each name, in the list's order; a set makes the
-                // duplicate check linear (the list's length is capped: `check_recipient_counts`).
-                let mut names = Vec::with_capacity(h.recipient_list.len());
-                let mut seen = std::collections::HashSet::with_capacity(h.recipient_list.len());
-                for r in &h.recipient_list {
-                    if r.alias.is_some() {
-                        return Err(AqError::client(
-                            code::DIRECTORY,
-                            "recipient agent_alias needs the directory, which is not configured",
-                        ));
-                    }
-                    let Some(n) = r.name.as_deref().filter(|n| !n.trim().is_empty()) else {
-                        return Err(AqError::invalid("recipient without agent_name"));
-                    };
-                    let n = canon(n);
-                    if seen.insert(n.clone()) {
-                        names.push(n);
-                    }
-                }
-                names
-            } else {
-                let view = context::MessageContext::for_new(&row, &queue.name, &queue.payload, &resolved.catalog.types);
-                let mut names = Vec::new();
-                for s in &queue.subscribers {
-                    let takes = match &s.rule {
-                        None => true,
-                        Some(r) => {
-                            work.eval(&|| format!("rule of subscriber {}", s.name), r, &view, row.payload.len())?
-                        }
-                    };
-                    if takes {
-                        names.push(s.name.clone());
-                    }
-                }
-                names
-            }
-        } else {
-            if !h.recipient_list.is_empty() {
-                return Err(AqError::client(
-                    code::NOT_MULTI_CONSUMER,
-                    format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name),
-                ));
-            }
-            vec![String::new()]
-        };
+        row.consumers = self.consumers(h, &row)?;
         if row.consumers.is_empty() {
             return Err(AqError::client(
                 code::NO_RECIPIENTS,
@@ -357,6 +358,122 @@ impl Engine {
         Ok(row)
     }
 
+    /// The consumers of a new message: a single-consumer queue's one (a recipient list is
+    /// refused there), else those its recipient list names, else the subscribers whose
+    /// rules take it.
+    fn consumers(&self, h: &MessageHeader, row: &NewMessage) -> Result<Vec<String>, AqError> {
+        let queue = self.queue;
+        if !queue.multi_consumer {
+            if !h.recipient_list.is_empty() {
+                return Err(AqError::client(
+                    code::NOT_MULTI_CONSUMER,
+                    format!("recipient_list given, but queue {} is not a multi-consumer queue", queue.name),
+                ));
+            }
+            return Ok(vec![String::new()]);
+        }
+        if !h.recipient_list.is_empty() {
+            return named_recipients(h);
+        }
+        let types = &self.resolved.catalog.types;
+        let view = context::MessageContext::for_new(row, &queue.name, &queue.payload, types);
+        let mut names = Vec::new();
+        for s in &queue.subscribers {
+            let takes = match &s.rule {
+                None => true,
+                Some(r) => self.work.eval(&|| format!("rule of subscriber {}", s.name), r, &view, row.payload.len())?,
+            };
+            if takes {
+                names.push(s.name.clone());
+            }
+        }
+        Ok(names)
+    }
+}
+
+/// The first mention of each name of a message's recipient list, in the list's order; a
+/// set makes the duplicate check linear (the list's length is capped:
+/// `check_recipient_counts`).
+fn named_recipients(h: &MessageHeader) -> Result<Vec<String>, AqError> {
+    let mut names = Vec::with_capacity(h.recipient_list.len());
+    let mut seen = std::collections::HashSet::with_capacity(h.recipient_list.len());
+    for r in &h.recipient_list {
+        if r.alias.is_some() {
+            return Err(AqError::client(
+                code::DIRECTORY,
+                "recipient agent_alias needs the directory, which is not configured",
+            ));
+        }
+        let Some(n) = r.name.as_deref().filter(|n| !n.trim().is_empty()) else {
+            return Err(AqError::invalid("recipient without agent_name"));
+        };
+        let n = canon(n);
+        if seen.insert(n.clone()) {
+            names.push(n);
+        }
+    }
+    Ok(names)
+}
+
+/// The checks of a new message's header that need no payload: fields the server fills in
+/// left out, the correlation's length, the delay and expiration, the sender (without an
+/// alias left), the exception queue (one of the queue's table). Its delay, expiration and
+/// sender (as stored).
+fn checked_header(
+    h: &MessageHeader,
+    catalog: &Catalog,
+    queue: &QueueInfo,
+) -> Result<(i64, i64, Option<String>), AqError> {
+    if h.message_id.is_some() {
+        return Err(AqError::invalid("message_id is assigned by the server; do not send it"));
+    }
+    if h.message_state.is_some() || h.delivery_count.is_some() {
+        return Err(AqError::invalid("message_state and delivery_count are filled in at dequeue"));
+    }
+    if let Some(c) = &h.correlation
+        && c.chars().count() > 128
+    {
+        return Err(AqError::invalid("correlation is longer than 128 characters"));
+    }
+    let delay = h.delay.unwrap_or(0);
+    if delay < 0 {
+        return Err(AqError::invalid("delay must not be negative"));
+    }
+    let expiration = h.expiration.unwrap_or(-1);
+    if expiration < -1 || expiration == 0 {
+        return Err(AqError::invalid("expiration must be a positive number of seconds, or -1 (never)"));
+    }
+    let sender = match &h.sender_id {
+        Some(a) => {
+            if a.alias.is_some() {
+                return Err(AqError::client(
+                    code::DIRECTORY,
+                    "sender_id agent_alias needs the directory, which is not configured",
+                ));
+            }
+            Some(agent_json(a))
+        }
+        None => None,
+    };
+    if let Some(eq) = &h.exception_queue {
+        if eq.trim().is_empty() {
+            return Err(AqError::invalid("exception_queue is empty"));
+        }
+        // A message can only be moved within its queue table, to a queue made for
+        // failed messages (a name that does not exist yet is resolved at the move).
+        if let Some(target) = catalog.queue(eq)
+            && !exception_queue_of(target, queue)
+        {
+            return Err(AqError::invalid(format!(
+                "exception_queue {} is not an exception queue of queue table {}",
+                target.name, queue.queue_table
+            )));
+        }
+    }
+    Ok((delay, expiration, sender))
+}
+
+impl Engine {
     /// Refuses the whole request (24031) if a message's `recipient_list` names more than
     /// [`EngineConfig::max_recipients`] recipients (duplicates counted: the list as sent).
     /// A request refused before it reached the engine for a recipient list far over the

@@ -62,22 +62,18 @@ impl Engine {
     }
 
     /// The message a dequeue on a grouped queue takes (removed, locked or browsed in `tx`,
-    /// as `o` says), and the group the navigation is in afterwards. `Err` 25235 when
-    /// NEXT_MESSAGE finds the current group has no more.
-    #[allow(clippy::too_many_arguments)]
+    /// as the request's consumer options say), and the group the navigation is in
+    /// afterwards. `Err` 25235 when NEXT_MESSAGE finds the current group has no more.
     pub(super) async fn take_grouped(
         &self,
         tx: &mut dyn StoreTx,
-        resolved: &Resolved,
+        d: &Dequeue<'_>,
         session: &Session,
-        queue: &QueueInfo,
-        qid: QueueId,
-        consumer: &str,
-        o: &ConsumerOptions,
-        filter: &Filter,
         stored: Stored,
         remove_now: bool,
     ) -> Result<(Vec<StoredMessage>, Option<GroupAt>), AqError> {
+        let Dequeue { resolved, queue, qid, consumer, filter, .. } = *d;
+        let o = d.options();
         let browse = o.dequeue_mode == DequeueMode::Browse;
         let key = (qid, consumer.to_string());
         let current = session.groups.get(&key).copied();

@@ -262,6 +262,10 @@ fn options(
     JobOptions { delivery_mode, aq_msg_properties: d.aq_msg_properties, no_local: d.no_local }
 }
 
+/// A gateway job as a propagation job carrying its route: its direction (which of source
+/// and destination is the foreign queue), queues, exception queue, rule, transformation
+/// and options checked; its agent added to `agents` (and, outbound from a multi-consumer
+/// queue, a subscriber of it). `None` when it cannot be resolved (its errors said why).
 fn job(
     d: &GatewayJobDef,
     key: &str,
@@ -335,24 +339,8 @@ fn job(
                 errors.push(format!("{key}.destination: {local} is closed for enqueue by clients"));
             }
             if let Some(eq) = d.exception_queue.as_deref().map(canon) {
-                if eq.contains('@') {
-                    match foreign.get(&eq) {
-                        Some(f) if f.link == fq.link => foreign_exception = Some(f.clone()),
-                        Some(_) => errors.push(format!("{key}.exception_queue: {eq} is on another link")),
-                        None => errors.push(format!("{key}.exception_queue: unknown foreign queue {eq}")),
-                    }
-                } else {
-                    match queues.get(&eq) {
-                        Some(e) if e.payload == PayloadKind::Raw && !e.is_exception_queue && !e.multi_consumer => {
-                            schemas.push(schema(&eq));
-                            exception_queue = Some(eq);
-                        }
-                        Some(_) => errors.push(format!(
-                            "{key}.exception_queue: {eq} must be a single-consumer RAW queue (the bytes as they came)"
-                        )),
-                        None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
-                    }
-                }
+                (exception_queue, foreign_exception) = inbound_exception(eq, key, &fq.link, foreign, queues, errors);
+                schemas.extend(exception_queue.as_deref().map(schema));
             }
         }
     }
@@ -367,20 +355,7 @@ fn job(
     schemas.sort();
     schemas.dedup();
     agents.insert(agent.clone(), super::propagation::job_agent_info(&agent, schemas));
-    // Outbound: from the source's type (the dequeue applies it, and the object's XML is
-    // sent); inbound: to the destination's (the body is read as the transformation's source
-    // type).
-    let tkey = format!("{key}.transformation");
-    let transformation = d.transformation.as_deref().and_then(|t| {
-        let checked = match direction {
-            Direction::Outbound => super::transformation::check_use(transformations, t, &payload, None, &tkey),
-            Direction::Inbound => match transformations.get(&canon(t)) {
-                Some(x) => super::transformation::check_use(transformations, t, &x.from, Some(&payload), &tkey),
-                None => super::transformation::check_use(transformations, t, &payload, None, &tkey),
-            },
-        };
-        checked.map_err(|e| errors.push(e)).ok()
-    });
+    let transformation = job_transformation(d, key, direction, &payload, transformations, errors);
     let outbound = direction == Direction::Outbound;
     let body_type = match transformation.as_deref().and_then(|t| transformations.get(t)) {
         Some(t) if outbound => t.to.clone(),
@@ -414,6 +389,60 @@ fn job(
             inbound_transformation: if outbound { None } else { transformation },
             options,
         })),
+    })
+}
+
+/// An inbound job's exception queue `eq`, for the bodies it cannot enqueue: a foreign
+/// queue on the job's link (`link`), or an AQ queue that is single-consumer and RAW (the
+/// bytes as they came).
+fn inbound_exception(
+    eq: String,
+    key: &str,
+    link: &str,
+    foreign: &BTreeMap<String, ForeignQueueDef>,
+    queues: &BTreeMap<String, QueueInfo>,
+    errors: &mut Vec<String>,
+) -> (Option<String>, Option<ForeignQueueDef>) {
+    if eq.contains('@') {
+        match foreign.get(&eq) {
+            Some(f) if f.link == link => return (None, Some(f.clone())),
+            Some(_) => errors.push(format!("{key}.exception_queue: {eq} is on another link")),
+            None => errors.push(format!("{key}.exception_queue: unknown foreign queue {eq}")),
+        }
+        return (None, None);
+    }
+    match queues.get(&eq) {
+        Some(e) if e.payload == PayloadKind::Raw && !e.is_exception_queue && !e.multi_consumer => {
+            return (Some(eq), None);
+        }
+        Some(_) => errors
+            .push(format!("{key}.exception_queue: {eq} must be a single-consumer RAW queue (the bytes as they came)")),
+        None => errors.push(format!("{key}.exception_queue: unknown queue {eq}")),
+    }
+    (None, None)
+}
+
+/// The job's transformation, checked against the AQ side's type `payload`. Outbound:
+/// from the source's type (the dequeue applies it, and the object's XML is sent);
+/// inbound: to the destination's (the body is read as the transformation's source type).
+fn job_transformation(
+    d: &GatewayJobDef,
+    key: &str,
+    direction: Direction,
+    payload: &PayloadKind,
+    transformations: &super::transformation::Transformations,
+    errors: &mut Vec<String>,
+) -> Option<String> {
+    let tkey = format!("{key}.transformation");
+    d.transformation.as_deref().and_then(|t| {
+        let checked = match direction {
+            Direction::Outbound => super::transformation::check_use(transformations, t, payload, None, &tkey),
+            Direction::Inbound => match transformations.get(&canon(t)) {
+                Some(x) => super::transformation::check_use(transformations, t, &x.from, Some(payload), &tkey),
+                None => super::transformation::check_use(transformations, t, payload, None, &tkey),
+            },
+        };
+        checked.map_err(|e| errors.push(e)).ok()
     })
 }
 

@@ -20,12 +20,14 @@ pub(crate) trait Conn: Send + Sync + 'static {
     fn healthy(&self) -> bool;
 }
 
+#[cfg(feature = "rabbitmq")]
 impl Conn for lapin::Connection {
     fn healthy(&self) -> bool {
         self.status().connected()
     }
 }
 
+#[cfg(feature = "nats")]
 impl Conn for async_nats::Client {
     fn healthy(&self) -> bool {
         self.connection_state() == async_nats::connection::State::Connected

@@ -7,15 +7,25 @@ use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::topology::gateway::LinkKind;
 
 use super::super::job::BrokerState;
-use super::{mqtt, nats, rabbitmq};
+#[cfg(feature = "mqtt")]
+use super::mqtt;
+#[cfg(feature = "nats")]
+use super::nats;
+#[cfg(feature = "rabbitmq")]
+use super::rabbitmq;
 
 /// Ends what a removed inbound job owns at its broker (see [`BrokerState`]): `Ok(Some(what))`
 /// names what went, `Ok(None)`: it was not there.
 pub(crate) async fn end(state: &BrokerState, job: &str) -> Result<Option<String>, String> {
     match state.link.kind {
+        #[cfg(feature = "nats")]
         LinkKind::Nats => nats::remove(&state.link, &state.foreign, job).await,
+        #[cfg(feature = "mqtt")]
         LinkKind::Mqtt => mqtt::remove(&state.link, job).await,
+        #[cfg(feature = "rabbitmq")]
         LinkKind::Rabbitmq => rabbitmq::remove(&state.link, job).await,
+        #[allow(unreachable_patterns)]
+        kind => Err(super::not_built(&state.link.name, kind)),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Gate 4: the sqlparser AST converted into ours, node kind by node kind (an allowlist).
 
 use sqlparser::ast::{
-    BinaryOperator, Expr as SqlExpr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, TrimWhereField,
-    UnaryOperator, Value as SqlValue, ValueWithSpan,
+    BinaryOperator, CaseWhen, Expr as SqlExpr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident,
+    TrimWhereField, UnaryOperator, Value as SqlValue, ValueWithSpan,
 };
 
 use super::*;
@@ -60,6 +60,8 @@ pub(super) fn scalar(e: &SqlExpr, depth: Depth) -> Result<Box<Node>, ConditionEr
     Ok(Box::new(n))
 }
 
+/// An sqlparser expression as our node and its static kind, node kind by node kind: what
+/// is not on the allowlist is refused, as is nesting deeper than `MAX_DEPTH`.
 pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
     if depth.level > MAX_DEPTH {
         return Err(ConditionError::TooDeep);
@@ -79,21 +81,7 @@ pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
         SqlExpr::Identifier(id) => (name_node(id), Kind::Any),
         SqlExpr::CompoundIdentifier(parts) => (compound_node(parts, e)?, Kind::Any),
         SqlExpr::Case { operand, conditions, else_result } if depth.lang == Lang::Expression => {
-            let operand = match operand {
-                Some(o) => Some(scalar(o, d)?),
-                None => None,
-            };
-            let mut whens = Vec::with_capacity(conditions.len());
-            for w in conditions {
-                // `CASE x WHEN v`: v is a value compared with x; `CASE WHEN c`: c is a condition.
-                let when = if operand.is_some() { *scalar(&w.condition, d)? } else { boolean(&w.condition, d)? };
-                whens.push((when, *scalar(&w.result, d)?));
-            }
-            let otherwise = match else_result {
-                Some(x) => Some(scalar(x, d)?),
-                None => None,
-            };
-            (Node::Case { operand, whens, otherwise }, Kind::Scalar)
+            case(operand.as_deref(), conditions, else_result.as_deref(), d)?
         }
         SqlExpr::UnaryOp { op, expr } => match op {
             UnaryOperator::Not => (Node::Not(Box::new(boolean(expr, d)?)), Kind::Bool),
@@ -107,53 +95,8 @@ pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
             }
             _ => return unsupported(&format!("operator `{op}`"), e),
         },
-        SqlExpr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } => {
-            // Flatten left-deep chains iteratively: `a OR b OR c ...` of any
-            // length counts as one nesting level.
-            let mut rights = Vec::new();
-            let mut cur = e;
-            while let SqlExpr::BinaryOp { left, op: o, right } = cur {
-                if o != op {
-                    break;
-                }
-                rights.push(right.as_ref());
-                cur = left.as_ref();
-            }
-            let mut items = Vec::with_capacity(rights.len() + 1);
-            items.push(boolean(cur, d)?);
-            for r in rights.into_iter().rev() {
-                items.push(boolean(r, d)?);
-            }
-            let node = if *op == BinaryOperator::And { Node::And(items) } else { Node::Or(items) };
-            (node, Kind::Bool)
-        }
-        SqlExpr::BinaryOp { left, op, right } => {
-            let cmp = match op {
-                BinaryOperator::Eq => Some(CmpOp::Eq),
-                BinaryOperator::NotEq => Some(CmpOp::Ne),
-                BinaryOperator::Lt => Some(CmpOp::Lt),
-                BinaryOperator::LtEq => Some(CmpOp::Le),
-                BinaryOperator::Gt => Some(CmpOp::Gt),
-                BinaryOperator::GtEq => Some(CmpOp::Ge),
-                _ => None,
-            };
-            let arith = match op {
-                BinaryOperator::Plus => Some(ArithOp::Add),
-                BinaryOperator::Minus => Some(ArithOp::Sub),
-                BinaryOperator::Multiply => Some(ArithOp::Mul),
-                BinaryOperator::Divide => Some(ArithOp::Div),
-                _ => None,
-            };
-            if let Some(c) = cmp {
-                (Node::Cmp(c, scalar(left, d)?, scalar(right, d)?), Kind::Bool)
-            } else if let Some(a) = arith {
-                (Node::Arith(a, scalar(left, d)?, scalar(right, d)?), Kind::Scalar)
-            } else if *op == BinaryOperator::StringConcat {
-                (Node::Concat(scalar(left, d)?, scalar(right, d)?), Kind::Scalar)
-            } else {
-                return unsupported(&format!("operator `{op}`"), e);
-            }
-        }
+        SqlExpr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } => logical_chain(e, op, d)?,
+        SqlExpr::BinaryOp { left, op, right } => binary(left, op, right, e, d)?,
         SqlExpr::IsNull(x) => (Node::IsNull { expr: scalar(x, d)?, negated: false }, Kind::Bool),
         SqlExpr::IsNotNull(x) => (Node::IsNull { expr: scalar(x, d)?, negated: true }, Kind::Bool),
         SqlExpr::Between { expr, negated, low, high } => (
@@ -171,54 +114,134 @@ pub(super) fn convert(e: &SqlExpr, depth: Depth) -> Conv {
             if *any {
                 return unsupported("LIKE ANY", e);
             }
-            let escape = match escape_char {
-                None => None,
-                Some(s) => {
-                    let mut chars = s.chars();
-                    match (chars.next(), chars.next()) {
-                        (Some(c), None) => Some(c),
-                        _ => {
-                            return Err(ConditionError::Parse(format!("ESCAPE must be a single character, got '{s}'")));
-                        }
-                    }
-                }
-            };
-            let pattern_node = scalar(pattern, d)?;
-            let pattern = match *pattern_node {
-                Node::Lit(Value::Text(p)) => {
-                    LikePattern::Static(compile_like(&p, escape).map_err(ConditionError::Parse)?)
-                }
-                Node::Lit(Value::Number(n)) => {
-                    LikePattern::Static(compile_like(&fmt_num(n), escape).map_err(ConditionError::Parse)?)
-                }
-                other => LikePattern::Dynamic { pattern: Box::new(other), escape },
-            };
-            (Node::Like { expr: scalar(expr, d)?, pattern, negated: *negated }, Kind::Bool)
+            like(expr, pattern, escape_char.as_deref(), *negated, d)?
         }
         SqlExpr::Function(f) => convert_function(f, e, d)?,
         SqlExpr::Trim { expr, trim_where, trim_what, trim_characters } => {
             if trim_characters.is_some() {
                 return unsupported("TRIM with a character list", e);
             }
-            let side = match trim_where {
-                None | Some(TrimWhereField::Both) => TrimSide::Both,
-                Some(TrimWhereField::Leading) => TrimSide::Leading,
-                Some(TrimWhereField::Trailing) => TrimSide::Trailing,
-            };
-            let mut args = vec![*scalar(expr, d)?];
-            if let Some(what) = trim_what {
-                let w = scalar(what, d)?;
-                if let Node::Lit(Value::Text(t)) = w.as_ref()
-                    && t.chars().count() != 1
-                {
-                    return Err(ConditionError::Parse("TRIM character must be a single character".into()));
-                }
-                args.push(*w);
-            }
-            (Node::Call(Func::Trim(side), args), Kind::Scalar)
+            trim(expr, trim_where.as_ref(), trim_what.as_deref(), d)?
         }
         other => return unsupported(describe(other), e),
     })
+}
+
+/// `CASE [x] WHEN … THEN … [ELSE …] END` (expressions only): with an operand, each `WHEN`
+/// is a value compared with it; without, a condition.
+fn case(operand: Option<&SqlExpr>, conditions: &[CaseWhen], else_result: Option<&SqlExpr>, d: Depth) -> Conv {
+    let operand = match operand {
+        Some(o) => Some(scalar(o, d)?),
+        None => None,
+    };
+    let mut whens = Vec::with_capacity(conditions.len());
+    for w in conditions {
+        // `CASE x WHEN v`: v is a value compared with x; `CASE WHEN c`: c is a condition.
+        let when = if operand.is_some() { *scalar(&w.condition, d)? } else { boolean(&w.condition, d)? };
+        whens.push((when, *scalar(&w.result, d)?));
+    }
+    let otherwise = match else_result {
+        Some(x) => Some(scalar(x, d)?),
+        None => None,
+    };
+    Ok((Node::Case { operand, whens, otherwise }, Kind::Scalar))
+}
+
+/// A chain of `AND`s (or of `OR`s), `e`, as one node: left-deep chains are flattened
+/// iteratively, so that `a OR b OR c ...` of any length counts as one nesting level.
+fn logical_chain(e: &SqlExpr, op: &BinaryOperator, d: Depth) -> Conv {
+    let mut rights = Vec::new();
+    let mut cur = e;
+    while let SqlExpr::BinaryOp { left, op: o, right } = cur {
+        if o != op {
+            break;
+        }
+        rights.push(right.as_ref());
+        cur = left.as_ref();
+    }
+    let mut items = Vec::with_capacity(rights.len() + 1);
+    items.push(boolean(cur, d)?);
+    for r in rights.into_iter().rev() {
+        items.push(boolean(r, d)?);
+    }
+    let node = if *op == BinaryOperator::And { Node::And(items) } else { Node::Or(items) };
+    Ok((node, Kind::Bool))
+}
+
+/// A comparison, an arithmetic operation or `||` (any other binary operator of `e` is
+/// refused).
+fn binary(left: &SqlExpr, op: &BinaryOperator, right: &SqlExpr, e: &SqlExpr, d: Depth) -> Conv {
+    let cmp = match op {
+        BinaryOperator::Eq => Some(CmpOp::Eq),
+        BinaryOperator::NotEq => Some(CmpOp::Ne),
+        BinaryOperator::Lt => Some(CmpOp::Lt),
+        BinaryOperator::LtEq => Some(CmpOp::Le),
+        BinaryOperator::Gt => Some(CmpOp::Gt),
+        BinaryOperator::GtEq => Some(CmpOp::Ge),
+        _ => None,
+    };
+    let arith = match op {
+        BinaryOperator::Plus => Some(ArithOp::Add),
+        BinaryOperator::Minus => Some(ArithOp::Sub),
+        BinaryOperator::Multiply => Some(ArithOp::Mul),
+        BinaryOperator::Divide => Some(ArithOp::Div),
+        _ => None,
+    };
+    if let Some(c) = cmp {
+        Ok((Node::Cmp(c, scalar(left, d)?, scalar(right, d)?), Kind::Bool))
+    } else if let Some(a) = arith {
+        Ok((Node::Arith(a, scalar(left, d)?, scalar(right, d)?), Kind::Scalar))
+    } else if *op == BinaryOperator::StringConcat {
+        Ok((Node::Concat(scalar(left, d)?, scalar(right, d)?), Kind::Scalar))
+    } else {
+        unsupported(&format!("operator `{op}`"), e)
+    }
+}
+
+/// `expr [NOT] LIKE pattern [ESCAPE c]`: a literal pattern compiled once here, any other
+/// at each evaluation.
+fn like(expr: &SqlExpr, pattern: &SqlExpr, escape_char: Option<&str>, negated: bool, d: Depth) -> Conv {
+    let escape = match escape_char {
+        None => None,
+        Some(s) => {
+            let mut chars = s.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => Some(c),
+                _ => {
+                    return Err(ConditionError::Parse(format!("ESCAPE must be a single character, got '{s}'")));
+                }
+            }
+        }
+    };
+    let pattern_node = scalar(pattern, d)?;
+    let pattern = match *pattern_node {
+        Node::Lit(Value::Text(p)) => LikePattern::Static(compile_like(&p, escape).map_err(ConditionError::Parse)?),
+        Node::Lit(Value::Number(n)) => {
+            LikePattern::Static(compile_like(&fmt_num(n), escape).map_err(ConditionError::Parse)?)
+        }
+        other => LikePattern::Dynamic { pattern: Box::new(other), escape },
+    };
+    Ok((Node::Like { expr: scalar(expr, d)?, pattern, negated }, Kind::Bool))
+}
+
+/// `TRIM([BOTH | LEADING | TRAILING] [c FROM] expr)`, `c` a single character.
+fn trim(expr: &SqlExpr, trim_where: Option<&TrimWhereField>, trim_what: Option<&SqlExpr>, d: Depth) -> Conv {
+    let side = match trim_where {
+        None | Some(TrimWhereField::Both) => TrimSide::Both,
+        Some(TrimWhereField::Leading) => TrimSide::Leading,
+        Some(TrimWhereField::Trailing) => TrimSide::Trailing,
+    };
+    let mut args = vec![*scalar(expr, d)?];
+    if let Some(what) = trim_what {
+        let w = scalar(what, d)?;
+        if let Node::Lit(Value::Text(t)) = w.as_ref()
+            && t.chars().count() != 1
+        {
+            return Err(ConditionError::Parse("TRIM character must be a single character".into()));
+        }
+        args.push(*w);
+    }
+    Ok((Node::Call(Func::Trim(side), args), Kind::Scalar))
 }
 
 pub(super) fn describe(e: &SqlExpr) -> &'static str {

@@ -206,7 +206,6 @@ fn user_data(path: &[String], source: bool, ctx: &dyn ConditionContext, b: &mut 
 /// (transformation expressions): it is an error that says what failed, since a value
 /// computed from it would be wrong, not absent. Over the budget is an error either way.
 pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool, b: &mut Budget) -> Result<Value, Fail> {
-    let fail = |why: String| if strict { Err(Fail::Error(why)) } else { Ok(Value::Null) };
     b.charge(1)?;
     Ok(match node {
         Node::Lit(v) => {
@@ -222,28 +221,8 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool, b: &mu
         Node::UserData(path) => user_data(path, false, ctx, b)?,
         Node::Source(path) => user_data(path, true, ctx, b)?,
         Node::Not(e) => tri(truth(&eval(e, ctx, strict, b)?).map(|b| !b)),
-        Node::And(items) => {
-            let mut unknown = false;
-            for i in items {
-                match truth(&eval(i, ctx, strict, b)?) {
-                    Some(false) => return Ok(Value::Bool(false)),
-                    Some(true) => {}
-                    None => unknown = true,
-                }
-            }
-            if unknown { Value::Null } else { Value::Bool(true) }
-        }
-        Node::Or(items) => {
-            let mut unknown = false;
-            for i in items {
-                match truth(&eval(i, ctx, strict, b)?) {
-                    Some(true) => return Ok(Value::Bool(true)),
-                    Some(false) => {}
-                    None => unknown = true,
-                }
-            }
-            if unknown { Value::Null } else { Value::Bool(false) }
-        }
+        Node::And(items) => junction(items, false, ctx, strict, b)?,
+        Node::Or(items) => junction(items, true, ctx, strict, b)?,
         Node::Cmp(op, x, y) => {
             let (x, y) = (eval(x, ctx, strict, b)?, eval(y, ctx, strict, b)?);
             b.charge(cost(&x).min(cost(&y)))?;
@@ -262,57 +241,19 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool, b: &mu
         }
         Node::In { expr, list, negated } => {
             let x = eval(expr, ctx, strict, b)?;
-            let mut r = Some(false);
-            for v in list {
-                b.charge(cost(&x).min(cost(v)))?;
-                match compare(CmpOp::Eq, &x, v) {
-                    Some(true) => {
-                        r = Some(true);
-                        break;
-                    }
-                    Some(false) => {}
-                    None => r = None,
-                }
-            }
+            let r = in_list(&x, list, b)?;
             tri(if *negated { r.map(|b| !b) } else { r })
         }
         Node::Like { expr, pattern, negated } => {
             let x = eval(expr, ctx, strict, b)?;
-            b.charge(2 * cost(&x))?;
-            let Some(text) = to_text(&x) else { return Ok(Value::Null) };
-            let chars: Vec<char> = text.chars().collect();
-            let matched = match pattern {
-                LikePattern::Static(toks) => like_match(&chars, toks, b)?,
-                LikePattern::Dynamic { pattern, escape } => {
-                    let p = eval(pattern, ctx, strict, b)?;
-                    b.charge(2 * cost(&p))?;
-                    let Some(p) = to_text(&p) else { return Ok(Value::Null) };
-                    match compile_like(&p, *escape) {
-                        Ok(toks) => like_match(&chars, &toks, b)?,
-                        Err(_) => return Ok(Value::Null),
-                    }
-                }
-            };
-            Value::Bool(matched != *negated)
+            match like(&x, pattern, ctx, strict, b)? {
+                Some(matched) => Value::Bool(matched != *negated),
+                None => Value::Null,
+            }
         }
         Node::Arith(op, x, y) => {
             let (x, y) = (eval(x, ctx, strict, b)?, eval(y, ctx, strict, b)?);
-            if matches!(x, Value::Null) || matches!(y, Value::Null) {
-                return Ok(Value::Null);
-            }
-            b.charge(cost(&x) + cost(&y))?;
-            let (Some(x), Some(y)) = (number(&x, strict)?, number(&y, strict)?) else { return Ok(Value::Null) };
-            let n = match op {
-                ArithOp::Add => x + y,
-                ArithOp::Sub => x - y,
-                ArithOp::Mul => x * y,
-                ArithOp::Div if y == 0.0 => return fail("division by zero".into()),
-                ArithOp::Div => x / y,
-            };
-            if !n.is_finite() {
-                return fail("numeric overflow".into());
-            }
-            Value::Number(n)
+            arith(*op, &x, &y, strict, b)?
         }
         Node::Neg(e) => match eval(e, ctx, strict, b)? {
             Value::Null => Value::Null,
@@ -339,29 +280,124 @@ pub(super) fn eval(node: &Node, ctx: &dyn ConditionContext, strict: bool, b: &mu
             out
         }
         Node::Case { operand, whens, otherwise } => {
-            let subject = match operand {
-                Some(o) => Some(eval(o, ctx, strict, b)?),
-                None => None,
-            };
-            for (when, then) in whens {
-                let w = eval(when, ctx, strict, b)?;
-                let hit = match &subject {
-                    Some(s) => {
-                        b.charge(cost(s).min(cost(&w)))?;
-                        compare(CmpOp::Eq, s, &w) == Some(true)
-                    }
-                    None => truth(&w) == Some(true),
-                };
-                if hit {
-                    return eval(then, ctx, strict, b);
-                }
-            }
-            match otherwise {
-                Some(o) => eval(o, ctx, strict, b)?,
-                None => Value::Null,
-            }
+            case(operand.as_deref(), whens, otherwise.as_deref(), ctx, strict, b)?
         }
     })
+}
+
+/// `AND` (`stop_at` false) or `OR` (true) of `items`, in three-valued logic: the first
+/// item that is `stop_at` decides (the rest are not evaluated), else UNKNOWN if any is.
+fn junction(
+    items: &[Node],
+    stop_at: bool,
+    ctx: &dyn ConditionContext,
+    strict: bool,
+    b: &mut Budget,
+) -> Result<Value, Fail> {
+    let mut unknown = false;
+    for i in items {
+        match truth(&eval(i, ctx, strict, b)?) {
+            Some(t) if t == stop_at => return Ok(Value::Bool(stop_at)),
+            Some(_) => {}
+            None => unknown = true,
+        }
+    }
+    Ok(if unknown { Value::Null } else { Value::Bool(!stop_at) })
+}
+
+/// Whether `x` is among `list`: true at the first equal value, else UNKNOWN if a
+/// comparison was, else false.
+fn in_list(x: &Value, list: &[Value], b: &mut Budget) -> Result<Option<bool>, Fail> {
+    let mut r = Some(false);
+    for v in list {
+        b.charge(cost(x).min(cost(v)))?;
+        match compare(CmpOp::Eq, x, v) {
+            Some(true) => return Ok(Some(true)),
+            Some(false) => {}
+            None => r = None,
+        }
+    }
+    Ok(r)
+}
+
+/// Whether `x` matches the `LIKE` pattern; `None` (UNKNOWN) when either is no text or a
+/// computed pattern is invalid.
+fn like(
+    x: &Value,
+    pattern: &LikePattern,
+    ctx: &dyn ConditionContext,
+    strict: bool,
+    b: &mut Budget,
+) -> Result<Option<bool>, Fail> {
+    b.charge(2 * cost(x))?;
+    let Some(text) = to_text(x) else { return Ok(None) };
+    let chars: Vec<char> = text.chars().collect();
+    Ok(Some(match pattern {
+        LikePattern::Static(toks) => like_match(&chars, toks, b)?,
+        LikePattern::Dynamic { pattern, escape } => {
+            let p = eval(pattern, ctx, strict, b)?;
+            b.charge(2 * cost(&p))?;
+            let Some(p) = to_text(&p) else { return Ok(None) };
+            match compile_like(&p, *escape) {
+                Ok(toks) => like_match(&chars, &toks, b)?,
+                Err(_) => return Ok(None),
+            }
+        }
+    }))
+}
+
+/// `x op y`: NULL when either is; division by zero and overflow fail (NULL when lenient).
+fn arith(op: ArithOp, x: &Value, y: &Value, strict: bool, b: &mut Budget) -> Result<Value, Fail> {
+    let fail = |why: String| if strict { Err(Fail::Error(why)) } else { Ok(Value::Null) };
+    if matches!(x, Value::Null) || matches!(y, Value::Null) {
+        return Ok(Value::Null);
+    }
+    b.charge(cost(x) + cost(y))?;
+    let (Some(x), Some(y)) = (number(x, strict)?, number(y, strict)?) else { return Ok(Value::Null) };
+    let n = match op {
+        ArithOp::Add => x + y,
+        ArithOp::Sub => x - y,
+        ArithOp::Mul => x * y,
+        ArithOp::Div if y == 0.0 => return fail("division by zero".into()),
+        ArithOp::Div => x / y,
+    };
+    if !n.is_finite() {
+        return fail("numeric overflow".into());
+    }
+    Ok(Value::Number(n))
+}
+
+/// `CASE [x] WHEN … THEN … [ELSE …] END`: the result of the first `WHEN` equal to the
+/// operand (or true, without one), else the `ELSE`'s, else NULL.
+fn case(
+    operand: Option<&Node>,
+    whens: &[(Node, Node)],
+    otherwise: Option<&Node>,
+    ctx: &dyn ConditionContext,
+    strict: bool,
+    b: &mut Budget,
+) -> Result<Value, Fail> {
+    let subject = match operand {
+        Some(o) => Some(eval(o, ctx, strict, b)?),
+        None => None,
+    };
+    for (when, then) in whens {
+        let w = eval(when, ctx, strict, b)?;
+        let hit = match &subject {
+            Some(s) => {
+                b.charge(cost(s).min(cost(&w)))?;
+                compare(CmpOp::Eq, s, &w) == Some(true)
+            }
+            None => truth(&w) == Some(true),
+        };
+        if hit {
+            return eval(then, ctx, strict, b);
+        }
+    }
+    match otherwise {
+        Some(o) => eval(o, ctx, strict, b),
+        None => Ok(Value::Null),
+    }
 }
 
 /// A non-NULL operand of arithmetic as a number: `None` (lenient) or an error (strict)
