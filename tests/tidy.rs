@@ -140,7 +140,7 @@ fn the_crates_depend_on_each_other_only_downwards() {
             &["sqlx", "aqgate-store", "lapin", "async-nats", "rumqttc", "aqgate-propagate", "aqgate-admin"],
         ),
         // Administration reads through the store's interface and serves no HTTP.
-        ("aqgate-admin", &["axum", "hyper", "samael", "aqgate-http", "aqgate-saml"]),
+        ("aqgate-admin", &["axum", "samael", "aqgate-http", "aqgate-saml"]),
         (
             "aqgate-saml",
             &[
@@ -170,8 +170,9 @@ fn the_crates_depend_on_each_other_only_downwards() {
     assert!(wrong.is_empty(), "forbidden dependency edges: {wrong:?}");
 }
 
-/// The crates `package` depends on without what it reaches through `through` (`cargo tree
-/// --prune`: that crate and its own dependencies left out, unless reached another way too).
+/// The crates `package` depends on without what it reaches through `through`, one of them
+/// (`cargo tree --prune`: that crate and its own dependencies left out, unless reached
+/// another way too).
 fn dependency_tree_without(package: &str, through: &str) -> BTreeSet<String> {
     let out = Command::new(env!("CARGO"))
         .args(["tree", "--locked", "--offline", "-p", package, "-e", "normal", "--prune", through])
@@ -214,7 +215,8 @@ fn the_database_driver_and_the_broker_clients_are_reached_only_through_their_cra
             if package == owner {
                 continue;
             }
-            let tree = dependency_tree_without(&package, owner);
+            let whole = dependency_tree(&package);
+            let tree = if whole.contains(owner) { dependency_tree_without(&package, owner) } else { whole };
             for c in clients.iter().filter(|c| tree.contains(**c)) {
                 wrong.push(format!("{package} reaches {c} other than through {owner}"));
             }
