@@ -27,9 +27,10 @@ COPY crates/aqgate-mail/Cargo.toml crates/aqgate-mail/
 COPY crates/aqgate-notify/Cargo.toml crates/aqgate-notify/
 COPY crates/aqgate-propagate/Cargo.toml crates/aqgate-propagate/
 COPY crates/aqgate-saml/Cargo.toml crates/aqgate-saml/
+COPY crates/aqgate-admin/Cargo.toml crates/aqgate-admin/
+COPY crates/aqgate-http/Cargo.toml crates/aqgate-http/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
     && for c in crates/*; do mkdir "$c/src" && touch "$c/src/lib.rs"; done \
     && cargo build --release --locked --no-default-features --features saml --bin aqgate \
     && rm -rf src crates/*/src
@@ -41,7 +42,7 @@ COPY certs ./certs
 # touch: the stub's build output is newer than the copied sources, which keep their mtimes.
 # strip --strip-debug: the release profile's line tables (debug = 1) would make the binary six
 # times larger (135 MB); the symbols stay, so backtraces still name the functions.
-RUN touch src/main.rs src/lib.rs crates/*/src/lib.rs \
+RUN touch src/main.rs crates/*/src/lib.rs \
     && cargo build --release --locked --no-default-features --features saml --bin aqgate \
     && install -D -m 0755 target/release/aqgate /out/aqgate \
     && strip --strip-debug /out/aqgate

@@ -235,7 +235,7 @@ pub fn check(command: &Command, text: &str) -> Result<Vec<(&'static Key, Vec<Str
         errors.push("topology.file and topology.apply = false exclude each other".into());
     }
     if !cfg!(feature = "saml") && set("saml.idp_metadata").is_some() {
-        errors.push(format!("saml.idp_metadata: {}", aqgate::SAML_FEATURE_MISSING));
+        errors.push(format!("saml.idp_metadata: {}", aqgate_http::SAML_FEATURE_MISSING));
     }
     if errors.is_empty() { Ok(settings) } else { Err(errors) }
 }

@@ -1,19 +1,25 @@
 //! The `aqgate` binary's command line: `serve`, `smtp`, `notify`, `admin …`, `mail sign`,
 //! `config check`, parsed (the configuration file's values as the defaults, see `config`)
-//! and dispatched: to `service` for the long-running commands, to `aqgate::admin` for
+//! and dispatched: to `service` for the long-running commands, to `aqgate_admin::cli` for
 //! the administration tables.
 
 mod args;
 mod config;
+mod server;
 mod service;
+
+#[cfg(all(feature = "saml", feature = "vendored-openssl"))]
+compile_error!(
+    "the `saml` feature links xmlsec1, which uses the system OpenSSL; build it without the vendored one: \
+     cargo build --release --no-default-features --features saml"
+);
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use aqgate_core::topology::Topology;
-use args::{Db, NotifyCommandArgs, ServeArgs, SmtpArgs};
+use args::{NotifyCommandArgs, ServeArgs, SmtpArgs};
 
 /// mimalloc instead of glibc's malloc: a message_set of 100 allocates and frees a few
 /// thousand buffers of 1–2 KiB across the runtime's threads, and glibc's arenas spent
@@ -37,7 +43,7 @@ struct Cli {
     #[arg(long, global = true, env = "AQGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// What is logged: a level (`error`, `warn`, `info`, `debug`, `trace`), optionally per
-    /// module (`info,aqgate::propagate=debug`), in tracing's filter syntax.
+    /// module (`info,aqgate_propagate=debug`), in tracing's filter syntax.
     #[arg(long, global = true, env = "AQGATE_LOG", value_name = "FILTER", default_value = DEFAULT_LOG)]
     log_level: String,
     /// Append the log to FILE (created if missing, plain text) instead of writing it to
@@ -79,7 +85,7 @@ enum Command {
     /// Administration.
     Admin {
         #[command(subcommand)]
-        command: AdminCommand,
+        command: aqgate_admin::cli::AdminCommand,
     },
     /// Run only the SMTP filter and its forwarding worker, posting to a servlet elsewhere
     /// (sharing its database).
@@ -135,129 +141,6 @@ enum MailCommand {
         #[arg(long)]
         encrypt_to: Option<PathBuf>,
     },
-}
-
-#[derive(Subcommand)]
-enum AdminCommand {
-    /// Make the database's topology equal to FILE; prints what changed.
-    Apply {
-        file: PathBuf,
-        #[command(flatten)]
-        db: Db,
-        /// Print what would change, change nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
-    /// List queues with their depth (committed messages).
-    Queues {
-        #[command(flatten)]
-        db: Db,
-    },
-    /// A queue's messages as Oracle's AQ$<QUEUE_TABLE> view shows them: id, state, priority,
-    /// enqueue time and agent, sender, retries, consumer, correlation.
-    Messages {
-        /// The queue (`SCHEMA.NAME`).
-        queue: String,
-        #[command(flatten)]
-        db: Db,
-        /// Only messages in this state: READY, WAIT, PROCESSED, EXPIRED or UNDELIVERABLE.
-        #[arg(long)]
-        state: Option<String>,
-        /// Show at most N rows (the first in enqueue order; 1 to 100000). When there are
-        /// more, a last line says so (on standard error with --json).
-        #[arg(long, value_name = "N", default_value_t = aqgate::admin::messages::DEFAULT_LIMIT)]
-        limit: i64,
-        /// Print every column of every row as a JSON array.
-        #[arg(long)]
-        json: bool,
-    },
-    /// List agents: protocols, database users, gateway flag, certificate location.
-    Agents {
-        #[command(flatten)]
-        db: Db,
-    },
-    /// Mail the SMTP filter accepted and has not finished: to forward, replies owed, or
-    /// failed for good.
-    Spool {
-        #[command(flatten)]
-        db: Db,
-    },
-    /// Notifications not yet delivered (pending retries and parked ones), or put parked
-    /// ones back in line.
-    Notifications {
-        #[command(flatten)]
-        db: Db,
-        /// Put every parked notification back in line (due now, attempts reset).
-        #[arg(long)]
-        retry_parked: bool,
-    },
-    /// Propagation jobs with their state, owner, counts, backlog, lag and last error; or
-    /// enable or disable one (running servers follow by themselves), remove one, or reset one.
-    Jobs {
-        #[command(flatten)]
-        db: Db,
-        /// Print the jobs as a JSON array.
-        #[arg(long, conflicts_with_all = ["enable", "disable"])]
-        json: bool,
-        /// Enable the job in the stored topology: a running node starts it (ENABLE_JOB).
-        #[arg(long, value_name = "JOB", conflicts_with = "disable")]
-        enable: Option<String>,
-        /// Disable the job in the stored topology: its holder stops it after the batch in
-        /// flight (DISABLE_JOB); REQUESTED reads DISABLED at once, ACTUAL once it stopped.
-        #[arg(long, value_name = "JOB", conflicts_with = "remove")]
-        disable: Option<String>,
-        /// Take the job out of the stored topology (REMOVE_JOB): a running node stops it;
-        /// DELETE_PENDING until a node has ended its state at the broker.
-        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable", "reset"])]
-        remove: Option<String>,
-        /// With --remove: also delete its status, doubts and marks now, leaving what it
-        /// keeps at the broker there (FORCE).
-        #[arg(long, requires = "remove")]
-        force: bool,
-        /// RESET_JOB: a FAILED or RETRYING job tries again now (failure count 0, back-off
-        /// ended); its holder restarts it at its next heartbeat.
-        #[arg(long, value_name = "JOB", conflicts_with_all = ["json", "enable", "disable"])]
-        reset: Option<String>,
-    },
-    /// The Messaging Gateway's agents (every process running propagation jobs: NOT_STARTED,
-    /// STARTING, RUNNING, SHUTTING_DOWN, BROKEN, instance, last error) and links, with
-    /// each process's view of each (CONNECTED, RECONNECTING, DISCONNECTED, STALE, since
-    /// when, last error); or ping the running agents.
-    Gateway {
-        #[command(flatten)]
-        db: Db,
-        /// Print the links (with --agents: the agents; with --foreign-queues: the foreign
-        /// queues) as a JSON array.
-        #[arg(long)]
-        json: bool,
-        /// The agents only.
-        #[arg(long)]
-        agents: bool,
-        /// The foreign queues (MGW_FOREIGN_QUEUES): link, the broker's name, domain,
-        /// direction, options and the jobs that use each.
-        #[arg(long, conflicts_with_all = ["agents", "ping"])]
-        foreign_queues: bool,
-        /// AGENT_PING: ask the running agents to answer; REACHABLE and each one that did,
-        /// or UNREACHABLE and a non-zero exit when none did within --timeout-ms.
-        #[arg(long, conflicts_with_all = ["json", "agents"])]
-        ping: bool,
-        /// How long --ping waits for an answer.
-        #[arg(long, value_name = "MS", default_value_t = 5000, requires = "ping",
-              value_parser = clap::value_parser!(u64).range(1..=600_000))]
-        timeout_ms: u64,
-    },
-    /// List registrations, or set the HMAC secret of one (read from standard input, or
-    /// AQGATE_NOTIFY_SECRET; an empty secret removes it).
-    Registrations {
-        #[command(flatten)]
-        db: Db,
-        /// Set the secret of the registration QUEUE CONSUMER AGENT (CONSUMER `-` on a
-        /// single-consumer queue).
-        #[arg(long, num_args = 3, value_names = ["QUEUE", "CONSUMER", "AGENT"])]
-        set_secret: Option<Vec<String>>,
-    },
-    /// Print an argon2 hash of the password read from standard input (for `password_hash`).
-    HashPassword,
 }
 
 fn main() -> ExitCode {
@@ -341,9 +224,7 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // `aqgate admin … | head`: the reader went away; the end, quietly, as SIGPIPE would be.
-        Err(e)
-            if e.chain().any(|c| c.downcast_ref::<aqgate::admin::OutputError>().is_some_and(|o| o.reader_gone())) =>
-        {
+        Err(e) if e.chain().any(|c| c.downcast_ref::<aqgate_admin::OutputError>().is_some_and(|o| o.reader_gone())) => {
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -432,126 +313,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().write_all(&mail)?;
             Ok(())
         }
-        Command::Admin { command } => admin(command).await,
+        Command::Admin { command } => aqgate_admin::cli::run(command).await,
         Command::Client(c) => aqgate_client::cli::run(c).await,
-    }
-}
-
-async fn admin(command: AdminCommand) -> anyhow::Result<()> {
-    use aqgate::admin;
-    let out = &mut std::io::stdout();
-    let open = |db: Db| async move { aqgate_store::open(&db.database).await };
-    match command {
-        AdminCommand::Apply { file, db, dry_run } => {
-            let text = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            let topo =
-                Topology::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.join("; ")))?;
-            admin::print_apply(open(db).await?.as_ref(), &topo, dry_run, out).await
-        }
-        AdminCommand::Queues { db } => admin::topology::print_queues(open(db).await?.as_ref(), out).await,
-        AdminCommand::Messages { queue, db, state, limit, json } => {
-            let store = open(db).await?;
-            let note = &mut std::io::stderr();
-            admin::messages::print_messages(store.as_ref(), &queue, state.as_deref(), limit, json, out, note).await
-        }
-        AdminCommand::Agents { db } => admin::topology::print_agents(open(db).await?.as_ref(), out).await,
-        AdminCommand::Spool { db } => admin::spool::print_spool(open(db).await?.as_ref(), out).await,
-        AdminCommand::Jobs { db, remove: Some(name), force, .. } => {
-            let r = admin::jobs::remove(open(db).await?.as_ref(), &name, force).await?;
-            let mut say = String::new();
-            if r.defined {
-                say.push_str(&format!(
-                    "job {name} removed from the stored topology; running nodes stop it within a second, after \
-                     its batch in flight; `serve --topology` will not re-create it, `admin apply FILE` would\n"
-                ));
-            }
-            if r.pending {
-                say.push_str(&format!(
-                    "job {name} is DELETE_PENDING until a running node (now, or the next to start) has ended \
-                     its state at the broker\n"
-                ));
-            }
-            if force {
-                say.push_str(&format!(
-                    "job {name}: status {}, {} doubt and mark rows deleted\n",
-                    if r.status { "deleted" } else { "absent" },
-                    r.rows
-                ));
-                if let Some(left) = r.left {
-                    say.push_str(&format!("left at the broker (remove it there): {left}\n"));
-                }
-            }
-            std::io::Write::write_all(out, say.as_bytes())?;
-            Ok(())
-        }
-        AdminCommand::Jobs { db, reset: Some(name), .. } => {
-            let had = admin::jobs::reset(open(db).await?.as_ref(), &name).await?;
-            let say = if had {
-                format!(
-                    "job {name} reset: failure count 0, lease ended; the node running it restarts it at its next \
-                     heartbeat, without back-off\n"
-                )
-            } else {
-                format!("job {name} has not run yet: nothing to reset\n")
-            };
-            std::io::Write::write_all(out, say.as_bytes())?;
-            Ok(())
-        }
-        AdminCommand::Jobs { db, json, enable, disable, remove: None, reset: None, force: _ } => {
-            let store = open(db).await?;
-            let on = enable.is_some();
-            match enable.or(disable) {
-                None => admin::jobs::print_jobs(store.as_ref(), json, out).await,
-                Some(name) => {
-                    anyhow::ensure!(
-                        admin::jobs::set_enabled(store.as_ref(), &name, on).await?,
-                        "no propagation job {name} in the stored topology"
-                    );
-                    std::io::Write::write_fmt(
-                        out,
-                        format_args!(
-                            "job {name} {}; running servers follow within a second (`admin jobs` shows \
-                             REQUESTED and ACTUAL)\n",
-                            if on { "enabled" } else { "disabled" }
-                        ),
-                    )?;
-                    Ok(())
-                }
-            }
-        }
-        AdminCommand::Gateway { db, json, agents, foreign_queues, ping, timeout_ms } => {
-            let store = open(db).await?;
-            if foreign_queues {
-                admin::gateway::print_foreign_queues(store.as_ref(), json, out).await
-            } else if ping {
-                admin::gateway::print_ping(store.as_ref(), std::time::Duration::from_millis(timeout_ms), out).await
-            } else if agents {
-                admin::gateway::print_agents(store.as_ref(), json, out).await
-            } else {
-                admin::gateway::print_gateway(store.as_ref(), json, out).await
-            }
-        }
-        AdminCommand::Notifications { db, retry_parked } => {
-            let store = open(db).await?;
-            if retry_parked {
-                admin::notifications::retry_parked(store.as_ref(), out).await
-            } else {
-                admin::notifications::print_notifications(store.as_ref(), out).await
-            }
-        }
-        AdminCommand::Registrations { db, set_secret } => {
-            let store = open(db).await?;
-            match set_secret.as_deref() {
-                None => admin::notifications::print_registrations(store.as_ref(), out).await,
-                Some([queue, consumer, agent]) => {
-                    let registration = [queue.as_str(), consumer.as_str(), agent.as_str()];
-                    admin::notifications::set_secret(store.as_ref(), registration, &mut std::io::stdin().lock(), out)
-                        .await
-                }
-                Some(_) => anyhow::bail!("--set-secret takes QUEUE CONSUMER AGENT"),
-            }
-        }
-        AdminCommand::HashPassword => admin::print_password_hash(&mut std::io::stdin().lock(), out),
     }
 }
 

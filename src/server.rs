@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::topology::Topology;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::Limits;
 
 /// The SMTP ingestion filter and its forwarding worker.
@@ -41,23 +41,23 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub tick: Duration,
     /// Propagation jobs' leases: how long, and this process's name in them.
-    pub propagation_lease: crate::propagate::LeaseConfig,
+    pub propagation_lease: aqgate_propagate::LeaseConfig,
     /// Session cookies get `Secure` (behind an HTTPS proxy; over HTTPS they always do).
     pub secure_cookie: bool,
     /// Serve HTTPS on `listen` with these files.
-    pub tls: Option<crate::https::TlsFiles>,
+    pub tls: Option<aqgate_http::https::TlsFiles>,
     /// A plain-HTTP listener beside the HTTPS one.
     pub plain_listen: Option<SocketAddr>,
     /// SAML login (`None`: off).
-    pub saml: Option<std::sync::Arc<crate::servlet::SamlVerifier>>,
+    pub saml: Option<std::sync::Arc<aqgate_http::servlet::SamlVerifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
-    pub notify: Option<crate::notify::NotifyConfig>,
+    pub notify: Option<aqgate_notify::NotifyConfig>,
     /// The listeners' connection caps and timeouts.
-    pub edge: crate::edge::EdgeConfig,
+    pub edge: aqgate_http::edge::EdgeConfig,
     /// A request body not received whole within this is answered 408.
     pub body_timeout: Duration,
     /// Bounds on password checks.
-    pub passwords: crate::servlet::PasswordLimits,
+    pub passwords: aqgate_http::servlet::PasswordLimits,
 }
 
 /// A SQLite file is one process's store (one writer; long polls and the time manager see
@@ -106,14 +106,15 @@ pub async fn serve(
     let _sole = sole_server_on_sqlite(&cfg.database_url)?;
     // Connections are files: as many as the system allows, and the cap below half of them.
     let mut edge_cfg = cfg.edge.clone();
-    edge_cfg.max_connections = crate::edge::fit_to_nofile(edge_cfg.max_connections, crate::edge::raise_nofile());
+    edge_cfg.max_connections =
+        aqgate_http::edge::fit_to_nofile(edge_cfg.max_connections, aqgate_http::edge::raise_nofile());
     // One metrics registry for the process: the store, the engine and the dispatcher
     // register their counters in it, the servlet renders it.
     let engine_cfg = cfg.engine.clone();
     let store = aqgate_store::open_with(&cfg.database_url, &engine_cfg.metrics).await?;
     if let Some(text) = &cfg.topology {
         let topo = Topology::from_toml(text).map_err(|e| anyhow::anyhow!("topology: {}", e.join("; ")))?;
-        let (changes, left_out) = crate::admin::apply_at_start(store.as_ref(), &topo).await?;
+        let (changes, left_out) = aqgate_admin::apply_at_start(store.as_ref(), &topo).await?;
         for c in &changes {
             tracing::info!(change = %c, "topology");
         }
@@ -138,18 +139,18 @@ pub async fn serve(
     } else {
         // Leases of an earlier run on this host that is dead (this one restarted after a
         // kill): taken over now, not after their lease time.
-        crate::propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
+        aqgate_propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
     }
     // The control plane: changes in the store ask for a reload (below), the agent's row.
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::channel(1);
-    let control = tokio::spawn(crate::propagate::control::run(
+    let control = tokio::spawn(aqgate_propagate::control::run(
         engine.clone(),
         cfg.propagation_lease.agent.clone(),
-        (cfg.propagation_lease.ttl, crate::propagate::control::POLL),
+        (cfg.propagation_lease.ttl, aqgate_propagate::control::POLL),
         changed_tx,
         stop_rx.clone(),
     ));
-    let jobs = tokio::spawn(crate::propagate::run(
+    let jobs = tokio::spawn(aqgate_propagate::run(
         engine.clone(),
         Duration::from_secs(1),
         cfg.propagation_lease.clone(),
@@ -157,12 +158,12 @@ pub async fn serve(
     ));
     let notifier = match cfg.notify.clone() {
         Some(n) => {
-            let d = crate::notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
+            let d = aqgate_notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
             Some(tokio::spawn(d.run(stop_rx.clone())))
         }
         None => None,
     };
-    let tls = cfg.tls.clone().map(crate::https::Reloadable::load).transpose()?;
+    let tls = cfg.tls.clone().map(aqgate_http::https::Reloadable::load).transpose()?;
     let plain = match cfg.plain_listen {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("--plain-listen {a}: {e}"))?),
         None => None,
@@ -187,8 +188,10 @@ pub async fn serve(
     state.secure_cookie = cfg.secure_cookie;
     state.saml = cfg.saml.clone();
     state.body_timeout = cfg.body_timeout;
-    state.edge = crate::edge::Connections::new(edge_cfg, &engine.config().metrics);
-    state.passwords = Arc::new(crate::servlet::PasswordGate::new(cfg.passwords.clone(), &engine.config().metrics));
+    state.edge = aqgate_http::edge::Connections::new(edge_cfg, &engine.config().metrics);
+    state.passwords =
+        Arc::new(aqgate_http::servlet::PasswordGate::new(cfg.passwords.clone(), &engine.config().metrics));
+    state.more_metrics = Some(propagation_metrics());
     let edge = state.edge.clone();
     {
         // The topology is reloaded (and the directory cache dropped) on SIGHUP and when the
@@ -251,16 +254,16 @@ pub async fn serve(
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
     let main = match tls {
-        Some(t) => tokio::spawn(crate::https::serve(listener, t, router.clone(), edge.clone(), down())),
-        None => tokio::spawn(crate::https::serve_plain(listener, router.clone(), edge.clone(), down())),
+        Some(t) => tokio::spawn(aqgate_http::https::serve(listener, t, router.clone(), edge.clone(), down())),
+        None => tokio::spawn(aqgate_http::https::serve_plain(listener, router.clone(), edge.clone(), down())),
     };
     let mut others = Vec::new();
     if let Some(l) = plain {
         tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
-        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), edge.clone(), down())));
+        others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
     }
     if let Some(l) = internal {
-        others.push(tokio::spawn(crate::https::serve_plain(l, router.clone(), edge.clone(), down())));
+        others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
     }
     let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
     for o in others {
@@ -288,11 +291,11 @@ pub fn start_mail(
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     m.smtp.counters = aqgate_mail::limits::SmtpCounters::register(&engine.config().metrics);
     let clock: Arc<dyn aqgate_core::clock::Clock> = Arc::new(SystemClock);
-    let claim_owner = crate::propagate::lease::process_owner();
+    let claim_owner = aqgate_propagate::lease::process_owner();
     {
         // Mail a dead predecessor on this host had claimed: forwarded now, not after the claim.
         let (store, me, now) = (engine.store().clone(), claim_owner.clone(), clock.now());
-        tokio::spawn(async move { crate::propagate::lease::end_dead_local_claims(store.as_ref(), &me, now).await });
+        tokio::spawn(async move { aqgate_propagate::lease::end_dead_local_claims(store.as_ref(), &me, now).await });
     }
     let worker = Arc::new(aqgate_mail::worker::Worker::new(
         engine.store().clone(),
@@ -364,7 +367,7 @@ pub async fn smtp_only(
 /// which has no such channel between processes, it also looks every `poll`.
 pub async fn notify_only(
     database_url: &str,
-    cfg: crate::notify::NotifyConfig,
+    cfg: aqgate_notify::NotifyConfig,
     poll: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -376,7 +379,7 @@ pub async fn notify_only(
         None => cfg.fallback_poll = Some(poll),
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let d = crate::notify::Dispatcher::new(engine, cfg).map_err(|e| anyhow::anyhow!(e))?;
+    let d = aqgate_notify::Dispatcher::new(engine, cfg).map_err(|e| anyhow::anyhow!(e))?;
     let task = tokio::spawn(d.run(stop_rx));
     tracing::info!("aqgate notification dispatcher running");
     shutdown.await;
@@ -391,7 +394,7 @@ pub async fn notify_only(
 async fn reload(
     engine: &Engine,
     credentials: &aqgate_core::auth::CredentialCache,
-    agent: &crate::propagate::control::Agent,
+    agent: &aqgate_propagate::control::Agent,
 ) {
     let passwords = |e: &Engine| -> Vec<(String, Option<String>)> {
         e.resolved().catalog.agents.iter().map(|(n, a)| (n.clone(), a.password_hash.clone())).collect()
@@ -413,6 +416,12 @@ async fn reload(
         }
     }
     agent.reloaded();
+}
+
+/// What `/metrics` adds to the servlet's own figures: the propagation jobs' and the gateway
+/// links' gauges, from the administration read model (`aqgate_admin::status`).
+fn propagation_metrics() -> aqgate_http::servlet::MoreMetrics {
+    Arc::new(|engine| Box::pin(async move { aqgate_admin::status::metrics(&engine).await }))
 }
 
 /// The engine's background duties, scheduled: a round of the time manager every `tick`

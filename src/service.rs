@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::args::{MailArgs, NotifyCommandArgs, ServeArgs, SmtpArgs, mail_transport};
-use aqgate::server::ServeConfig;
+use crate::server::ServeConfig;
 use aqgate_core::engine::EngineConfig;
 use aqgate_proto::idap::Limits;
 
@@ -23,7 +23,7 @@ pub fn serve_problems(a: &ServeArgs) -> Vec<String> {
     check(a.tls.config(a.listen).map(drop));
     check(a.saml.verifier().map(drop));
     check(a.directory.config().map(drop));
-    check(aqgate::notify::Policy::parse(&a.notify.notify_allow).map(drop).map_err(|e| anyhow::anyhow!(e)));
+    check(aqgate_notify::Policy::parse(&a.notify.notify_allow).map(drop).map_err(|e| anyhow::anyhow!(e)));
     check(a.notify.mail_policy().map(drop));
     if let (Some(p), false) = (&a.topology, a.no_topology) {
         check(std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display())).and_then(|text| {
@@ -32,7 +32,7 @@ pub fn serve_problems(a: &ServeArgs) -> Vec<String> {
             let catalog = t
                 .resolve(&aqgate_core::auth::hash_password)
                 .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("; ")))?;
-            match aqgate::propagate::gateway::unbuilt_links(&catalog) {
+            match aqgate_propagate::gateway::unbuilt_links(&catalog) {
                 unbuilt if unbuilt.is_empty() => Ok(()),
                 unbuilt => Err(anyhow::anyhow!("{}: {}", p.display(), unbuilt.join("; "))),
             }
@@ -84,7 +84,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let topology = match (topology, no_topology) {
         (_, true) => None,
         (Some(p), _) => Some(std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?),
-        (None, false) => Some(aqgate::DEFAULT_TOPOLOGY.to_string()),
+        (None, false) => Some(aqgate_admin::DEFAULT_TOPOLOGY.to_string()),
     };
     let cfg = ServeConfig {
         listen,
@@ -119,10 +119,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             },
             directory: Some(directory.clone()),
             notify_policy: std::sync::Arc::new(
-                aqgate::notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
+                aqgate_notify::Policy::parse(&notify_args.notify_allow).map_err(|e| anyhow::anyhow!(e))?,
             ),
             notify_mail_policy: std::sync::Arc::new(notify_args.mail_policy()?),
-            remote_spaces: Some(std::sync::Arc::new(aqgate::propagate::RemoteSpaceClients::default())),
+            remote_spaces: Some(std::sync::Arc::new(aqgate_propagate::RemoteSpaceClients::default())),
             ..EngineConfig::default()
         },
         limits: Limits {
@@ -131,7 +131,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
         tick: Duration::from_secs(1),
-        propagation_lease: aqgate::propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
+        propagation_lease: aqgate_propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
             .broker_max_message_bytes(broker_max_message_bytes),
         secure_cookie,
         tls: tls_files,
@@ -150,7 +150,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     } else {
         Some(mail_config(&mail_args, directory_args.ldap_url.is_some(), directory.clone()).await?)
     };
-    aqgate::server::serve(cfg, listener, mail, stop).await
+    crate::server::serve(cfg, listener, mail, stop).await
 }
 
 /// `aqgate smtp`: the SMTP filter and its forwarding worker, posting to a servlet elsewhere.
@@ -165,7 +165,7 @@ pub async fn smtp(a: SmtpArgs) -> anyhow::Result<()> {
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
     let mail = mail_config(&mail_args, directory_args.ldap_url.is_some(), directory).await?;
-    aqgate::server::smtp_only(&db.database, servlet_url, mail, stop).await
+    crate::server::smtp_only(&db.database, servlet_url, mail, stop).await
 }
 
 /// `aqgate notify`: the notification dispatcher alone.
@@ -180,7 +180,7 @@ pub async fn notify(a: NotifyCommandArgs) -> anyhow::Result<()> {
     let directory =
         aqgate_directory::open(&directory_args.config()?).await.map_err(|e| anyhow::anyhow!("directory: {e}"))?;
     let cfg = notify_args.config(&mail_args, directory)?;
-    aqgate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), stop).await
+    crate::server::notify_only(&db.database, cfg, Duration::from_millis(poll_ms.max(10)), stop).await
 }
 
 /// The TEST ONLY CA and CRL that sign the demo agents' certificates (certs/).
@@ -194,7 +194,7 @@ async fn mail_config(
     a: &MailArgs,
     real_directory: bool,
     directory: std::sync::Arc<dyn aqgate_directory::Directory>,
-) -> anyhow::Result<aqgate::server::MailConfig> {
+) -> anyhow::Result<crate::server::MailConfig> {
     use aqgate_mail::smime::TrustStore;
     let trust = if a.smime_ca.is_empty() {
         // The demo CA is only a default next to the demo directory: a real directory needs
@@ -240,7 +240,7 @@ async fn mail_config(
             a.smtp_listen
         )
     })?;
-    Ok(aqgate::server::MailConfig {
+    Ok(crate::server::MailConfig {
         smtp_listener,
         smtp: aqgate_mail::smtp::SmtpConfig {
             hostname: a.smtp_hostname.clone(),

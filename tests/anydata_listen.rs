@@ -10,10 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::error::code;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{Limits, ListenResult, Response};
 use aqgate_proto::payload::type_name_attr;
 use common::*;
@@ -63,7 +63,7 @@ queue_table = "OE.L_TAB"
 
 async fn start(b: Backend) -> (u16, String) {
     let url = fresh_url(b).await;
-    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -374,7 +374,7 @@ async fn the_type_travels_with_propagated_messages_on_postgres() {
 #[test]
 fn the_topology_refuses_what_cannot_work_on_anydata() {
     let with = |extra: &str| {
-        aqgate_core::topology::Topology::from_toml(&format!("{}\n{EXTRA}\n{extra}", aqgate::DEFAULT_TOPOLOGY))
+        aqgate_core::topology::Topology::from_toml(&format!("{}\n{EXTRA}\n{extra}", aqgate_admin::DEFAULT_TOPOLOGY))
             .expect("parses")
             .resolve(&|_| Ok(String::new()))
             .map(|_| ())

@@ -10,10 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::error::code;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{Limits, Response};
 use common::*;
 
@@ -103,7 +103,7 @@ struct Server {
 
 async fn start(b: Backend) -> Server {
     let url = fresh_url(b).await;
-    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let store = store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let engine = Engine::start(store, Arc::new(SystemClock), EngineConfig::default()).await.expect("engine");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -183,7 +183,7 @@ async fn retry_delay_and_exception_queues(b: Backend) {
     assert_eq!(got[0].header.delivery_count, Some(1));
     // Rolled back a second time: past max_retries (1), it moves to the exception queue.
     idap_in(s.port, SCOTT, &mut c, &envelope(ROLLBACK)).await;
-    let queues = aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues");
+    let queues = aqgate_admin::queues(s.engine.store().as_ref()).await.expect("queues");
     let eq = queues.iter().find(|r| r.name == "AQUSER.AQ$_RETRY_TAB_E").expect("admin queues lists it");
     assert_eq!(eq.depth, 1);
     // The view tells it from an expired one: why, where from, after how many failed dequeues.
@@ -448,7 +448,7 @@ async fn retention_and_history(b: Backend) {
     assert!(
         matches!(idap_in(port, SCOTT, &mut None, &by_id).await, Response::Fault(f) if f.code == code::NO_SUCH_MESSAGE_ID)
     );
-    let queues = aqgate::admin::queues(engine.store().as_ref()).await.expect("queues");
+    let queues = aqgate_admin::queues(engine.store().as_ref()).await.expect("queues");
     assert_eq!(queues.iter().find(|q| q.name == "AQUSER.KEPT").map(|q| q.depth), Some(0));
     let rows = view(
         r#"SELECT queue, msg_id, corr_id, msg_state, enq_user_id, deq_user_id, retry_count, deq_time IS NOT NULL, consumer_name IS NULL
@@ -567,8 +567,8 @@ fn row(corr: &str, consumer: &str, state: &str) -> (String, String, String) {
 async fn max_retries_on_a_multi_consumer_queue_through_the_binary(b: Backend) {
     let url = fresh_url(b).await;
     let q = "name = \"AQUSER.EMP_TOPIC\"\nqueue_table = \"AQUSER.EMP_TOPIC_TAB\"\n";
-    assert!(aqgate::DEFAULT_TOPOLOGY.contains(q));
-    let topology = aqgate::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1);
+    assert!(aqgate_admin::DEFAULT_TOPOLOGY.contains(q));
+    let topology = aqgate_admin::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1);
     let port = free_port();
     let file = std::env::temp_dir().join(format!("aqgate-retries-{port}.toml"));
     std::fs::write(&file, topology).expect("write topology");

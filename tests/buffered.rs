@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{BufferConfig, Engine, EngineConfig};
 use aqgate_core::error::code;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{Limits, Response};
 use common::*;
 
@@ -23,7 +23,7 @@ const TOPIC: &str = "AQUSER.BUF_TOPIC";
 fn topology() -> String {
     format!(
         "{}\n{}",
-        aqgate::DEFAULT_TOPOLOGY,
+        aqgate_admin::DEFAULT_TOPOLOGY,
         r#"
 [[queue_tables]]
 name = "AQUSER.BUF_TOPIC_TAB"
@@ -192,7 +192,7 @@ async fn buffered_messages_go_and_come_back_by_their_own_kind_postgres() {
 }
 
 async fn depth(s: &Server) -> i64 {
-    aqgate::admin::queues(s.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
+    aqgate_admin::queues(s.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
 }
 
 #[tokio::test]

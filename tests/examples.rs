@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::Limits;
 use common::*;
 
@@ -143,7 +143,7 @@ fn difference(got: &[String], want: &[String]) -> Option<String> {
 /// runs it, on a fresh database; returns its port.
 async fn start_server(b: Backend) -> u16 {
     let url = fresh_url(b).await;
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let directory = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
     // Example 09 registers mailto:hr-events@example.com: the examples' domain is allowed
     // (`--notify-mail-allow directory,example.com`).

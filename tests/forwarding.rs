@@ -91,7 +91,7 @@ forward = {{ url = "http://127.0.0.1:{receiver}/down", format = "json" }}
     );
     let p = std::env::temp_dir()
         .join(format!("aqgate-test-forwarding-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
-    std::fs::write(&p, format!("{}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    std::fs::write(&p, format!("{}\n{extra}", aqgate_admin::DEFAULT_TOPOLOGY)).expect("write topology");
     p
 }
 
@@ -135,8 +135,8 @@ async fn a_forwarder_retries_a_failing_service_and_gives_up_after_max_retries() 
         let now =
             i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs())
                 .expect("secs");
-        assert!(aqgate::notify::verify_signature(SECRET, &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
-        assert!(!aqgate::notify::verify_signature("other", &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
+        assert!(aqgate_notify::verify_signature(SECRET, &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
+        assert!(!aqgate_notify::verify_signature("other", &hv("aq-signature"), &hv("aq-message-id"), body, now, 300));
     }
     // The reply (RAW: the bytes of the answer) keeps the correlation; the two failure
     // answers are in the failure queue.

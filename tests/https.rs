@@ -46,7 +46,7 @@ fn directory_and_topology(dir: &Path) -> (PathBuf, PathBuf) {
     let topology = format!(
         "{}\n[[agents]]\nname = \"svc\"\nprotocols = [\"http\"]\ndb_users = [\"QS\"]\n\
          certificate_location = \"uid=svc,ou=people,dc=aqgate,dc=example\"\n",
-        aqgate::DEFAULT_TOPOLOGY
+        aqgate_admin::DEFAULT_TOPOLOGY
     );
     let topo_path = dir.join("topology.toml");
     std::fs::write(&topo_path, topology).expect("write topology");

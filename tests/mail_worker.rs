@@ -8,10 +8,10 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::{Clock, ManualClock};
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::store::{SpoolPut, Store};
+use aqgate_http::servlet::{AppState, app};
 use aqgate_mail::worker::{ReplyTransport, Worker, WorkerConfig};
 use aqgate_proto::idap::Limits;
 use common::*;
@@ -25,7 +25,7 @@ fn replies(dir: &Path) -> Vec<String> {
 }
 
 async fn depth(store: &dyn Store, q: &str) -> i64 {
-    aqgate::admin::queues(store)
+    aqgate_admin::queues(store)
         .await
         .expect("queues")
         .into_iter()
@@ -37,7 +37,7 @@ async fn depth(store: &dyn Store, q: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spooled_mail_is_forwarded_once_and_answered() {
     let url = fresh_sqlite_url();
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let clock = Arc::new(ManualClock::new(T0));
     let engine =
         Engine::start(store.clone(), clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");
@@ -167,7 +167,7 @@ impl aqgate_directory::Directory for FailingDirectory {
 async fn gateway_maps_directory_failures_to_smtp_replies() {
     use aqgate_directory::DirectoryError as D;
     let url = fresh_sqlite_url();
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let clock: Arc<dyn Clock> = Arc::new(aqgate_core::clock::SystemClock);
     let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
     let root = env!("CARGO_MANIFEST_DIR");
@@ -269,7 +269,7 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
     use aqgate_mail::reinject::Reinjector;
     use aqgate_mail::smtp::{Acceptor, MailEnvelope, Recipient};
     let url = fresh_sqlite_url();
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let clock: Arc<dyn Clock> = Arc::new(aqgate_core::clock::SystemClock);
     let engine = Engine::start(store.clone(), clock.clone(), EngineConfig::default()).await.expect("engine");
     let root = env!("CARGO_MANIFEST_DIR");
@@ -383,7 +383,7 @@ async fn gateway_hands_other_recipients_on_after_the_request_is_spooled() {
 async fn a_forward_repeated_after_a_crash_performs_nothing() {
     use sqlx::Connection;
     let url = fresh_sqlite_url();
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let clock = Arc::new(ManualClock::new(T0));
     let engine =
         Engine::start(store.clone(), clock.clone() as Arc<dyn Clock>, EngineConfig::default()).await.expect("engine");

@@ -174,8 +174,8 @@ async fn http_notifications_are_delivered_signed_retried_and_transactional() {
     assert!(nid.starts_with(&id), "stable id names the message: {nid}");
     let sig = &h.headers["aq-signature"];
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_secs() as i64;
-    assert!(aqgate::notify::verify_signature("s3cret", sig, nid, h.body.as_bytes(), now, 300), "{sig}");
-    assert!(!aqgate::notify::verify_signature("wrong", sig, nid, h.body.as_bytes(), now, 300));
+    assert!(aqgate_notify::verify_signature("s3cret", sig, nid, h.body.as_bytes(), now, 300), "{sig}");
+    assert!(!aqgate_notify::verify_signature("wrong", sig, nid, h.body.as_bytes(), now, 300));
     assert!(first < Duration::from_secs(2), "event-driven delivery took {first:?}");
 
     // john's receiver failed twice (503) and got it on the third attempt, same id.

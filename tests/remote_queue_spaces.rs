@@ -65,7 +65,7 @@ privilege = "dequeue"
 fn topology_file(extra: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir()
         .join(format!("aqgate-test-remote-space-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
-    std::fs::write(&p, format!("{}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    std::fs::write(&p, format!("{}\n{extra}", aqgate_admin::DEFAULT_TOPOLOGY)).expect("write topology");
     p
 }
 

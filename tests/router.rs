@@ -1,11 +1,11 @@
-//! The servlet's router in process, without a socket: requests go to `aqgate::servlet::app`
+//! The servlet's router in process, without a socket: requests go to `aqgate_http::servlet::app`
 //! through `tower::ServiceExt::oneshot`, over an engine on a fresh SQLite store. Basic
 //! credentials, the IDAP answer of an example, a refused DOCTYPE, and the health routes.
 
 mod common;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::error::code;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{CodecError, Limits, Response};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
@@ -44,7 +44,7 @@ async fn call(router: &axum::Router, req: Request<Body>) -> Answer {
 }
 
 async fn depth_total(h: &Harness) -> i64 {
-    aqgate::admin::queues(h.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
+    aqgate_admin::queues(h.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
 }
 
 #[tokio::test]
@@ -130,7 +130,11 @@ async fn a_receive_without_a_message_is_a_fault_not_an_error_status() {
 /// token: in a build without the `saml` feature, that it is missing; with it, that SAML is
 /// not configured.
 fn saml_off_reason() -> &'static str {
-    if cfg!(feature = "saml") { "SAML login is not configured on this server" } else { aqgate::SAML_FEATURE_MISSING }
+    if cfg!(feature = "saml") {
+        "SAML login is not configured on this server"
+    } else {
+        aqgate_http::SAML_FEATURE_MISSING
+    }
 }
 
 #[tokio::test]

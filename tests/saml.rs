@@ -62,7 +62,7 @@ fn node(idp: &SimpleSamlPhp, dir: &tempdir::Dir, db: &str, extra: &[&str]) -> (P
         &topology,
         format!(
             "{}\n[[agents]]\nname = \"mailonly\"\npassword = \"mailonly\"\nprotocols = [\"smtp\"]\ndb_users = [\"AQUSER\"]\n",
-            aqgate::DEFAULT_TOPOLOGY
+            aqgate_admin::DEFAULT_TOPOLOGY
         ),
     )
     .expect("topology");

@@ -104,7 +104,7 @@ fn saml_settings_are_refused_at_start_by_a_build_without_saml() {
     if cfg!(feature = "saml") {
         assert!(err.contains(&missing) && !err.contains("feature"), "{err}");
     } else {
-        assert!(err.contains(aqgate::SAML_FEATURE_MISSING), "{err}");
+        assert!(err.contains(aqgate_http::SAML_FEATURE_MISSING), "{err}");
     }
     let file = std::env::temp_dir().join(format!("aqgate-test-saml-{}.toml", free_port()));
     std::fs::write(&file, format!("[saml]\nidp_metadata = {missing:?}\nentity_id = \"https://aq.example.com/sp\"\n"))
@@ -117,7 +117,7 @@ fn saml_settings_are_refused_at_start_by_a_build_without_saml() {
     if cfg!(feature = "saml") {
         assert!(err.contains(&missing) && err.contains("would not start"), "{err}");
     } else {
-        assert!(err.contains("saml.idp_metadata") && err.contains(aqgate::SAML_FEATURE_MISSING), "{err}");
+        assert!(err.contains("saml.idp_metadata") && err.contains(aqgate_http::SAML_FEATURE_MISSING), "{err}");
     }
 }
 
@@ -235,7 +235,7 @@ async fn sighup_reloads_the_topology_applied_by_another_process() {
     );
     let file = std::env::temp_dir().join(format!("aqgate-topo-{}.toml", std::process::id()));
     let extra = "\n[[queues]]\nname = \"AQUSER.LATE_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
-    std::fs::write(&file, format!("{}{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    std::fs::write(&file, format!("{}{extra}", aqgate_admin::DEFAULT_TOPOLOGY)).expect("write topology");
     let out = admin(&["apply", file.to_str().expect("utf-8 path"), "--database", &db]);
     assert!(out.contains("+ queue AQUSER.LATE_QUE"), "{out}");
     s.signal("-HUP");

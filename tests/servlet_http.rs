@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::error::code;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{self, Limits, Response};
 use common::*;
 
@@ -37,7 +37,7 @@ impl Server {
 
     async fn start_configured(b: Backend, limits: Limits, config: EngineConfig) -> Self {
         let url = fresh_url(b).await;
-        let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+        let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
         let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -51,7 +51,7 @@ impl Server {
     }
 
     async fn depth_total(&self) -> i64 {
-        aqgate::admin::queues(self.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
+        aqgate_admin::queues(self.engine.store().as_ref()).await.expect("queues").iter().map(|q| q.depth).sum()
     }
 }
 
@@ -517,7 +517,7 @@ async fn stateless_clients_do_not_pile_up_sessions_and_the_cap_holds() {
     // At the cap, a request that would leave a new session open is refused with 503 and
     // fault 18 (one that ends its transaction is served: tests/fair_shares.rs).
     let url = fresh_url(Backend::Sqlite).await;
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let shares = aqgate_core::engine::Shares { max_sessions: 2, ..Default::default() };
     let config = EngineConfig { shares, ..EngineConfig::default() };
     let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");

@@ -8,11 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aqgate::servlet::{AppState, app};
 use aqgate_core::clock::SystemClock;
 use aqgate_core::engine::{Engine, EngineConfig};
 use aqgate_core::error::code;
 use aqgate_directory::DirectoryConfig;
+use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::{Limits, Response};
 use common::*;
 
@@ -23,7 +23,7 @@ async fn ldap_destination_and_agent_alias_end_to_end_with_slapd() {
     let directory = aqgate_directory::open(&cfg).await.expect("ldap directory");
 
     let db = fresh_sqlite_url();
-    let store = store_with_topology(&db, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&db, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let config = EngineConfig { directory: Some(directory), ..Default::default() };
     let engine = Engine::start(store, Arc::new(SystemClock), config).await.expect("engine");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

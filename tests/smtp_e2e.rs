@@ -432,7 +432,7 @@ async fn a_signed_request_naming_another_sender_is_refused() {
 async fn a_restarted_node_takes_back_the_claims_of_its_dead_predecessor_at_once() {
     use aqgate_core::store::SpoolPut;
     let db = fresh_pg_url().await;
-    let store = store_with_topology(&db, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&db, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let send = example("01").replace("</message_set>", "</message_set><AQXmlCommit/>");
     let SpoolPut::New(id) = store.spool_put(&spooled("<order-claimed@example.com>", &send)).await.expect("spool")
     else {

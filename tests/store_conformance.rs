@@ -92,7 +92,7 @@ on_both_backends!(
 const RAWQ: &str = "AQUSER.RAW_QUE";
 
 async fn depth(h: &Harness, queue: &str) -> i64 {
-    aqgate::admin::queues(h.engine.store().as_ref())
+    aqgate_admin::queues(h.engine.store().as_ref())
         .await
         .expect("queues")
         .into_iter()
@@ -228,7 +228,7 @@ async fn a_transaction_the_store_lost_part_of_must_roll_back(b: Backend) {
 async fn exception_queues_are_of_the_messages_own_queue_table(b: Backend) {
     let topo = format!(
         "{}\n[[queues]]\nname = \"AQUSER.RAW_ERRORS\"\nqueue_table = \"AQUSER.RAW_TAB\"\nexception = true\n",
-        aqgate::DEFAULT_TOPOLOGY
+        aqgate_admin::DEFAULT_TOPOLOGY
     );
     let h = Harness::with_topology(b, &topo).await;
     let mut p = h.session("scott");
@@ -279,19 +279,19 @@ async fn a_queue_with_messages_keeps_its_payload_type(b: Backend) {
     let h = Harness::new(b).await;
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
-    let retyped = aqgate::DEFAULT_TOPOLOGY.replace(
+    let retyped = aqgate_admin::DEFAULT_TOPOLOGY.replace(
         "name = \"AQUSER.RAW_TAB\"\npayload_type = \"RAW\"",
         "name = \"AQUSER.RAW_TAB\"\npayload_type = \"SYS.XMLTYPE\"",
     );
-    assert_ne!(retyped, aqgate::DEFAULT_TOPOLOGY);
+    assert_ne!(retyped, aqgate_admin::DEFAULT_TOPOLOGY);
     let t = aqgate_core::topology::Topology::from_toml(&retyped).expect("topology");
     let store = h.engine.store();
     for dry_run in [true, false] {
-        let e = aqgate::admin::apply(store.as_ref(), &t, dry_run).await.expect_err("refused");
+        let e = aqgate_admin::apply(store.as_ref(), &t, dry_run).await.expect_err("refused");
         assert!(e.to_string().contains("AQUSER.RAW_QUE holds 1 message"), "{e}");
     }
     assert_eq!(recv_raw(&h, &mut p, "", COMMIT).await, Ok("01".into()), "still RAW, still readable");
-    let changes = aqgate::admin::apply(store.as_ref(), &t, false).await.expect("empty now");
+    let changes = aqgate_admin::apply(store.as_ref(), &t, false).await.expect("empty now");
     assert!(!changes.is_empty());
 }
 
@@ -457,7 +457,7 @@ async fn locked_messages_are_skipped_by_others_until_commit(b: Backend) {
 async fn a_job_batch_ended_by_a_restart_does_not_count_against_its_messages(b: Backend) {
     let job = "[[queues]]\nname = \"AQUSER.RAW_ARCHIVE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n\n\
                [[propagations]]\nname = \"arch\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"AQUSER.RAW_ARCHIVE\"\n";
-    let h = Harness::with_topology(b, &format!("{}\n{job}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let h = Harness::with_topology(b, &format!("{}\n{job}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(RAWQ, &[("", "01")], COMMIT)).await.expect("send");
     for run in 0..7 {
@@ -546,7 +546,7 @@ async fn a_job_batch_leaves_no_session_row(b: Backend) {
 /// at once, leaving no session row; a rollback puts every one back, not counted against it.
 async fn a_job_batch_in_one_transaction_moves_all_or_nothing(b: Backend) {
     let archive = "[[queues]]\nname = \"AQUSER.RAW_ARCHIVE\"\nqueue_table = \"AQUSER.RAW_TAB\"\n";
-    let h = Harness::with_topology(b, &format!("{}\n{archive}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let h = Harness::with_topology(b, &format!("{}\n{archive}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let store = h.engine.store().clone();
     let mut p = h.session("scott");
     let msgs: Vec<(&str, &str)> = ["01", "02", "03", "04", "05"].iter().map(|x| ("", *x)).collect();
@@ -786,9 +786,9 @@ async fn later_subscribers_see_only_later_messages(b: Backend) {
     let mut p = h.session("scott");
     h.run(&mut p, &publish_emp(10, "", COMMIT)).await.expect("publish");
     let topo =
-        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate::DEFAULT_TOPOLOGY);
+        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"LATE\"\n", aqgate_admin::DEFAULT_TOPOLOGY);
     let t = aqgate_core::topology::Topology::from_toml(&topo).expect("topology");
-    let changes = aqgate::admin::apply(h.engine.store().as_ref(), &t, false).await.expect("apply");
+    let changes = aqgate_admin::apply(h.engine.store().as_ref(), &t, false).await.expect("apply");
     assert_eq!(changes.len(), 1, "{changes:?}");
     h.engine.reload().await.expect("reload");
     h.run(&mut p, &publish_emp(20, "", COMMIT)).await.expect("publish");
@@ -1175,7 +1175,7 @@ async fn registrations(b: Backend) {
         notify_mail_policy: std::sync::Arc::new(mail),
         ..aqgate_core::engine::EngineConfig::default()
     };
-    let h = Harness::with_config(b, aqgate::DEFAULT_TOPOLOGY, config).await;
+    let h = Harness::with_config(b, aqgate_admin::DEFAULT_TOPOLOGY, config).await;
     let mut s = h.session("scott");
     let reg = |url: &str| register("AQUSER.EMP_TOPIC", "APP1", url);
     assert!(matches!(h.run(&mut s, &reg("mailto:app1@example.com")).await, Ok(Response::Register(_))));
@@ -1516,8 +1516,8 @@ async fn a_multi_consumer_message_moves_once_no_consumer_can_take_it(b: Backend)
 /// rollback of a message is one too many.
 fn one_retry_topology() -> String {
     let q = "name = \"AQUSER.EMP_TOPIC\"\nqueue_table = \"AQUSER.EMP_TOPIC_TAB\"\n";
-    assert!(aqgate::DEFAULT_TOPOLOGY.contains(q));
-    aqgate::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1)
+    assert!(aqgate_admin::DEFAULT_TOPOLOGY.contains(q));
+    aqgate_admin::DEFAULT_TOPOLOGY.replacen(q, &format!("{q}max_retries = 1\n"), 1)
 }
 
 const EMP_EQ: &str = "AQUSER.AQ$_EMP_TOPIC_TAB_E";
@@ -1819,11 +1819,11 @@ async fn payload_conditions_on_adt_and_jms(b: Backend) {
 }
 
 async fn disabled_queues_refuse(b: Backend) {
-    let topo = aqgate::DEFAULT_TOPOLOGY.replace(
+    let topo = aqgate_admin::DEFAULT_TOPOLOGY.replace(
         "name = \"AQUSER.RAW_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"",
         "name = \"AQUSER.RAW_QUE\"\nqueue_table = \"AQUSER.RAW_TAB\"\nenqueue = false\ndequeue = false",
     );
-    assert_ne!(topo, aqgate::DEFAULT_TOPOLOGY);
+    assert_ne!(topo, aqgate_admin::DEFAULT_TOPOLOGY);
     let h = Harness::with_topology(b, &topo).await;
     let mut s = h.session("scott");
     assert_eq!(fault_code(h.run(&mut s, &raw_send(RAWQ, &[("", "01")], COMMIT)).await), code::ENQUEUE_DISABLED);
@@ -1837,7 +1837,7 @@ async fn disabled_queues_refuse(b: Backend) {
 
 async fn consumers_removing_at_once_leave_no_orphans(b: Backend) {
     let topo =
-        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"APP2\"\n", aqgate::DEFAULT_TOPOLOGY);
+        format!("{}\n[[subscribers]]\nqueue = \"AQUSER.EMP_TOPIC\"\nname = \"APP2\"\n", aqgate_admin::DEFAULT_TOPOLOGY);
     let h = std::sync::Arc::new(Harness::with_topology(b, &topo).await);
     let mut p = h.session("scott");
     for i in 0..30 {
@@ -1928,7 +1928,7 @@ async fn many_open_sessions_share_few_connections(b: Backend) {
     let n = 10_000;
     let shares = aqgate_core::engine::Shares { max_sessions_per_agent: n, ..Default::default() };
     let config = aqgate_core::engine::EngineConfig { shares, ..Default::default() };
-    let h = Harness::with_config(b, aqgate::DEFAULT_TOPOLOGY, config).await;
+    let h = Harness::with_config(b, aqgate_admin::DEFAULT_TOPOLOGY, config).await;
     let mut sessions = Vec::with_capacity(n);
     let xml = raw_send(RAWQ, &[("", "01")], "");
     let req = aqgate_proto::idap::parse_request(xml.as_bytes(), &Default::default()).expect("parse").body;
@@ -2032,8 +2032,15 @@ async fn postgres_a_lost_provisional_send_is_never_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_commit_in_another_process_wakes_a_long_poll() {
     let a = std::sync::Arc::new(Harness::new(Backend::Postgres).await);
-    let (_stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(aqgate::server::time_manager(a.engine.clone(), Duration::from_secs(3600), rx));
+    // The listener's signals wake this process's waiters, as the binary's time manager
+    // forwards them (`serve` itself: `two_nodes_on_one_postgres_serve_any_session`).
+    let mut signals = a.engine.store().listen().await.expect("listen").expect("PostgreSQL listens");
+    let engine = a.engine.clone();
+    tokio::spawn(async move {
+        while let Some(q) = signals.recv().await {
+            engine.wake(q);
+        }
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let b = second_process(&a).await;
     let a2 = a.clone();
@@ -2749,7 +2756,7 @@ async fn postgres_upgrade_moves_single_consumer_deliveries_into_messages() {
     .expect("topic deliveries");
     sqlx::query("SELECT setval('messages_seq_seq', 4)").execute(&mut conn).await.expect("sequence");
 
-    let store = store_with_topology(&url, aqgate::DEFAULT_TOPOLOGY).await;
+    let store = store_with_topology(&url, aqgate_admin::DEFAULT_TOPOLOGY).await;
     let moved: Vec<(i64, bool, i64, i64, Option<String>)> =
         sqlx::query_as("SELECT seq, single, prio_key, retry_count, lock_txn FROM messages ORDER BY seq")
             .fetch_all(&mut conn)
@@ -2982,7 +2989,7 @@ async fn recv_from(h: &Harness, s: &mut aqgate_core::engine::Session, queue: &st
 }
 
 async fn grouped_multi_consumer_queues_hold_a_group_per_consumer(b: Backend) {
-    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let q = "AQUSER.GRP_MC";
     let mut p = h.session("scott");
     h.run(&mut p, &raw_send(q, &[("", "11"), ("<priority>2</priority>", "12")], "")).await.expect("send");
@@ -3025,7 +3032,7 @@ async fn grouped_multi_consumer_queues_hold_a_group_per_consumer(b: Backend) {
 }
 
 async fn grouped_queues_order_groups_by_their_first_message(b: Backend) {
-    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate::DEFAULT_TOPOLOGY)).await;
+    let h = Harness::with_topology(b, &format!("{}\n{GROUPED}", aqgate_admin::DEFAULT_TOPOLOGY)).await;
     let q = "AQUSER.GRP_PRIO";
     let prio = |n: i64| format!("<priority>{n}</priority>");
     let (p5, p1, p2, p3) = (prio(5), prio(1), prio(2), prio(3));

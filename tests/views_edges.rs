@@ -80,7 +80,7 @@ struct T {
 impl T {
     async fn new(b: Backend) -> T {
         let url = fresh_url(b).await;
-        drop(store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate::DEFAULT_TOPOLOGY)).await);
+        drop(store_with_topology(&url, &format!("{}\n{EXTRA}", aqgate_admin::DEFAULT_TOPOLOGY)).await);
         T::on(url, 0).await
     }
 
@@ -107,7 +107,7 @@ impl T {
 
     /// `admin messages` rows as (corr, consumer, state, retry, queue), and "more".
     async fn listing(&self, queue: &str, state: Option<&str>, limit: i64) -> (Vec<Row>, bool) {
-        let (rows, more) = aqgate::admin::messages::messages(self.engine.store().as_ref(), queue, state, limit)
+        let (rows, more) = aqgate_admin::messages::messages(self.engine.store().as_ref(), queue, state, limit)
             .await
             .unwrap_or_else(|e| panic!("listing {queue} {state:?} {limit}: {e:?}"));
         let rows = rows
@@ -317,7 +317,7 @@ async fn original_msgid_of_a_plain_message(b: Backend) {
         sql_client(&t.url, r#"SELECT COALESCE(original_msgid, '<null>') FROM "AQUSER.AQ$RAW_TAB" WHERE corr_id = 'P'"#);
     assert_eq!(rows, ["<null>"], "{b:?}: the view");
     let (rows, _) =
-        aqgate::admin::messages::messages(t.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10).await.expect("list");
+        aqgate_admin::messages::messages(t.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10).await.expect("list");
     let orig = rows[0].iter().find(|(c, _)| *c == "original_msgid").map(|(_, v)| v.clone());
     assert_eq!(orig, Some(None), "{b:?}: admin messages");
 }
@@ -504,17 +504,17 @@ async fn long_queue_table_names(b: Backend) {
         format!(
             "{}\n[[queue_tables]]\nname = \"{name}\"\npayload_type = \"RAW\"\n\n\
              [[queues]]\nname = \"AQUSER.LONG_Q\"\nqueue_table = \"{name}\"\n",
-            aqgate::DEFAULT_TOPOLOGY
+            aqgate_admin::DEFAULT_TOPOLOGY
         )
     };
     let url = fresh_url(b).await;
     let store = aqgate_store::open(&url).await.expect("store");
     let too_long = aqgate_core::topology::Topology::from_toml(&topology(&table(61))).expect("parses");
-    let e = aqgate::admin::apply(store.as_ref(), &too_long, false).await.expect_err("refused");
+    let e = aqgate_admin::apply(store.as_ref(), &too_long, false).await.expect_err("refused");
     assert!(e.to_string().contains("at most 60 bytes"), "{b:?}: {e}");
     let longest = table(60);
     let t = aqgate_core::topology::Topology::from_toml(&topology(&longest)).expect("parses");
-    aqgate::admin::apply(store.as_ref(), &t, false).await.unwrap_or_else(|e| panic!("{b:?}: {e}"));
+    aqgate_admin::apply(store.as_ref(), &t, false).await.unwrap_or_else(|e| panic!("{b:?}: {e}"));
     let view = longest.replacen('.', ".AQ$", 1);
     let rows = sql_client(&url, &format!(r#"SELECT count(*) FROM "{view}""#));
     assert_eq!(rows, ["0"], "{b:?}");
@@ -592,12 +592,12 @@ async fn object_types_named_like_anydatas_built_ins_on_sqlite() {
             "{}\n[[types]]\nname = \"{name}\"\nkind = \"object\"\nattributes = [ {{ name = \"X\", type = \"NUMBER\" }} ]\n\n\
              [[queue_tables]]\nname = \"AQUSER.ANY_TAB\"\npayload_type = \"SYS.ANYDATA\"\n\n\
              [[queues]]\nname = \"AQUSER.ANY_Q\"\nqueue_table = \"AQUSER.ANY_TAB\"\n",
-            aqgate::DEFAULT_TOPOLOGY
+            aqgate_admin::DEFAULT_TOPOLOGY
         );
         let Ok(parsed) = aqgate_core::topology::Topology::from_toml(&topo) else { continue };
         let url = fresh_url(Backend::Sqlite).await;
         let store = aqgate_store::open(&url).await.expect("store");
-        if aqgate::admin::apply(store.as_ref(), &parsed, false).await.is_err() {
+        if aqgate_admin::apply(store.as_ref(), &parsed, false).await.is_err() {
             continue;
         }
         drop(store);

@@ -116,7 +116,7 @@ pub async fn fresh_url(b: Backend) -> String {
 pub async fn store_with_topology(url: &str, topology: &str) -> Arc<dyn Store> {
     let store = aqgate_store::open(url).await.expect("open store");
     let t = Topology::from_toml(topology).expect("topology parses");
-    aqgate::admin::apply(store.as_ref(), &t, false).await.expect("apply topology");
+    aqgate_admin::apply(store.as_ref(), &t, false).await.expect("apply topology");
     store
 }
 
@@ -130,7 +130,7 @@ pub const T0: i64 = 1_780_000_000_000_000;
 
 impl Harness {
     pub async fn new(b: Backend) -> Self {
-        Self::with_topology(b, aqgate::DEFAULT_TOPOLOGY).await
+        Self::with_topology(b, aqgate_admin::DEFAULT_TOPOLOGY).await
     }
 
     pub async fn with_topology(b: Backend, topology: &str) -> Self {
@@ -140,8 +140,12 @@ impl Harness {
     /// With the embedded (LDIF) demo directory.
     pub async fn with_directory(b: Backend) -> Self {
         let dir = aqgate_directory::open(&Default::default()).await.expect("embedded directory");
-        Self::with_config(b, aqgate::DEFAULT_TOPOLOGY, EngineConfig { directory: Some(dir), ..Default::default() })
-            .await
+        Self::with_config(
+            b,
+            aqgate_admin::DEFAULT_TOPOLOGY,
+            EngineConfig { directory: Some(dir), ..Default::default() },
+        )
+        .await
     }
 
     pub async fn with_config(b: Backend, topology: &str, config: EngineConfig) -> Self {

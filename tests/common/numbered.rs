@@ -68,7 +68,7 @@ queue_table = "AQUSER.RAW_TAB"
 
 /// Writes to `p` the demo topology, [`RAW_QUEUES`] and `extra`.
 pub fn write_demo_topology(p: &std::path::Path, extra: &str) {
-    std::fs::write(p, format!("{}\n{RAW_QUEUES}\n{extra}", aqgate::DEFAULT_TOPOLOGY)).expect("write topology");
+    std::fs::write(p, format!("{}\n{RAW_QUEUES}\n{extra}", aqgate_admin::DEFAULT_TOPOLOGY)).expect("write topology");
 }
 
 /// A new topology file (named after `tag`) of the demo topology, [`RAW_QUEUES`] and `extra`.

@@ -164,7 +164,7 @@ impl Engine {
     /// One round of the time manager: expired messages to their exception queues, buffered
     /// messages in memory past their time spilled to the store, processed messages past
     /// their retention deleted, idle sessions rolled back, and (when `purge`) ended sessions' tombstones and old
-    /// idempotency records dropped. The process schedules the rounds (`aqgate::server`).
+    /// idempotency records dropped. The process schedules the rounds (the binary's `server.rs`).
     /// Writes this process's copy of its in-memory buffered messages for the `AQ$` views,
     /// when it is out of date, or marks it current (see `buffered::shown`); `always`: at
     /// least the mark, which also drops the copies of processes that ended.

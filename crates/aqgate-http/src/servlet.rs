@@ -66,7 +66,15 @@ pub struct AppState {
     pub passwords: Arc<PasswordGate>,
     /// The turns for parsing large bodies off the runtime's worker (see [`parse`]).
     pub large_parses: Arc<parse::LargeParses>,
+    /// What `/metrics` shows after this crate's own figures; `None`: nothing more.
+    pub more_metrics: Option<MoreMetrics>,
 }
+
+/// Figures `/metrics` shows that the HTTP edge does not compute itself (the wiring passes in
+/// the administration read model's: the propagation jobs and the gateway links), rendered
+/// as Prometheus text; an error (a store that does not answer) makes `/metrics` a 503.
+pub type MoreMetrics =
+    Arc<dyn Fn(Arc<Engine>) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
 
 /// Counts one request in [`AppState::in_flight`] for as long as it lives, also when the
 /// client goes away and the handler is dropped.
@@ -98,6 +106,7 @@ impl AppState {
             edge: crate::edge::Connections::new(crate::edge::EdgeConfig::default(), &engine.config().metrics),
             passwords: Arc::new(PasswordGate::new(PasswordLimits::default(), &engine.config().metrics)),
             large_parses: parse::LargeParses::new(),
+            more_metrics: None,
             engine,
         }
     }
@@ -114,8 +123,9 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Prometheus text: the counters of this process's metrics registry, requests in flight, and the outbox as the store
-/// has it (pending and parked notifications, also those of other processes), and every propagation job's state,
-/// backlog and lag (also of jobs that other processes run).
+/// has it (pending and parked notifications, also those of other processes), then what [`AppState::more_metrics`]
+/// renders (in the binary: every propagation job's state, backlog and lag, also of jobs that other processes run,
+/// and the gateway links').
 async fn metrics(State(s): State<AppState>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let mut out = String::new();
@@ -185,20 +195,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
             return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
         }
     }
-    let resolved = s.engine.resolved();
-    match crate::admin::status::figures(s.engine.store().as_ref(), &resolved, s.engine.now()).await {
-        Ok(jobs) => crate::admin::status::render(&jobs, &mut out),
-        Err(e) => {
-            tracing::warn!(error = %e.message, "metrics: propagation jobs");
-            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
-        }
-    }
-    let store = s.engine.store();
-    match tokio::try_join!(store.gateway_links(), store.agents()) {
-        Ok((links, agents)) => crate::admin::status::render_links(&links, &agents, s.engine.now(), &mut out),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics: gateway links");
-            return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+    if let Some(more) = &s.more_metrics {
+        match more(s.engine.clone()).await {
+            Ok(text) => out.push_str(&text),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics");
+                return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+            }
         }
     }
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()

@@ -23,14 +23,14 @@ use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
 use aqgate_core::topology::gateway::Direction;
 
-use crate::propagate::removals;
+use aqgate_propagate::removals;
 
-pub use crate::admin::status::JobFigures;
+pub use crate::status::JobFigures;
 
 /// Every job's figures now.
 pub async fn jobs(store: &dyn Store) -> Result<Vec<JobFigures>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
-    crate::admin::status::figures(store, &resolved, SystemClock.now()).await
+    crate::status::figures(store, &resolved, SystemClock.now()).await
 }
 
 /// Sets the stored job `name` enabled or disabled; `false` if there is no such job.

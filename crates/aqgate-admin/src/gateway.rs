@@ -15,7 +15,7 @@ use std::time::Duration;
 use aqgate_core::clock::{Clock, Micros, SystemClock};
 use aqgate_core::store::Store;
 
-use crate::admin::status::{agent_status, link_stale};
+use crate::status::{agent_status, link_stale};
 
 /// One agent as `admin gateway` shows it.
 #[derive(Debug, serde::Serialize)]

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use aqgate_core::clock::{MICROS_PER_SEC, Micros};
-use aqgate_core::engine::Resolved;
+use aqgate_core::engine::{Engine, Resolved};
 use aqgate_core::error::AqError;
 use aqgate_core::store::{AgentStatus, JobStatus, LinkStatus, Store};
 use aqgate_core::topology::gateway::Direction;
@@ -148,7 +148,7 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
     }
     // Removed jobs whose state at the broker is still to be ended, whether or not a process
     // is at it (the row, if any, carries the last error).
-    let pending = crate::propagate::removals::load(store).await?.into_iter().filter_map(|r| Some((r.name, r.pending?)));
+    let pending = aqgate_propagate::removals::load(store).await?.into_iter().filter_map(|r| Some((r.name, r.pending?)));
     for (name, b) in pending.filter(|(n, _)| !resolved.catalog.propagations.contains_key(n)) {
         let r = rows.remove(&name).unwrap_or_else(|| empty(&name));
         let live = r.owner.is_some() && r.lease_until.is_some_and(|t| t > now);
@@ -215,6 +215,24 @@ fn empty(name: &str) -> JobStatus {
 #[allow(clippy::cast_precision_loss)]
 fn lag_seconds(now: Micros, ready: Micros) -> f64 {
     (now.saturating_sub(ready).max(0) as f64) / (MICROS_PER_SEC as f64)
+}
+
+/// What `/metrics` shows of propagation (the servlet's `AppState::more_metrics` in the
+/// binary): every job's gauges ([`render`]) and the gateway links' ([`render_links`]), as
+/// the store has them now; an error names what could not be read.
+pub async fn metrics(engine: &Engine) -> Result<String, String> {
+    let mut out = String::new();
+    let resolved = engine.resolved();
+    let store = engine.store();
+    match figures(store.as_ref(), &resolved, engine.now()).await {
+        Ok(jobs) => render(&jobs, &mut out),
+        Err(e) => return Err(format!("propagation jobs: {}", e.message)),
+    }
+    match tokio::try_join!(store.gateway_links(), store.agents()) {
+        Ok((links, agents)) => render_links(&links, &agents, engine.now(), &mut out),
+        Err(e) => return Err(format!("gateway links: {e}")),
+    }
+    Ok(out)
 }
 
 /// The jobs' gauges in Prometheus text: state (1 for the job's state, 0 for the others),

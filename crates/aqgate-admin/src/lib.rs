@@ -1,8 +1,11 @@
-//! Administration, the `aqgate admin …` commands: applying a topology file (idempotent,
-//! prints what changed) here; the tables, one module each: queues and agents
-//! ([`topology`]), the mail spool ([`spool`]), notifications and registrations
-//! ([`notifications`]). Each command writes to the output it is given (standard output in
-//! the binary); a write that fails is an [`OutputError`].
+//! Administration: the read models and the `aqgate admin …` commands. Applying a topology
+//! file (idempotent, prints what changed) here; the tables, one module each: queues and
+//! agents ([`topology`]), a queue's messages ([`messages`]), the mail spool ([`spool`]),
+//! notifications and registrations ([`notifications`]), propagation jobs ([`jobs`]) and the
+//! Messaging Gateway ([`gateway`]), and the figures `admin jobs` and `/metrics` share
+//! ([`status`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
+//! output it is given (standard output in the binary); a write that fails is an
+//! [`OutputError`].
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -16,7 +19,7 @@ use aqgate_core::topology::{Catalog, Topology, canon};
 /// `writeln!` to a command's output, a failure as [`OutputError`] (with `?`).
 macro_rules! out {
     ($w:expr, $($arg:tt)*) => {
-        writeln!($w, $($arg)*).map_err($crate::admin::OutputError)?
+        writeln!($w, $($arg)*).map_err($crate::OutputError)?
     };
 }
 
@@ -24,13 +27,14 @@ macro_rules! out {
 /// by the format's width), the one after `;` as the free-text last column (spaces kept).
 macro_rules! row {
     ($w:expr, $fmt:literal, $($cell:expr),+ ; $last:expr) => {
-        out!($w, $fmt, $($crate::admin::Cell::field(&$cell)),+, $crate::admin::Cell::last(&$last))
+        out!($w, $fmt, $($crate::Cell::field(&$cell)),+, $crate::Cell::last(&$last))
     };
     ($w:expr, $fmt:literal, $($cell:expr),+ $(,)?) => {
-        out!($w, $fmt, $($crate::admin::Cell::field(&$cell)),+)
+        out!($w, $fmt, $($crate::Cell::field(&$cell)),+)
     };
 }
 
+pub mod cli;
 pub mod gateway;
 pub mod jobs;
 pub mod messages;
@@ -40,6 +44,10 @@ pub mod status;
 pub mod topology;
 
 pub use topology::{AgentRow, QueueRow, agents, queues};
+
+/// The topology the repository ships: the types, queues, subscribers and agents the
+/// examples in `examples/` use (demo passwords, marked as such in the file).
+pub const DEFAULT_TOPOLOGY: &str = include_str!("../../../config/topology.toml");
 
 /// One field of an admin table as printed. What the store holds came from clients (a
 /// correlation, a consumer, a mail's Message-ID, a broker's error), so nothing of it may
@@ -214,7 +222,7 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
     let catalog: Catalog =
         wanted.resolve(&|_| Err("unreachable: passwords are hashed".into())).map_err(ApplyError::Invalid)?;
     // A link whose broker's client this build lacks could never connect.
-    let unbuilt = crate::propagate::gateway::unbuilt_links(&catalog);
+    let unbuilt = aqgate_propagate::gateway::unbuilt_links(&catalog);
     if !unbuilt.is_empty() {
         return Err(ApplyError::Invalid(unbuilt));
     }
@@ -223,10 +231,10 @@ pub async fn apply(store: &dyn Store, wanted: &Topology, dry_run: bool) -> Resul
 
     let new_rows = rows_of(&wanted)?;
     // Removed jobs' records are no part of a file (`propagate::removals`).
-    let records = crate::propagate::removals::of_rows(&current_rows);
+    let records = aqgate_propagate::removals::of_rows(&current_rows);
     let old_rows: BTreeMap<(String, String), String> = current_rows
         .into_iter()
-        .filter(|(k, _, _)| k != crate::propagate::removals::KIND)
+        .filter(|(k, _, _)| k != aqgate_propagate::removals::KIND)
         .map(|(k, n, s)| ((k, n), s))
         .collect();
     let mut changes = Vec::new();
@@ -287,9 +295,9 @@ async fn removal_records(
     tx: &mut dyn aqgate_core::store::StoreTx,
     current: &Topology,
     new_rows: &BTreeMap<(String, String), String>,
-    records: &[crate::propagate::removals::Removal],
+    records: &[aqgate_propagate::removals::Removal],
 ) -> Result<(), ApplyError> {
-    use crate::propagate::removals::{self, KIND};
+    use aqgate_propagate::removals::{self, KIND};
     let job = |name: &str| {
         ["gateway_job", "propagation"].iter().any(|k| new_rows.contains_key(&((*k).to_string(), name.to_string())))
     };
@@ -315,7 +323,7 @@ async fn removal_records(
 /// them), and the names of those left out.
 pub async fn apply_at_start(store: &dyn Store, file: &Topology) -> Result<(Vec<Change>, Vec<String>), ApplyError> {
     let removed: Vec<String> =
-        crate::propagate::removals::load(store).await?.into_iter().filter(|r| r.by_operator).map(|r| r.name).collect();
+        aqgate_propagate::removals::load(store).await?.into_iter().filter(|r| r.by_operator).map(|r| r.name).collect();
     let mut wanted = file.clone();
     let mut left_out = Vec::new();
     let mut keep = |name: &str| {

@@ -34,7 +34,7 @@ pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow
             e.attempts,
             names.get(&e.queue).map_or("?", String::as_str),
             if e.consumer.is_empty() { "-" } else { &e.consumer },
-            crate::notify::redact_url(&e.notify_url);
+            aqgate_notify::redact_url(&e.notify_url);
             e.last_error.as_deref().unwrap_or("-")
         );
     }
@@ -60,7 +60,7 @@ pub async fn print_registrations(store: &dyn Store, w: &mut dyn Write) -> anyhow
             names.get(&r.queue).map_or("?", String::as_str),
             if r.consumer.is_empty() { "-" } else { &r.consumer },
             r.agent;
-            crate::notify::redact_url(&r.notify_url)
+            aqgate_notify::redact_url(&r.notify_url)
         );
     }
     Ok(())
