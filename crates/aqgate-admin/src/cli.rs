@@ -135,6 +135,72 @@ pub enum AdminCommand {
     },
     /// Print an argon2 hash of the password read from standard input (for `password_hash`).
     HashPassword,
+    /// Move messages of an exception queue back to the queue each left, as new messages
+    /// linked to theirs (ORIGINAL_MSGID), with no failed dequeues, delay or expiration; a
+    /// batch per transaction, each with its audit row. Progress on standard error.
+    Replay {
+        /// The exception queue (`SCHEMA.NAME`).
+        queue: String,
+        #[command(flatten)]
+        db: Db,
+        /// Only this message (32 hex digits); repeat for several.
+        #[arg(long = "msgid", value_name = "ID")]
+        msgids: Vec<String>,
+        /// Only messages with this correlation.
+        #[arg(long, value_name = "C")]
+        correlation: Option<String>,
+        /// Only messages moved for this reason: TIME_EXPIRATION, MAX_RETRY_EXCEEDED,
+        /// PROPAGATION_FAILURE or INVALID_TRANSFORMATION.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Move at most N messages (1 to 10000).
+        #[arg(long, value_name = "N", default_value_t = crate::replay::DEFAULT_MAX)]
+        max: i64,
+        /// Messages per transaction (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = crate::replay::DEFAULT_BATCH)]
+        batch: i64,
+        /// List and count what would move; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Who replays (an agent's or operator's name), recorded in the audit log.
+        #[arg(long = "as", value_name = "NAME")]
+        actor: String,
+    },
+    /// The audit log: what operators did through `admin` (replays), newest first.
+    Audit {
+        #[command(flatten)]
+        db: Db,
+        /// Show at most N rows.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the store knows of one message: enqueue, delay, expiration, dequeues, the move
+    /// to an exception queue, copies and replays, the gateway's doubt, audit rows.
+    Timeline {
+        /// The message id (32 hex digits).
+        msgid: String,
+        #[command(flatten)]
+        db: Db,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The open IDAP sessions (of every process sharing the database): id hash prefix,
+    /// agent, idle time, locked and enqueued messages; or end one, rolling its transaction
+    /// back.
+    Sessions {
+        #[command(flatten)]
+        db: Db,
+        #[arg(long)]
+        json: bool,
+        /// End the session whose ID starts with these hex digits, its transaction rolled back.
+        #[arg(long, value_name = "ID")]
+        abort: Option<String>,
+    },
 }
 
 /// Runs an `aqgate admin` command, its output on standard output.
@@ -252,5 +318,26 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             }
         }
         AdminCommand::HashPassword => crate::print_password_hash(&mut std::io::stdin().lock(), out),
+        AdminCommand::Replay { queue, db, msgids, correlation, reason, max, batch, dry_run, json, actor } => {
+            let store = open(db).await?;
+            let filter = crate::replay::ReplayFilter { msgids, correlation, reason };
+            let req = crate::replay::ReplayRequest { queue, filter, max, batch, dry_run, actor };
+            let mut progress = |done: usize, of: usize| eprintln!("replayed {done} of {of}");
+            let report = crate::replay::replay(store.as_ref(), &req, &mut progress).await?;
+            crate::replay::print_replay(&report, json, out)
+        }
+        AdminCommand::Audit { db, limit, json } => {
+            crate::replay::print_audit(open(db).await?.as_ref(), limit, json, out).await
+        }
+        AdminCommand::Timeline { msgid, db, json } => {
+            crate::timeline::print_timeline(open(db).await?.as_ref(), &msgid, json, out).await
+        }
+        AdminCommand::Sessions { db, json, abort } => {
+            let store = open(db).await?;
+            match abort {
+                Some(id) => crate::sessions::print_abort(store.as_ref(), &id, json, out).await,
+                None => crate::sessions::print_sessions(store.as_ref(), json, out).await,
+            }
+        }
     }
 }

@@ -2,8 +2,9 @@
 //! file (idempotent, prints what changed) here; the tables, one module each: queues and
 //! agents ([`topology`]), a queue's messages ([`messages`]), the mail spool ([`spool`]),
 //! notifications and registrations ([`notifications`]), propagation jobs ([`jobs`]) and the
-//! Messaging Gateway ([`gateway`]), and the figures `admin jobs` and `/metrics` share
-//! ([`status`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
+//! Messaging Gateway ([`gateway`]), the figures `admin jobs` and `/metrics` share
+//! ([`status`]), replays from exception queues and the audit log ([`replay`]), a message's
+//! timeline ([`timeline`]) and the open sessions ([`sessions`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
 //! output it is given (standard output in the binary); a write that fails is an
 //! [`OutputError`].
 
@@ -39,8 +40,11 @@ pub mod gateway;
 pub mod jobs;
 pub mod messages;
 pub mod notifications;
+pub mod replay;
+pub mod sessions;
 pub mod spool;
 pub mod status;
+pub mod timeline;
 pub mod topology;
 
 pub use topology::{AgentRow, QueueRow, agents, queues};

@@ -21,6 +21,7 @@ pub use aqgate_proto::payload;
 
 pub type QueueId = i64;
 
+mod admin;
 mod error;
 mod jobs;
 mod messages;
@@ -28,14 +29,14 @@ mod notify;
 mod sessions;
 mod spool;
 mod views;
-pub use {error::*, jobs::*, messages::*, notify::*, sessions::*, spool::*, views::*};
+pub use {admin::*, error::*, jobs::*, messages::*, notify::*, sessions::*, spool::*, views::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The store: queues, messages and the topology, with its parts [`SessionStore`],
-/// [`SpoolStore`], [`NotifyStore`] and [`JobStore`].
+/// [`SpoolStore`], [`NotifyStore`], [`JobStore`] and [`AdminStore`].
 #[async_trait]
-pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + Send + Sync + 'static {
+pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore + Send + Sync + 'static {
     /// Starts a database transaction: one request is all-or-nothing.
     async fn begin(&self) -> Result<Box<dyn StoreTx>>;
 
@@ -318,6 +319,9 @@ pub trait StoreTx: Send {
     /// the queue it leaves, `why`, and the failed dequeues it had (its consumers' most);
     /// `forget_named`: the exception queue it named does not exist, and it names none now.
     async fn move_to_exception(&mut self, seq: i64, to: QueueId, forget_named: bool, why: Expiry) -> Result<()>;
+
+    /// Writes a row of the audit log (its `id` is assigned) in this transaction.
+    async fn audit_put(&mut self, r: &AuditRecord) -> Result<()>;
 
     /// Creates or replaces the registration of (queue, consumer, agent).
     async fn upsert_registration(&mut self, r: &Registration) -> Result<()>;

@@ -4,6 +4,8 @@
 
 // First: their macros write each part of the store once, for both backends below.
 #[macro_use]
+mod admin;
+#[macro_use]
 mod jobs;
 #[macro_use]
 mod messages;

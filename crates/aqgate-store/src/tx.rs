@@ -11,6 +11,24 @@ macro_rules! store_tx {
     ($tx:ty, { $($own:tt)* }) => {
         #[async_trait]
         impl StoreTx for $tx {
+            async fn audit_put(&mut self, r: &AuditRecord) -> Result<()> {
+                sqlx::query(crate::admin::AUDIT_PUT)
+                    .bind(r.at)
+                    .bind(&r.actor)
+                    .bind(&r.action)
+                    .bind(&r.queue)
+                    .bind(&r.target)
+                    .bind(r.count)
+                    .bind(&r.filter)
+                    .bind(&r.run)
+                    .bind(r.msgids.join(" "))
+                    .bind(r.ids_more)
+                    .execute(&mut *self.tx)
+                    .await
+                    .db()?;
+                Ok(())
+            }
+
             async fn gateway_seen_put(&mut self, job: &str, ids: &[String], now: Micros) -> Result<bool> {
                 gateway_tx!(seen_put, &mut *self.tx, job, ids, now)
             }

@@ -5,6 +5,7 @@
 //! expiration. The engine decides; the store persists. One request runs in one store
 //! transaction, so it is all-or-nothing.
 
+pub mod admin;
 mod buffered;
 pub mod context;
 mod dequeue;

@@ -73,23 +73,11 @@ impl Engine {
         before: Micros,
         until: Micros,
     ) -> Result<bool, AqError> {
-        let mut tx = self.store.begin().await?;
-        // First, so that of several processes exactly one goes on (the others wait for its
-        // row lock and then find the row gone).
-        if !tx.session_end(&row.id_hash, row.version, Some(before), Some((&row.agent, row.pending, until))).await? {
-            tx.rollback().await?;
+        let now = self.now();
+        let Some(woken) = admin::end_session(self.store.as_ref(), resolved, row, Some(before), until, now).await?
+        else {
             return Ok(false);
-        }
-        // A propagation job's batch is not the message's failure (see `Engine::rollback`):
-        // a job that restarts, or a batch that outlived the session timeout, leaves its
-        // messages' retry counts as they were.
-        let counts = !crate::topology::propagation::is_job_agent(&row.agent);
-        let woken = if row.pending {
-            rollback_work(&mut *tx, resolved, &row.txn, counts, self.now()).await?
-        } else {
-            Vec::new()
         };
-        tx.commit().await?;
         self.staged.forget(&row.txn);
         self.sessions_ended();
         if row.pending {

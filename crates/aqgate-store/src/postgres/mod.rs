@@ -143,6 +143,13 @@ async fn ping_if_stale(conn: &mut sqlx::PgConnection, meta: sqlx::pool::PoolConn
     Ok(true)
 }
 
+admin_store!(PgStore, PgRow,
+    locked: "((SELECT count(*) FROM messages m WHERE m.lock_txn = s.txn)
+              + (SELECT count(*) FROM deliveries d WHERE d.lock_txn = s.txn))",
+    msg_locked: "m.lock_txn IS NOT NULL
+                 OR EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)",
+    retry: "GREATEST(m.retry_count, COALESCE((SELECT max(d.retry_count) FROM deliveries d WHERE d.msg_seq = m.seq), 0))");
+
 queue_store!(PgStore, PgRow, {
     fn holds_transactions(&self) -> bool {
         true

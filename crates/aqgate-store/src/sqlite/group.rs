@@ -387,7 +387,21 @@ impl Drop for GroupTx {
 }
 
 forward! {
+    impl AdminStore for GroupCommitStore, to self.inner {
+        async fn exception_page(&self, queue: QueueId, after_seq: i64, limit: i64) -> Result<Vec<ExceptionMessage>>;
+        async fn audit_list(&self, limit: i64) -> Result<Vec<AuditRecord>>;
+        async fn audit_of(&self, msgid_hex: &str) -> Result<Vec<AuditRecord>>;
+        async fn message_facts(&self, msgid: &[u8; 16]) -> Result<Option<MessageFacts>>;
+        async fn message_dequeues(&self, seq: i64) -> Result<Vec<DequeueFact>>;
+        async fn message_copies(&self, msgid: &[u8; 16]) -> Result<Vec<CopyFact>>;
+        async fn message_gateway(&self, msgid_hex: &str) -> Result<Vec<GatewayFact>>;
+        async fn open_sessions(&self, limit: i64) -> Result<Vec<OpenSession>>;
+    }
+}
+
+forward! {
     impl StoreTx for GroupTx, to self.tx()? {
+        async fn audit_put(&mut self, r: &AuditRecord) -> Result<()>;
         async fn session_put(&mut self, row: &SessionRow) -> Result<bool>;
         async fn session_end(
             &mut self,

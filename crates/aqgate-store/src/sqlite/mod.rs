@@ -101,6 +101,11 @@ impl SqliteStore {
     }
 }
 
+admin_store!(SqliteStore, SqliteRow,
+    locked: "(SELECT count(*) FROM deliveries d WHERE d.lock_txn = s.txn)",
+    msg_locked: "EXISTS (SELECT 1 FROM deliveries d WHERE d.msg_seq = m.seq AND d.lock_txn IS NOT NULL)",
+    retry: "COALESCE((SELECT max(d.retry_count) FROM deliveries d WHERE d.msg_seq = m.seq), 0)");
+
 queue_store!(SqliteStore, SqliteRow, {
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
         let tx = match self.pool.begin().await {
