@@ -84,8 +84,9 @@ async fn fail(h: &Harness, corrs: &[&str]) -> Vec<String> {
 async fn expire(h: &Harness, n: usize) {
     let mut s = h.session("JOHN");
     for start in (0..n).step_by(100) {
-        let hdrs: Vec<String> =
-            (start..n.min(start + 100)).map(|i| format!("<correlation>X{i}</correlation><expiration>1</expiration>")).collect();
+        let hdrs: Vec<String> = (start..n.min(start + 100))
+            .map(|i| format!("<correlation>X{i}</correlation><expiration>1</expiration>"))
+            .collect();
         let msgs: Vec<(&str, &str)> = hdrs.iter().map(|h| (h.as_str(), "0B")).collect();
         h.run(&mut s, &raw_send(Q, &msgs, COMMIT)).await.expect("send");
     }
@@ -155,7 +156,10 @@ async fn replay_moves_what_the_filter_takes(b: Backend) {
     let audit = audit.as_array().expect("rows");
     assert_eq!(audit.len(), 3, "a row per batch: {audit:?}");
     for a in audit {
-        assert_eq!((a["actor"].as_str(), a["action"].as_str(), a["queue"].as_str()), (Some("ops"), Some("replay"), Some(EQ)));
+        assert_eq!(
+            (a["actor"].as_str(), a["action"].as_str(), a["queue"].as_str()),
+            (Some("ops"), Some("replay"), Some(EQ))
+        );
         assert_eq!((a["count"].as_i64(), a["target"].as_str()), (Some(1), Some(Q)));
         assert_eq!(a["filter"], "--reason MAX_RETRY_EXCEEDED");
         assert_eq!(a["run"], r["run"]);
@@ -165,7 +169,10 @@ async fn replay_moves_what_the_filter_takes(b: Backend) {
     // The replayed message: receivable on its queue, no failed dequeues, linked to its id.
     let view = json(&admin(&h.url, &["messages", Q, "--json"]));
     let first = &view.as_array().expect("rows")[0];
-    assert_eq!((first["MSG_ID"].as_str(), first["ORIGINAL_MSGID"].as_str()), (Some(new0.as_str()), Some(ids[0].as_str())));
+    assert_eq!(
+        (first["MSG_ID"].as_str(), first["ORIGINAL_MSGID"].as_str()),
+        (Some(new0.as_str()), Some(ids[0].as_str()))
+    );
     assert_eq!((first["RETRY_COUNT"].as_str(), first["MSG_STATE"].as_str()), (Some("0"), Some("READY")));
     assert_eq!((first["CORR_ID"].as_str(), first["EXPIRATION"].as_str()), (Some("C0"), None));
     let mut s = h.session("SCOTT");
@@ -242,7 +249,7 @@ async fn a_killed_replay_loses_and_doubles_nothing(b: Backend) {
     child.kill().expect("kill -9");
     child.wait().expect("wait");
     let (q, eq) = depths(&h).await;
-    assert!(q >= 20 && q < N, "killed in the middle: {q} replayed");
+    assert!((20..N).contains(&q), "killed in the middle: {q} replayed");
     assert_eq!(q + eq, N, "every message in one of the two queues");
     let audit = json(&admin(&h.url, &["audit", "--json", "--limit", "100000"]));
     let counted: i64 = audit.as_array().expect("rows").iter().map(|a| a["count"].as_i64().unwrap_or(0)).sum();
@@ -283,7 +290,10 @@ async fn sessions_are_listed_and_aborted(b: Backend) {
     let list = list.as_array().expect("rows");
     assert_eq!(list.len(), 1, "{list:?}");
     let row = &list[0];
-    assert_eq!((row["agent"].as_str(), row["locked"].as_i64(), row["enqueued"].as_i64()), (Some("JOHN"), Some(1), Some(1)));
+    assert_eq!(
+        (row["agent"].as_str(), row["locked"].as_i64(), row["enqueued"].as_i64()),
+        (Some("JOHN"), Some(1), Some(1))
+    );
     assert_eq!(row["pending"], true);
     let id = row["id"].as_str().expect("id").to_string();
     assert_eq!(id.len(), 12, "a prefix of the hash only");
