@@ -140,12 +140,15 @@ pub async fn replay(
     let Some(q) = resolved.catalog.queues.get(&name) else {
         return Err(AqError::invalid(format!("no queue {name} (aqgate admin queues lists them)")));
     };
-    let Some(&qid) = resolved.ids.get(&name).filter(|_| q.is_exception_queue) else {
+    if !q.is_exception_queue {
         return Err(AqError::invalid(format!(
             "queue {name} is not an exception queue: a replay takes messages from an exception queue (such as \
              {}) back to the queue they left",
             q.exception_queue
         )));
+    }
+    let Some(&qid) = resolved.ids.get(&name) else {
+        return Err(AqError::invalid(format!("queue {name} is not in the database yet (aqgate admin apply makes it)")));
     };
     let (found, capped) = matching(store, qid, &req.filter, req.max as usize).await?;
     let run = format!("replay-{}", uuid_hex());
