@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole aqgate test suite on a fresh Debian machine: installs and starts what the
-# tests need (PostgreSQL, RabbitMQ, NATS, Mosquitto), then runs fmt, clippy and every test on both store backends, then
+# tests need (PostgreSQL, RabbitMQ, NATS, Mosquitto), then runs fmt, clippy and every test (the browser tests in headless Chromium among them) on both store backends, then
 # the README's quick start on a fresh machine (scripts/fresh-machine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,7 @@ export AQGATE_TEST_PG_URL="${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5
 scripts/ensure-postgres.sh
 scripts/ensure-brokers.sh
 scripts/ensure-tools.sh
+scripts/ensure-chromium.sh   # tests/browser.rs: Debian's chromium and chromium-driver
 
 # Each test makes its own database / SQLite file; drop what earlier runs left behind.
 psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'aqgate\_t\_%'" |

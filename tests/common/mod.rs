@@ -2,12 +2,13 @@
 //! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
 //! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`]), a
 //! real SAML IdP ([`simplesamlphp`]), private brokers to kill ([`brokers`]), a TCP proxy
-//! that cuts connections ([`cutproxy`]), what the Messaging Gateway's tests share ([`gateway`])
-//! and IDAP over HTTP ([`idap_http`]).
+//! that cuts connections ([`cutproxy`]), what the Messaging Gateway's tests share ([`gateway`]),
+//! IDAP over HTTP ([`idap_http`]) and a real headless Chromium ([`browser`]).
 #![allow(dead_code, unused_imports)]
 
 // `idap` is the protocol crate's module here.
 pub mod brokers;
+pub mod browser;
 pub mod cutproxy;
 pub mod gateway;
 #[path = "idap.rs"]
