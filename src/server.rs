@@ -187,8 +187,7 @@ impl Duties {
         } else {
             // Leases of an earlier run on this host that is dead (this one restarted after a
             // kill): taken over now, not after their lease time.
-            aqgate_propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner)
-                .await;
+            aqgate_propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
         }
         let control = tokio::spawn(aqgate_propagate::control::run(
             engine.clone(),

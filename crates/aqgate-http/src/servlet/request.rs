@@ -126,7 +126,9 @@ async fn admit(
 ) -> Result<(Who, Bytes), Response> {
     if !content_type_ok(headers) {
         login::discard_arrived(headers, body).await;
-        return Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response());
+        return Err(
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response()
+        );
     }
     // Over TLS the cookie is Secure: the client sends it back over HTTPS only.
     s.secure_cookie |= tls.is_some();
@@ -169,8 +171,7 @@ async fn check(s: &AppState, headers: &HeaderMap, who: &Who, body: &Bytes) -> Re
         m.to_str()
             .map_err(|_| AqError::invalid("IDAPMethodName header is not text"))
             .and_then(|v| {
-                idap::check_method_header(v, &envelope.body)
-                    .map_err(|e| AqError::client(e.error_code(), e.to_string()))
+                idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
             })
             .map_err(|e| fault(&e, None))?;
     }
