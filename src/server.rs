@@ -95,7 +95,11 @@ fn sole_server_on_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
     }
 }
 
-/// Runs until `shutdown` resolves; in-flight requests finish first.
+/// Runs until `shutdown` resolves; in-flight requests finish first. The phases: the
+/// SQLite lock, the engine on its store ([`start_engine`]), its background duties
+/// ([`Duties::start`]), the listeners ([`Listeners::bind`]), the mail tasks, the servlet's
+/// state ([`servlet_state`]) and its reloads ([`spawn_reloader`]), serving until
+/// `shutdown` ([`Listeners::serve`]), then the duties stopped and awaited.
 pub async fn serve(
     cfg: ServeConfig,
     listener: TcpListener,
@@ -108,8 +112,31 @@ pub async fn serve(
     let mut edge_cfg = cfg.edge.clone();
     edge_cfg.max_connections =
         aqgate_http::edge::fit_to_nofile(edge_cfg.max_connections, aqgate_http::edge::raise_nofile());
-    // One metrics registry for the process: the store, the engine and the dispatcher
-    // register their counters in it, the servlet renders it.
+    let engine = start_engine(&cfg).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The control plane: changes in the store ask for a reload (`spawn_reloader`).
+    let (changed_tx, changed_rx) = tokio::sync::mpsc::channel(1);
+    let duties = Duties::start(&engine, &cfg, _sole.is_some(), changed_tx, &stop_rx).await?;
+    let listeners = Listeners::bind(&cfg, listener, mail.is_some()).await?;
+    let mail_tasks = match mail {
+        Some(m) => start_mail(engine.clone(), listeners.servlet_url()?, m, stop_rx.clone())?,
+        None => Vec::new(),
+    };
+    let state = servlet_state(&engine, &cfg, edge_cfg);
+    spawn_reloader(&engine, &state, listeners.tls.clone(), cfg.propagation_lease.agent.clone(), changed_rx);
+    let served = listeners.serve(state, shutdown).await?;
+    let _ = stop_tx.send(true);
+    duties.join().await;
+    for t in mail_tasks {
+        let _ = t.await;
+    }
+    served
+}
+
+/// The store opened (its counters in the process's one metrics registry, which the engine
+/// and the dispatcher share and the servlet renders), the topology file applied when one
+/// is given (leaving out the jobs an operator removed), and the engine started on it.
+async fn start_engine(cfg: &ServeConfig) -> anyhow::Result<Arc<Engine>> {
     let engine_cfg = cfg.engine.clone();
     let store = aqgate_store::open_with(&cfg.database_url, &engine_cfg.metrics).await?;
     if let Some(text) = &cfg.topology {
@@ -126,64 +153,162 @@ pub async fn serve(
             );
         }
     }
-    let engine = Engine::start(store, Arc::new(SystemClock), engine_cfg).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let bg = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop_rx.clone()));
-    if _sole.is_some() {
-        // Alone on the SQLite file: a lease still held is a killed process's, taken over now
-        // rather than when it ends.
-        let n = engine.store().job_leases_clear(None).await?;
-        if n > 0 {
-            tracing::info!(jobs = n, "ended the propagation leases of an earlier run");
+    Ok(Engine::start(store, Arc::new(SystemClock), engine_cfg).await?)
+}
+
+/// The engine's background duties, each a task that ends when `stop` changes.
+struct Duties {
+    time_manager: tokio::task::JoinHandle<()>,
+    jobs: tokio::task::JoinHandle<()>,
+    control: tokio::task::JoinHandle<()>,
+    notifier: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Duties {
+    /// Starts the time manager; takes over the propagation leases an earlier run left
+    /// (all of them when alone on a SQLite file, else those of dead processes on this
+    /// host); starts the control plane (which sends on `changed` when the store changed),
+    /// the propagation jobs and the notification dispatcher (if configured).
+    async fn start(
+        engine: &Arc<Engine>,
+        cfg: &ServeConfig,
+        sole: bool,
+        changed: tokio::sync::mpsc::Sender<()>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<Self> {
+        let time_manager = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop.clone()));
+        if sole {
+            // Alone on the SQLite file: a lease still held is a killed process's, taken over now
+            // rather than when it ends.
+            let n = engine.store().job_leases_clear(None).await?;
+            if n > 0 {
+                tracing::info!(jobs = n, "ended the propagation leases of an earlier run");
+            }
+        } else {
+            // Leases of an earlier run on this host that is dead (this one restarted after a
+            // kill): taken over now, not after their lease time.
+            aqgate_propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
         }
-    } else {
-        // Leases of an earlier run on this host that is dead (this one restarted after a
-        // kill): taken over now, not after their lease time.
-        aqgate_propagate::lease::end_dead_local_leases(engine.store().as_ref(), &cfg.propagation_lease.owner).await;
+        let control = tokio::spawn(aqgate_propagate::control::run(
+            engine.clone(),
+            cfg.propagation_lease.agent.clone(),
+            (cfg.propagation_lease.ttl, aqgate_propagate::control::POLL),
+            changed,
+            stop.clone(),
+        ));
+        let jobs = tokio::spawn(aqgate_propagate::run(
+            engine.clone(),
+            Duration::from_secs(1),
+            cfg.propagation_lease.clone(),
+            stop.clone(),
+        ));
+        let notifier = match cfg.notify.clone() {
+            Some(n) => {
+                let d = aqgate_notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
+                Some(tokio::spawn(d.run(stop.clone())))
+            }
+            None => None,
+        };
+        Ok(Self { time_manager, jobs, control, notifier })
     }
-    // The control plane: changes in the store ask for a reload (below), the agent's row.
-    let (changed_tx, mut changed_rx) = tokio::sync::mpsc::channel(1);
-    let control = tokio::spawn(aqgate_propagate::control::run(
-        engine.clone(),
-        cfg.propagation_lease.agent.clone(),
-        (cfg.propagation_lease.ttl, aqgate_propagate::control::POLL),
-        changed_tx,
-        stop_rx.clone(),
-    ));
-    let jobs = tokio::spawn(aqgate_propagate::run(
-        engine.clone(),
-        Duration::from_secs(1),
-        cfg.propagation_lease.clone(),
-        stop_rx.clone(),
-    ));
-    let notifier = match cfg.notify.clone() {
-        Some(n) => {
-            let d = aqgate_notify::Dispatcher::new(engine.clone(), n).map_err(|e| anyhow::anyhow!(e))?;
-            Some(tokio::spawn(d.run(stop_rx.clone())))
+
+    /// Waits for every duty to end (after `stop` changed).
+    async fn join(self) {
+        let _ = self.time_manager.await;
+        let _ = self.jobs.await;
+        let _ = self.control.await;
+        if let Some(n) = self.notifier {
+            let _ = n.await;
         }
-        None => None,
-    };
-    let tls = cfg.tls.clone().map(aqgate_http::https::Reloadable::load).transpose()?;
-    let plain = match cfg.plain_listen {
-        Some(a) => Some(TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("--plain-listen {a}: {e}"))?),
-        None => None,
-    };
-    // The in-process mail worker posts to the servlet over plain HTTP on loopback: the
-    // plain listener, or one of its own on an ephemeral loopback port beside HTTPS.
-    let internal = match (&tls, &plain, &mail) {
-        (Some(_), None, Some(_)) => Some(TcpListener::bind("127.0.0.1:0").await?),
-        _ => None,
-    };
-    let mut mail_tasks = Vec::new();
-    if let Some(m) = mail {
-        let http = match (&plain, &internal) {
+    }
+}
+
+/// The servlet's listeners: the main one (HTTPS when `tls`), a plain-HTTP one beside it
+/// (`--plain-listen`), and the in-process mail worker's own loopback one when HTTPS has
+/// no plain listener beside it.
+struct Listeners {
+    main: TcpListener,
+    tls: Option<aqgate_http::https::Reloadable>,
+    plain: Option<TcpListener>,
+    internal: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Loads the TLS files and binds the listeners beside `main` (`mail`: the mail worker
+    /// runs in this process).
+    async fn bind(cfg: &ServeConfig, main: TcpListener, mail: bool) -> anyhow::Result<Self> {
+        let tls = cfg.tls.clone().map(aqgate_http::https::Reloadable::load).transpose()?;
+        let plain = match cfg.plain_listen {
+            Some(a) => Some(TcpListener::bind(a).await.map_err(|e| anyhow::anyhow!("--plain-listen {a}: {e}"))?),
+            None => None,
+        };
+        // The in-process mail worker posts to the servlet over plain HTTP on loopback: the
+        // plain listener, or one of its own on an ephemeral loopback port beside HTTPS.
+        let internal = match (&tls, &plain, mail) {
+            (Some(_), None, true) => Some(TcpListener::bind("127.0.0.1:0").await?),
+            _ => None,
+        };
+        Ok(Self { main, tls, plain, internal })
+    }
+
+    /// Where the in-process mail worker posts its requests.
+    fn servlet_url(&self) -> anyhow::Result<String> {
+        let http = match (&self.plain, &self.internal) {
             (Some(l), _) | (None, Some(l)) => l.local_addr()?,
-            (None, None) => listener.local_addr()?,
+            (None, None) => self.main.local_addr()?,
         };
         let host = if http.ip().is_unspecified() { "127.0.0.1".to_string() } else { http.ip().to_string() };
-        let servlet_url = format!("http://{host}:{}/aqserv", http.port());
-        mail_tasks = start_mail(engine.clone(), servlet_url, m, stop_rx.clone())?;
+        Ok(format!("http://{host}:{}/aqserv", http.port()))
     }
+
+    /// Serves the servlet on every listener until `shutdown` resolves and their requests
+    /// have finished. The outer error: the main listener's task failed; the inner one is
+    /// what serving on it ended with.
+    async fn serve(
+        self,
+        state: AppState,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<anyhow::Result<()>> {
+        let edge = state.edge.clone();
+        // One shutdown signal for every listener.
+        let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = down_tx.send(true);
+        });
+        let down = move || {
+            let mut rx = down_rx.clone();
+            async move {
+                let _ = rx.wait_for(|d| *d).await;
+            }
+        };
+        let router = app(state);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        tracing::info!(addr = %self.main.local_addr()?, scheme, "aqgate servlet listening");
+        let main = match self.tls {
+            Some(t) => tokio::spawn(aqgate_http::https::serve(self.main, t, router.clone(), edge.clone(), down())),
+            None => tokio::spawn(aqgate_http::https::serve_plain(self.main, router.clone(), edge.clone(), down())),
+        };
+        let mut others = Vec::new();
+        if let Some(l) = self.plain {
+            tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
+            others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
+        }
+        if let Some(l) = self.internal {
+            others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
+        }
+        let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
+        for o in others {
+            let _ = o.await;
+        }
+        Ok(served)
+    }
+}
+
+/// The servlet's state: the engine, the request limits, cookies, SAML, the body timeout,
+/// the listeners' connection bounds, the password checks' bounds, and the propagation
+/// gauges `/metrics` adds.
+fn servlet_state(engine: &Arc<Engine>, cfg: &ServeConfig, edge_cfg: aqgate_http::edge::EdgeConfig) -> AppState {
     let mut state = AppState::new(engine.clone(), cfg.limits);
     state.secure_cookie = cfg.secure_cookie;
     state.saml = cfg.saml.clone();
@@ -192,94 +317,57 @@ pub async fn serve(
     state.passwords =
         Arc::new(aqgate_http::servlet::PasswordGate::new(cfg.passwords.clone(), &engine.config().metrics));
     state.more_metrics = Some(propagation_metrics());
-    let edge = state.edge.clone();
-    {
-        // The topology is reloaded (and the directory cache dropped) on SIGHUP and when the
-        // control plane sees a change in the store (`propagate::control`); SIGHUP also
-        // reloads the TLS files.
-        let engine = engine.clone();
-        let credentials = state.credentials.clone();
-        let tls = tls.clone();
-        let agent = cfg.propagation_lease.agent.clone();
-        #[cfg(unix)]
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        tokio::spawn(async move {
-            loop {
-                #[cfg(unix)]
-                let signalled = async {
-                    match hup.as_mut() {
-                        Some(h) => h.recv().await.is_some(),
-                        None => std::future::pending().await,
+    state
+}
+
+/// The topology is reloaded (and the directory cache dropped) on SIGHUP and when the
+/// control plane sees a change in the store (`propagate::control`, through `changed`);
+/// SIGHUP also reloads the TLS files.
+fn spawn_reloader(
+    engine: &Arc<Engine>,
+    state: &AppState,
+    tls: Option<aqgate_http::https::Reloadable>,
+    agent: Arc<aqgate_propagate::control::Agent>,
+    mut changed: tokio::sync::mpsc::Receiver<()>,
+) {
+    let engine = engine.clone();
+    let credentials = state.credentials.clone();
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    tokio::spawn(async move {
+        loop {
+            #[cfg(unix)]
+            let signalled = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await.is_some(),
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let signalled = std::future::pending::<bool>();
+            let hangup = tokio::select! {
+                s = signalled => {
+                    if !s {
+                        return;
                     }
-                };
-                #[cfg(not(unix))]
-                let signalled = std::future::pending::<bool>();
-                let hangup = tokio::select! {
-                    s = signalled => {
-                        if !s {
-                            return;
-                        }
-                        true
+                    true
+                }
+                c = changed.recv() => {
+                    if c.is_none() {
+                        return;
                     }
-                    c = changed_rx.recv() => {
-                        if c.is_none() {
-                            return;
-                        }
-                        false
-                    }
-                };
-                reload(&engine, &credentials, &agent).await;
-                if hangup && let Some(t) = &tls {
-                    match t.reload() {
-                        Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
-                        Err(e) => tracing::warn!(error = %e, "TLS reload failed; keeping the old certificate"),
-                    }
+                    false
+                }
+            };
+            reload(&engine, &credentials, &agent).await;
+            if hangup && let Some(t) = &tls {
+                match t.reload() {
+                    Ok(()) => tracing::info!("TLS certificate, key and client CAs reloaded"),
+                    Err(e) => tracing::warn!(error = %e, "TLS reload failed; keeping the old certificate"),
                 }
             }
-        });
-    }
-    // One shutdown signal for every listener.
-    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = down_tx.send(true);
-    });
-    let down = move || {
-        let mut rx = down_rx.clone();
-        async move {
-            let _ = rx.wait_for(|d| *d).await;
         }
-    };
-    let router = app(state);
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
-    let main = match tls {
-        Some(t) => tokio::spawn(aqgate_http::https::serve(listener, t, router.clone(), edge.clone(), down())),
-        None => tokio::spawn(aqgate_http::https::serve_plain(listener, router.clone(), edge.clone(), down())),
-    };
-    let mut others = Vec::new();
-    if let Some(l) = plain {
-        tracing::info!(addr = %l.local_addr()?, "aqgate servlet listening (plain HTTP)");
-        others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
-    }
-    if let Some(l) = internal {
-        others.push(tokio::spawn(aqgate_http::https::serve_plain(l, router.clone(), edge.clone(), down())));
-    }
-    let served = main.await.map_err(|e| anyhow::anyhow!("servlet task: {e}"))?;
-    for o in others {
-        let _ = o.await;
-    }
-    let _ = stop_tx.send(true);
-    let _ = bg.await;
-    let _ = jobs.await;
-    let _ = control.await;
-    if let Some(n) = notifier {
-        let _ = n.await;
-    }
-    for t in mail_tasks {
-        let _ = t.await;
-    }
-    served
+    });
 }
 
 /// Starts the SMTP filter and its forwarding worker; they stop when `stop` changes.

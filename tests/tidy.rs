@@ -587,17 +587,12 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
 }
 
 /// No function grows past 150 lines: those that have (named with their length when the
-/// rule came) may only shrink, and leave the list once under it.
+/// rule came) may only shrink, and leave the list once under it. The list is empty now;
+/// it stays for a function that cannot be split at once, named with its length.
 #[test]
 fn no_function_is_over_150_lines_but_a_shrinking_few() {
     const MAX: usize = 150;
-    let allowed: BTreeMap<(&str, &str), usize> = [
-        (("crates/aqgate-http/src/servlet.rs", "idap_post"), 229),
-        (("src/server.rs", "serve"), 195),
-        (("src/bin/aqgate-bench/main.rs", "main"), 172),
-    ]
-    .into_iter()
-    .collect();
+    let allowed: BTreeMap<(&str, &str), usize> = [].into_iter().collect();
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     for f in tracked("*.rs").into_iter().filter(|f| !f.starts_with("tests/") && !f.ends_with("tests.rs")) {

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use aqgate_core::auth;
-use aqgate_core::engine::{Abandon, ClientSchedule, Engine, IdempotencyClaim, Resumed, Session};
+use aqgate_core::engine::{ClientSchedule, Engine};
 use aqgate_core::error::{AqError, code};
 use aqgate_proto::idap::{self, Envelope, Limits};
 
@@ -29,6 +29,7 @@ mod client_cert;
 mod login;
 mod parse;
 mod password;
+mod request;
 #[cfg_attr(not(feature = "saml"), path = "servlet/no_saml.rs")]
 mod saml;
 
@@ -37,7 +38,6 @@ pub use saml::SamlVerifier;
 pub use client_cert::TlsConnection;
 pub use password::{PasswordGate, PasswordLimits};
 
-use aqgate_proto::names::WSSE_NS;
 pub use aqgate_proto::names::{
     CLIENT_TIMEZONE_HEADER, IDEMPOTENCY_HEADER, ON_BEHALF_HEADER, REPLAYED_HEADER, SCHEDULE_HEADER, SESSION_COOKIE,
 };
@@ -114,8 +114,8 @@ impl AppState {
 
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/aqserv", post(idap_post))
-        .route("/aqserv/servlet/{name}", post(idap_post))
+        .route("/aqserv", post(request::idap_post))
+        .route("/aqserv/servlet/{name}", post(request::idap_post))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -280,16 +280,6 @@ fn unauthorized_because(reason: &str) -> Response {
     r
 }
 
-/// Raises its [`Abandon`] when dropped (see `idap_post`).
-struct AbandonOnDrop(Arc<Abandon>);
-
-impl Drop for AbandonOnDrop {
-    fn drop(&mut self) {
-        self.0.abandon();
-    }
-}
-
-/// The session cookie's value; an empty one (a cleared cookie sent back) counts as none.
 fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
         v.split(';').find_map(|kv| {
@@ -429,303 +419,4 @@ fn replayed(body: Vec<u8>) -> Response {
         body,
     )
         .into_response()
-}
-
-/// How a request ended, as the task that performed it reports.
-enum Outcome {
-    /// Performed (or refused by the engine): the response, and whether the request opened
-    /// a session that is now stored (its cookie is answered).
-    Done { result: Result<idap::Response, AqError>, new_session: Option<String> },
-    /// The session cookie is of no use any more: fault, and the cookie is cleared.
-    Gone(AqError),
-    /// An earlier request with the same idempotency key answered this.
-    Replay(Vec<u8>),
-    /// A ready answer (401, idempotency conflicts).
-    Answer(Response),
-}
-
-async fn idap_post(
-    State(mut s): State<AppState>,
-    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
-    tls: Option<axum::Extension<TlsConnection>>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
-    // Which connection the request came on (absent when the router is driven directly).
-    let peer = peer.map(|axum::Extension(axum::extract::ConnectInfo(a))| a);
-    let origin = peer.as_ref().map_or(0, origin_of);
-    let _in_flight = InFlight::enter(&s.in_flight);
-    if !content_type_ok(&headers) {
-        login::discard_arrived(&headers, body).await;
-        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "IDAP requests are text/xml or application/xml\n").into_response();
-    }
-    let tls = tls.map(|axum::Extension(t)| t);
-    // Over TLS the cookie is Secure: the client sends it back over HTTPS only.
-    s.secure_cookie |= tls.is_some();
-    let head = match login::authenticate(&s, &headers, tls.as_ref(), peer.map(|p| p.ip())).await {
-        Ok(w) => w,
-        Err(r) => {
-            login::discard_arrived(&headers, body).await;
-            return r;
-        }
-    };
-    let body = match login::read_body(&s, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let who = match login::authenticate_by_body(&s, &headers, tls.as_ref(), &body, head).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let key = match idempotency_key(&headers) {
-        Ok(k) => k,
-        Err(e) => return fault_with_status(StatusCode::BAD_REQUEST, &e),
-    };
-    // Parsed before a session is opened: a request refused here leaves none behind.
-    let envelope = match parse::request(&s.engine, &s.large_parses, &body, &s.limits).await {
-        Ok(e) => e,
-        Err(e) => return fault(&AqError::client(e.error_code(), e.to_string()), None),
-    };
-    // A security token in the request is the identity it claims: one that did not log the
-    // request in (SAML off, or a parser that saw no token where this one does) is refused,
-    // never ignored in favour of other credentials.
-    if !matches!(who, Who::Agent { soap_token: true, .. })
-        && envelope.headers.iter().any(|h| h.local_name() == "Security" && h.namespace() == Some(WSSE_NS))
-    {
-        return saml_refused(match &s.saml {
-            None if cfg!(feature = "saml") => {
-                "the request's Header carries a wsse:Security token, but SAML login is not configured on this server \
-                 (--saml-idp-metadata)"
-            }
-            None => crate::SAML_FEATURE_MISSING,
-            Some(_) => "the request's Header carries a wsse:Security token that did not log it in",
-        });
-    }
-    if let Some(m) = headers.get("idapmethodname") {
-        let checked = m.to_str().map_err(|_| AqError::invalid("IDAPMethodName header is not text")).and_then(|v| {
-            idap::check_method_header(v, &envelope.body).map_err(|e| AqError::client(e.error_code(), e.to_string()))
-        });
-        if let Err(e) = checked {
-            return fault(&e, None);
-        }
-    }
-    let schedule = match client_schedule(&headers) {
-        Ok(s) => s,
-        Err(e) => return fault(&e, None),
-    };
-    // A schedule is part of the request: the same body with another one is another request.
-    let request_hash = key.as_ref().map(|_| {
-        let mut d = ring::digest::Context::new(&ring::digest::SHA256);
-        d.update(&body);
-        if let Some(s) = &schedule {
-            for part in [Some(s.value.as_str()), s.timezone.as_deref()] {
-                d.update(b"\0");
-                d.update(part.unwrap_or("").as_bytes());
-            }
-        }
-        d.finish().as_ref().to_vec()
-    });
-    // The request runs to its end in its own task even if the client goes away: a request
-    // cancelled between its database commit and the answer would be performed unanswered
-    // with nothing to tell (and a session's next request must find it settled).
-    let state = s.clone();
-    // Dropped with this handler: when the client goes away before the answer, hyper drops
-    // the handler, and a long poll of the request stops waiting (it takes nothing).
-    let abandon = AbandonOnDrop(Arc::new(Abandon::default()));
-    let abandoned = abandon.0.clone();
-    let task = tokio::spawn(async move {
-        let s = state;
-        let engine = s.engine.clone();
-        let (cookie, expected, saml) = match who {
-            Who::Agent { agent, cookie, saml, .. } => (cookie, Some(agent), saml),
-            Who::Cookie(id) => (Some(id), None, None),
-        };
-        let hash = cookie.as_deref().map(aqgate_core::engine::session::id_hash);
-        // Requests of one session take turns in this process.
-        let _turn = match &hash {
-            Some(h) => Some(engine.sessions.turn(h).await),
-            None => None,
-        };
-        // A session this process wrote last starts from its copy (no read); if another
-        // process wrote it since, the request's own write finds out, nothing of it
-        // happened, and it runs once more from the row.
-        let mut from_copy = false;
-        let mut session = match (&cookie, expected.as_deref()) {
-            (None, Some(agent)) => Session::new(agent, engine.now()),
-            (None, None) => return Outcome::Answer(unauthorized()),
-            (Some(id), expected) => {
-                let copy = hash
-                    .as_deref()
-                    .and_then(|h| engine.sessions.last_written(h))
-                    .filter(|row| expected.is_none_or(|e| e == row.agent) && engine.agent(&row.agent).is_some());
-                match copy.and_then(|row| Session::from_row(id, &row)) {
-                    Some(sess) => {
-                        from_copy = true;
-                        sess
-                    }
-                    None => match resume(&s, id, expected).await {
-                        Ok(sess) => sess,
-                        Err(o) => return o,
-                    },
-                }
-            }
-        };
-        let new = session.stored.is_none();
-        let mut in_flight = None;
-        if let (Some(key), Some(request_hash)) = (key, request_hash) {
-            match engine.store().idempotency_get(&session.agent, &key).await {
-                Ok(Some(rec)) => return replay_of(rec, &request_hash),
-                Ok(None) => {}
-                Err(e) => return Outcome::Done { result: Err(e.into()), new_session: None },
-            }
-            let entry = (session.agent.clone(), key.clone());
-            if !s.idempotent_in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.clone()) {
-                return Outcome::Answer(fault_with_status(
-                    StatusCode::CONFLICT,
-                    &AqError::client(
-                        code::IDEMPOTENCY_IN_PROGRESS,
-                        "a request with this Idempotency-Key is being performed now; send it again later",
-                    ),
-                ));
-            }
-            in_flight = Some(InFlightKey(s.idempotent_in_flight.clone(), entry));
-            session.idempotency = Some(IdempotencyClaim { key, request_hash });
-        }
-        if let Some(u) = &saml
-            && let Err(r) = u.once(&s).await
-        {
-            return Outcome::Answer(r);
-        }
-        session.origin = origin;
-        session.abandon = Some(abandoned.clone());
-        session.schedule = schedule.clone();
-        let mut result = engine.execute_envelope(&mut session, envelope).await;
-        if from_copy
-            && let (Err(e), Some(id)) = (&result, &cookie)
-            && e.code == code::SESSION_BUSY
-        {
-            let claim = session.idempotency.take();
-            session = match resume(&s, id, expected.as_deref()).await {
-                Ok(sess) => sess,
-                Err(o) => {
-                    if let Some(h) = &hash {
-                        engine.sessions.forget(h);
-                    }
-                    return o;
-                }
-            };
-            session.idempotency = claim;
-            session.origin = origin;
-            session.abandon = Some(abandoned);
-            session.schedule = schedule;
-            result = match parse::request(&s.engine, &s.large_parses, &body, &s.limits).await {
-                Ok(envelope) => engine.execute_envelope(&mut session, envelope).await,
-                Err(e) => Err(AqError::client(e.error_code(), e.to_string())),
-            };
-        }
-        if let Some(h) = &hash {
-            match &result {
-                Ok(_) => engine.sessions.wrote(&session),
-                Err(_) => engine.sessions.forget(h),
-            }
-        } else if session.stored.is_some() {
-            engine.sessions.wrote(&session);
-        }
-        if let (Err(e), Some(claim)) = (&result, &session.idempotency)
-            && e.code == code::IDEMPOTENCY_IN_PROGRESS
-        {
-            // Another process performed the same key first: its response is the answer.
-            if let Ok(Some(rec)) = engine.store().idempotency_get(&session.agent, &claim.key).await {
-                return replay_of(rec, &claim.request_hash);
-            }
-        }
-        drop(in_flight);
-        if let Err(e) = &result
-            && e.code == code::SESSION_EXPIRED
-        {
-            return Outcome::Gone(e.clone());
-        }
-        // A session opened by this request that holds nothing (no open work, no navigation
-        // position) has no row and gets no cookie: clients that never send the cookie back
-        // must not pile up sessions. The next request simply opens a new one.
-        let new_session = (new && session.stored.is_some()).then(|| session.id.clone());
-        Outcome::Done { result, new_session }
-    });
-    let outcome = match task.await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(error = %e, "request task failed");
-            let e = AqError::server(code::INTERNAL, "internal error; the request may not have been performed");
-            Outcome::Done { result: Err(e), new_session: None }
-        }
-    };
-    drop(abandon);
-    match outcome {
-        Outcome::Done { result, new_session } => {
-            let cookie = new_session.as_deref().map(|id| set_cookie_value(id, s.secure_cookie));
-            match result {
-                Ok(resp) => xml(idap::write_response(&Envelope { headers: Vec::new(), body: resp }), cookie.as_deref()),
-                Err(e) => limited(fault(&e, cookie.as_deref()), e.code),
-            }
-        }
-        Outcome::Gone(e) => fault(&e, Some(&clear_cookie_value(s.secure_cookie))),
-        Outcome::Replay(body) => replayed(body),
-        Outcome::Answer(r) => r,
-    }
-}
-
-/// Removes its (agent, key) from the in-flight set when dropped.
-struct InFlightKey(Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>, (String, String));
-
-impl Drop for InFlightKey {
-    fn drop(&mut self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
-    }
-}
-
-fn replay_of(rec: aqgate_core::store::IdempotencyRecord, request_hash: &[u8]) -> Outcome {
-    if rec.request_hash != request_hash {
-        return Outcome::Answer(fault_with_status(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            &AqError::client(
-                code::IDEMPOTENCY_MISMATCH,
-                "this Idempotency-Key was used before with a different request; use a new key for a new request",
-            ),
-        ));
-    }
-    Outcome::Replay(rec.response)
-}
-
-/// The session the cookie `id` names, for `expected` (the agent the credentials
-/// authenticated; `None`: the cookie alone is the credential). A cookie that names no live
-/// session of that agent is never quietly a fresh session: its work may be gone, so the
-/// client hears so and drops the cookie.
-async fn resume(s: &AppState, id: &str, expected: Option<&str>) -> Result<Session, Outcome> {
-    let unknown = || {
-        Outcome::Gone(AqError::client(
-            code::SESSION_UNKNOWN,
-            format!(
-                "the session cookie names no session{} (it ended, or was never issued here); \
-                 whatever it left uncommitted is not committed: start the transaction again without the cookie",
-                expected.map(|a| format!(" of agent {a}")).unwrap_or_default()
-            ),
-        ))
-    };
-    let ours = |agent: &str| expected.is_none_or(|e| e == agent);
-    match s.engine.resume(id).await {
-        Ok(Resumed::Live(sess)) if ours(&sess.agent) => {
-            if s.engine.agent(&sess.agent).is_none() {
-                // The agent was removed: its cookie authenticates nobody.
-                return Err(Outcome::Answer(unauthorized()));
-            }
-            Ok(*sess)
-        }
-        Ok(Resumed::Ended { agent, .. }) if ours(&agent) => {
-            Err(Outcome::Gone(aqgate_core::engine::session_expired_error()))
-        }
-        // The cookie alone authenticated nobody.
-        Ok(_) if expected.is_none() => Err(Outcome::Answer(forget_cookie(unauthorized(), s.secure_cookie))),
-        Ok(_) => Err(unknown()),
-        Err(e) => Err(Outcome::Done { result: Err(e), new_session: None }),
-    }
 }

@@ -384,73 +384,7 @@ async fn main() -> anyhow::Result<()> {
         return fairness::fairness_bench(args).await;
     }
     if args.scenario == Scenario::Smtp {
-        let mails = Arc::new(smtp_mails(&args)?);
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let replies: Replies = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
-        if let Some(addr) = &args.reply_sink {
-            let l = tokio::net::TcpListener::bind(addr).await?;
-            tokio::spawn(reply_sink(l, replies.clone()));
-        }
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..args.clients)
-            .map(|_| {
-                tokio::spawn(smtp_client(
-                    args.smtp.clone(),
-                    args.mail_from.clone(),
-                    mails.clone(),
-                    next.clone(),
-                    stop.clone(),
-                    args.rate.map(|r| Duration::from_secs_f64(args.clients as f64 / r.max(1) as f64)),
-                ))
-            })
-            .collect();
-        let run_end = Instant::now() + Duration::from_secs(args.seconds);
-        while Instant::now() < run_end && next.load(Ordering::Relaxed) < mails.len().max(2) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        stop.store(true, Ordering::Relaxed);
-        let (mut all, mut refused, mut sent) = (Vec::new(), 0, Vec::new());
-        for t in tasks {
-            let (l, r, ids) = t.await??;
-            all.extend(l);
-            refused += r;
-            sent.extend(ids);
-        }
-        let elapsed = start.elapsed();
-        all.sort_unstable();
-        if args.reply_sink.is_some() {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while replies.lock().unwrap_or_else(|p| p.into_inner()).len() < sent.len() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let got = replies.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let mut to_reply: Vec<u64> = sent
-                .iter()
-                .filter_map(|(id, t)| {
-                    got.get(id)
-                        .map(|at| u64::try_from(at.saturating_duration_since(*t).as_micros()).unwrap_or(u64::MAX))
-                })
-                .collect();
-            to_reply.sort_unstable();
-            println!(
-                "replies received={} of {} p50_to_reply={:.2}ms p99_to_reply={:.2}ms",
-                to_reply.len(),
-                sent.len(),
-                percentile(&to_reply, 0.50).as_secs_f64() * 1000.0,
-                percentile(&to_reply, 0.99).as_secs_f64() * 1000.0,
-            );
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let rate = all.len() as f64 / elapsed.as_secs_f64();
-        println!(
-            "scenario=Smtp clients={} accepted={} refused={refused} mails/s={rate:.0} p50_to_250={:.2}ms p99_to_250={:.2}ms",
-            args.clients,
-            all.len(),
-            percentile(&all, 0.50).as_secs_f64() * 1000.0,
-            percentile(&all, 0.99).as_secs_f64() * 1000.0,
-        );
-        return Ok(());
+        return smtp_bench(&args).await;
     }
     if args.scenario == Scenario::Store {
         return store_bench(&args).await;
@@ -461,32 +395,58 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario == Scenario::Parse {
         return parse_bench(&args).await;
     }
+    http_bench(&args).await
+}
+
+/// The HTTP scenarios (`send`, `batch`, `transact`, `receive`): the queue filled first for
+/// `receive`, then `--clients` clients post their cycle of requests for `--seconds`.
+async fn http_bench(args: &Args) -> anyhow::Result<()> {
     let hex = "AB".repeat(args.payload);
     Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref())?;
     let mk =
         || Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref()).expect("--url was checked above");
-
     if args.scenario == Scenario::Receive {
-        let mut c = mk();
-        let body = send_doc(&args.queue, 500, &hex, args.buffered, true);
-        let mut n = 0;
-        while n < args.prefill {
-            c.post(body.clone()).await?;
-            n += 500;
-        }
-        eprintln!("prefilled {n} messages");
+        prefill(args, &mut mk(), &hex).await?;
     }
-
     let per_request = match args.scenario {
         Scenario::Batch => args.batch,
         _ => 1,
     };
-    // The requests of one cycle, posted in turn.
-    let bodies = Arc::new(match args.scenario {
-        Scenario::Send => vec![send_doc(&args.queue, 1, &hex, args.buffered, true)],
-        Scenario::Batch => vec![send_doc(&args.queue, args.batch, &hex, args.buffered, true)],
+    let bodies = Arc::new(cycle(args, &hex));
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..args.clients)
+        .map(|_| tokio::spawn(client_run(mk(), bodies.clone(), stop.clone(), faults.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut runs = Vec::new();
+    for t in tasks {
+        runs.push(t.await?);
+    }
+    report(args, per_request, faults.load(Ordering::Relaxed), runs);
+    Ok(())
+}
+
+/// Fills the queue with at least `--prefill` messages, in batches of 500, for `receive`.
+async fn prefill(args: &Args, c: &mut Client, hex: &str) -> anyhow::Result<()> {
+    let body = send_doc(&args.queue, 500, hex, args.buffered, true);
+    let mut n = 0;
+    while n < args.prefill {
+        c.post(body.clone()).await?;
+        n += 500;
+    }
+    eprintln!("prefilled {n} messages");
+    Ok(())
+}
+
+/// The requests of one cycle of an HTTP scenario, posted in turn.
+fn cycle(args: &Args, hex: &str) -> Vec<String> {
+    match args.scenario {
+        Scenario::Send => vec![send_doc(&args.queue, 1, hex, args.buffered, true)],
+        Scenario::Batch => vec![send_doc(&args.queue, args.batch, hex, args.buffered, true)],
         Scenario::Transact => {
-            vec![send_doc(&args.queue, 1, &hex, false, false), request::document(Request::Commit)]
+            vec![send_doc(&args.queue, 1, hex, false, false), request::document(Request::Commit)]
         }
         Scenario::Receive => vec![receive_doc(&args.queue, args.buffered)],
         Scenario::Smtp
@@ -496,58 +456,44 @@ async fn main() -> anyhow::Result<()> {
         | Scenario::BrokerPublish
         | Scenario::BrokerConsume
         | Scenario::Fairness => vec![receive_xml(&args.queue)],
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let faults = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..args.clients {
-        let mut c = mk();
-        let bodies = bodies.clone();
-        let stop = stop.clone();
-        let faults = faults.clone();
-        tasks.push(tokio::spawn(async move {
-            // Warm up: open the session (one argon2 verification) outside the measurement.
-            let _ = c.post(receive_xml("AQUSER.NO_SUCH_QUEUE")).await;
-            let mut lat = Vec::new();
-            let start = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let mut ok = true;
-                for body in bodies.iter() {
-                    match c.post(body.clone()).await {
-                        Ok(text) if text.contains("<Fault") => ok = false,
-                        Ok(_) => {}
-                        Err(e) => {
-                            eprintln!("request failed: {e}");
-                            ok = false;
-                        }
-                    }
-                    if !ok {
-                        faults.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                }
-                if ok {
-                    lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
-                }
-            }
-            (lat, start.elapsed())
-        }));
     }
-    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut runs = Vec::new();
-    for t in tasks {
-        runs.push(t.await?);
-    }
-    report(&args, per_request, faults.load(Ordering::Relaxed), runs);
-    Ok(())
 }
 
-/// Prints a scenario's result line from its clients' runs (latencies in µs, time taken).
+/// One client: its session opened outside the measurement, then cycles until `stop`; a
+/// cycle with a fault or a failed request counts in `faults` and not in the latencies.
+async fn client_run(mut c: Client, bodies: Arc<Vec<String>>, stop: Arc<AtomicBool>, faults: Arc<AtomicU64>) -> Run {
+    // Warm up: open the session (one argon2 verification) outside the measurement.
+    let _ = c.post(receive_xml("AQUSER.NO_SUCH_QUEUE")).await;
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let mut ok = true;
+        for body in bodies.iter() {
+            match c.post(body.clone()).await {
+                Ok(text) if text.contains("<Fault") => ok = false,
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("request failed: {e}");
+                    ok = false;
+                }
+            }
+            if !ok {
+                faults.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        if ok {
+            lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+        }
+    }
+    (lat, start.elapsed())
+}
+
 /// One client's run: its request latencies in µs, and how long it ran.
 type Run = (Vec<u64>, Duration);
 
+/// Prints a scenario's result line from its clients' runs (latencies in µs, time taken).
 fn report(args: &Args, per_request: usize, faults: u64, runs: Vec<Run>) {
     let elapsed = runs.iter().map(|(_, e)| *e).max().unwrap_or(Duration::ZERO);
     let mut all: Vec<u64> = runs.into_iter().flat_map(|(lat, _)| lat).collect();

@@ -127,3 +127,75 @@ pub(super) fn rand_u32() -> u32 {
     h.write_u64(u64::try_from(Instant::now().elapsed().as_nanos()).unwrap_or(0));
     u32::try_from(h.finish() & 0xFFFF_FFFF).unwrap_or(0)
 }
+
+/// The SMTP scenario: `--clients` connections send the mails (each mail once, at `--rate`
+/// in all if given) for `--seconds`; with `--reply-sink` the replies are awaited and their
+/// delay reported too.
+pub(super) async fn smtp_bench(args: &Args) -> anyhow::Result<()> {
+    let mails = Arc::new(smtp_mails(args)?);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let replies: Replies = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    if let Some(addr) = &args.reply_sink {
+        let l = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(reply_sink(l, replies.clone()));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..args.clients)
+        .map(|_| {
+            tokio::spawn(smtp_client(
+                args.smtp.clone(),
+                args.mail_from.clone(),
+                mails.clone(),
+                next.clone(),
+                stop.clone(),
+                args.rate.map(|r| Duration::from_secs_f64(args.clients as f64 / r.max(1) as f64)),
+            ))
+        })
+        .collect();
+    let run_end = Instant::now() + Duration::from_secs(args.seconds);
+    while Instant::now() < run_end && next.load(Ordering::Relaxed) < mails.len().max(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut all, mut refused, mut sent) = (Vec::new(), 0, Vec::new());
+    for t in tasks {
+        let (l, r, ids) = t.await??;
+        all.extend(l);
+        refused += r;
+        sent.extend(ids);
+    }
+    let elapsed = start.elapsed();
+    all.sort_unstable();
+    if args.reply_sink.is_some() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while replies.lock().unwrap_or_else(|p| p.into_inner()).len() < sent.len() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let got = replies.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut to_reply: Vec<u64> = sent
+            .iter()
+            .filter_map(|(id, t)| {
+                got.get(id).map(|at| u64::try_from(at.saturating_duration_since(*t).as_micros()).unwrap_or(u64::MAX))
+            })
+            .collect();
+        to_reply.sort_unstable();
+        println!(
+            "replies received={} of {} p50_to_reply={:.2}ms p99_to_reply={:.2}ms",
+            to_reply.len(),
+            sent.len(),
+            percentile(&to_reply, 0.50).as_secs_f64() * 1000.0,
+            percentile(&to_reply, 0.99).as_secs_f64() * 1000.0,
+        );
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rate = all.len() as f64 / elapsed.as_secs_f64();
+    println!(
+        "scenario=Smtp clients={} accepted={} refused={refused} mails/s={rate:.0} p50_to_250={:.2}ms p99_to_250={:.2}ms",
+        args.clients,
+        all.len(),
+        percentile(&all, 0.50).as_secs_f64() * 1000.0,
+        percentile(&all, 0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}
