@@ -369,6 +369,12 @@ async fn rabbitmq_topic_removal_deletes_the_jobs_queue() {
     s.wait_ready(port, Duration::from_secs(60));
     wait_job(&db, &name, Duration::from_secs(30), |j| j["state"] == "RUNNING");
     let queue = format!("aqgate.{name}");
+    // RUNNING is reported once the lease is taken; the job declares its queue when it has
+    // connected, a moment later on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !rabbit_queue_exists(&queue).await && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(rabbit_queue_exists(&queue).await, "the job's own queue exists");
 
     let (ok, said) = admin_jobs(&db, &["--remove", &name]);
