@@ -48,6 +48,8 @@ pub struct ServeConfig {
     pub tls: Option<aqgate_http::https::TlsFiles>,
     /// A plain-HTTP listener beside the HTTPS one.
     pub plain_listen: Option<SocketAddr>,
+    /// Serve the web console on listeners beyond loopback too (`--console`).
+    pub console: bool,
     /// SAML login (`None`: off).
     pub saml: Option<std::sync::Arc<aqgate_http::servlet::SamlVerifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
@@ -250,7 +252,15 @@ pub async fn serve(
             let _ = rx.wait_for(|d| *d).await;
         }
     };
-    let router = app(state);
+    let listening: Vec<SocketAddr> =
+        std::iter::once(listener.local_addr()?).chain(plain.as_ref().and_then(|l| l.local_addr().ok())).collect();
+    let router = if aqgate_console::serving::serves(&listening, cfg.console) {
+        tracing::info!("web console at /console");
+        app(state.clone()).merge(aqgate_console::router(state, aqgate_console::ConsoleConfig::default()))
+    } else {
+        tracing::info!("web console off: the HTTP listener is not on loopback (--console serves it there)");
+        app(state)
+    };
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(addr = %listener.local_addr()?, scheme, "aqgate servlet listening");
     let main = match tls {
