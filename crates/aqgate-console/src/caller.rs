@@ -37,11 +37,7 @@ pub(crate) struct Caller {
 impl Caller {
     /// 403 unless the caller's role is at least `role`.
     pub(crate) fn at_least(&self, role: ConsoleRole) -> Result<(), Response> {
-        if self.role >= role {
-            Ok(())
-        } else {
-            Err(forbidden(&format!("the {} role is needed", role.as_str())))
-        }
+        if self.role >= role { Ok(()) } else { Err(forbidden(&format!("the {} role is needed", role.as_str()))) }
     }
 }
 
@@ -55,7 +51,9 @@ impl FromRequestParts<Console> for Caller {
             .and_then(|v| v.to_str().ok())
             .and_then(aqgate_core::auth::parse_basic);
         let agent = match basic {
-            Some((user, password)) => aqgate_http::servlet::check_password(&c.http, &user, &password, peer(parts)).await?,
+            Some((user, password)) => {
+                aqgate_http::servlet::check_password(&c.http, &user, &password, peer(parts)).await?
+            }
             None => {
                 let by_cookie = cookie(&parts.headers)
                     .and_then(|t| c.sessions.agent(&t))

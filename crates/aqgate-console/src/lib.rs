@@ -29,8 +29,8 @@ mod messages;
 mod pages;
 mod payload;
 mod security;
-mod session;
 pub mod serving;
+mod session;
 
 pub use caller::COOKIE;
 

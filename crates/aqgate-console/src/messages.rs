@@ -30,11 +30,7 @@ const LOOKUP: i64 = 10_000;
 /// The reader role and the dequeue privilege on `queue`, else 403.
 fn may_read(c: &Console, who: &Caller, queue: &str) -> Result<(), Response> {
     who.at_least(ConsoleRole::Reader)?;
-    if readable(c, &who.agent, queue) {
-        Ok(())
-    } else {
-        Err(forbidden("You may not dequeue from this queue."))
-    }
+    if readable(c, &who.agent, queue) { Ok(()) } else { Err(forbidden("You may not dequeue from this queue.")) }
 }
 
 fn col(row: &[(&'static str, Option<String>)], name: &str) -> String {

@@ -68,7 +68,8 @@ pub(crate) fn unavailable(e: &dyn std::fmt::Display) -> Response {
     html(StatusCode::SERVICE_UNAVAILABLE, &ErrorPage { title: "Unavailable", text: "The store did not answer." })
 }
 
-pub(crate) async fn not_found() -> Response {
+/// Any other page under `/console`: 404 to a caller, else the way to the login.
+pub(crate) async fn not_found(_: Caller) -> Response {
     not_found_because("No such console page.")
 }
 
@@ -276,7 +277,11 @@ pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
 
 /// `POST /console/jobs/{job}/{enable|disable}` (operator, on a job whose source queue the
 /// caller may dequeue from): what `aqgate admin jobs --enable|--disable` does.
-pub(crate) async fn job_action(State(c): State<Console>, who: Caller, Path((job, action)): Path<(String, String)>) -> Response {
+pub(crate) async fn job_action(
+    State(c): State<Console>,
+    who: Caller,
+    Path((job, action)): Path<(String, String)>,
+) -> Response {
     if let Err(r) = who.at_least(ConsoleRole::Operator) {
         return r;
     }
