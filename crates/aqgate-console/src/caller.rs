@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use aqgate_core::topology::{AgentInfo, ConsoleRole};
 
 use crate::Console;
-use crate::pages::{forbidden, html};
+use crate::answer::{forbidden, html, see_other};
 
 /// The console's session cookie.
 pub const COOKIE: &str = "__Host-aqgate_console";
@@ -35,9 +35,9 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// 403 unless the caller's role is at least `role`.
-    pub(crate) fn at_least(&self, role: ConsoleRole) -> Result<(), Response> {
-        if self.role >= role { Ok(()) } else { Err(forbidden(&format!("the {} role is needed", role.as_str()))) }
+    /// The refusal (403) when the caller's role is below `role`.
+    pub(crate) fn below(&self, role: ConsoleRole) -> Option<Response> {
+        (self.role < role).then(|| forbidden(&format!("the {} role is needed", role.as_str())))
     }
 }
 
@@ -86,10 +86,6 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
             (k == COOKIE && !val.trim().is_empty()).then(|| val.trim().to_string())
         })
     })
-}
-
-pub(crate) fn see_other(to: &'static str) -> Response {
-    (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
 }
 
 #[derive(Template)]

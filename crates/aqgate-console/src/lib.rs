@@ -8,7 +8,7 @@
 //!   bounded password checks) and the role the topology gives the agent.
 //! - `security`: the headers of every answer and the same-origin check of every
 //!   state-changing request.
-//! - `pages`, `messages`, `payload`: the pages; `assets`: the stylesheet and the script,
+//! - `pages`, `messages`, `payload`: the pages (`answer`: what they share); `assets`: the stylesheet and the script,
 //!   embedded in the binary.
 //!
 //! The console reaches the store only through the core's `Store` trait and the
@@ -23,6 +23,7 @@ use axum::routing::{get, post};
 
 use aqgate_http::servlet::AppState;
 
+mod answer;
 mod assets;
 mod caller;
 mod messages;

@@ -18,8 +18,9 @@ use aqgate_admin::messages::{STATES, messages};
 use aqgate_core::topology::ConsoleRole;
 
 use crate::Console;
+use crate::answer::{forbidden, html, not_found_because, unavailable};
 use crate::caller::Caller;
-use crate::pages::{Nav, forbidden, html, not_found_because, params, readable, unavailable};
+use crate::pages::{Nav, params, readable};
 
 /// Rows listed when not told, and the most.
 const LIMIT: i64 = 50;
@@ -27,10 +28,11 @@ const LIMIT_MAX: i64 = 1_000;
 /// Rows of the view a message's page looks through for it.
 const LOOKUP: i64 = 10_000;
 
-/// The reader role and the dequeue privilege on `queue`, else 403.
-fn may_read(c: &Console, who: &Caller, queue: &str) -> Result<(), Response> {
-    who.at_least(ConsoleRole::Reader)?;
-    if readable(c, &who.agent, queue) { Ok(()) } else { Err(forbidden("You may not dequeue from this queue.")) }
+/// The refusal (403) unless the caller has the reader role and the dequeue privilege on
+/// `queue`.
+fn may_not_read(c: &Console, who: &Caller, queue: &str) -> Option<Response> {
+    who.below(ConsoleRole::Reader)
+        .or_else(|| (!readable(c, &who.agent, queue)).then(|| forbidden("You may not dequeue from this queue.")))
 }
 
 fn col(row: &[(&'static str, Option<String>)], name: &str) -> String {
@@ -73,7 +75,7 @@ fn state_param(p: &std::collections::HashMap<String, String>) -> Option<String> 
 }
 
 pub(crate) async fn list(State(c): State<Console>, who: Caller, Path(queue): Path<String>, uri: Uri) -> Response {
-    if let Err(r) = may_read(&c, &who, &queue) {
+    if let Some(r) = may_not_read(&c, &who, &queue) {
         return r;
     }
     let p = params(&uri);
@@ -126,7 +128,7 @@ pub(crate) async fn one(
     Path((queue, msg_id)): Path<(String, String)>,
     uri: Uri,
 ) -> Response {
-    if let Err(r) = may_read(&c, &who, &queue) {
+    if let Some(r) = may_not_read(&c, &who, &queue) {
         return r;
     }
     let p = params(&uri);
@@ -166,7 +168,7 @@ pub(crate) async fn download(
     Path((queue, msg_id)): Path<(String, String)>,
     uri: Uri,
 ) -> Response {
-    if let Err(r) = may_read(&c, &who, &queue) {
+    if let Some(r) = may_not_read(&c, &who, &queue) {
         return r;
     }
     let p = params(&uri);

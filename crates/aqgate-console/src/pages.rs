@@ -7,13 +7,14 @@ use std::collections::HashMap;
 
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
 
 use aqgate_core::topology::{AgentInfo, ConsoleRole, Privilege};
 
 use crate::Console;
-use crate::caller::{Caller, see_other};
+use crate::answer::{forbidden, html, not_found_because, see_other, unavailable};
+use crate::caller::Caller;
 
 /// The navigation bar's view of the caller.
 pub(crate) struct Nav {
@@ -34,38 +35,6 @@ impl Nav {
     pub(crate) fn admin(&self) -> bool {
         self.level >= ConsoleRole::Admin
     }
-}
-
-/// A rendered page; a template that fails to render is a 500 (logged).
-pub(crate) fn html(status: StatusCode, t: &impl Template) -> Response {
-    match t.render() {
-        Ok(body) => (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "console: a template did not render");
-            (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered\n").into_response()
-        }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "error.html")]
-struct ErrorPage<'a> {
-    title: &'a str,
-    text: &'a str,
-}
-
-pub(crate) fn forbidden(text: &str) -> Response {
-    html(StatusCode::FORBIDDEN, &ErrorPage { title: "Forbidden", text })
-}
-
-pub(crate) fn not_found_because(text: &str) -> Response {
-    html(StatusCode::NOT_FOUND, &ErrorPage { title: "Not found", text })
-}
-
-/// A store that did not answer: 503, the reason logged, not shown.
-pub(crate) fn unavailable(e: &dyn std::fmt::Display) -> Response {
-    tracing::warn!(error = %e, "console: the store did not answer");
-    html(StatusCode::SERVICE_UNAVAILABLE, &ErrorPage { title: "Unavailable", text: "The store did not answer." })
 }
 
 /// Any other page under `/console`: 404 to a caller, else the way to the login.
@@ -255,7 +224,7 @@ struct Agents {
 
 /// `GET /console/agents` (admin): the topology's agents and their console roles.
 pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
-    if let Err(r) = who.at_least(ConsoleRole::Admin) {
+    if let Some(r) = who.below(ConsoleRole::Admin) {
         return r;
     }
     let rows = match aqgate_admin::agents(c.http.engine.store().as_ref()).await {
@@ -282,7 +251,7 @@ pub(crate) async fn job_action(
     who: Caller,
     Path((job, action)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = who.at_least(ConsoleRole::Operator) {
+    if let Some(r) = who.below(ConsoleRole::Operator) {
         return r;
     }
     let enable = match action.as_str() {
