@@ -120,6 +120,10 @@ pub struct ServeArgs {
     /// through a TLS-terminating proxy).
     #[arg(long, env = "AQGATE_SECURE_COOKIE")]
     pub secure_cookie: bool,
+    /// Serve the web console (`/console`) also on a listener that is not on a loopback
+    /// address; on loopback listeners it is served without this (docs/console.md).
+    #[arg(long, env = "AQGATE_CONSOLE")]
+    pub console: bool,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]

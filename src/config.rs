@@ -78,6 +78,7 @@ pub const KEYS: &[Key] = &[
     key("http.client_crl", "tls_client_crl", Kind::List),
     key("http.require_client_cert", "require_client_cert", Kind::Flag),
     key("http.plain_listen", "plain_listen", Kind::Text),
+    key("http.console", "console", Kind::Flag),
     key("http.allow_plain_http", "allow_plain_http", Kind::Flag),
     key("http.header_timeout", "http_header_timeout", Kind::Integer),
     key("http.body_timeout", "http_body_timeout", Kind::Integer),

@@ -48,6 +48,8 @@ pub struct ServeConfig {
     pub tls: Option<aqgate_http::https::TlsFiles>,
     /// A plain-HTTP listener beside the HTTPS one.
     pub plain_listen: Option<SocketAddr>,
+    /// Serve the web console on listeners beyond loopback too (`--console`).
+    pub console: bool,
     /// SAML login (`None`: off).
     pub saml: Option<std::sync::Arc<aqgate_http::servlet::SamlVerifier>>,
     /// The notification dispatcher; `None` runs without one (e.g. `aqgate notify` elsewhere).
@@ -124,7 +126,7 @@ pub async fn serve(
     };
     let state = servlet_state(&engine, &cfg, edge_cfg);
     spawn_reloader(&engine, &state, listeners.tls.clone(), cfg.propagation_lease.agent.clone(), changed_rx);
-    let served = listeners.serve(state, shutdown).await?;
+    let served = listeners.serve(state, cfg.console, shutdown).await?;
     let _ = stop_tx.send(true);
     duties.join().await;
     for t in mail_tasks {
@@ -261,12 +263,28 @@ impl Listeners {
         Ok(format!("http://{host}:{}/aqserv", http.port()))
     }
 
+    /// The servlet's routes, and the web console's when it serves on these listeners
+    /// (loopback only, unless `--console`).
+    fn router(&self, state: AppState, console: bool) -> anyhow::Result<axum::Router> {
+        let listening: Vec<SocketAddr> = std::iter::once(self.main.local_addr()?)
+            .chain(self.plain.as_ref().and_then(|l| l.local_addr().ok()))
+            .collect();
+        Ok(if aqgate_console::serving::serves(&listening, console) {
+            tracing::info!("web console at /console");
+            app(state.clone()).merge(aqgate_console::router(state, aqgate_console::ConsoleConfig::default()))
+        } else {
+            tracing::info!("web console off: the HTTP listener is not on loopback (--console serves it there)");
+            app(state)
+        })
+    }
+
     /// Serves the servlet on every listener until `shutdown` resolves and their requests
     /// have finished. The outer error: the main listener's task failed; the inner one is
     /// what serving on it ended with.
     async fn serve(
         self,
         state: AppState,
+        console: bool,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<anyhow::Result<()>> {
         let edge = state.edge.clone();
@@ -282,7 +300,7 @@ impl Listeners {
                 let _ = rx.wait_for(|d| *d).await;
             }
         };
-        let router = app(state);
+        let router = self.router(state, console)?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         tracing::info!(addr = %self.main.local_addr()?, scheme, "aqgate servlet listening");
         let main = match self.tls {

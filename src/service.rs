@@ -69,6 +69,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         condition_max_text_bytes,
         condition_request_steps,
         secure_cookie,
+        console,
         tls,
         edge,
         directory: directory_args,
@@ -134,6 +135,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         propagation_lease: aqgate_propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
             .broker_max_message_bytes(broker_max_message_bytes),
         secure_cookie,
+        console,
         tls: tls_files,
         plain_listen: tls.plain_listen,
         saml,

@@ -137,10 +137,19 @@ fn the_crates_depend_on_each_other_only_downwards() {
         // broker client, none of the crates that hold them.
         (
             "aqgate-http",
-            &["sqlx", "aqgate-store", "lapin", "async-nats", "rumqttc", "aqgate-propagate", "aqgate-admin"],
+            &[
+                "sqlx",
+                "aqgate-store",
+                "lapin",
+                "async-nats",
+                "rumqttc",
+                "aqgate-propagate",
+                "aqgate-admin",
+                "aqgate-console",
+            ],
         ),
         // Administration reads through the store's interface and serves no HTTP.
-        ("aqgate-admin", &["axum", "samael", "aqgate-http", "aqgate-saml"]),
+        ("aqgate-admin", &["axum", "samael", "aqgate-http", "aqgate-saml", "aqgate-console"]),
         // The client speaks IDAP over HTTP: no engine, store, database, broker or server.
         (
             "aqgate-client",
@@ -228,6 +237,40 @@ fn the_database_driver_and_the_broker_clients_are_reached_only_through_their_cra
         }
     }
     assert!(wrong.is_empty(), "{wrong:?}");
+}
+
+/// The web console reaches the store only through the core's `Store` trait and the
+/// administration read models: no database driver, store backend, broker client or
+/// background worker among its own dependencies, none named in its sources. (The HTTP
+/// edge and administration do not know it: the rules above; the binary merges its routes.)
+#[test]
+fn the_console_reaches_the_store_only_through_the_read_models() {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "--offline", "-p", "aqgate-console", "-e", "normal", "--depth", "1"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .current_dir(root())
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    let direct: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect();
+    assert!(direct.contains("aqgate-admin") && direct.contains("aqgate-http"), "{direct:?}");
+    for f in
+        ["sqlx", "aqgate-store", "aqgate-propagate", "aqgate-notify", "aqgate-mail", "lapin", "async-nats", "rumqttc"]
+    {
+        assert!(!direct.contains(f), "aqgate-console depends on {f} itself");
+    }
+    let files = tracked("crates/aqgate-console/src/*.rs");
+    assert!(files.iter().any(|f| f.ends_with("/lib.rs")), "the console's files: {files:?}");
+    for f in files {
+        let text = read(&f);
+        for word in ["aqgate_store", "sqlx", "aqgate_propagate", "lapin", "async_nats", "rumqttc"] {
+            assert!(!text.contains(word), "{f} names {word}");
+        }
+    }
 }
 
 /// The root package is a thin binary over the crates: argv, configuration, wiring, run. It

@@ -48,6 +48,43 @@ pub async fn messages(
     Ok((rows.into_iter().map(|r| listed_columns().zip(r).collect()).collect(), more))
 }
 
+/// The stored payload of the live message `msg_id` (hex, as the view's `MSG_ID`) of
+/// `queue`, as `consumer` (a multi-consumer queue's; `None` for a single-consumer queue)
+/// would see it, read as a BROWSE reads it: in a transaction rolled back at once, with no
+/// lock taken and no retry count or position changed. `None` when the queue holds no such
+/// message for it now (removed, kept after processing, or expired).
+pub async fn payload(
+    store: &dyn Store,
+    queue: &str,
+    msg_id: &str,
+    consumer: Option<&str>,
+) -> Result<Option<Vec<u8>>, AqError> {
+    use aqgate_core::clock::Clock;
+    use aqgate_core::store::{CandidateQuery, Stored};
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    let Some(id) = resolved.ids.get(&canon(queue)).copied() else { return Ok(None) };
+    let Some(msgid) = hex::decode(msg_id.trim()).ok().and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
+        return Ok(None);
+    };
+    let q = CandidateQuery {
+        queue: id,
+        consumer: consumer.unwrap_or_default().to_string(),
+        txn: String::new(),
+        now: aqgate_core::clock::SystemClock.now(),
+        after: None,
+        corrid: None,
+        msgid: Some(msgid),
+        include_locked: true,
+        include_waiting: true,
+        limit: 1,
+        stored: Stored::Either,
+    };
+    let mut tx = store.begin().await?;
+    let found = tx.candidates(&q).await;
+    tx.rollback().await?;
+    Ok(found?.into_iter().next().map(|m| m.payload))
+}
+
 /// Prints them: a table of the main columns, or with `json` every column of every row (a
 /// JSON array). When the queue has more rows than shown, the table says so in a last
 /// line; with `json` that line goes to `note` (standard error), the array stays whole.

@@ -143,6 +143,10 @@ pub struct AgentDef {
     /// DN of the directory entry holding the agent's certificate.
     #[serde(default)]
     pub certificate_location: Option<String>,
+    /// The agent's role in the web console (`viewer`, `reader`, `operator`, `admin`);
+    /// none: no console access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -256,6 +260,42 @@ pub struct AgentInfo {
     pub gateway: bool,
     pub db_users: Vec<String>,
     pub certificate_location: Option<String>,
+    /// The agent's role in the web console; `None`: no console access.
+    pub console: Option<ConsoleRole>,
+}
+
+/// What an agent may do in the web console, each role with what the one before it may:
+/// `Viewer` the figures (depths, jobs, links), `Reader` also messages and their payloads,
+/// `Operator` also actions (a job's enable and disable), `Admin` also the topology's
+/// agents. Every role sees only the queues the agent's database users own or hold a
+/// grant on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConsoleRole {
+    Viewer,
+    Reader,
+    Operator,
+    Admin,
+}
+
+impl ConsoleRole {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "viewer" => Some(Self::Viewer),
+            "reader" => Some(Self::Reader),
+            "operator" => Some(Self::Operator),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Reader => "reader",
+            Self::Operator => "operator",
+            Self::Admin => "admin",
+        }
+    }
 }
 
 /// The resolved topology: what the engine consults on every request.
@@ -577,6 +617,13 @@ impl Topology {
                 gateway: a.gateway,
                 db_users: a.db_users.iter().map(|u| canon(u)).collect(),
                 certificate_location: a.certificate_location.clone(),
+                console: a.console.as_deref().and_then(|r| {
+                    let role = ConsoleRole::parse(r);
+                    if role.is_none() {
+                        errors.push(format!("{key}.console: '{r}': one of viewer, reader, operator, admin"));
+                    }
+                    role
+                }),
             };
             if agents.insert(canon(&a.name), info).is_some() {
                 errors.push(format!("{key}: defined twice"));

@@ -122,6 +122,20 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Checks `user`'s `password` exactly as a Basic login to the servlet does (the
+/// verified-credentials cache, then a turn of the bounded password checks, with their
+/// back-off per client address and per agent): the agent, or the answer to give (401, 429
+/// with Retry-After, 503). Other surfaces of the HTTP listener (the web console) log in
+/// through this, never through a hasher of their own.
+pub async fn check_password(
+    s: &AppState,
+    user: &str,
+    password: &str,
+    peer: Option<std::net::IpAddr>,
+) -> Result<aqgate_core::topology::AgentInfo, Response> {
+    login::basic_login(s, user, password, peer).await
+}
+
 /// Prometheus text: the counters of this process's metrics registry, requests in flight, and the outbox as the store
 /// has it (pending and parked notifications, also those of other processes), then what [`AppState::more_metrics`]
 /// renders (in the binary: every propagation job's state, backlog and lag, also of jobs that other processes run,

@@ -344,6 +344,7 @@ pub(super) fn job_agent_info(agent: &str, db_users: Vec<String>) -> AgentInfo {
         gateway: false,
         db_users,
         certificate_location: None,
+        console: None,
     }
 }
 

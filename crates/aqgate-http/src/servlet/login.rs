@@ -131,7 +131,7 @@ pub(super) async fn authenticate_by_body(
 /// The agent whose Basic credentials these are (401 otherwise). Credentials verified
 /// recently pass at once; others wait for a turn of the bounded password checks, unless
 /// the client or the agent is barred after repeated failures (see [`password`]).
-async fn basic_login(
+pub(super) async fn basic_login(
     s: &AppState,
     user: &str,
     password: &str,

@@ -1,0 +1,79 @@
+//! The web console: server-rendered pages (askama templates, autoescaped) on the
+//! administration read models the CLI uses, served on the HTTP listener at `/console`.
+//!
+//! - [`serving`]: whether the listener serves it (loopback by default, elsewhere only
+//!   when configured).
+//! - `session`: console sessions, bounded in number and idle time, in this process.
+//! - `caller`: who is asking (a session cookie, or Basic checked through the servlet's
+//!   bounded password checks) and the role the topology gives the agent.
+//! - `security`: the headers of every answer and the same-origin check of every
+//!   state-changing request.
+//! - `pages`, `messages`, `payload`: the pages (`answer`: what they share); `assets`: the stylesheet and the script,
+//!   embedded in the binary.
+//!
+//! The console reaches the store only through the core's `Store` trait and the
+//! administration read models; it reads messages as a BROWSE does (no lock, no retry
+//! count, no redelivery).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use aqgate_http::servlet::AppState;
+
+mod answer;
+mod assets;
+mod caller;
+mod messages;
+mod pages;
+mod payload;
+mod security;
+pub mod serving;
+mod session;
+
+pub use caller::COOKIE;
+
+/// The console's bounds on its sessions.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Sessions held at once; a login past it ends the least recently used one.
+    pub max_sessions: usize,
+    /// A session unused this long ends.
+    pub idle: Duration,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self { max_sessions: 1_000, idle: Duration::from_secs(15 * 60) }
+    }
+}
+
+/// What every console handler has: the servlet's state (the engine, the password checks)
+/// and the console's sessions.
+#[derive(Clone)]
+pub struct Console {
+    http: AppState,
+    sessions: Arc<session::Sessions>,
+}
+
+/// The console's routes, all under `/console`, to merge into the HTTP listener's router.
+pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
+    let state = Console { http, sessions: Arc::new(session::Sessions::new(cfg.max_sessions, cfg.idle)) };
+    Router::new()
+        .route("/console", get(pages::overview))
+        .route("/console/", get(pages::overview))
+        .route("/console/login", get(caller::login_form).post(caller::login))
+        .route("/console/logout", post(caller::logout))
+        .route("/console/queues", get(pages::queues))
+        .route("/console/queues/{queue}/messages", get(messages::list))
+        .route("/console/queues/{queue}/messages/{msg_id}", get(messages::one))
+        .route("/console/queues/{queue}/messages/{msg_id}/payload", get(messages::download))
+        .route("/console/jobs/{job}/{action}", post(pages::job_action))
+        .route("/console/agents", get(pages::agents))
+        .route("/console/assets/{name}", get(assets::asset))
+        .route("/console/{*rest}", axum::routing::any(pages::not_found))
+        .layer(axum::middleware::from_fn(security::guard))
+        .with_state(state)
+}

@@ -1,0 +1,280 @@
+//! The console's pages but a queue's messages: the overview (queues with their depth, jobs,
+//! links), the queue list (keyset paging by name or by backlog, a name filter), the
+//! agents (admin), a job's enable and disable (operator), and the answers every page
+//! shares (the navigation, 403, 404).
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+
+use aqgate_core::topology::{AgentInfo, ConsoleRole, Privilege};
+
+use crate::Console;
+use crate::answer::{forbidden, html, not_found_because, see_other, unavailable};
+use crate::caller::Caller;
+
+/// The navigation bar's view of the caller.
+pub(crate) struct Nav {
+    pub agent: String,
+    pub role: &'static str,
+    level: ConsoleRole,
+}
+
+impl Nav {
+    pub(crate) fn of(c: &Caller) -> Self {
+        Self { agent: c.agent.name.clone(), role: c.role.as_str(), level: c.role }
+    }
+
+    pub(crate) fn operator(&self) -> bool {
+        self.level >= ConsoleRole::Operator
+    }
+
+    pub(crate) fn admin(&self) -> bool {
+        self.level >= ConsoleRole::Admin
+    }
+}
+
+/// Any other page under `/console`: 404 to a caller, else the way to the login.
+pub(crate) async fn not_found(_: Caller) -> Response {
+    not_found_because("No such console page.")
+}
+
+/// The query's parameters (the last of each name).
+pub(crate) fn params(uri: &Uri) -> HashMap<String, String> {
+    url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).into_owned().collect()
+}
+
+/// Whether `agent` may see `queue` at all: one of its database users owns it or holds a
+/// grant on it.
+pub(crate) fn visible(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
+    let r = c.http.engine.resolved();
+    r.catalog.queue(queue).is_some_and(|q| {
+        r.catalog.permits(agent, q, Privilege::Enqueue) || r.catalog.permits(agent, q, Privilege::Dequeue)
+    })
+}
+
+/// Whether `agent` may read `queue`'s messages: it may dequeue from it.
+pub(crate) fn readable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
+    let r = c.http.engine.resolved();
+    r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Dequeue))
+}
+
+struct QueueLine {
+    name: String,
+    kind: &'static str,
+    payload: String,
+    depth: i64,
+    href: Option<String>,
+}
+
+struct JobLine {
+    name: String,
+    state: String,
+    source: String,
+    destination: String,
+    backlog: i64,
+    lag: String,
+    last_error: String,
+    enabled: bool,
+}
+
+struct LinkLine {
+    name: String,
+    kind: &'static str,
+    state: String,
+    connections: i64,
+}
+
+#[derive(Template)]
+#[template(path = "overview.html")]
+struct Overview {
+    nav: Nav,
+    queues: Vec<QueueLine>,
+    jobs: Vec<JobLine>,
+    links: Vec<LinkLine>,
+}
+
+fn messages_href(queue: &str) -> String {
+    format!("/console/queues/{}/messages", url::form_urlencoded::byte_serialize(queue.as_bytes()).collect::<String>())
+}
+
+async fn queue_lines(c: &Console, who: &Caller) -> Result<Vec<QueueLine>, Response> {
+    let rows = aqgate_admin::queues(c.http.engine.store().as_ref()).await.map_err(|e| unavailable(&e))?;
+    let reader = who.role >= ConsoleRole::Reader;
+    Ok(rows
+        .into_iter()
+        .filter(|q| visible(c, &who.agent, &q.name))
+        .map(|q| QueueLine {
+            href: (reader && readable(c, &who.agent, &q.name)).then(|| messages_href(&q.name)),
+            name: q.name,
+            kind: q.kind,
+            payload: q.payload,
+            depth: q.depth,
+        })
+        .collect())
+}
+
+/// `GET /console/`: every queue the caller sees with its depth, the jobs whose source it
+/// sees, the gateway links' states.
+pub(crate) async fn overview(State(c): State<Console>, who: Caller) -> Response {
+    let queues = match queue_lines(&c, &who).await {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let store = c.http.engine.store().as_ref();
+    let jobs = match aqgate_admin::jobs::jobs(store).await {
+        Ok(j) => j,
+        Err(e) => return unavailable(&e),
+    };
+    let jobs = jobs
+        .into_iter()
+        .filter(|j| visible(&c, &who.agent, &j.source))
+        .map(|j| JobLine {
+            enabled: j.requested == "ENABLED",
+            name: j.name,
+            state: j.state,
+            source: j.source,
+            destination: j.destination,
+            backlog: j.backlog,
+            lag: format!("{:.1}", j.lag),
+            last_error: j.last_error.unwrap_or_default(),
+        })
+        .collect();
+    let links = match aqgate_admin::gateway::links(store).await {
+        Ok(l) => l,
+        Err(e) => return unavailable(&e),
+    };
+    let links = links
+        .into_iter()
+        .map(|l| LinkLine { name: l.name, kind: l.kind, state: l.state, connections: l.connections })
+        .collect();
+    html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, jobs, links })
+}
+
+#[derive(Template)]
+#[template(path = "queues.html")]
+struct Queues {
+    nav: Nav,
+    queues: Vec<QueueLine>,
+    filter: String,
+    by_backlog: bool,
+    next: Option<String>,
+}
+
+/// Queues shown per page when not told, and the most.
+const PAGE: usize = 50;
+const PAGE_MAX: usize = 500;
+
+/// `GET /console/queues?q=&sort=name|backlog&after=&limit=`: the queues the caller sees,
+/// those whose name contains `q` (any case), by name or by backlog (largest first, then
+/// by name), a page at a time after the cursor `after` (the last line of the page before:
+/// its name, or `depth:name` by backlog). No count of all rows is made.
+pub(crate) async fn queues(State(c): State<Console>, who: Caller, uri: Uri) -> Response {
+    let p = params(&uri);
+    let filter = p.get("q").map(|s| s.trim().to_string()).unwrap_or_default();
+    let by_backlog = p.get("sort").is_some_and(|s| s == "backlog");
+    let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(PAGE).clamp(1, PAGE_MAX);
+    let mut lines = match queue_lines(&c, &who).await {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let wanted = filter.to_ascii_uppercase();
+    lines.retain(|q| q.name.to_ascii_uppercase().contains(&wanted));
+    let key = |q: &QueueLine| (if by_backlog { -q.depth } else { 0 }, q.name.clone());
+    lines.sort_by_key(key);
+    if let Some(after) = p.get("after") {
+        let cursor = if by_backlog {
+            after.split_once(':').and_then(|(d, n)| Some((-d.parse::<i64>().ok()?, n.to_string())))
+        } else {
+            Some((0, after.clone()))
+        };
+        if let Some(cursor) = cursor {
+            lines.retain(|q| key(q) > cursor);
+        }
+    }
+    let more = lines.len() > limit;
+    lines.truncate(limit);
+    let next = more.then(|| lines.last()).flatten().map(|last| {
+        let after = if by_backlog { format!("{}:{}", last.depth, last.name) } else { last.name.clone() };
+        let mut s = url::form_urlencoded::Serializer::new(String::new());
+        s.append_pair("q", &filter).append_pair("sort", if by_backlog { "backlog" } else { "name" });
+        s.append_pair("limit", &limit.to_string()).append_pair("after", &after);
+        format!("/console/queues?{}", s.finish())
+    });
+    html(StatusCode::OK, &Queues { nav: Nav::of(&who), queues: lines, filter, by_backlog, next })
+}
+
+struct AgentLine {
+    name: String,
+    protocols: String,
+    db_users: String,
+    gateway: bool,
+    console: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "agents.html")]
+struct Agents {
+    nav: Nav,
+    agents: Vec<AgentLine>,
+}
+
+/// `GET /console/agents` (admin): the topology's agents and their console roles.
+pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
+    if let Some(r) = who.below(ConsoleRole::Admin) {
+        return r;
+    }
+    let rows = match aqgate_admin::agents(c.http.engine.store().as_ref()).await {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
+    let agents = rows
+        .into_iter()
+        .map(|a| AgentLine {
+            console: c.http.engine.agent(&a.name).and_then(|i| i.console).map_or("-", ConsoleRole::as_str),
+            name: a.name,
+            protocols: a.protocols,
+            db_users: a.db_users,
+            gateway: a.gateway,
+        })
+        .collect();
+    html(StatusCode::OK, &Agents { nav: Nav::of(&who), agents })
+}
+
+/// `POST /console/jobs/{job}/{enable|disable}` (operator, on a job whose source queue the
+/// caller may dequeue from): what `aqgate admin jobs --enable|--disable` does.
+pub(crate) async fn job_action(
+    State(c): State<Console>,
+    who: Caller,
+    Path((job, action)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = who.below(ConsoleRole::Operator) {
+        return r;
+    }
+    let enable = match action.as_str() {
+        "enable" => true,
+        "disable" => false,
+        _ => return not_found_because("No such action."),
+    };
+    let store = c.http.engine.store().as_ref();
+    let jobs = match aqgate_admin::jobs::jobs(store).await {
+        Ok(j) => j,
+        Err(e) => return unavailable(&e),
+    };
+    let name = aqgate_core::topology::canon(&job);
+    let Some(j) = jobs.iter().find(|j| j.name == name) else { return not_found_because("No such job.") };
+    if !readable(&c, &who.agent, &j.source) {
+        return forbidden("The job's source queue is not yours to dequeue from.");
+    }
+    match aqgate_admin::jobs::set_enabled(store, &name, enable).await {
+        Ok(true) => {
+            tracing::info!(agent = %who.agent.name, job = %name, enable, "console: job enabled or disabled");
+            see_other("/console/")
+        }
+        Ok(false) => not_found_because("No such job."),
+        Err(e) => unavailable(&e),
+    }
+}
