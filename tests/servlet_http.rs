@@ -602,8 +602,18 @@ async fn bad_input_gets_the_documented_answer_and_changes_nothing() {
         assert_eq!(rb.send().await.expect("http").status().as_u16(), 415, "{ct:?}");
     }
     let big = format!("{}{}", good, " ".repeat(300 * 1024));
-    let r = c.post(&big).await;
-    assert_eq!(r.status, 413);
+    // The server answers 413 from the head and closes without reading the body: a client
+    // still writing may see the connection reset before it reads the answer (a transport
+    // race, not an answer), so the request is sent again until an answer is read.
+    let mut status = None;
+    for _ in 0..5 {
+        let rb = idap_request(&s.http, &s.url(), ("scott", "tiger"), big.clone().into_bytes());
+        if let Ok(resp) = rb.send().await {
+            status = Some(resp.status().as_u16());
+            break;
+        }
+    }
+    assert_eq!(status, Some(413));
 
     // IDAP level: a Fault naming the problem.
     let bomb = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body>&lol2;</Body></Envelope>"#;
