@@ -62,41 +62,6 @@ pub struct ServeConfig {
     pub passwords: aqgate_http::servlet::PasswordLimits,
 }
 
-/// A SQLite file is one process's store (one writer; long polls and the time manager see
-/// only their own process): a second `aqgate serve` on the same file is refused, by an
-/// exclusive lock (flock) on the database file itself, held while the server runs and let
-/// go by the OS if it dies. The file is the one SQLite opens (the URL parsed as sqlx
-/// parses it), so another spelling of its path, a symbolic or a hard link, meets the same
-/// lock; SQLite's own locks are of another kind and unaffected. Several nodes share a
-/// PostgreSQL database instead. `None` for other databases and in-memory SQLite.
-fn sole_server_on_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
-    use std::str::FromStr;
-    if !url.starts_with("sqlite:") {
-        return Ok(None);
-    }
-    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).map_err(|e| anyhow::anyhow!("database URL: {e}"))?;
-    let path = opts.get_filename();
-    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" || url.contains("mode=memory") {
-        return Ok(None);
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(anyhow::anyhow!(
-            "another aqgate serve is running on the SQLite database {}: a SQLite file serves one process; \
-             run several nodes on PostgreSQL instead",
-            path.display()
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::anyhow!("{}: {e}", path.display())),
-    }
-}
-
 /// Runs until `shutdown` resolves; in-flight requests finish first. The phases: the
 /// SQLite lock, the engine on its store ([`start_engine`]), its background duties
 /// ([`Duties::start`]), the listeners ([`Listeners::bind`]), the mail tasks, the servlet's
@@ -109,7 +74,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Held until the server ends (and let go by the OS if it dies).
-    let _sole = sole_server_on_sqlite(&cfg.database_url)?;
+    let _sole = aqgate_store::sqlite::sole_server(&cfg.database_url).map_err(|e| anyhow::anyhow!(e))?;
     // Connections are files: as many as the system allows, and the cap below half of them.
     let mut edge_cfg = cfg.edge.clone();
     edge_cfg.max_connections =
@@ -263,21 +228,6 @@ impl Listeners {
         Ok(format!("http://{host}:{}/aqserv", http.port()))
     }
 
-    /// The servlet's routes, and the web console's when it serves on these listeners
-    /// (loopback only, unless `--console`).
-    fn router(&self, state: AppState, console: bool) -> anyhow::Result<axum::Router> {
-        let listening: Vec<SocketAddr> = std::iter::once(self.main.local_addr()?)
-            .chain(self.plain.as_ref().and_then(|l| l.local_addr().ok()))
-            .collect();
-        Ok(if aqgate_console::serving::serves(&listening, console) {
-            tracing::info!("web console at /console");
-            app(state.clone()).merge(aqgate_console::router(state, aqgate_console::ConsoleConfig::default()))
-        } else {
-            tracing::info!("web console off: the HTTP listener is not on loopback (--console serves it there)");
-            app(state)
-        })
-    }
-
     /// Serves the servlet on every listener until `shutdown` resolves and their requests
     /// have finished. The outer error: the main listener's task failed; the inner one is
     /// what serving on it ended with.
@@ -300,7 +250,13 @@ impl Listeners {
                 let _ = rx.wait_for(|d| *d).await;
             }
         };
-        let router = self.router(state, console)?;
+        let listening = [Some(self.main.local_addr()?), self.plain.as_ref().and_then(|l| l.local_addr().ok())];
+        let router = aqgate_console::mount(
+            app(state.clone()),
+            state,
+            &listening.into_iter().flatten().collect::<Vec<_>>(),
+            console,
+        );
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         tracing::info!(addr = %self.main.local_addr()?, scheme, "aqgate servlet listening");
         let main = match self.tls {

@@ -58,6 +58,18 @@ pub struct Console {
     sessions: Arc<session::Sessions>,
 }
 
+/// `servlet` with the console's routes merged in when the console serves on `listening`
+/// (every listener on loopback, or `--console`: [`serving::serves`]).
+pub fn mount(servlet: Router, http: AppState, listening: &[std::net::SocketAddr], flag: bool) -> Router {
+    if serving::serves(listening, flag) {
+        tracing::info!("web console at /console");
+        servlet.merge(router(http, ConsoleConfig::default()))
+    } else {
+        tracing::info!("web console off: the HTTP listener is not on loopback (--console serves it there)");
+        servlet
+    }
+}
+
 /// The console's routes, all under `/console`, to merge into the HTTP listener's router.
 pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
     let state = Console { http, sessions: Arc::new(session::Sessions::new(cfg.max_sessions, cfg.idle)) };

@@ -159,3 +159,38 @@ queue_store!(SqliteStore, SqliteRow, {
         Ok(None)
     }
 });
+
+/// A SQLite file is one process's store (one writer; long polls and the time manager see
+/// only their own process): a second `aqgate serve` on the same file is refused, by an
+/// exclusive lock (flock) on the database file itself, held while the server runs and let
+/// go by the OS if it dies. The file is the one SQLite opens (the URL parsed as sqlx
+/// parses it), so another spelling of its path, a symbolic or a hard link, meets the same
+/// lock; SQLite's own locks are of another kind and unaffected. Several nodes share a
+/// PostgreSQL database instead. `None` for other databases and in-memory SQLite.
+pub fn sole_server(url: &str) -> Result<Option<std::fs::File>, String> {
+    use std::str::FromStr;
+    if !url.starts_with("sqlite:") {
+        return Ok(None);
+    }
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).map_err(|e| format!("database URL: {e}"))?;
+    let path = opts.get_filename();
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" || url.contains("mode=memory") {
+        return Ok(None);
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "another aqgate serve is running on the SQLite database {}: a SQLite file serves one process; \
+             run several nodes on PostgreSQL instead",
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+    }
+}
