@@ -29,6 +29,8 @@ COPY crates/aqgate-propagate/Cargo.toml crates/aqgate-propagate/
 COPY crates/aqgate-saml/Cargo.toml crates/aqgate-saml/
 COPY crates/aqgate-admin/Cargo.toml crates/aqgate-admin/
 COPY crates/aqgate-http/Cargo.toml crates/aqgate-http/
+COPY crates/aqgate-client/Cargo.toml crates/aqgate-client/
+COPY crates/aqgate-console/Cargo.toml crates/aqgate-console/
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && for c in crates/*; do mkdir "$c/src" && touch "$c/src/lib.rs"; done \
