@@ -53,6 +53,12 @@ trap 'rm -f "$resolved"' EXIT
 # 2. The files compose.yaml and the Dockerfiles reference.
 "$venv/bin/python" scripts/validate-compose.py "$resolved" . || fail "compose.yaml / Dockerfiles (see above)"
 
+# Every workspace crate's manifest is in the Dockerfile's dependency layer (cargo reads
+# the whole workspace before it builds anything).
+for m in crates/*/Cargo.toml; do
+  grep -qF "COPY $m $(dirname "$m")/" Dockerfile || fail "Dockerfile: no COPY of $m in the dependency layer"
+done
+
 # 3. The entrypoints and Dockerfiles, with what is installed.
 for f in docker/*/entrypoint.sh; do
     bash -n "$f" || fail "$f: syntax"
