@@ -138,7 +138,7 @@ impl Browser {
         self.client.as_ref().expect("a started browser")
     }
 
-    /// A command of ChromeDriver's own (`se/log`, `goog/cdp/execute`) on this session.
+    /// A command of ChromeDriver's own (`se/log`, `goog/cdp/execute`) on this browser's WebDriver connection.
     async fn raw(&self, path: &'static str, body: Value) -> Value {
         self.client()
             .issue_cmd(Raw { path, body: body.clone() })

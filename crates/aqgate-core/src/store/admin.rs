@@ -65,7 +65,7 @@ pub struct MessageFacts {
     pub enq_user_id: Option<String>,
     /// The IDAP transaction that enqueued it (ENQ_TXN_ID).
     pub enq_txn_id: Option<String>,
-    /// Still uncommitted in this session transaction.
+    /// Still uncommitted in the IDAP transaction it belongs to.
     pub pending_txn: Option<String>,
     pub delay_until: Option<Micros>,
     pub expire_at: Option<Micros>,
