@@ -27,6 +27,8 @@
 //! - `fairness`: honest agents at a steady rate, alone and then while another client runs
 //!   one attack after another; per phase the honest latencies against the quiet phase's,
 //!   and a ledger of every acknowledged send (`fairness.rs`, `scripts/bench-fairness.sh`).
+//! - `pages`: the web console's pages (`--pages`) fetched in turn, as an agent logged in
+//!   with Basic: per page its render time (`console.rs`, `scripts/bench-console.sh`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,6 +39,7 @@ use aqgate_proto::idap::{Request, XmlNode};
 use clap::{Parser, ValueEnum};
 
 mod broker;
+mod console;
 mod fairness;
 mod in_process;
 mod notify;
@@ -72,6 +75,8 @@ enum Scenario {
     BrokerConsume,
     /// Honest agents alone, then while a fifth client attacks (`--attacks`), with a ledger.
     Fairness,
+    /// The web console's pages (`--pages`), each fetched in turn by every client.
+    Pages,
 }
 
 #[derive(Parser, Debug)]
@@ -159,6 +164,9 @@ struct Args {
     /// Messages the broker scenarios publish or consume.
     #[arg(long, default_value_t = 20_000)]
     count: usize,
+    /// The pages scenario's paths, separated by commas (e.g. `/console/,/console/queues`).
+    #[arg(long, default_value = "/console/,/console/queues")]
+    pages: String,
     #[command(flatten)]
     fair: fairness::FairArgs,
 }
@@ -278,7 +286,17 @@ impl Client {
 
     /// One request; the answer's HTTP status and body, whatever the status.
     async fn post_status(&mut self, body: &[u8]) -> anyhow::Result<(u16, String)> {
-        let r = self.exchange(body).await;
+        let path = self.path.clone();
+        let r = self.exchange("POST", &path, body).await;
+        if r.is_err() {
+            self.conn = None;
+        }
+        r
+    }
+
+    /// A GET of `path` on the server; the answer's HTTP status and body, whatever the status.
+    async fn get_status(&mut self, path: &str) -> anyhow::Result<(u16, String)> {
+        let r = self.exchange("GET", path, &[]).await;
         if r.is_err() {
             self.conn = None;
         }
@@ -289,7 +307,7 @@ impl Client {
         connect(self.addr.clone(), self.bind)
     }
 
-    async fn exchange(&mut self, body: &[u8]) -> anyhow::Result<(u16, String)> {
+    async fn exchange(&mut self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<(u16, String)> {
         use std::io::Write as _;
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
         if self.conn.is_none() {
@@ -305,8 +323,7 @@ impl Client {
         self.request.clear();
         write!(
             self.request,
-            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n",
-            self.path,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n",
             self.addr,
             body.len()
         )?;
@@ -395,6 +412,9 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario == Scenario::Parse {
         return parse_bench(&args).await;
     }
+    if args.scenario == Scenario::Pages {
+        return console::pages_bench(&args).await;
+    }
     http_bench(&args).await
 }
 
@@ -455,7 +475,8 @@ fn cycle(args: &Args, hex: &str) -> Vec<String> {
         | Scenario::Parse
         | Scenario::BrokerPublish
         | Scenario::BrokerConsume
-        | Scenario::Fairness => vec![receive_xml(&args.queue)],
+        | Scenario::Fairness
+        | Scenario::Pages => vec![receive_xml(&args.queue)],
     }
 }
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The web console at scale (see BENCHMARKS.md, "The web console"): on a fresh PostgreSQL
+# database, the demo topology plus 10,000 queues (50 messages each) and 500,000 messages in
+# AQUSER.RAW_QUE (1,000,000 in all); then each page's render time (p50, p99, slowest) with
+# the console's admin logged in with Basic, as `aqgate-bench --scenario pages` measures it.
+#   scripts/bench-console.sh [BINARY] [SECONDS]     (default target/release/aqgate, 20)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-target/release/aqgate}
+SECS=${2:-20}
+cargo build --release --bin aqgate-bench --locked >/dev/null
+scripts/ensure-postgres.sh >/dev/null
+ADMIN_URL=${AQGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+DB=aqgate_bench_console_$$
+PORT=18473
+WORK=$(mktemp -d)
+psql -q "$ADMIN_URL" -c "CREATE DATABASE $DB"
+URL="${ADMIN_URL%/*}/$DB"
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB"; rm -rf "$WORK"' EXIT
+
+# The demo topology, scott the console's admin, and 10,000 more queues in AQUSER.RAW_TAB.
+awk '{ print } $0 == "name = \"scott\"" { print "console = \"admin\"" }' config/topology.toml >"$WORK/topology.toml"
+for i in $(seq -w 1 10000); do
+  printf '[[queues]]\nname = "AQUSER.BENCH_Q%s"\nqueue_table = "AQUSER.RAW_TAB"\n\n' "$i"
+done >>"$WORK/topology.toml"
+"$BIN" admin apply "$WORK/topology.toml" --database "$URL" >/dev/null
+R=$(psql -Atq "$URL" -c "SELECT id FROM queues WHERE name = 'AQUSER.RAW_QUE'")
+NOW=$(date +%s%6N)
+psql -q "$URL" <<SQL
+INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, payload, single, prio_key, enq_user_id)
+SELECT decode(md5('r' || g), 'hex'), $R, 'R' || g, 1, $NOW - 10000000000 + g, '\x01', true, 1, 'SCOTT'
+FROM generate_series(1, 500000) g;
+INSERT INTO messages (msgid, queue_id, corrid, priority, enq_time, payload, single, prio_key, enq_user_id)
+SELECT decode(md5('b' || q.id || '-' || g), 'hex'), q.id, 'B' || g, 1, $NOW - 10000000000 + g, '\x02', true, 1, 'SCOTT'
+FROM queues q, generate_series(1, 50) g WHERE q.name LIKE 'AQUSER.BENCH\_Q%';
+ANALYZE;
+SQL
+psql -Atq "$URL" -c "SELECT count(*) || ' messages in ' || count(DISTINCT queue_id) || ' queues' FROM messages"
+one=$(psql -Atq "$URL" -c "SELECT encode(msgid, 'hex') FROM messages WHERE queue_id = $R ORDER BY seq LIMIT 1 OFFSET 250000" | tr a-f A-F)
+
+"$BIN" serve --no-topology --listen "127.0.0.1:$PORT" --database "$URL" --no-smtp >"$WORK/serve.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
+pages=${AQGATE_BENCH_PAGES:-/console/,/console/queues,/console/queues?sort=backlog,/console/queues?q=Q0999,/console/queues/AQUSER.RAW_QUE/messages,/console/queues/AQUSER.RAW_QUE/messages/$one,/console/agents}
+target/release/aqgate-bench --url "http://127.0.0.1:$PORT/aqserv" --scenario pages --pages "$pages" \
+  --clients 2 --seconds "$SECS" --user scott --password tiger
