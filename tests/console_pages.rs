@@ -152,7 +152,9 @@ fn post_as(path: &str, agent: &str, form: &str) -> Request<Body> {
 
 fn form(pairs: &[(&str, &str)]) -> String {
     let enc = |s: &str| -> String {
-        s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+        s.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect()
     };
     pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
@@ -255,7 +257,14 @@ async fn a_timeline_shows_enqueue_dequeues_and_rollbacks(b: Backend) {
     // The message's page links to it.
     let page = call(&r, get_as(&format!("/console/queues/{EQ}/messages/{failed}"), "c_reader")).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(page.body.contains(&html_escaped(&format!("/console/queues/{}/messages/{failed}/timeline", "AQUSER.AQ%24_RETRY_TAB_E"))), "{}", page.body);
+    assert!(
+        page.body.contains(&html_escaped(&format!(
+            "/console/queues/{}/messages/{failed}/timeline",
+            "AQUSER.AQ%24_RETRY_TAB_E"
+        ))),
+        "{}",
+        page.body
+    );
 
     // Only the reader of that queue, and only for a message of it.
     assert_eq!(call(&r, get_as(&timeline_path(EQ, &failed), "c_viewer")).await.status, StatusCode::FORBIDDEN);
@@ -307,12 +316,18 @@ async fn a_replay_runs_dry_then_confirmed(b: Backend) {
     let confirmed = form(&[("reason", "MAX_RETRY_EXCEEDED"), ("batch", "2"), ("max", "100"), ("confirm", "yes")]);
     let a = call(&r, post_as(&path, "c_operator", &confirmed)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert!(a.body.contains(&format!("Replayed 3 of 3 matching message(s) of {EQ} to {Q} in 2 batch(es)")), "{}", a.body);
+    assert!(
+        a.body.contains(&format!("Replayed 3 of 3 matching message(s) of {EQ} to {Q} in 2 batch(es)")),
+        "{}",
+        a.body
+    );
     assert!(a.body.contains("2 audit row(s) written"), "{}", a.body);
     assert_eq!(depths(&h).await, (3, 0));
     let audit = aqgate_admin::replay::audit(h.engine.store().as_ref(), 100).await.expect("audit");
     assert_eq!(audit.len(), 2, "{audit:?}");
-    assert!(audit.iter().all(|a| a.actor == "C_OPERATOR" && a.queue == EQ && a.filter == "--reason MAX_RETRY_EXCEEDED"));
+    assert!(
+        audit.iter().all(|a| a.actor == "C_OPERATOR" && a.queue == EQ && a.filter == "--reason MAX_RETRY_EXCEEDED")
+    );
     // Each original id shown beside its new message's.
     let (rows, _) = aqgate_admin::messages::messages(h.engine.store().as_ref(), Q, None, 100).await.expect("rows");
     let col = |r: &[(&str, Option<String>)], c: &str| r.iter().find(|(n, _)| *n == c).and_then(|(_, v)| v.clone());
@@ -342,7 +357,10 @@ async fn a_replay_runs_dry_then_confirmed(b: Backend) {
     // malformed filter: 400.
     let a = call(&r, post_as(&path, "c_operator", "")).await;
     assert!(a.body.contains("0 message(s) would be replayed"), "{}", a.body);
-    assert_eq!(call(&r, get_as(&format!("/console/queues/{Q}/replay"), "c_operator")).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        call(&r, get_as(&format!("/console/queues/{Q}/replay"), "c_operator")).await.status,
+        StatusCode::NOT_FOUND
+    );
     for bad in [form(&[("msgids", "xyz")]), form(&[("reason", "SOMETIME")]), form(&[("max", "many")])] {
         assert_eq!(call(&r, post_as(&path, "c_operator", &bad)).await.status, StatusCode::BAD_REQUEST, "{bad}");
     }
@@ -437,7 +455,10 @@ async fn sessions_are_listed_and_one_aborted(b: Backend) {
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let row = a.body.split("<tr>").find(|row| row.contains(&format!("<td>{id}</td>"))).expect("the session's row");
     assert!(row.contains("<td>JOHN</td>") && row.contains("<td class=\"num\">1</td>"), "one locked: {row}");
-    assert!(row.contains(&format!("action=\"/console/sessions/{id}/abort\"")) && row.contains("data-confirm="), "{row}");
+    assert!(
+        row.contains(&format!("action=\"/console/sessions/{id}/abort\"")) && row.contains("data-confirm="),
+        "{row}"
+    );
     let (code, copy) = command_lines(row);
     assert_eq!(code, [format!("aqgate admin sessions --abort {id}")]);
     assert_eq!(copy, code);
@@ -560,7 +581,9 @@ async fn copy_as_cli_is_shell_quoted() {
         code,
         [
             format!("aqgate admin replay '{EQ}' --correlation {quoted} --max 10000 --batch 100 --as C_OPERATOR"),
-            format!("aqgate admin replay '{EQ}' --correlation {quoted} --max 10000 --batch 100 --dry-run --as C_OPERATOR"),
+            format!(
+                "aqgate admin replay '{EQ}' --correlation {quoted} --max 10000 --batch 100 --dry-run --as C_OPERATOR"
+            ),
         ],
         "the cap clamped to 10000"
     );

@@ -6,7 +6,8 @@
 
 /// `arg` as one word of a POSIX shell.
 pub(crate) fn quote(arg: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | ':' | '@' | '%' | '+' | ',' | '=');
+    let plain =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | ':' | '@' | '%' | '+' | ',' | '=');
     if !arg.is_empty() && arg.chars().all(plain) {
         return arg.to_string();
     }

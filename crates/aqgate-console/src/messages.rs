@@ -110,7 +110,8 @@ pub(crate) async fn list(State(c): State<Console>, who: Caller, Path(queue): Pat
     let queue = aqgate_core::topology::canon(&queue);
     let states = STATES.iter().map(|s| (*s, state.as_deref() == Some(*s))).collect();
     let exception = c.http.engine.resolved().catalog.queue(&queue).is_some_and(|q| q.is_exception_queue);
-    let replay = (exception && who.role >= ConsoleRole::Operator).then(|| format!("/console/queues/{}/replay", enc(&queue)));
+    let replay =
+        (exception && who.role >= ConsoleRole::Operator).then(|| format!("/console/queues/{}/replay", enc(&queue)));
     let page = Messages { nav: Nav::of(&who), queue, states, limit, lines, more, replay };
     html(StatusCode::OK, &page)
 }

@@ -103,8 +103,13 @@ pub(crate) async fn abort(State(c): State<Console>, who: Caller, Path(id): Path<
             let mut released = a.released_queues.clone();
             released.sort();
             released.dedup();
-            let page =
-                Aborted { nav: Nav::of(&who), id: a.id, agent: a.agent, had_work: a.had_work, released: released.join(", ") };
+            let page = Aborted {
+                nav: Nav::of(&who),
+                id: a.id,
+                agent: a.agent,
+                had_work: a.had_work,
+                released: released.join(", "),
+            };
             html(StatusCode::OK, &page)
         }
         Err(e) if e.kind == FaultKind::Client => bad_request(&e.message),

@@ -139,7 +139,10 @@ fn may_replay(c: &Console, who: &Caller, queue: &str) -> Result<String, Response
     let origins = r.catalog.queues.values().filter(|o| o.queue_table == q.queue_table && !o.is_exception_queue);
     for o in origins {
         if !r.catalog.permits(&who.agent, o, Privilege::Enqueue) {
-            return Err(forbidden(&format!("You may not enqueue to {}, where this exception queue's messages go back.", o.name)));
+            return Err(forbidden(&format!(
+                "You may not enqueue to {}, where this exception queue's messages go back.",
+                o.name
+            )));
         }
     }
     Ok(q.name.clone())
@@ -201,14 +204,21 @@ struct ReplayPage {
 
 fn page(who: &Caller, queue: &str, choice: &Choice, dry: Option<Outcome>, done: Option<Outcome>) -> ReplayPage {
     let question = dry.as_ref().map_or_else(String::new, |d| {
-        format!("Replay {} message(s) of {queue} to {}?", d.matched, if d.targets.is_empty() { "-" } else { &d.targets })
+        format!(
+            "Replay {} message(s) of {queue} to {}?",
+            d.matched,
+            if d.targets.is_empty() { "-" } else { &d.targets }
+        )
     });
     ReplayPage {
         nav: Nav::of(who),
         queue: queue.to_string(),
         msgids: choice.msgids.join(" "),
         correlation: choice.correlation.clone().unwrap_or_default(),
-        reasons: Expiry::ALL.iter().map(|e| (e.oracle_name(), choice.reason.as_deref() == Some(e.oracle_name()))).collect(),
+        reasons: Expiry::ALL
+            .iter()
+            .map(|e| (e.oracle_name(), choice.reason.as_deref() == Some(e.oracle_name())))
+            .collect(),
         max: choice.max,
         batch: choice.batch,
         max_max: MAX_MAX,
@@ -230,7 +240,10 @@ fn outcome(queue: &str, report: &ReplayReport, batches: usize, audit_rows: usize
         .map(|r| Line {
             msgid_href: timeline_href(queue, &r.msgid),
             msgid: r.msgid.clone(),
-            new_msgid: r.new_msgid.as_ref().map(|n| (n.clone(), timeline_href(r.original_queue.as_deref().unwrap_or(queue), n))),
+            new_msgid: r
+                .new_msgid
+                .as_ref()
+                .map(|n| (n.clone(), timeline_href(r.original_queue.as_deref().unwrap_or(queue), n))),
             original_queue: r.original_queue.clone().unwrap_or_else(|| "-".into()),
             reason: r.reason.clone().unwrap_or_else(|| "-".into()),
             correlation: r.correlation.clone().unwrap_or_default(),

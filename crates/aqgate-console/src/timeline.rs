@@ -67,9 +67,9 @@ pub(crate) async fn page(
     let ours = match &t.queue {
         Some(q) => *q == queue,
         None => match store.audit_of(&t.msgid).await {
-            Ok(rows) => {
-                rows.iter().any(|a| a.queue == queue || a.target.as_deref().is_some_and(|t| t.split(',').any(|q| q == queue)))
-            }
+            Ok(rows) => rows
+                .iter()
+                .any(|a| a.queue == queue || a.target.as_deref().is_some_and(|t| t.split(',').any(|q| q == queue))),
             Err(e) => return unavailable(&e),
         },
     };
