@@ -122,27 +122,25 @@ fn number(v: &str, what: &str) -> Result<i64, String> {
 }
 
 /// The exception queue `queue`'s name when the caller may replay from it, else the refusal.
-fn may_replay(c: &Console, who: &Caller, queue: &str) -> Result<String, Response> {
+fn may_replay(c: &Console, who: &Caller, queue: &str) -> Result<String, Box<Response>> {
     if let Some(r) = who.below(ConsoleRole::Operator) {
-        return Err(r);
+        return Err(Box::new(r));
     }
     let r = c.http.engine.resolved();
-    let Some(q) = r.catalog.queue(queue) else { return Err(not_found_because("No such queue.")) };
+    let Some(q) = r.catalog.queue(queue) else { return Err(Box::new(not_found_because("No such queue."))) };
     if !q.is_exception_queue {
-        return Err(not_found_because(
-            "Not an exception queue: a replay takes messages from an exception queue back to the queue they left.",
-        ));
+        let why =
+            "Not an exception queue: a replay takes messages from an exception queue back to the queue they left.";
+        return Err(Box::new(not_found_because(why)));
     }
     if !readable(c, &who.agent, &q.name) {
-        return Err(forbidden("You may not dequeue from this exception queue."));
+        return Err(Box::new(forbidden("You may not dequeue from this exception queue.")));
     }
     let origins = r.catalog.queues.values().filter(|o| o.queue_table == q.queue_table && !o.is_exception_queue);
     for o in origins {
         if !r.catalog.permits(&who.agent, o, Privilege::Enqueue) {
-            return Err(forbidden(&format!(
-                "You may not enqueue to {}, where this exception queue's messages go back.",
-                o.name
-            )));
+            let why = format!("You may not enqueue to {}, where this exception queue's messages go back.", o.name);
+            return Err(Box::new(forbidden(&why)));
         }
     }
     Ok(q.name.clone())
@@ -271,7 +269,7 @@ fn failed(e: &AqError) -> Response {
 pub(crate) async fn form(State(c): State<Console>, who: Caller, Path(queue): Path<String>) -> Response {
     let queue = match may_replay(&c, &who, &queue) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     html(StatusCode::OK, &page(&who, &queue, &Choice::default(), None, None))
 }
@@ -280,7 +278,7 @@ pub(crate) async fn form(State(c): State<Console>, who: Caller, Path(queue): Pat
 pub(crate) async fn run(State(c): State<Console>, who: Caller, Path(queue): Path<String>, req: Request) -> Response {
     let queue = match may_replay(&c, &who, &queue) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Ok(body) = axum::body::to_bytes(req.into_body(), FORM_MAX).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large\n").into_response();
