@@ -1,5 +1,6 @@
 //! `aqgate admin notifications` (notifications not yet delivered, or parked ones put back
-//! in line) and `aqgate admin registrations` (the registrations, or one's HMAC secret set).
+//! in line) and `aqgate admin registrations` (the registrations, or one's HMAC secret set);
+//! [`deliveries`] and [`registrations`], the rows as the web console lists them.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -8,12 +9,89 @@ use aqgate_core::store::Store;
 use aqgate_core::topology::canon;
 
 /// At most this many rows are listed.
-const LIMIT: i64 = 1000;
+pub const LIMIT: i64 = 1000;
+
+/// A notification not yet delivered, as the web console shows it (its target redacted).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Delivery {
+    pub notification_id: String,
+    /// `new` (pending) or `parked` (given up).
+    pub state: String,
+    pub attempts: i64,
+    /// The queue's name (`?` when the store knows it no longer).
+    pub queue: String,
+    pub consumer: String,
+    pub agent: String,
+    /// Without user info and query ([`aqgate_notify::redact_url`]).
+    pub target: String,
+    pub next_attempt_at: aqgate_core::clock::Micros,
+    pub last_error: Option<String>,
+}
+
+/// A registration, as the web console shows it (its target redacted).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RegistrationLine {
+    pub queue: String,
+    pub consumer: String,
+    pub agent: String,
+    pub target: String,
+}
+
+async fn queue_names(store: &dyn Store) -> Result<HashMap<i64, String>, aqgate_core::error::AqError> {
+    Ok(store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect())
+}
+
+/// (pending, parked) and the notifications not yet delivered, oldest first, at most
+/// `limit` (1 to [`LIMIT`]).
+pub async fn deliveries(
+    store: &dyn Store,
+    limit: i64,
+) -> Result<((i64, i64), Vec<Delivery>), aqgate_core::error::AqError> {
+    let names = queue_names(store).await?;
+    let counts = store.notify_counts().await?;
+    let rows = store.notify_pending(limit.clamp(1, LIMIT)).await?;
+    let rows = rows
+        .into_iter()
+        .map(|e| Delivery {
+            notification_id: e.notification_id(),
+            queue: names.get(&e.queue).cloned().unwrap_or_else(|| "?".into()),
+            target: aqgate_notify::redact_url(&e.notify_url),
+            state: e.state,
+            attempts: e.attempts,
+            consumer: e.consumer,
+            agent: e.agent,
+            next_attempt_at: e.next_attempt_at,
+            last_error: e.last_error,
+        })
+        .collect();
+    Ok((counts, rows))
+}
+
+/// The registrations, at most `limit` (1 to [`LIMIT`]), and whether there are more.
+pub async fn registrations(
+    store: &dyn Store,
+    limit: i64,
+) -> Result<(Vec<RegistrationLine>, bool), aqgate_core::error::AqError> {
+    let names = queue_names(store).await?;
+    let mut all = store.all_registrations().await?;
+    let limit = usize::try_from(limit.clamp(1, LIMIT)).unwrap_or(1);
+    let more = all.len() > limit;
+    all.truncate(limit);
+    let rows = all
+        .into_iter()
+        .map(|r| RegistrationLine {
+            queue: names.get(&r.queue).cloned().unwrap_or_else(|| "?".into()),
+            target: aqgate_notify::redact_url(&r.notify_url),
+            consumer: r.consumer,
+            agent: r.agent,
+        })
+        .collect();
+    Ok((rows, more))
+}
 
 /// `aqgate admin notifications`: counts, then every pending and parked notification.
 pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow::Result<()> {
-    let names: HashMap<_, _> = store.queue_ids().await?.into_iter().map(|(n, id)| (id, n)).collect();
-    let (pending, parked) = store.notify_counts().await?;
+    let ((pending, parked), rows) = deliveries(store, LIMIT).await?;
     out!(w, "{pending} pending, {parked} parked");
     out!(
         w,
@@ -25,16 +103,16 @@ pub async fn print_notifications(store: &dyn Store, w: &mut dyn Write) -> anyhow
         "CONSUMER",
         "TARGET"
     );
-    for e in store.notify_pending(LIMIT).await? {
+    for e in rows {
         row!(
             w,
             "{:<44} {:<7} {:>8} {:<24} {:<12} {:<40} {}",
-            e.notification_id(),
+            e.notification_id,
             e.state,
             e.attempts,
-            names.get(&e.queue).map_or("?", String::as_str),
+            e.queue,
             if e.consumer.is_empty() { "-" } else { &e.consumer },
-            aqgate_notify::redact_url(&e.notify_url);
+            e.target;
             e.last_error.as_deref().unwrap_or("-")
         );
     }

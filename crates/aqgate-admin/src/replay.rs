@@ -124,7 +124,7 @@ async fn matching(
 pub async fn replay(
     store: &dyn Store,
     req: &ReplayRequest,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<ReplayReport, AqError> {
     if !(1..=MAX_MAX).contains(&req.max) {
         return Err(AqError::invalid(format!("--max {}: from 1 to {MAX_MAX}", req.max)));

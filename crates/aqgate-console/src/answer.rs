@@ -1,4 +1,4 @@
-//! The answers every page shares: a rendered template, 403, 404, 503 and the redirect,
+//! The answers every page shares: a rendered template, 400, 403, 404, 503 and the redirect,
 //! each an HTML page of its own (the console's headers are added by `security`).
 
 use askama::Template;
@@ -25,6 +25,11 @@ struct ErrorPage<'a> {
 
 pub(crate) fn forbidden(text: &str) -> Response {
     html(StatusCode::FORBIDDEN, &ErrorPage { title: "Forbidden", text })
+}
+
+/// A value the caller gave that cannot be used: 400, with why.
+pub(crate) fn bad_request(text: &str) -> Response {
+    html(StatusCode::BAD_REQUEST, &ErrorPage { title: "Bad request", text })
 }
 
 pub(crate) fn not_found_because(text: &str) -> Response {

@@ -10,6 +10,9 @@
 //!   state-changing request.
 //! - `pages`, `messages`, `payload`: the pages (`answer`: what they share); `assets`: the stylesheet and the script,
 //!   embedded in the binary.
+//! - `timeline`, `replay`, `operations`: a message's timeline, replays and the audit log,
+//!   the IDAP sessions, the mail spool and the notifications; `cli`: the `aqgate admin`
+//!   command line of an action ("Copy as CLI").
 //!
 //! The console reaches the store only through the core's `Store` trait and the
 //! administration read models; it reads messages as a BROWSE does (no lock, no retry
@@ -26,12 +29,16 @@ use aqgate_http::servlet::AppState;
 mod answer;
 mod assets;
 mod caller;
+mod cli;
 mod messages;
+mod operations;
 mod pages;
 mod payload;
+mod replay;
 mod security;
 pub mod serving;
 mod session;
+mod timeline;
 
 pub use caller::COOKIE;
 
@@ -82,6 +89,13 @@ pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
         .route("/console/queues/{queue}/messages", get(messages::list))
         .route("/console/queues/{queue}/messages/{msg_id}", get(messages::one))
         .route("/console/queues/{queue}/messages/{msg_id}/payload", get(messages::download))
+        .route("/console/queues/{queue}/messages/{msg_id}/timeline", get(timeline::page))
+        .route("/console/queues/{queue}/replay", get(replay::form).post(replay::run))
+        .route("/console/audit", get(replay::audit))
+        .route("/console/sessions", get(operations::sessions))
+        .route("/console/sessions/{id}/abort", post(operations::abort))
+        .route("/console/spool", get(operations::spool))
+        .route("/console/notifications", get(operations::notifications))
         .route("/console/jobs/{job}/{action}", post(pages::job_action))
         .route("/console/agents", get(pages::agents))
         .route("/console/assets/{name}", get(assets::asset))

@@ -67,6 +67,8 @@ struct Messages {
     limit: i64,
     lines: Vec<Line>,
     more: bool,
+    /// The replay form, on an exception queue to an operator.
+    replay: Option<String>,
 }
 
 /// The `state` parameter, when one of the view's states.
@@ -107,7 +109,10 @@ pub(crate) async fn list(State(c): State<Console>, who: Caller, Path(queue): Pat
         .collect();
     let queue = aqgate_core::topology::canon(&queue);
     let states = STATES.iter().map(|s| (*s, state.as_deref() == Some(*s))).collect();
-    let page = Messages { nav: Nav::of(&who), queue, states, limit, lines, more };
+    let exception = c.http.engine.resolved().catalog.queue(&queue).is_some_and(|q| q.is_exception_queue);
+    let replay =
+        (exception && who.role >= ConsoleRole::Operator).then(|| format!("/console/queues/{}/replay", enc(&queue)));
+    let page = Messages { nav: Nav::of(&who), queue, states, limit, lines, more, replay };
     html(StatusCode::OK, &page)
 }
 
@@ -120,6 +125,7 @@ struct Message {
     rows: Vec<Vec<(&'static str, String)>>,
     payload: Option<(&'static str, String)>,
     download: String,
+    timeline: String,
 }
 
 pub(crate) async fn one(
@@ -158,8 +164,9 @@ pub(crate) async fn one(
         enc(&msg_id),
         enc(consumer.as_deref().unwrap_or(""))
     );
+    let timeline = format!("/console/queues/{}/messages/{}/timeline", enc(&queue), enc(&msg_id));
     let queue = aqgate_core::topology::canon(&queue);
-    html(StatusCode::OK, &Message { nav: Nav::of(&who), queue, msg_id, rows, payload, download })
+    html(StatusCode::OK, &Message { nav: Nav::of(&who), queue, msg_id, rows, payload, download, timeline })
 }
 
 pub(crate) async fn download(

@@ -79,6 +79,8 @@ struct JobLine {
     lag: String,
     last_error: String,
     enabled: bool,
+    /// The `aqgate admin jobs` command line of its action.
+    cli: String,
 }
 
 struct LinkLine {
@@ -134,6 +136,11 @@ pub(crate) async fn overview(State(c): State<Console>, who: Caller) -> Response 
         .filter(|j| visible(&c, &who.agent, &j.source))
         .map(|j| JobLine {
             enabled: j.requested == "ENABLED",
+            cli: crate::cli::admin(&[
+                "jobs",
+                if j.requested == "ENABLED" { "--disable" } else { "--enable" },
+                j.name.as_str(),
+            ]),
             name: j.name,
             state: j.state,
             source: j.source,
