@@ -49,8 +49,15 @@ async fn the_overview_follows_an_enqueue_without_a_reload() {
     form.set_by_name("agent", "live_viewer").await.expect("agent");
     form.set_by_name("password", "pw").await.expect("password");
     form.submit().await.expect("log in");
-    let url = b.client().current_url().await.expect("url");
-    assert!(url.path() == "/console/", "logged in, on the overview: {url}");
+    let on_by = Instant::now() + Duration::from_secs(10);
+    loop {
+        let url = b.client().current_url().await.expect("url");
+        if url.path() == "/console/" {
+            break;
+        }
+        assert!(Instant::now() < on_by, "logged in, on the overview: {url}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     b.assert_clean("the overview").await;
 
     let before = depth(&b, "AQUSER.RAW_QUE").await.expect("the queue's row");

@@ -37,10 +37,10 @@ pub(crate) struct Chart {
     pub label: String,
 }
 
+#[allow(clippy::cast_precision_loss)]
 fn chart(what: &str, counts: &[i64]) -> Chart {
     let max = counts.iter().copied().max().unwrap_or(0).max(1);
     let step = 120.0 / (BUCKETS.saturating_sub(1).max(1)) as f64;
-    #[allow(clippy::cast_precision_loss)]
     let points = counts
         .iter()
         .enumerate()
@@ -169,8 +169,12 @@ struct LinkLine {
 pub(crate) async fn page(State(c): State<Console>, who: Caller) -> Response {
     c.live.ensure(&c.http.engine).await;
     let store = c.http.engine.store().as_ref();
-    let (jobs, links) = match tokio::try_join!(aqgate_admin::jobs::jobs(store), aqgate_admin::gateway::links(store)) {
-        Ok(r) => r,
+    let jobs = match aqgate_admin::jobs::jobs(store).await {
+        Ok(j) => j,
+        Err(e) => return unavailable(&e),
+    };
+    let links = match aqgate_admin::gateway::links(store).await {
+        Ok(l) => l,
         Err(e) => return unavailable(&e),
     };
     let jobs = jobs
@@ -245,14 +249,17 @@ impl Stream {
             }
             let agent = self.c.http.engine.agent(&self.agent).filter(|a| a.console.is_some())?;
             let generation = *self.rx.borrow_and_update();
-            let f = self.c.live.figures();
-            let r = self.c.http.engine.resolved();
-            if f.backlog_changed > self.seen {
+            let (backlog, queues) = {
+                let f = self.c.live.figures();
+                let r = self.c.http.engine.resolved();
+                let queues = f.queues.iter().any(|(id, t)| {
+                    t.changed > self.seen && r.names.get(id).is_some_and(|name| visible(&self.c, &agent, name))
+                });
+                (f.backlog_changed > self.seen, queues)
+            };
+            if backlog {
                 self.pending.push("backlog");
             }
-            let queues = f.queues.iter().any(|(id, t)| {
-                t.changed > self.seen && r.names.get(id).is_some_and(|name| visible(&self.c, &agent, name))
-            });
             if queues {
                 self.pending.push("queues");
             }
