@@ -103,7 +103,10 @@ async fn row_until(r: &axum::Router, agent: &str, queue: &str, want: impl Fn(&st
 }
 
 fn cells(row: &str) -> Vec<String> {
-    row.split("<td").skip(1).map(|c| c.split('>').nth(1).unwrap_or_default().split('<').next().unwrap_or_default().to_string()).collect()
+    row.split("<td")
+        .skip(1)
+        .map(|c| c.split('>').nth(1).unwrap_or_default().split('<').next().unwrap_or_default().to_string())
+        .collect()
 }
 
 async fn the_store_counts_messages_by_state(b: Backend) {

@@ -208,7 +208,8 @@ pub(crate) async fn fragment(State(c): State<Console>, who: Caller, Path(name): 
     let f = c.live.figures();
     match name.as_str() {
         "queues" => {
-            let t = QueuesFragment { queues: lines(&c, &who, &f), state: LiveState { known: f.sampled, failed: f.failed } };
+            let t =
+                QueuesFragment { queues: lines(&c, &who, &f), state: LiveState { known: f.sampled, failed: f.failed } };
             drop(f);
             html(StatusCode::OK, &t)
         }
@@ -272,7 +273,8 @@ impl Stream {
 /// 503 past the cap of open streams.
 pub(crate) async fn events(State(c): State<Console>, who: Caller) -> Response {
     let Some(slot) = c.live.open_stream() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], "too many live views open\n").into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], "too many live views open\n")
+            .into_response();
     };
     c.live.ensure(&c.http.engine).await;
     let rx = c.live.subscribe();
