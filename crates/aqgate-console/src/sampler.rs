@@ -1,6 +1,6 @@
 //! The overview's live figures: one sampler per console (so one per process, for every
 //! viewer), started by the first page, fragment or stream that needs it. Every
-//! `sample_every` (clamped to 1–10 s) it makes one grouped read of the store
+//! `sample_every` (clamped to 1–10 s; longer after a slow sample, see `pause`) it makes one grouped read of the store
 //! (`Store::queue_figures`: each queue's READY, WAIT and EXPIRED messages, its oldest READY
 //! one, the messages new since the last sample) and two counts (`Store::spool_backlog`,
 //! `NotifyStore::notify_counts`), and keeps, per queue, the last figures and an hour of
@@ -35,6 +35,8 @@ pub(crate) const BUCKETS: usize = 60;
 /// The sampling interval's bounds.
 pub(crate) const EVERY_MIN: Duration = Duration::from_secs(1);
 pub(crate) const EVERY_MAX: Duration = Duration::from_secs(10);
+/// The longest pause between two samples, however slow they are.
+const SLOWEST: Duration = Duration::from_secs(60);
 
 /// One minute's counts of a queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -149,12 +151,12 @@ impl Sampler {
             let engine = engine.clone();
             let every = self.every;
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
-                    tick.tick().await;
                     let Some(s) = weak.upgrade() else { return };
+                    let began = Instant::now();
                     s.sample(&engine).await;
+                    drop(s);
+                    tokio::time::sleep(pause(every, began.elapsed())).await;
                 }
             });
         }
@@ -234,6 +236,13 @@ impl Sampler {
     }
 }
 
+/// The pause after a sample that took `took`: the interval, or ten times as long as the
+/// sample took when that is more (at most [`SLOWEST`]), so that sampling a large store
+/// keeps the database busy a tenth of the time at most.
+fn pause(every: Duration, took: Duration) -> Duration {
+    every.max(took.saturating_mul(10)).min(SLOWEST)
+}
+
 /// A queue's committed messages.
 pub(crate) fn depth(f: &QueueFigures) -> i64 {
     f.ready + f.waiting + f.expired
@@ -284,5 +293,13 @@ mod tests {
             t.add(m, 1, 0);
         }
         assert_eq!(t.buckets.len(), BUCKETS, "bounded");
+    }
+
+    #[test]
+    fn a_slow_sample_spaces_the_next_out() {
+        let every = Duration::from_secs(2);
+        assert_eq!(pause(every, Duration::from_millis(20)), every);
+        assert_eq!(pause(every, Duration::from_millis(500)), Duration::from_secs(5));
+        assert_eq!(pause(every, Duration::from_secs(30)), SLOWEST);
     }
 }
