@@ -1,7 +1,7 @@
-//! The console's pages but a queue's messages: the overview (queues with their depth, jobs,
-//! links), the queue list (keyset paging by name or by backlog, a name filter), the
-//! agents (admin), a job's enable and disable (operator), and the answers every page
-//! shares (the navigation, 403, 404).
+//! The console's pages but the overview (`overview`) and a queue's messages: the queue
+//! list (keyset paging by name or by backlog, a name filter), the agents (admin), a job's
+//! enable and disable (operator), and the answers every page shares (the navigation, 403,
+//! 404).
 
 use std::collections::HashMap;
 
@@ -70,36 +70,7 @@ struct QueueLine {
     href: Option<String>,
 }
 
-struct JobLine {
-    name: String,
-    state: String,
-    source: String,
-    destination: String,
-    backlog: i64,
-    lag: String,
-    last_error: String,
-    enabled: bool,
-    /// The `aqgate admin jobs` command line of its action.
-    cli: String,
-}
-
-struct LinkLine {
-    name: String,
-    kind: &'static str,
-    state: String,
-    connections: i64,
-}
-
-#[derive(Template)]
-#[template(path = "overview.html")]
-struct Overview {
-    nav: Nav,
-    queues: Vec<QueueLine>,
-    jobs: Vec<JobLine>,
-    links: Vec<LinkLine>,
-}
-
-fn messages_href(queue: &str) -> String {
+pub(crate) fn messages_href(queue: &str) -> String {
     format!("/console/queues/{}/messages", url::form_urlencoded::byte_serialize(queue.as_bytes()).collect::<String>())
 }
 
@@ -117,48 +88,6 @@ async fn queue_lines(c: &Console, who: &Caller) -> Result<Vec<QueueLine>, Respon
             depth: q.depth,
         })
         .collect())
-}
-
-/// `GET /console/`: every queue the caller sees with its depth, the jobs whose source it
-/// sees, the gateway links' states.
-pub(crate) async fn overview(State(c): State<Console>, who: Caller) -> Response {
-    let queues = match queue_lines(&c, &who).await {
-        Ok(q) => q,
-        Err(r) => return r,
-    };
-    let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs(store).await {
-        Ok(j) => j,
-        Err(e) => return unavailable(&e),
-    };
-    let jobs = jobs
-        .into_iter()
-        .filter(|j| visible(&c, &who.agent, &j.source))
-        .map(|j| JobLine {
-            enabled: j.requested == "ENABLED",
-            cli: crate::cli::admin(&[
-                "jobs",
-                if j.requested == "ENABLED" { "--disable" } else { "--enable" },
-                j.name.as_str(),
-            ]),
-            name: j.name,
-            state: j.state,
-            source: j.source,
-            destination: j.destination,
-            backlog: j.backlog,
-            lag: format!("{:.1}", j.lag),
-            last_error: j.last_error.unwrap_or_default(),
-        })
-        .collect();
-    let links = match aqgate_admin::gateway::links(store).await {
-        Ok(l) => l,
-        Err(e) => return unavailable(&e),
-    };
-    let links = links
-        .into_iter()
-        .map(|l| LinkLine { name: l.name, kind: l.kind, state: l.state, connections: l.connections })
-        .collect();
-    html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, jobs, links })
 }
 
 #[derive(Template)]

@@ -90,6 +90,15 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
     /// Committed messages per queue id.
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
 
+    /// Every queue's committed messages by state at `now`, with the oldest READY one's
+    /// enqueue time and how many have a `seq` above `after_seq` (one grouped read: the
+    /// console's sampler and `/metrics`). Queues without messages are left out.
+    async fn queue_figures(&self, now: Micros, after_seq: i64) -> Result<Vec<QueueFigures>>;
+
+    /// The mail spool's backlog: accepted mail not yet forwarded or still owed replies
+    /// (what `admin spool` lists), counted.
+    async fn spool_backlog(&self) -> Result<i64>;
+
     /// The rows of queue table `queue_table`'s `AQ$` view for `queue` (those in the
     /// `MSG_STATE` `state` only, when given; at most `limit`, in enqueue order), every
     /// column as text (`None`: NULL), in the order of the view's columns.

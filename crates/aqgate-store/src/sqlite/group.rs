@@ -161,6 +161,8 @@ forward! {
         async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
         async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
         async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+        async fn queue_figures(&self, now: Micros, after_seq: i64) -> Result<Vec<QueueFigures>>;
+        async fn spool_backlog(&self) -> Result<i64>;
         async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()>;
         async fn view_rows(
             &self,
