@@ -77,7 +77,13 @@ struct QueuesFragment {
 pub(crate) struct LiveState {
     pub known: bool,
     pub failed: bool,
+    /// Queues the caller sees beyond the [`SHOWN`] deepest (the queue list has them all).
+    pub more: usize,
 }
+
+/// Queues the overview shows at most: the deepest, by name; the queue list pages through
+/// the rest. (A page and a fragment stay small with 10,000 queues.)
+const SHOWN: usize = 50;
 
 pub(crate) struct Backlog {
     pub spool: i64,
@@ -91,16 +97,28 @@ struct BacklogFragment {
     backlog: Backlog,
 }
 
-/// The queues the caller sees, from the sampler's figures, by name.
-fn lines(c: &Console, who: &Caller, f: &Figures) -> Vec<LiveLine> {
+/// The [`SHOWN`] deepest queues the caller sees, from the sampler's figures, by name; and
+/// how many more it sees.
+fn lines(c: &Console, who: &Caller, f: &Figures) -> (Vec<LiveLine>, usize) {
     let r = c.http.engine.resolved();
     let reader = who.role >= ConsoleRole::Reader;
-    r.catalog
+    let mut picked: Vec<_> = r
+        .catalog
         .queues
         .values()
         .filter(|q| visible(c, &who.agent, &q.name))
-        .map(|q| {
-            let track = r.ids.get(&q.name).and_then(|id| f.queues.get(id));
+        .map(|q| (q, r.ids.get(&q.name).and_then(|id| f.queues.get(id))))
+        .collect();
+    let more = picked.len().saturating_sub(SHOWN);
+    if more > 0 {
+        let deep = |t: Option<&crate::sampler::Track>| t.map_or(0, |t| depth(&t.now));
+        picked.sort_by(|a, b| deep(b.1).cmp(&deep(a.1)).then_with(|| a.0.name.cmp(&b.0.name)));
+        picked.truncate(SHOWN);
+        picked.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    }
+    let lines = picked
+        .into_iter()
+        .map(|(q, track)| {
             let now = track.map(|t| t.now).unwrap_or_default();
             let hour = track.map_or_else(|| vec![Bucket::default(); BUCKETS], |t| t.hour(f.minute));
             let enq: Vec<i64> = hour.iter().map(|b| b.enqueued).collect();
@@ -128,7 +146,8 @@ fn lines(c: &Console, who: &Caller, f: &Figures) -> Vec<LiveLine> {
                 deq: chart("Dequeued", &deq),
             }
         })
-        .collect()
+        .collect();
+    (lines, more)
 }
 
 fn backlog(f: &Figures) -> Backlog {
@@ -204,7 +223,8 @@ pub(crate) async fn page(State(c): State<Console>, who: Caller) -> Response {
         .collect();
     let (queues, state, backlog) = {
         let f = c.live.figures();
-        (lines(&c, &who, &f), LiveState { known: f.sampled, failed: f.failed }, backlog(&f))
+        let (queues, more) = lines(&c, &who, &f);
+        (queues, LiveState { known: f.sampled, failed: f.failed, more }, backlog(&f))
     };
     html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, state, backlog, jobs, links })
 }
@@ -215,8 +235,8 @@ pub(crate) async fn fragment(State(c): State<Console>, who: Caller, Path(name): 
     let f = c.live.figures();
     match name.as_str() {
         "queues" => {
-            let t =
-                QueuesFragment { queues: lines(&c, &who, &f), state: LiveState { known: f.sampled, failed: f.failed } };
+            let (queues, more) = lines(&c, &who, &f);
+            let t = QueuesFragment { queues, state: LiveState { known: f.sampled, failed: f.failed, more } };
             drop(f);
             html(StatusCode::OK, &t)
         }

@@ -74,20 +74,31 @@ pub(crate) fn messages_href(queue: &str) -> String {
     format!("/console/queues/{}/messages", url::form_urlencoded::byte_serialize(queue.as_bytes()).collect::<String>())
 }
 
-async fn queue_lines(c: &Console, who: &Caller) -> Result<Vec<QueueLine>, Response> {
-    let rows = aqgate_admin::queues(c.http.engine.store().as_ref()).await.map_err(|e| unavailable(&e))?;
+/// The queues the caller sees whose name contains `wanted` (upper case), with their depth
+/// as of the console's sampler's last sample: no count of the store's rows per page.
+async fn queue_lines(c: &Console, who: &Caller, wanted: &str) -> Vec<QueueLine> {
+    c.live.ensure(&c.http.engine).await;
+    let r = c.http.engine.resolved();
+    let f = c.live.figures();
     let reader = who.role >= ConsoleRole::Reader;
-    Ok(rows
-        .into_iter()
-        .filter(|q| visible(c, &who.agent, &q.name))
+    r.catalog
+        .queues
+        .values()
+        .filter(|q| q.name.to_ascii_uppercase().contains(wanted) && visible(c, &who.agent, &q.name))
         .map(|q| QueueLine {
             href: (reader && readable(c, &who.agent, &q.name)).then(|| messages_href(&q.name)),
-            name: q.name,
-            kind: q.kind,
-            payload: q.payload,
-            depth: q.depth,
+            name: q.name.clone(),
+            kind: if q.is_exception_queue {
+                "exception"
+            } else if q.multi_consumer {
+                "multi-consumer"
+            } else {
+                "single-consumer"
+            },
+            payload: q.payload.to_string(),
+            depth: r.ids.get(&q.name).and_then(|id| f.queues.get(id)).map_or(0, |t| crate::sampler::depth(&t.now)),
         })
-        .collect())
+        .collect()
 }
 
 #[derive(Template)]
@@ -113,12 +124,7 @@ pub(crate) async fn queues(State(c): State<Console>, who: Caller, uri: Uri) -> R
     let filter = p.get("q").map(|s| s.trim().to_string()).unwrap_or_default();
     let by_backlog = p.get("sort").is_some_and(|s| s == "backlog");
     let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(PAGE).clamp(1, PAGE_MAX);
-    let mut lines = match queue_lines(&c, &who).await {
-        Ok(q) => q,
-        Err(r) => return r,
-    };
-    let wanted = filter.to_ascii_uppercase();
-    lines.retain(|q| q.name.to_ascii_uppercase().contains(&wanted));
+    let mut lines = queue_lines(&c, &who, &filter.to_ascii_uppercase()).await;
     let key = |q: &QueueLine| (if by_backlog { -q.depth } else { 0 }, q.name.clone());
     lines.sort_by_key(key);
     if let Some(after) = p.get("after") {
