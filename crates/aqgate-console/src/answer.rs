@@ -40,3 +40,8 @@ pub(crate) fn unavailable(e: &dyn std::fmt::Display) -> Response {
 pub(crate) fn see_other(to: &'static str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
 }
+
+/// Input the page cannot take: 400, saying what was wrong.
+pub(crate) fn bad_request(text: &str) -> Response {
+    html(StatusCode::BAD_REQUEST, &ErrorPage { title: "Bad request", text })
+}

@@ -10,6 +10,8 @@
 //!   state-changing request.
 //! - `pages`, `messages`, `payload`: the pages (`answer`: what they share); `assets`: the stylesheet and the script,
 //!   embedded in the binary.
+//! - `filter`: the listing's filters; `tester`: the condition tester; `publish`: the
+//!   publish form; `topology`: the topology graph.
 //!
 //! The console reaches the store only through the core's `Store` trait and the
 //! administration read models; it reads messages as a BROWSE does (no lock, no retry
@@ -26,12 +28,16 @@ use aqgate_http::servlet::AppState;
 mod answer;
 mod assets;
 mod caller;
+mod filter;
 mod messages;
 mod pages;
 mod payload;
+mod publish;
 mod security;
 pub mod serving;
 mod session;
+mod tester;
+mod topology;
 
 pub use caller::COOKIE;
 
@@ -82,6 +88,9 @@ pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
         .route("/console/queues/{queue}/messages", get(messages::list))
         .route("/console/queues/{queue}/messages/{msg_id}", get(messages::one))
         .route("/console/queues/{queue}/messages/{msg_id}/payload", get(messages::download))
+        .route("/console/queues/{queue}/tester", get(tester::tester))
+        .route("/console/queues/{queue}/publish", get(publish::form).post(publish::post))
+        .route("/console/topology", get(topology::topology))
         .route("/console/jobs/{job}/{action}", post(pages::job_action))
         .route("/console/agents", get(pages::agents))
         .route("/console/assets/{name}", get(assets::asset))
