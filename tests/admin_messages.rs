@@ -151,7 +151,8 @@ async fn the_listing_is_planned_on_indexes_without_statistics_on_postgres() {
     for state in [None, Some("READY"), Some("WAIT"), Some("PROCESSED")] {
         // The page's messages, in dequeue order, from the index (no sort of the queue).
         for (single, index) in [(true, "messages_single_order"), (false, "messages_multi_order")] {
-            let sql = format!("EXPLAIN {}", views::candidates_sql(views::Dialect::Postgres, state, single, "", "1 = 1"));
+            let sql =
+                format!("EXPLAIN {}", views::candidates_sql(views::Dialect::Postgres, state, single, "", "1 = 1"));
             let plan = sqlx::query_scalar::<_, String>(&sql)
                 .bind(qid)
                 .bind(i64::MIN)

@@ -205,7 +205,13 @@ async fn filters_narrow_in_the_store(b: Backend) {
     )
     .await;
     h.clock.advance_secs(3_600);
-    let later = send_as(&h, "c_operator", "AQUSER.RAW_QUE", &[("<correlation>INVOICE-1</correlation><priority>9</priority>", "BB")]).await;
+    let later = send_as(
+        &h,
+        "c_operator",
+        "AQUSER.RAW_QUE",
+        &[("<correlation>INVOICE-1</correlation><priority>9</priority>", "BB")],
+    )
+    .await;
     let all = [a.clone(), later.clone()].concat();
     let list = |q: String| {
         let r = r.clone();
@@ -328,11 +334,15 @@ async fn the_tester_judges_with_the_engines_evaluator(b: Backend) {
         &h,
         "scott",
         "AQUSER.RAW_QUE",
-        &[("<correlation>A</correlation><priority>1</priority>", "01"), ("<correlation>B</correlation><priority>7</priority>", "02")],
+        &[
+            ("<correlation>A</correlation><priority>1</priority>", "01"),
+            ("<correlation>B</correlation><priority>7</priority>", "02"),
+        ],
     )
     .await;
     let tester = "/console/queues/AQUSER.RAW_QUE/tester";
-    let before = aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 100).await.expect("rows");
+    let before =
+        aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 100).await.expect("rows");
     let a = call(&r, get_as(&format!("{tester}?condition={}", enc("priority > 5")), "c_reader")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(outcomes(&a.body), ["no match", "match"], "{}", a.body);
@@ -360,7 +370,8 @@ async fn the_tester_judges_with_the_engines_evaluator(b: Backend) {
     let a = call(&r, get_as(&format!("{tester}?condition={}", "a".repeat(4_100)), "c_reader")).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     // Nothing changed, and a viewer may not test.
-    let after = aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 100).await.expect("rows");
+    let after =
+        aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 100).await.expect("rows");
     assert_eq!(before, after);
     assert_eq!(call(&r, get_as(tester, "c_viewer")).await.status, StatusCode::FORBIDDEN);
     assert_eq!(call(&r, get_as(tester, "c_oe")).await.status, StatusCode::FORBIDDEN);
@@ -381,7 +392,15 @@ fn shown_xml(page: &str) -> String {
     let start = page.find("<pre class=\"xml\">").expect("the request is shown") + 17;
     let end = start + page[start..].find("</pre>").expect("its end");
     let mut text = page[start..end].to_string();
-    for (from, to) in [("&#60;", "<"), ("&#62;", ">"), ("&#34;", "\""), ("&#39;", "'"), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\"")] {
+    for (from, to) in [
+        ("&#60;", "<"),
+        ("&#62;", ">"),
+        ("&#34;", "\""),
+        ("&#39;", "'"),
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", "\""),
+    ] {
         text = text.replace(from, to);
     }
     text.replace("&#38;", "&").replace("&amp;", "&")
@@ -416,7 +435,13 @@ async fn an_operator_publishes_and_a_receive_gets_it(b: Backend) {
     assert_eq!(a.status, StatusCode::OK);
     assert!(shown_xml(&a.body).contains("<raw>0A0B</raw>"), "{}", a.body);
     assert!(!a.body.contains("class=\"msgid\""));
-    assert!(aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10).await.expect("rows").0.is_empty());
+    assert!(
+        aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10)
+            .await
+            .expect("rows")
+            .0
+            .is_empty()
+    );
     // Bad input: 400, saying what.
     let a = call(&r, post_as(path, "c_operator", "payload=zz&encoding=hex&action=send")).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
@@ -430,7 +455,13 @@ async fn an_operator_publishes_and_a_receive_gets_it(b: Backend) {
     }
     assert_eq!(call(&r, get_as(path, "c_reader")).await.status, StatusCode::FORBIDDEN);
     assert_eq!(call(&r, post_as(path, "c_oe", "payload=x&action=send")).await.status, StatusCode::FORBIDDEN);
-    assert!(aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10).await.expect("rows").0.is_empty());
+    assert!(
+        aqgate_admin::messages::messages(h.engine.store().as_ref(), "AQUSER.RAW_QUE", None, 10)
+            .await
+            .expect("rows")
+            .0
+            .is_empty()
+    );
     // A JMS text queue takes text.
     let a = call(&r, post_as("/console/queues/AQUSER.JMS_TEXTQ/publish", "c_operator", "payload=hi&action=send")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
@@ -459,7 +490,11 @@ async fn the_topology_graph_shows_the_jobs_escaped() {
     assert!(a.body.contains("<svg"), "{}", a.body);
     assert!(a.body.contains(">COPY_JOB</text>"), "{}", a.body);
     assert!(a.body.contains(">SINK_JOB</text>") && a.body.contains(">FORWARD_JOB</text>"), "{}", a.body);
-    assert!(a.body.contains("&amp;b=&lt;i&gt;x&lt;/i&gt;") || a.body.contains("&#38;b=&#60;i&#62;"), "escaped: {}", a.body);
+    assert!(
+        a.body.contains("&amp;b=&lt;i&gt;x&lt;/i&gt;") || a.body.contains("&#38;b=&#60;i&#62;"),
+        "escaped: {}",
+        a.body
+    );
     assert!(!a.body.contains("<i>x</i>"), "never as markup");
     assert!(a.body.contains("backlog 2"), "{}", a.body);
     assert!(a.body.contains("job disabled"), "the disabled job's colour: {}", a.body);
@@ -473,18 +508,31 @@ async fn the_topology_graph_shows_the_jobs_escaped() {
 /// `--after` that goes on.
 async fn admin_messages_pages_with_filters(b: Backend) {
     let h = Harness::with_topology(b, &topology()).await;
-    let msgs: Vec<(String, String)> =
-        (0..6).map(|i| (format!("<correlation>{}-{i}</correlation>", if i % 2 == 0 { "EVEN" } else { "ODD" }), format!("{i:02X}"))).collect();
+    let msgs: Vec<(String, String)> = (0..6)
+        .map(|i| {
+            (format!("<correlation>{}-{i}</correlation>", if i % 2 == 0 { "EVEN" } else { "ODD" }), format!("{i:02X}"))
+        })
+        .collect();
     let refs: Vec<(&str, &str)> = msgs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let ids = send_as(&h, "scott", "AQUSER.RAW_QUE", &refs).await;
-    let filter = aqgate_core::store::ViewFilter { correlation: Some("EVEN".into()), corr_prefix: true, ..Default::default() };
+    let filter =
+        aqgate_core::store::ViewFilter { correlation: Some("EVEN".into()), corr_prefix: true, ..Default::default() };
     let store = h.engine.store().as_ref();
     let (mut seen, mut after) = (Vec::new(), None::<String>);
     for _ in 0..5 {
         let (mut out, mut note) = (Vec::new(), Vec::new());
-        aqgate_admin::messages::print_messages(store, "AQUSER.RAW_QUE", &filter, after.as_deref(), 2, false, &mut out, &mut note)
-            .await
-            .expect("admin messages");
+        aqgate_admin::messages::print_messages(
+            store,
+            "AQUSER.RAW_QUE",
+            &filter,
+            after.as_deref(),
+            2,
+            false,
+            &mut out,
+            &mut note,
+        )
+        .await
+        .expect("admin messages");
         let out = String::from_utf8(out).expect("utf-8");
         seen.extend(ids.iter().filter(|id| out.contains(id.as_str())).cloned());
         after = out.lines().last().and_then(|l| l.split("--after ").nth(1)).map(str::to_string);
@@ -494,7 +542,17 @@ async fn admin_messages_pages_with_filters(b: Backend) {
     }
     assert_eq!(seen, [ids[0].clone(), ids[2].clone(), ids[4].clone()]);
     let mut sink = Vec::new();
-    let bad = aqgate_admin::messages::print_messages(store, "AQUSER.RAW_QUE", &filter, Some("nonsense"), 2, false, &mut sink, &mut Vec::new()).await;
+    let bad = aqgate_admin::messages::print_messages(
+        store,
+        "AQUSER.RAW_QUE",
+        &filter,
+        Some("nonsense"),
+        2,
+        false,
+        &mut sink,
+        &mut Vec::new(),
+    )
+    .await;
     assert!(bad.is_err_and(|e| e.to_string().contains("--after")));
 }
 

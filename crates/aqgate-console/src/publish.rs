@@ -75,17 +75,19 @@ fn payload_type(q: &QueueInfo) -> Option<(&'static str, bool)> {
 
 /// The refusal unless the caller is an operator who may enqueue to `queue` of a payload
 /// type the form can write; else the queue.
-fn check(c: &Console, who: &Caller, queue: &str) -> Result<QueueInfo, Response> {
+fn check(c: &Console, who: &Caller, queue: &str) -> Result<QueueInfo, Box<Response>> {
     if let Some(r) = who.below(ConsoleRole::Operator) {
-        return Err(r);
+        return Err(Box::new(r));
     }
     if !enqueuable(c, &who.agent, queue) {
-        return Err(forbidden("You may not enqueue to this queue."));
+        return Err(Box::new(forbidden("You may not enqueue to this queue.")));
     }
     let resolved = c.http.engine.resolved();
-    let q = resolved.catalog.queue(queue).cloned().ok_or_else(|| bad_request("No such queue."))?;
+    let q = resolved.catalog.queue(queue).cloned().ok_or_else(|| Box::new(bad_request("No such queue.")))?;
     if payload_type(&q).is_none() {
-        return Err(bad_request("The form publishes RAW and JMS text messages only; this queue's payload type is another."));
+        return Err(Box::new(bad_request(
+            "The form publishes RAW and JMS text messages only; this queue's payload type is another.",
+        )));
     }
     Ok(q)
 }
@@ -109,7 +111,7 @@ fn page(who: &Caller, q: &QueueInfo, f: Form) -> Publish {
 pub(crate) async fn form(State(c): State<Console>, who: Caller, Path(queue): Path<String>) -> Response {
     match check(&c, &who, &queue) {
         Ok(q) => html(StatusCode::OK, &page(&who, &q, Form::default())),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -175,7 +177,7 @@ fn request(q: &QueueInfo, f: &Form) -> Result<IdapRequest, String> {
 pub(crate) async fn post(State(c): State<Console>, who: Caller, Path(queue): Path<String>, req: Request) -> Response {
     let q = match check(&c, &who, &queue) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Ok(body) = axum::body::to_bytes(req.into_body(), FORM_MAX).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large\n").into_response();

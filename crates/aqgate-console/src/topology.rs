@@ -162,7 +162,8 @@ pub(crate) async fn topology(State(c): State<Console>, who: Caller) -> Response 
     let mut l = Layout::default();
     let mut edges = Vec::new();
     for j in &jobs {
-        let src = l.node(0, &j.source, end_class(&c, &j.source), format!("{} ({})", j.source, end_class(&c, &j.source)));
+        let src =
+            l.node(0, &j.source, end_class(&c, &j.source), format!("{} ({})", j.source, end_class(&c, &j.source)));
         let title = format!("{} · {} · {} · requested {}", j.name, j.kind, j.state, j.requested);
         let job = l.node(1, &j.name, job_class(&j.state, j.requested), title);
         let dst = l.node(

@@ -29,16 +29,27 @@ pub(crate) trait Lister: Send + Sync {
     async fn queue_id(&self, queue: &str) -> Result<Option<QueueId>>;
     /// [`views::candidates_sql`]: (`seq`, `prio_key`, whether the payload search finds it)
     /// of the next `n` messages after `after` that `f` takes.
-    async fn candidates(&self, queue: QueueId, f: &ViewFilter, after: (i64, i64), n: i64)
-    -> Result<Vec<(i64, i64, bool)>>;
+    async fn candidates(
+        &self,
+        queue: QueueId,
+        f: &ViewFilter,
+        after: (i64, i64),
+        n: i64,
+    ) -> Result<Vec<(i64, i64, bool)>>;
     /// [`views::kept_candidates_sql`]: (`seq`, whether the payload search finds it).
     async fn kept(&self, queue: QueueId, f: &ViewFilter, after: i64, n: i64) -> Result<Vec<(i64, bool)>>;
     /// The `seq`s of the message `msgid` of `queue`: in its queue, and kept.
     async fn find(&self, queue: QueueId, msgid: [u8; 16]) -> Result<(Vec<i64>, Vec<i64>)>;
     /// [`views::listing_sql`] for the messages `live` and `kept`, and the buffered ones of
     /// `queue` that `f` takes when `buffered`.
-    async fn rows(&self, queue: QueueId, live: &[i64], kept: &[i64], buffered: bool, f: &ViewFilter)
-    -> Result<Vec<Listed>>;
+    async fn rows(
+        &self,
+        queue: QueueId,
+        live: &[i64],
+        kept: &[i64],
+        buffered: bool,
+        f: &ViewFilter,
+    ) -> Result<Vec<Listed>>;
 }
 
 /// A page of `queue`'s view in the listing's order after `after` (`Store::view_page`).
@@ -72,7 +83,8 @@ pub(crate) async fn page(
             let page = l.candidates(qid, f, key, n).await?;
             scanned += page.len();
             let hits: Vec<i64> = page.iter().filter(|c| c.2).map(|c| c.0).collect();
-            let mut rows = by_message(if hits.is_empty() { Vec::new() } else { l.rows(qid, &hits, &[], false, f).await? });
+            let mut rows =
+                by_message(if hits.is_empty() { Vec::new() } else { l.rows(qid, &hits, &[], false, f).await? });
             for &(s, k, _) in &page {
                 key = (k, s);
                 p.rows.extend(rows.remove(&s).unwrap_or_default());
@@ -234,12 +246,14 @@ macro_rules! views_backend {
 
             async fn find(&self, queue: QueueId, msgid: [u8; 16]) -> Result<(Vec<i64>, Vec<i64>)> {
                 let id = msgid.to_vec();
-                let live = sqlx::query_scalar("SELECT seq FROM messages WHERE msgid = $1 AND queue_id = $2 AND enq_txn IS NULL")
-                    .bind(id.clone())
-                    .bind(queue)
-                    .fetch_all(self.0)
-                    .await
-                    .db()?;
+                let live = sqlx::query_scalar(
+                    "SELECT seq FROM messages WHERE msgid = $1 AND queue_id = $2 AND enq_txn IS NULL",
+                )
+                .bind(id.clone())
+                .bind(queue)
+                .fetch_all(self.0)
+                .await
+                .db()?;
                 let kept = sqlx::query_scalar("SELECT seq FROM processed_messages WHERE queue_id = $1 AND msgid = $2")
                     .bind(queue)
                     .bind(id)

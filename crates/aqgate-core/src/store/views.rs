@@ -57,7 +57,19 @@ pub const PAYLOAD_SEARCH_ROWS: usize = 5_000;
 impl ViewFilter {
     /// Whether it narrows anything but the state.
     pub fn narrows(&self) -> bool {
-        let ViewFilter { state: _, min_priority, max_priority, correlation, corr_prefix: _, sender, enq_from, enq_before, reason, payload, msgid } = self;
+        let ViewFilter {
+            state: _,
+            min_priority,
+            max_priority,
+            correlation,
+            corr_prefix: _,
+            sender,
+            enq_from,
+            enq_before,
+            reason,
+            payload,
+            msgid,
+        } = self;
         min_priority.is_some()
             || max_priority.is_some()
             || correlation.is_some()
