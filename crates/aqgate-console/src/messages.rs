@@ -22,7 +22,7 @@ use aqgate_core::topology::ConsoleRole;
 use crate::Console;
 use crate::answer::{bad_request, forbidden, html, not_found_because, unavailable};
 use crate::caller::Caller;
-use crate::pages::{Nav, params, readable};
+use crate::pages::{Nav, enqueuable, params, readable};
 
 /// Rows listed when not told, and the most.
 const LIMIT: i64 = 50;
@@ -132,7 +132,7 @@ pub(crate) async fn list(State(c): State<Console>, who: Caller, Path(queue): Pat
         q.append_pair("after", &n.to_text());
         format!("{base}?{}", q.finish())
     });
-    let publish = (who.role >= ConsoleRole::Operator && crate::publish::enqueuable(&c, &who.agent, &queue))
+    let publish = (who.role >= ConsoleRole::Operator && enqueuable(&c, &who.agent, &queue))
         .then(|| format!("/console/queues/{}/publish", enc(&queue)));
     let tester = format!("/console/queues/{}/tester", enc(&queue));
     let queue = aqgate_core::topology::canon(&queue);

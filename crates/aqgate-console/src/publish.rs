@@ -12,7 +12,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use aqgate_core::topology::{AgentInfo, ConsoleRole, Privilege, QueueInfo};
+use aqgate_core::topology::{ConsoleRole, QueueInfo};
 use aqgate_proto::idap::{
     self, AgentRef, DeliveryMode, Destination, EnqueueRequest, Envelope, Message, MessageHeader, ProducerOptions,
     Request as IdapRequest, Response as IdapResponse, Visibility, XmlNode,
@@ -23,7 +23,7 @@ use crate::Console;
 use crate::answer::{bad_request, forbidden, html};
 use crate::caller::Caller;
 use crate::messages::enc;
-use crate::pages::Nav;
+use crate::pages::{Nav, enqueuable};
 
 /// The most a publish form's body may be.
 const FORM_MAX: usize = 256 * 1024;
@@ -31,12 +31,6 @@ const FORM_MAX: usize = 256 * 1024;
 const RECIPIENTS_MAX: usize = 32;
 /// The longest correlation and recipient name.
 const NAME_MAX: usize = 128;
-
-/// Whether `agent` may enqueue to `queue`.
-pub(crate) fn enqueuable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
-    let r = c.http.engine.resolved();
-    r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Enqueue))
-}
 
 /// The form as typed.
 #[derive(Default)]
