@@ -502,6 +502,10 @@ async fn the_topology_graph_shows_the_jobs_escaped() {
     for agent in ["c_viewer", "c_reader", "c_operator"] {
         assert_eq!(call(&r, get_as("/console/topology", agent)).await.status, StatusCode::FORBIDDEN, "{agent}");
     }
+    // An admin of another schema sees none of these jobs.
+    let other = call(&r, get_as("/console/topology", "c_oe")).await;
+    assert_eq!(other.status, StatusCode::OK);
+    assert!(!other.body.contains("COPY_JOB") && !other.body.contains("FORWARD_JOB"), "{}", other.body);
 }
 
 /// `aqgate admin messages`' twin of the console's listing: the same filters, and a page's

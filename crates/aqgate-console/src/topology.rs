@@ -4,7 +4,8 @@
 //! columns. A job is coloured by its state (running, disabled, broken or failed), a link
 //! by its own; the edge into a job carries its backlog, the edge out the messages it moved.
 //! At most [`NODES_MAX`] nodes are drawn; the page says when more were left out. Every
-//! name is text of the SVG, escaped by the template.
+//! name is text of the SVG, escaped by the template. Only the jobs that start or end at
+//! a queue the caller sees are drawn.
 
 use std::collections::HashMap;
 
@@ -18,7 +19,7 @@ use aqgate_core::topology::ConsoleRole;
 use crate::Console;
 use crate::answer::{html, unavailable};
 use crate::caller::Caller;
-use crate::pages::Nav;
+use crate::pages::{Nav, visible};
 
 /// The most nodes drawn.
 pub(crate) const NODES_MAX: usize = 500;
@@ -158,6 +159,12 @@ pub(crate) async fn topology(State(c): State<Console>, who: Caller) -> Response 
         Ok(l) => l,
         Err(e) => return unavailable(&e),
     };
+    // Scoped as the overview is: the jobs that start (or, inbound, end) at a queue the
+    // caller sees.
+    let jobs: Vec<_> = jobs
+        .into_iter()
+        .filter(|j| visible(&c, &who.agent, &j.source) || visible(&c, &who.agent, &j.destination))
+        .collect();
     let link_state: HashMap<String, String> = links.iter().map(|l| (l.name.clone(), l.state.clone())).collect();
     let mut l = Layout::default();
     let mut edges = Vec::new();
