@@ -569,3 +569,23 @@ async fn admin_messages_pages_with_filters_sqlite() {
 async fn admin_messages_pages_with_filters_postgres() {
     admin_messages_pages_with_filters(Backend::Postgres).await;
 }
+
+/// The payload search looks at no more than its bound a page, says so, and goes on from
+/// there on the next page.
+#[tokio::test]
+async fn the_payload_search_is_bounded_and_goes_on() {
+    let (r, h) = router(Backend::Sqlite).await;
+    let rows = aqgate_core::store::PAYLOAD_SEARCH_ROWS;
+    let filler: Vec<(&str, &str)> = vec![("", "00"); 500];
+    for _ in 0..rows / 500 {
+        send_as(&h, "scott", "AQUSER.RAW_QUE", &filler).await;
+    }
+    let needle = send_as(&h, "scott", "AQUSER.RAW_QUE", &[("", "6E6565646C65")]).await;
+    let first = call(&r, get_as(&format!("{MESSAGES}?payload=needle&limit=10"), "c_reader")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(listed_ids(&first.body).is_empty(), "the bound reached before the needle");
+    assert!(first.body.contains("The payload search stopped after"), "said: {}", first.body);
+    let next = next_link(&first.body).expect("a next page");
+    let second = call(&r, get_as(&next, "c_reader")).await;
+    assert_eq!(listed_ids(&second.body), needle);
+}
