@@ -15,6 +15,8 @@
 //! - `timeline`, `replay`, `operations`: a message's timeline, replays and the audit log,
 //!   the IDAP sessions, the mail spool and the notifications; `cli`: the `aqgate admin`
 //!   command line of an action ("Copy as CLI").
+//! - `filter`: the listing's filters; `tester`: the condition tester; `publish`: the
+//!   publish form; `topology`: the topology graph.
 //!
 //! The console reaches the store only through the core's `Store` trait and the
 //! administration read models; it reads messages as a BROWSE does (no lock, no retry
@@ -32,17 +34,21 @@ mod answer;
 mod assets;
 mod caller;
 mod cli;
+mod filter;
 mod messages;
 mod operations;
 mod overview;
 mod pages;
 mod payload;
+mod publish;
 mod replay;
 mod sampler;
 mod security;
 pub mod serving;
 mod session;
+mod tester;
 mod timeline;
+mod topology;
 
 pub use caller::COOKIE;
 
@@ -116,6 +122,9 @@ pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
         .route("/console/sessions/{id}/abort", post(operations::abort))
         .route("/console/spool", get(operations::spool))
         .route("/console/notifications", get(operations::notifications))
+        .route("/console/queues/{queue}/tester", get(tester::tester))
+        .route("/console/queues/{queue}/publish", get(publish::form).post(publish::post))
+        .route("/console/topology", get(topology::topology))
         .route("/console/jobs/{job}/{action}", post(pages::job_action))
         .route("/console/agents", get(pages::agents))
         .route("/console/assets/{name}", get(assets::asset))

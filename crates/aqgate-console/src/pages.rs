@@ -62,6 +62,12 @@ pub(crate) fn readable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
     r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Dequeue))
 }
 
+/// Whether `agent` may enqueue to `queue`.
+pub(crate) fn enqueuable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
+    let r = c.http.engine.resolved();
+    r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Enqueue))
+}
+
 struct QueueLine {
     name: String,
     kind: &'static str,

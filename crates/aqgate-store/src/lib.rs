@@ -19,6 +19,7 @@ mod spool;
 mod tx;
 pub mod full;
 mod listing;
+mod narrowing;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

@@ -37,14 +37,15 @@ macro_rules! queue_store {
                 listing::show_buffered(&self.pool, node, rows).await
             }
 
-            async fn view_rows(
+            async fn view_page(
                 &self,
                 _queue_table: &str,
                 queue: &str,
-                state: Option<&str>,
+                filter: &aqgate_core::store::ViewFilter,
+                after: Option<aqgate_core::store::ViewCursor>,
                 limit: i64,
-            ) -> Result<Vec<Vec<Option<String>>>> {
-                crate::listing::list(&Listing(&self.pool), queue, state, limit).await
+            ) -> Result<aqgate_core::store::ViewPage> {
+                crate::listing::page(&Listing(&self.pool), queue, filter, after, limit).await
             }
 
             async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
