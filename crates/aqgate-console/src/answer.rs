@@ -45,4 +45,3 @@ pub(crate) fn unavailable(e: &dyn std::fmt::Display) -> Response {
 pub(crate) fn see_other(to: &'static str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
 }
-

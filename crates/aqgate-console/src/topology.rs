@@ -24,7 +24,7 @@ use crate::pages::{Nav, visible};
 /// The most nodes drawn.
 pub(crate) const NODES_MAX: usize = 500;
 
-const COL_W: i64 = 260;
+const COL_W: i64 = 340;
 const NODE_W: i64 = 220;
 const NODE_H: i64 = 34;
 const ROW_H: i64 = 48;
@@ -109,7 +109,7 @@ impl Layout {
     fn edge(&self, from: usize, to: usize, label: String) -> Edge {
         let (a, b) = (&self.nodes[from], &self.nodes[to]);
         let (x1, y1, x2, y2) = (a.x + a.w, a.y + a.h / 2, b.x, b.y + b.h / 2);
-        Edge { x1, y1, x2, y2, lx: (x1 + x2) / 2 - 16, ly: (y1 + y2) / 2 - 4, label }
+        Edge { x1, y1, x2, y2, lx: (x1 + x2) / 2, ly: (y1 + y2) / 2 - 4, label }
     }
 }
 
