@@ -258,3 +258,113 @@ async fn the_streams_past_the_cap_are_refused() {
     assert_eq!(three.status(), StatusCode::OK, "a closed stream frees its place");
     drop((two, three));
 }
+
+/// The demo topology with 55 more queues, and an operator and a viewer.
+fn many_queues() -> String {
+    let mut t = format!(
+        "{}\n[[agents]]\nname = \"c_viewer\"\npassword = \"pw\"\ndb_users = [\"AQUSER\"]\nconsole = \"viewer\"\n\n[[agents]]\nname = \"c_operator\"\npassword = \"pw\"\ndb_users = [\"AQUSER\"]\nconsole = \"operator\"\n\n[[queues]]\nname = \"AQUSER.RAW_COPY\"\nqueue_table = \"AQUSER.RAW_TAB\"\n\n[[propagations]]\nname = \"copy_job\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"AQUSER.RAW_COPY\"\nenabled = false\n",
+        aqgate_admin::DEFAULT_TOPOLOGY
+    );
+    for i in 0..55 {
+        t.push_str(&format!("\n[[queues]]\nname = \"AQUSER.MANY_Q{i:02}\"\nqueue_table = \"AQUSER.RAW_TAB\"\n"));
+    }
+    t
+}
+
+/// The queue names of a page's rows, in order (`<tr data-queue=…>` of the overview, the
+/// first cell's link text of the queue list).
+fn queue_names(body: &str) -> Vec<String> {
+    body.split("<tr><td>")
+        .skip(1)
+        .map(|r| {
+            let cell = r.split("</td>").next().unwrap_or_default();
+            cell.rsplit_once("\">").map_or(cell, |(_, t)| t).trim_end_matches("</a>").to_string()
+        })
+        .collect()
+}
+
+async fn many_queues_are_paged_by_backlog_and_age(b: Backend) {
+    let h = Harness::with_topology(b, &many_queues()).await;
+    let state = AppState::new(h.engine.clone(), Limits::default());
+    let cfg = aqgate_console::ConsoleConfig { sample_every: Duration::from_millis(10), ..Default::default() };
+    let r = app(state.clone()).merge(aqgate_console::router(state, cfg));
+    let mut s = h.session("scott");
+    let msg = |n: usize| vec![("<correlation>M</correlation>", "AB"); n];
+    h.run(&mut s, &raw_send("AQUSER.MANY_Q03", &msg(1), "<AQXmlCommit/>")).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    h.run(&mut s, &raw_send("AQUSER.MANY_Q07", &msg(3), "<AQXmlCommit/>")).await.expect("send");
+    let row = row_until(&r, "c_viewer", "AQUSER.MANY_Q07", |row| cells(row).get(6).is_some_and(|d| d == "3")).await;
+    assert!(!row.is_empty());
+
+    // The overview: the 50 deepest, by name, and how many more the queue list has.
+    let (status, overview) = call(&r, get_as("/console/", Some("c_viewer"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let shown = overview.matches("<tr data-queue=").count();
+    assert_eq!(shown, 50, "{overview}");
+    let (_, by_name) = call(&r, get_as("/console/queues?limit=500", Some("c_viewer"))).await;
+    let all = queue_names(&by_name).len();
+    assert!(all > 60, "the viewer sees the 55 more: {by_name}");
+    assert!(overview.contains(&format!("{} more in the", all - 50)), "{overview}");
+    for deep in ["AQUSER.MANY_Q03", "AQUSER.MANY_Q07"] {
+        assert!(overview.contains(&format!("data-queue=\"{deep}\"")), "{deep} is among the deepest");
+    }
+
+    // The queue list by age: the oldest ready message's queue first, pages without overlap.
+    let (_, page1) = call(&r, get_as("/console/queues?sort=age&limit=1", Some("c_viewer"))).await;
+    assert_eq!(queue_names(&page1), ["AQUSER.MANY_Q03"], "{page1}");
+    let next = page1.split("<a href=\"").find(|l| l.contains("rel=\"next\"")).expect("a next page");
+    let next = next.split('"').next().unwrap_or_default().replace("&#38;", "&").replace("&amp;", "&");
+    let next = next.strip_prefix("/console/queues?").expect("the queue list");
+    let (_, page2) = call(&r, get_as(&format!("/console/queues?{next}"), Some("c_viewer"))).await;
+    assert_eq!(queue_names(&page2), ["AQUSER.MANY_Q07"], "{page2}");
+    // By backlog: the deepest first.
+    let (_, by_backlog) = call(&r, get_as("/console/queues?sort=backlog&limit=2", Some("c_viewer"))).await;
+    assert_eq!(queue_names(&by_backlog), ["AQUSER.MANY_Q07", "AQUSER.MANY_Q03"], "{by_backlog}");
+    let (_, by_name) = call(&r, get_as("/console/queues?limit=20", Some("c_viewer"))).await;
+    assert_eq!(queue_names(&by_name).len(), 20, "a page of 20 by name");
+}
+
+#[tokio::test]
+async fn many_queues_are_paged_by_backlog_and_age_sqlite() {
+    many_queues_are_paged_by_backlog_and_age(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn many_queues_are_paged_by_backlog_and_age_postgres() {
+    many_queues_are_paged_by_backlog_and_age(Backend::Postgres).await;
+}
+
+/// A job's reset from the console: an operator's, refused to a viewer; a job that never ran
+/// has nothing to reset (400).
+#[tokio::test]
+async fn a_job_is_reset_by_an_operator_only() {
+    let h = Harness::with_topology(Backend::Sqlite, &many_queues()).await;
+    let state = AppState::new(h.engine.clone(), Limits::default());
+    let r = app(state.clone()).merge(aqgate_console::router(state, aqgate_console::ConsoleConfig::default()));
+    let post = |agent: &str| {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{agent}:pw"));
+        Request::post("/console/jobs/copy_job/reset")
+            .header(header::HOST, "127.0.0.1:8470")
+            .header(header::ORIGIN, "http://127.0.0.1:8470")
+            .header("sec-fetch-site", "same-origin")
+            .header(header::AUTHORIZATION, format!("Basic {basic}"))
+            .body(Body::empty())
+            .expect("request")
+    };
+    let (status, _) = call(&r, post("c_viewer")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = call(&r, post("c_operator")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("nothing to reset"), "{body}");
+    // Once it has a status (as a running job writes it), the reset ends its lease.
+    let now = h.engine.now();
+    assert!(h.engine.store().job_lease("COPY_JOB", "test-node", now, now + 60_000_000).await.expect("lease"));
+    let (status, _) = call(&r, post("c_operator")).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        h.engine.store().job_lease("COPY_JOB", "another-node", now, now + 60_000_000).await.expect("lease"),
+        "the lease ended"
+    );
+    let (_, overview) = call(&r, get_as("/console/", Some("c_operator"))).await;
+    assert!(overview.contains("aqgate admin jobs --reset COPY_JOB"), "the reset's command line: {overview}");
+}

@@ -174,8 +174,9 @@ struct JobLine {
     lag: String,
     last_error: String,
     enabled: bool,
-    /// The `aqgate admin jobs` command line of its action.
+    /// The `aqgate admin jobs` command line of its action, and of its reset.
     cli: String,
+    reset_cli: String,
 }
 
 struct LinkLine {
@@ -208,6 +209,7 @@ pub(crate) async fn page(State(c): State<Console>, who: Caller) -> Response {
                 if j.requested == "ENABLED" { "--disable" } else { "--enable" },
                 j.name.as_str(),
             ]),
+            reset_cli: crate::cli::admin(&["jobs", "--reset", j.name.as_str()]),
             name: j.name,
             state: j.state,
             source: j.source,

@@ -13,7 +13,7 @@ use axum::response::Response;
 use aqgate_core::topology::{AgentInfo, ConsoleRole, Privilege};
 
 use crate::Console;
-use crate::answer::{forbidden, html, not_found_because, see_other, unavailable};
+use crate::answer::{bad_request, forbidden, html, not_found_because, see_other, unavailable};
 use crate::caller::Caller;
 
 /// The navigation bar's view of the caller.
@@ -73,6 +73,9 @@ struct QueueLine {
     kind: &'static str,
     payload: String,
     depth: i64,
+    /// The oldest ready message's enqueue time, and its age as shown.
+    oldest: Option<aqgate_core::clock::Micros>,
+    age: String,
     href: Option<String>,
 }
 
@@ -87,6 +90,7 @@ async fn queue_lines(c: &Console, who: &Caller, wanted: &str) -> Vec<QueueLine> 
     let r = c.http.engine.resolved();
     let f = c.live.figures();
     let reader = who.role >= ConsoleRole::Reader;
+    let track = |q: &aqgate_core::topology::QueueInfo| r.ids.get(&q.name).and_then(|id| f.queues.get(id));
     r.catalog
         .queues
         .values()
@@ -102,7 +106,12 @@ async fn queue_lines(c: &Console, who: &Caller, wanted: &str) -> Vec<QueueLine> 
                 "single-consumer"
             },
             payload: q.payload.to_string(),
-            depth: r.ids.get(&q.name).and_then(|id| f.queues.get(id)).map_or(0, |t| crate::sampler::depth(&t.now)),
+            depth: track(q).map_or(0, |t| crate::sampler::depth(&t.now)),
+            oldest: track(q).and_then(|t| t.now.oldest_ready),
+            age: track(q).and_then(|t| t.now.oldest_ready).map_or_else(
+                || "-".to_string(),
+                |t| format!("{:.0} s", aqgate_admin::figures::age_seconds(f.at, Some(t))),
+            ),
         })
         .collect()
 }
@@ -113,7 +122,7 @@ struct Queues {
     nav: Nav,
     queues: Vec<QueueLine>,
     filter: String,
-    by_backlog: bool,
+    sort: &'static str,
     next: Option<String>,
 }
 
@@ -121,38 +130,47 @@ struct Queues {
 const PAGE: usize = 50;
 const PAGE_MAX: usize = 500;
 
-/// `GET /console/queues?q=&sort=name|backlog&after=&limit=`: the queues the caller sees,
-/// those whose name contains `q` (any case), by name or by backlog (largest first, then
-/// by name), a page at a time after the cursor `after` (the last line of the page before:
-/// its name, or `depth:name` by backlog). No count of all rows is made.
+/// `GET /console/queues?q=&sort=name|backlog|age&after=&limit=`: the queues the caller
+/// sees, those whose name contains `q` (any case), by name, by backlog (largest first) or by
+/// age (the oldest ready message first; queues with none last), then by name, a page at a
+/// time after the cursor `after` (the last line of the page before: its name, or
+/// `KEY:name` by backlog or age). No count of all rows is made.
 pub(crate) async fn queues(State(c): State<Console>, who: Caller, uri: Uri) -> Response {
     let p = params(&uri);
     let filter = p.get("q").map(|s| s.trim().to_string()).unwrap_or_default();
-    let by_backlog = p.get("sort").is_some_and(|s| s == "backlog");
+    let sort = match p.get("sort").map(String::as_str) {
+        Some("backlog") => "backlog",
+        Some("age") => "age",
+        _ => "name",
+    };
     let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(PAGE).clamp(1, PAGE_MAX);
     let mut lines = queue_lines(&c, &who, &filter.to_ascii_uppercase()).await;
-    let key = |q: &QueueLine| (if by_backlog { -q.depth } else { 0 }, q.name.clone());
-    lines.sort_by_key(key);
+    let number = |q: &QueueLine| match sort {
+        "backlog" => -q.depth,
+        "age" => q.oldest.unwrap_or(i64::MAX),
+        _ => 0,
+    };
+    lines.sort_by(|a, b| number(a).cmp(&number(b)).then_with(|| a.name.cmp(&b.name)));
     if let Some(after) = p.get("after") {
-        let cursor = if by_backlog {
-            after.split_once(':').and_then(|(d, n)| Some((-d.parse::<i64>().ok()?, n.to_string())))
+        let cursor = if sort == "name" {
+            Some((0, after.as_str()))
         } else {
-            Some((0, after.clone()))
+            after.split_once(':').and_then(|(d, n)| Some((d.parse::<i64>().ok()?, n)))
         };
         if let Some(cursor) = cursor {
-            lines.retain(|q| key(q) > cursor);
+            lines.retain(|q| (number(q), q.name.as_str()) > cursor);
         }
     }
     let more = lines.len() > limit;
     lines.truncate(limit);
     let next = more.then(|| lines.last()).flatten().map(|last| {
-        let after = if by_backlog { format!("{}:{}", last.depth, last.name) } else { last.name.clone() };
+        let after = if sort == "name" { last.name.clone() } else { format!("{}:{}", number(last), last.name) };
         let mut s = url::form_urlencoded::Serializer::new(String::new());
-        s.append_pair("q", &filter).append_pair("sort", if by_backlog { "backlog" } else { "name" });
+        s.append_pair("q", &filter).append_pair("sort", sort);
         s.append_pair("limit", &limit.to_string()).append_pair("after", &after);
         format!("/console/queues?{}", s.finish())
     });
-    html(StatusCode::OK, &Queues { nav: Nav::of(&who), queues: lines, filter, by_backlog, next })
+    html(StatusCode::OK, &Queues { nav: Nav::of(&who), queues: lines, filter, sort, next })
 }
 
 struct AgentLine {
@@ -192,8 +210,8 @@ pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
     html(StatusCode::OK, &Agents { nav: Nav::of(&who), agents })
 }
 
-/// `POST /console/jobs/{job}/{enable|disable}` (operator, on a job whose source queue the
-/// caller may dequeue from): what `aqgate admin jobs --enable|--disable` does.
+/// `POST /console/jobs/{job}/{enable|disable|reset}` (operator, on a job whose source queue
+/// the caller may dequeue from): what `aqgate admin jobs --enable|--disable|--reset` does.
 pub(crate) async fn job_action(
     State(c): State<Console>,
     who: Caller,
@@ -203,8 +221,9 @@ pub(crate) async fn job_action(
         return r;
     }
     let enable = match action.as_str() {
-        "enable" => true,
-        "disable" => false,
+        "enable" => Some(true),
+        "disable" => Some(false),
+        "reset" => None,
         _ => return not_found_because("No such action."),
     };
     let store = c.http.engine.store().as_ref();
@@ -217,11 +236,16 @@ pub(crate) async fn job_action(
     if !readable(&c, &who.agent, &j.source) {
         return forbidden("The job's source queue is not yours to dequeue from.");
     }
-    match aqgate_admin::jobs::set_enabled(store, &name, enable).await {
+    let done = match enable {
+        Some(enable) => aqgate_admin::jobs::set_enabled(store, &name, enable).await,
+        None => aqgate_admin::jobs::reset(store, &name).await,
+    };
+    match done {
         Ok(true) => {
-            tracing::info!(agent = %who.agent.name, job = %name, enable, "console: job enabled or disabled");
+            tracing::info!(agent = %who.agent.name, job = %name, action = %action, "console: job action");
             see_other("/console/")
         }
+        Ok(false) if enable.is_none() => bad_request("The job has not run yet: there is nothing to reset."),
         Ok(false) => not_found_because("No such job."),
         Err(e) => unavailable(&e),
     }
