@@ -327,7 +327,7 @@ impl Board {
         if let Some(row) = write
             && let Err(e) = engine.store().gateway_link_put(&row).await
         {
-            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+            crate::job::store_failed(&e, &format!("link {link}: recording the link's state failed"));
         }
     }
 
@@ -359,7 +359,7 @@ impl Board {
         if let Some(row) = row
             && let Err(e) = engine.store().gateway_link_put(&row).await
         {
-            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+            crate::job::store_failed(&e, &format!("link {link}: recording the link's state failed"));
         }
     }
 }
@@ -460,6 +460,16 @@ impl Pacing {
         let next = stats.failed(&err, engine.now());
         stats.report.shift(self.doing, next);
         self.doing = next;
+        if err.code == code::STORE_UNAVAILABLE {
+            // Logged once by the store: the job waits for the database to be back.
+            tracing::debug!(job = %job.name, error = %err.message, "gateway job step: the database is unavailable");
+            let mut stop = stats.stop.clone();
+            tokio::select! {
+                () = engine.store().until_available(super::MAX_BACKOFF) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            return;
+        }
         tracing::warn!(job = %job.name, error = %err.message, retry_in = ?self.backoff, "gateway job step failed");
         // In slices, keeping the link's row fresh meanwhile (`admin gateway`).
         let mut stop = stats.stop.clone();

@@ -445,6 +445,15 @@ async fn retrying<F, Fut>(
                 let next = stats.failed(&e, engine.now());
                 stats.report.shift(doing, next);
                 doing = next;
+                if e.code == code::STORE_UNAVAILABLE {
+                    // Logged once by the store: the job waits for the database to be back.
+                    tracing::debug!(job = %job.name, error = %e.message, "propagation batch: the database is unavailable");
+                    tokio::select! {
+                        () = engine.store().until_available(MAX_BACKOFF) => {}
+                        _ = stop.changed() => {}
+                    }
+                    continue;
+                }
                 tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
