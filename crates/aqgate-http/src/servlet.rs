@@ -275,7 +275,7 @@ const READYZ_WITHIN: std::time::Duration = std::time::Duration::from_millis(500)
 
 /// How long `/readyz` waits for a check it found due (none ran within the last second: no
 /// prober in this process) before it answers from the last state.
-const READYZ_WAIT: std::time::Duration = std::time::Duration::from_millis(400);
+const READYZ_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// A connection's name for the store's group commit (never 0, which means "unknown").
 fn origin_of(peer: &std::net::SocketAddr) -> u64 {
