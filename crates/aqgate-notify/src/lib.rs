@@ -262,7 +262,11 @@ impl Dispatcher {
             // made by other processes are seen within REFRESH.
             if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
                 if let Err(e) = self.engine.refresh_registered().await {
-                    outage_or_warn(e.code == aqgate_proto::code::STORE_UNAVAILABLE, &e, "notification dispatcher: loading registrations");
+                    outage_or_warn(
+                        e.code == aqgate_proto::code::STORE_UNAVAILABLE,
+                        &e,
+                        "notification dispatcher: loading registrations",
+                    );
                 }
                 refreshed = Some(tokio::time::Instant::now());
             }

@@ -40,7 +40,11 @@ impl Engine {
                     n += 1;
                 }
                 Ok(false) => {}
-                Err(e) => round_failed(e.code == code::STORE_UNAVAILABLE, &e, "rolling back an idle session failed; will retry"),
+                Err(e) => round_failed(
+                    e.code == code::STORE_UNAVAILABLE,
+                    &e,
+                    "rolling back an idle session failed; will retry",
+                ),
             }
         }
         n
