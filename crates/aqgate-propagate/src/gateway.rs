@@ -460,19 +460,14 @@ impl Pacing {
         let next = stats.failed(&err, engine.now());
         stats.report.shift(self.doing, next);
         self.doing = next;
-        if err.code == code::STORE_UNAVAILABLE {
-            // Logged once by the store: the job waits for the database to be back.
-            tracing::debug!(job = %job.name, error = %err.message, "gateway job step: the database is unavailable");
-            let mut stop = stats.stop.clone();
-            tokio::select! {
-                () = engine.store().until_available(super::MAX_BACKOFF) => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
+        let mut stop = stats.stop.clone();
+        if super::job::waited_for_database(engine.store().as_ref(), &err, &job.name, super::MAX_BACKOFF, &mut stop)
+            .await
+        {
             return;
         }
         tracing::warn!(job = %job.name, error = %err.message, retry_in = ?self.backoff, "gateway job step failed");
         // In slices, keeping the link's row fresh meanwhile (`admin gateway`).
-        let mut stop = stats.stop.clone();
         let until = tokio::time::Instant::now() + self.backoff;
         while tokio::time::Instant::now() < until && !*stop.borrow() {
             let slice = until.min(tokio::time::Instant::now() + Duration::from_secs(5));

@@ -68,6 +68,27 @@ pub fn owned(job: &PropagationInfo) -> Option<BrokerState> {
     })
 }
 
+/// After a failed step of job `job`: when `e` is the database being away (fault 1034),
+/// waits until it is back (at most `at_most`, or until `stop`) and says so; else `false`,
+/// and the caller backs off as it does. The store logs the outage once, and its end.
+pub async fn waited_for_database(
+    store: &dyn aqgate_core::store::Store,
+    e: &aqgate_core::error::AqError,
+    job: &str,
+    at_most: std::time::Duration,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if e.code != aqgate_core::error::code::STORE_UNAVAILABLE {
+        return false;
+    }
+    tracing::debug!(job, error = %e.message, "the database is unavailable; waiting for it");
+    tokio::select! {
+        () = store.until_available(at_most) => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    true
+}
+
 /// Logs a store failure of a job's background work (`what` failed): at debug while the
 /// database is away (the store logs the outage once, and again when it is back), else as a
 /// warning.

@@ -445,13 +445,7 @@ async fn retrying<F, Fut>(
                 let next = stats.failed(&e, engine.now());
                 stats.report.shift(doing, next);
                 doing = next;
-                if e.code == code::STORE_UNAVAILABLE {
-                    // Logged once by the store: the job waits for the database to be back.
-                    tracing::debug!(job = %job.name, error = %e.message, "propagation batch: the database is unavailable");
-                    tokio::select! {
-                        () = engine.store().until_available(MAX_BACKOFF) => {}
-                        _ = stop.changed() => {}
-                    }
+                if job::waited_for_database(engine.store().as_ref(), &e, &job.name, MAX_BACKOFF, stop).await {
                     continue;
                 }
                 tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
