@@ -209,3 +209,26 @@ async fn a_cut_connection_is_an_outage_too() {
     assert_eq!(metric(port, "aqgate_database_outages_total"), 1);
     assert_logged_once(&p, true);
 }
+
+/// The database's port closed for good (the proxy gone: connections refused, which the
+/// pool would try again for its whole acquire timeout): not ready within seconds, and a
+/// send is refused with the outage's fault within seconds too, not after half a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_connection_is_refused_at_once() {
+    let db = fresh_pg_url().await;
+    let proxy = CutProxy::start(5432);
+    let through = db.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    let port = free_port();
+    let p = serve(&through, port);
+    assert!(matches!(send(port, "0001").await.2, Response::Send(..)));
+
+    drop(proxy);
+    let body = readyz_until(port, 503, Duration::from_secs(10)).await;
+    assert!(body.contains("database unavailable") || body.contains("database state unknown"), "{body}");
+    for _ in 0..3 {
+        let t = Instant::now();
+        assert_refused_for_the_outage(port).await;
+        assert!(t.elapsed() < Duration::from_secs(5), "refused after {:?}", t.elapsed());
+    }
+    assert_logged_once(&p, false);
+}

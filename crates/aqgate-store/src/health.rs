@@ -158,6 +158,24 @@ pub fn health() -> Health {
     Health { readiness, available: down == 0, outages: OUTAGES.load(Ordering::Relaxed), outage_seconds }
 }
 
+/// A connection from the pool (`fut`: its `acquire` or `begin`): while the database is away,
+/// waited for at most [`CHECK_WITHIN`] instead of the pool's whole acquire timeout (a
+/// refused connection is tried again until then), so that requests are refused with the
+/// outage's fault at once rather than after half a minute each.
+pub(crate) async fn bounded<T>(fut: impl Future<Output = sqlx::Result<T>>) -> aqgate_core::store::Result<T> {
+    use crate::Db;
+    if !unavailable() {
+        return fut.await.db();
+    }
+    match tokio::time::timeout(CHECK_WITHIN, fut).await {
+        Ok(r) => r.db(),
+        Err(_) => Err(aqgate_core::store::StoreError::unavailable(format!(
+            "no connection within {} s while the database is unavailable",
+            CHECK_WITHIN.as_secs()
+        ))),
+    }
+}
+
 /// A check: the write to commit (the backend's `full::probe` on a clone of its pool).
 pub(crate) type Check = Pin<Box<dyn Future<Output = aqgate_core::store::Result<()>> + Send + 'static>>;
 
