@@ -2,7 +2,10 @@
 # The web console at scale (see BENCHMARKS.md, "The web console"): on a fresh PostgreSQL
 # database, the demo topology plus 10,000 queues (50 messages each) and 500,000 messages in
 # AQUSER.RAW_QUE (1,000,000 in all); then each page's render time (p50, p99, slowest) with
-# the console's admin logged in with Basic, as `aqgate-bench --scenario pages` measures it.
+# the console's admin logged in with Basic, as `aqgate-bench --scenario pages` measures it;
+# the server's CPU with 100 console tabs open (`--scenario tabs`) against none, under one
+# steady sender; and the servlet's send rate with 10 tabs open against none, 4 rounds in
+# both orders.
 #   scripts/bench-console.sh [BINARY] [SECONDS]     (default target/release/aqgate, 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,5 +46,24 @@ one=$(psql -Atq "$URL" -c "SELECT encode(msgid, 'hex') FROM messages WHERE queue
 pid=$!
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
 pages=${AQGATE_BENCH_PAGES:-/console/,/console/queues,/console/queues?sort=backlog,/console/queues?q=Q0999,/console/queues/AQUSER.RAW_QUE/messages,/console/queues/AQUSER.RAW_QUE/messages/$one,/console/agents}
-target/release/aqgate-bench --url "http://127.0.0.1:$PORT/aqserv" --scenario pages --pages "$pages" \
-  --clients 2 --seconds "$SECS" --user scott --password tiger
+bench=(target/release/aqgate-bench --url "http://127.0.0.1:$PORT/aqserv" --user scott --password tiger)
+"${bench[@]}" --scenario pages --pages "$pages" --clients 2 --seconds "$SECS"
+
+# The server's CPU seconds (user + system) so far.
+cpu() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK)
+for tabs in 0 100 0 100; do
+  before=$(cpu)
+  [ "$tabs" -gt 0 ] && { "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds "$SECS" & tabs_pid=$!; }
+  "${bench[@]}" --scenario send --clients 1 --seconds "$SECS" | sed "s|^|tabs=$tabs |"
+  [ "$tabs" -gt 0 ] && wait "$tabs_pid"
+  echo "tabs=$tabs server CPU: $(awk -v a="$before" -v b="$(cpu)" -v s="$SECS" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / hz / s }') s per s"
+done
+for round in 1 2 3 4; do
+  order="0 10"; [ $((round % 2)) -eq 0 ] && order="10 0"
+  for tabs in $order; do
+    [ "$tabs" -gt 0 ] && { "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds $((SECS / 2 + 2)) >/dev/null & tabs_pid=$!; sleep 1; }
+    "${bench[@]}" --scenario send --clients 4 --seconds $((SECS / 2)) | sed "s|^|round=$round tabs=$tabs |"
+    [ "$tabs" -gt 0 ] && wait "$tabs_pid"
+  done
+done

@@ -151,7 +151,8 @@ async fn the_listing_is_planned_on_indexes_without_statistics_on_postgres() {
     for state in [None, Some("READY"), Some("WAIT"), Some("PROCESSED")] {
         // The page's messages, in dequeue order, from the index (no sort of the queue).
         for (single, index) in [(true, "messages_single_order"), (false, "messages_multi_order")] {
-            let sql = format!("EXPLAIN {}", views::candidates_sql(views::Dialect::Postgres, state, single));
+            let sql =
+                format!("EXPLAIN {}", views::candidates_sql(views::Dialect::Postgres, state, single, "", "1 = 1"));
             let plan = sqlx::query_scalar::<_, String>(&sql)
                 .bind(qid)
                 .bind(i64::MIN)
@@ -166,7 +167,7 @@ async fn the_listing_is_planned_on_indexes_without_statistics_on_postgres() {
         }
         // Their rows, by primary keys (a page's few messages of a larger queue: here 10 of
         // its 2,000, where all of them would be cheaper to read whole).
-        let sql = format!("EXPLAIN {}", views::listing_sql(views::Dialect::Postgres, state.is_some()));
+        let sql = format!("EXPLAIN {}", views::listing_sql(views::Dialect::Postgres, state.is_some(), ""));
         let seqs: Vec<i64> = (1..=10).collect();
         let mut q = sqlx::query_scalar::<_, String>(&sql).bind(&seqs).bind(&seqs).bind(qid).bind(true);
         if let Some(st) = state {

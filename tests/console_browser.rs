@@ -1,6 +1,7 @@
 //! The web console in a real browser (headless Chromium under ChromeDriver,
 //! `tests/common/browser.rs`) against a real `aqgate serve`: the login form and every page
-//! with no console error and no CSP violation (a screenshot of each, for the README);
+//! with no console error and no CSP violation (a screenshot of each, for the README), the
+//! publish form's Send;
 //! fifty messages viewed one by one leaving their states, retry counts and the depth as
 //! they were; an XSS corpus in RAW, JMS and XML payloads, correlations and an agent's name
 //! shown as text and never run; a viewer shown no action, and a POST it forces refused.
@@ -141,6 +142,17 @@ async fn every_page_in_the_browser_without_an_error_and_its_screenshot() {
     let mut shots = Vec::new();
     let overview = b.visit(&format!("{}/console/", c.base)).await;
     assert!(overview.contains("AQUSER.RAW_QUE") && overview.contains("COPY_JOB"), "{overview}");
+    // The live figures catch up with the enqueue without a reload.
+    let depth_cell = "tr[data-queue='AQUSER.RAW_QUE'] td.depth";
+    let mut shown = String::new();
+    for _ in 0..50 {
+        shown = b.client().find(Locator::Css(depth_cell)).await.expect("the depth").text().await.expect("its text");
+        if shown == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(shown, "1", "the overview's depth of AQUSER.RAW_QUE");
     shots.push(b.screenshot("console-overview").await);
     let queues = b.visit(&format!("{}/console/queues?sort=backlog", c.base)).await;
     assert!(queues.contains("AQUSER.RAW_COPY"), "{queues}");
@@ -153,9 +165,40 @@ async fn every_page_in_the_browser_without_an_error_and_its_screenshot() {
     let message = b.visit(&format!("{}{one}", c.base)).await;
     assert!(message.contains("48454C4C4F"), "the RAW payload as hex: {message}");
     shots.push(b.screenshot("console-message").await);
+    let timeline = links(b, "/timeline").await;
+    let timeline = b.visit(&format!("{}{}", c.base, timeline.first().expect("a link to the timeline"))).await;
+    assert!(timeline.to_ascii_lowercase().contains("enqueue"), "the timeline: {timeline}");
+    shots.push(b.screenshot("console-timeline").await);
     let agents = b.visit(&format!("{}/console/agents", c.base)).await;
     assert!(agents.contains("C_VIEWER") && agents.contains("viewer"), "{agents}");
     shots.push(b.screenshot("console-agents").await);
+    let tester = b.visit(&format!("{}/console/queues/AQUSER.RAW_QUE/tester?condition=priority+%3E%3D+0", c.base)).await;
+    assert!(tester.contains("1 of 1 messages match") && tester.contains("ORDER-1"), "the tester: {tester}");
+    shots.push(b.screenshot("console-tester").await);
+    // The publish form: its Send enqueues, the answer names the message and the request.
+    b.visit(&format!("{}/console/queues/AQUSER.RAW_QUE/publish", c.base)).await;
+    let cl = b.client();
+    cl.find(Locator::Css("textarea[name=payload]"))
+        .await
+        .expect("payload")
+        .send_keys("sent from the browser")
+        .await
+        .expect("type");
+    cl.find(Locator::Css("button[value=send]")).await.expect("Send").click().await.expect("click");
+    cl.wait().for_element(Locator::Css("pre")).await.expect("the answer");
+    b.assert_clean("the publish form's answer").await;
+    let sent = b.text().await;
+    assert!(sent.contains("AQXmlSend"), "the request shown: {sent}");
+    shots.push(b.screenshot("console-publish").await);
+    assert_eq!(depth(&c.db, "AQUSER.RAW_QUE"), 2, "the published message is in the queue");
+    let topology = b.visit(&format!("{}/console/topology", c.base)).await;
+    assert!(topology.contains("COPY_JOB"), "the graph: {topology}");
+    shots.push(b.screenshot("console-topology").await);
+    let replay = b.visit(&format!("{}/console/queues/AQUSER.AQ$_RAW_TAB_E/replay", c.base)).await;
+    assert!(replay.contains("Replay"), "{replay}");
+    for page in ["audit", "sessions", "spool", "notifications"] {
+        b.visit(&format!("{}/console/{page}", c.base)).await;
+    }
     for shot in shots {
         let png = std::fs::read(&shot).expect("the screenshot");
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 2000, "a PNG in {}", screenshot_dir().display());

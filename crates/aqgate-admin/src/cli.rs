@@ -47,6 +47,8 @@ pub enum AdminCommand {
         /// Print every column of every row as a JSON array.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        filters: MessageFilters,
     },
     /// List agents: protocols, database users, gateway flag, certificate location.
     Agents {
@@ -203,6 +205,47 @@ pub enum AdminCommand {
     },
 }
 
+/// `admin messages`' filters and cursor (the console's listing takes the same).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MessageFilters {
+    /// Go on after this cursor (the one the last page printed): whole messages a page.
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
+    /// Only messages with this correlation (with --corr-prefix: starting with it).
+    #[arg(long)]
+    pub corr: Option<String>,
+    #[arg(long)]
+    pub corr_prefix: bool,
+    /// Only messages of this sender agent (SENDER_NAME or ENQ_USER_ID, any case).
+    #[arg(long)]
+    pub sender: Option<String>,
+    /// Only messages of at least / at most this priority.
+    #[arg(long)]
+    pub min_priority: Option<i64>,
+    #[arg(long)]
+    pub max_priority: Option<i64>,
+    /// Only messages whose payload's first 64 KiB hold this text (at most 5,000 messages
+    /// looked at a page).
+    #[arg(long, value_name = "TEXT")]
+    pub payload_contains: Option<String>,
+}
+
+impl MessageFilters {
+    /// The store's filter, in `state` too.
+    pub fn to_filter(self, state: Option<String>) -> aqgate_core::store::ViewFilter {
+        aqgate_core::store::ViewFilter {
+            state,
+            min_priority: self.min_priority,
+            max_priority: self.max_priority,
+            correlation: self.corr,
+            corr_prefix: self.corr_prefix,
+            sender: self.sender,
+            payload: self.payload_contains.map(String::into_bytes),
+            ..Default::default()
+        }
+    }
+}
+
 /// Runs an `aqgate admin` command, its output on standard output.
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     let out = &mut std::io::stdout();
@@ -215,10 +258,13 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             crate::print_apply(open(db).await?.as_ref(), &topo, dry_run, out).await
         }
         AdminCommand::Queues { db } => crate::topology::print_queues(open(db).await?.as_ref(), out).await,
-        AdminCommand::Messages { queue, db, state, limit, json } => {
+        AdminCommand::Messages { queue, db, state, limit, json, filters } => {
             let store = open(db).await?;
             let note = &mut std::io::stderr();
-            crate::messages::print_messages(store.as_ref(), &queue, state.as_deref(), limit, json, out, note).await
+            let after = filters.after.clone();
+            let filter = filters.to_filter(state);
+            crate::messages::print_messages(store.as_ref(), &queue, &filter, after.as_deref(), limit, json, out, note)
+                .await
         }
         AdminCommand::Agents { db } => crate::topology::print_agents(open(db).await?.as_ref(), out).await,
         AdminCommand::Spool { db } => crate::spool::print_spool(open(db).await?.as_ref(), out).await,

@@ -3,7 +3,7 @@
 //! agents ([`topology`]), a queue's messages ([`messages`]), the mail spool ([`spool`]),
 //! notifications and registrations ([`notifications`]), propagation jobs ([`jobs`]) and the
 //! Messaging Gateway ([`gateway`]), the figures `admin jobs` and `/metrics` share
-//! ([`status`]), replays from exception queues and the audit log ([`replay`]), a message's
+//! ([`status`]; the queues' and the spool's gauges, [`figures`]), replays from exception queues and the audit log ([`replay`]), a message's
 //! timeline ([`timeline`]) and the open sessions ([`sessions`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
 //! output it is given (standard output in the binary); a write that fails is an
 //! [`OutputError`].
@@ -36,6 +36,7 @@ macro_rules! row {
 }
 
 pub mod cli;
+pub mod figures;
 pub mod gateway;
 pub mod jobs;
 pub mod messages;

@@ -48,6 +48,35 @@ pub async fn messages(
     Ok((rows.into_iter().map(|r| listed_columns().zip(r).collect()).collect(), more))
 }
 
+/// A page of `queue`'s view as `filter` narrows it, after `after` (from the start when
+/// `None`), at least `limit` rows (whole messages): the rows, where the next page starts,
+/// and whether a payload search stopped at its bound (`Store::view_page`). With
+/// `filter.msgid`, that message's rows, looked up by its id.
+pub async fn page(
+    store: &dyn Store,
+    queue: &str,
+    filter: &aqgate_core::store::ViewFilter,
+    after: Option<aqgate_core::store::ViewCursor>,
+    limit: i64,
+) -> Result<(Rows, Option<aqgate_core::store::ViewCursor>, bool), AqError> {
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(AqError::invalid(format!("limit {limit}: from 1 to {MAX_LIMIT}")));
+    }
+    if let Some(s) = &filter.state
+        && !STATES.contains(&s.as_str())
+    {
+        return Err(AqError::invalid(format!("state {s}: one of {}", STATES.join(", "))));
+    }
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    let name = canon(queue);
+    let Some(q) = resolved.catalog.queues.get(&name) else {
+        return Err(AqError::invalid(format!("no queue {name} (aqgate admin queues lists them)")));
+    };
+    let p = store.view_page(&q.queue_table, &name, filter, after, limit).await?;
+    let rows = p.rows.into_iter().map(|r| listed_columns().zip(r).collect()).collect();
+    Ok((rows, p.next, p.scan_bound))
+}
+
 /// The stored payload of the live message `msg_id` (hex, as the view's `MSG_ID`) of
 /// `queue`, as `consumer` (a multi-consumer queue's; `None` for a single-consumer queue)
 /// would see it, read as a BROWSE reads it: in a transaction rolled back at once, with no
@@ -88,17 +117,41 @@ pub async fn payload(
 /// Prints them: a table of the main columns, or with `json` every column of every row (a
 /// JSON array). When the queue has more rows than shown, the table says so in a last
 /// line; with `json` that line goes to `note` (standard error), the array stays whole.
+///
+/// With a filter beyond the state or a cursor (`after`), it prints a page
+/// ([`page`]): whole messages, and when there are more, the `--after` that goes on.
+#[allow(clippy::too_many_arguments)]
 pub async fn print_messages(
     store: &dyn Store,
     queue: &str,
-    state: Option<&str>,
+    filter: &aqgate_core::store::ViewFilter,
+    after: Option<&str>,
     limit: i64,
     json: bool,
     w: &mut dyn Write,
     note: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let (rows, more) = messages(store, queue, state, limit).await?;
-    let said = more.then(|| format!("… and more: {} shown; use --limit or --state", rows.len()));
+    let (rows, said) = if filter.narrows() || after.is_some() {
+        let after = match after {
+            None => None,
+            Some(a) => Some(
+                aqgate_core::store::ViewCursor::parse(a)
+                    .ok_or_else(|| AqError::invalid(format!("--after {a}: not a cursor a listing printed")))?,
+            ),
+        };
+        let mut filter = filter.clone();
+        filter.state = filter.state.map(|s| s.trim().to_ascii_uppercase());
+        let (rows, next, bound) = page(store, queue, &filter, after, limit).await?;
+        let said = next.map(|n| {
+            let why = if bound { " (the payload search's bound)" } else { "" };
+            format!("… and more{why}: {} shown; the next page: --after {}", rows.len(), n.to_text())
+        });
+        (rows, said)
+    } else {
+        let (rows, more) = messages(store, queue, filter.state.as_deref(), limit).await?;
+        let said = more.then(|| format!("… and more: {} shown; use --limit or --state", rows.len()));
+        (rows, said)
+    };
     if json {
         let v: Vec<serde_json::Map<String, serde_json::Value>> = rows
             .iter()

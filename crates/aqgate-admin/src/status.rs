@@ -218,8 +218,8 @@ fn lag_seconds(now: Micros, ready: Micros) -> f64 {
 }
 
 /// What `/metrics` shows of propagation (the servlet's `AppState::more_metrics` in the
-/// binary): every job's gauges ([`render`]) and the gateway links' ([`render_links`]), as
-/// the store has them now; an error names what could not be read.
+/// binary): every job's gauges ([`render`]), the gateway links' ([`render_links`]) and the
+/// queues' and the spool's ([`crate::figures`]), as the store has them now; an error names what could not be read.
 pub async fn metrics(engine: &Engine) -> Result<String, String> {
     let mut out = String::new();
     let resolved = engine.resolved();
@@ -232,6 +232,7 @@ pub async fn metrics(engine: &Engine) -> Result<String, String> {
         Ok((links, agents)) => render_links(&links, &agents, engine.now(), &mut out),
         Err(e) => return Err(format!("gateway links: {e}")),
     }
+    crate::figures::metrics(engine, &mut out).await?;
     Ok(out)
 }
 

@@ -8,11 +8,15 @@
 //!   bounded password checks) and the role the topology gives the agent.
 //! - `security`: the headers of every answer and the same-origin check of every
 //!   state-changing request.
+//! - `overview` (the live overview, its fragments and event stream) over `sampler` (one
+//!   sampler of the store's figures for every viewer).
 //! - `pages`, `messages`, `payload`: the pages (`answer`: what they share); `assets`: the stylesheet and the script,
 //!   embedded in the binary.
 //! - `timeline`, `replay`, `operations`: a message's timeline, replays and the audit log,
 //!   the IDAP sessions, the mail spool and the notifications; `cli`: the `aqgate admin`
 //!   command line of an action ("Copy as CLI").
+//! - `filter`: the listing's filters; `tester`: the condition tester; `publish`: the
+//!   publish form; `topology`: the topology graph.
 //!
 //! The console reaches the store only through the core's `Store` trait and the
 //! administration read models; it reads messages as a BROWSE does (no lock, no retry
@@ -30,15 +34,21 @@ mod answer;
 mod assets;
 mod caller;
 mod cli;
+mod filter;
 mod messages;
 mod operations;
+mod overview;
 mod pages;
 mod payload;
+mod publish;
 mod replay;
+mod sampler;
 mod security;
 pub mod serving;
 mod session;
+mod tester;
 mod timeline;
+mod topology;
 
 pub use caller::COOKIE;
 
@@ -49,20 +59,30 @@ pub struct ConsoleConfig {
     pub max_sessions: usize,
     /// A session unused this long ends.
     pub idle: Duration,
+    /// The live overview's sampling interval (clamped to 1–10 s).
+    pub sample_every: Duration,
+    /// Event streams (`/console/events`) open at once; one more is answered 503.
+    pub max_streams: usize,
 }
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
-        Self { max_sessions: 1_000, idle: Duration::from_secs(15 * 60) }
+        Self {
+            max_sessions: 1_000,
+            idle: Duration::from_secs(15 * 60),
+            sample_every: Duration::from_secs(2),
+            max_streams: 200,
+        }
     }
 }
 
-/// What every console handler has: the servlet's state (the engine, the password checks)
-/// and the console's sessions.
+/// What every console handler has: the servlet's state (the engine, the password checks),
+/// the console's sessions and its sampler.
 #[derive(Clone)]
 pub struct Console {
     http: AppState,
     sessions: Arc<session::Sessions>,
+    live: Arc<sampler::Sampler>,
 }
 
 /// `servlet` with the console's routes merged in when the console serves on `listening`
@@ -79,10 +99,16 @@ pub fn mount(servlet: Router, http: AppState, listening: &[std::net::SocketAddr]
 
 /// The console's routes, all under `/console`, to merge into the HTTP listener's router.
 pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
-    let state = Console { http, sessions: Arc::new(session::Sessions::new(cfg.max_sessions, cfg.idle)) };
+    let state = Console {
+        http,
+        sessions: Arc::new(session::Sessions::new(cfg.max_sessions, cfg.idle)),
+        live: sampler::Sampler::new(cfg.sample_every, cfg.max_streams),
+    };
     Router::new()
-        .route("/console", get(pages::overview))
-        .route("/console/", get(pages::overview))
+        .route("/console", get(overview::page))
+        .route("/console/", get(overview::page))
+        .route("/console/events", get(overview::events))
+        .route("/console/fragments/{name}", get(overview::fragment))
         .route("/console/login", get(caller::login_form).post(caller::login))
         .route("/console/logout", post(caller::logout))
         .route("/console/queues", get(pages::queues))
@@ -96,6 +122,9 @@ pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
         .route("/console/sessions/{id}/abort", post(operations::abort))
         .route("/console/spool", get(operations::spool))
         .route("/console/notifications", get(operations::notifications))
+        .route("/console/queues/{queue}/tester", get(tester::tester))
+        .route("/console/queues/{queue}/publish", get(publish::form).post(publish::post))
+        .route("/console/topology", get(topology::topology))
         .route("/console/jobs/{job}/{action}", post(pages::job_action))
         .route("/console/agents", get(pages::agents))
         .route("/console/assets/{name}", get(assets::asset))

@@ -1,7 +1,7 @@
-//! The console's pages but a queue's messages: the overview (queues with their depth, jobs,
-//! links), the queue list (keyset paging by name or by backlog, a name filter), the
-//! agents (admin), a job's enable and disable (operator), and the answers every page
-//! shares (the navigation, 403, 404).
+//! The console's pages but the overview (`overview`) and a queue's messages: the queue
+//! list (keyset paging by name or by backlog, a name filter), the agents (admin), a job's
+//! enable and disable (operator), and the answers every page shares (the navigation, 403,
+//! 404).
 
 use std::collections::HashMap;
 
@@ -13,7 +13,7 @@ use axum::response::Response;
 use aqgate_core::topology::{AgentInfo, ConsoleRole, Privilege};
 
 use crate::Console;
-use crate::answer::{forbidden, html, not_found_because, see_other, unavailable};
+use crate::answer::{bad_request, forbidden, html, not_found_because, see_other, unavailable};
 use crate::caller::Caller;
 
 /// The navigation bar's view of the caller.
@@ -62,103 +62,58 @@ pub(crate) fn readable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
     r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Dequeue))
 }
 
+/// Whether `agent` may enqueue to `queue`.
+pub(crate) fn enqueuable(c: &Console, agent: &AgentInfo, queue: &str) -> bool {
+    let r = c.http.engine.resolved();
+    r.catalog.queue(queue).is_some_and(|q| r.catalog.permits(agent, q, Privilege::Enqueue))
+}
+
 struct QueueLine {
     name: String,
     kind: &'static str,
     payload: String,
     depth: i64,
+    /// The oldest ready message's enqueue time, and its age as shown.
+    oldest: Option<aqgate_core::clock::Micros>,
+    age: String,
     href: Option<String>,
 }
 
-struct JobLine {
-    name: String,
-    state: String,
-    source: String,
-    destination: String,
-    backlog: i64,
-    lag: String,
-    last_error: String,
-    enabled: bool,
-    /// The `aqgate admin jobs` command line of its action.
-    cli: String,
-}
-
-struct LinkLine {
-    name: String,
-    kind: &'static str,
-    state: String,
-    connections: i64,
-}
-
-#[derive(Template)]
-#[template(path = "overview.html")]
-struct Overview {
-    nav: Nav,
-    queues: Vec<QueueLine>,
-    jobs: Vec<JobLine>,
-    links: Vec<LinkLine>,
-}
-
-fn messages_href(queue: &str) -> String {
+pub(crate) fn messages_href(queue: &str) -> String {
     format!("/console/queues/{}/messages", url::form_urlencoded::byte_serialize(queue.as_bytes()).collect::<String>())
 }
 
-async fn queue_lines(c: &Console, who: &Caller) -> Result<Vec<QueueLine>, Response> {
-    let rows = aqgate_admin::queues(c.http.engine.store().as_ref()).await.map_err(|e| unavailable(&e))?;
+/// The queues the caller sees whose name contains `wanted` (upper case), with their depth
+/// as of the console's sampler's last sample: no count of the store's rows per page.
+async fn queue_lines(c: &Console, who: &Caller, wanted: &str) -> Vec<QueueLine> {
+    c.live.ensure(&c.http.engine).await;
+    let r = c.http.engine.resolved();
+    let f = c.live.figures();
     let reader = who.role >= ConsoleRole::Reader;
-    Ok(rows
-        .into_iter()
-        .filter(|q| visible(c, &who.agent, &q.name))
+    let track = |q: &aqgate_core::topology::QueueInfo| r.ids.get(&q.name).and_then(|id| f.queues.get(id));
+    r.catalog
+        .queues
+        .values()
+        .filter(|q| q.name.to_ascii_uppercase().contains(wanted) && visible(c, &who.agent, &q.name))
         .map(|q| QueueLine {
             href: (reader && readable(c, &who.agent, &q.name)).then(|| messages_href(&q.name)),
-            name: q.name,
-            kind: q.kind,
-            payload: q.payload,
-            depth: q.depth,
+            name: q.name.clone(),
+            kind: if q.is_exception_queue {
+                "exception"
+            } else if q.multi_consumer {
+                "multi-consumer"
+            } else {
+                "single-consumer"
+            },
+            payload: q.payload.to_string(),
+            depth: track(q).map_or(0, |t| crate::sampler::depth(&t.now)),
+            oldest: track(q).and_then(|t| t.now.oldest_ready),
+            age: track(q).and_then(|t| t.now.oldest_ready).map_or_else(
+                || "-".to_string(),
+                |t| format!("{:.0} s", aqgate_admin::figures::age_seconds(f.at, Some(t))),
+            ),
         })
-        .collect())
-}
-
-/// `GET /console/`: every queue the caller sees with its depth, the jobs whose source it
-/// sees, the gateway links' states.
-pub(crate) async fn overview(State(c): State<Console>, who: Caller) -> Response {
-    let queues = match queue_lines(&c, &who).await {
-        Ok(q) => q,
-        Err(r) => return r,
-    };
-    let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs(store).await {
-        Ok(j) => j,
-        Err(e) => return unavailable(&e),
-    };
-    let jobs = jobs
-        .into_iter()
-        .filter(|j| visible(&c, &who.agent, &j.source))
-        .map(|j| JobLine {
-            enabled: j.requested == "ENABLED",
-            cli: crate::cli::admin(&[
-                "jobs",
-                if j.requested == "ENABLED" { "--disable" } else { "--enable" },
-                j.name.as_str(),
-            ]),
-            name: j.name,
-            state: j.state,
-            source: j.source,
-            destination: j.destination,
-            backlog: j.backlog,
-            lag: format!("{:.1}", j.lag),
-            last_error: j.last_error.unwrap_or_default(),
-        })
-        .collect();
-    let links = match aqgate_admin::gateway::links(store).await {
-        Ok(l) => l,
-        Err(e) => return unavailable(&e),
-    };
-    let links = links
-        .into_iter()
-        .map(|l| LinkLine { name: l.name, kind: l.kind, state: l.state, connections: l.connections })
-        .collect();
-    html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, jobs, links })
+        .collect()
 }
 
 #[derive(Template)]
@@ -167,7 +122,7 @@ struct Queues {
     nav: Nav,
     queues: Vec<QueueLine>,
     filter: String,
-    by_backlog: bool,
+    sort: &'static str,
     next: Option<String>,
 }
 
@@ -175,43 +130,47 @@ struct Queues {
 const PAGE: usize = 50;
 const PAGE_MAX: usize = 500;
 
-/// `GET /console/queues?q=&sort=name|backlog&after=&limit=`: the queues the caller sees,
-/// those whose name contains `q` (any case), by name or by backlog (largest first, then
-/// by name), a page at a time after the cursor `after` (the last line of the page before:
-/// its name, or `depth:name` by backlog). No count of all rows is made.
+/// `GET /console/queues?q=&sort=name|backlog|age&after=&limit=`: the queues the caller
+/// sees, those whose name contains `q` (any case), by name, by backlog (largest first) or by
+/// age (the oldest ready message first; queues with none last), then by name, a page at a
+/// time after the cursor `after` (the last line of the page before: its name, or
+/// `KEY:name` by backlog or age). No count of all rows is made.
 pub(crate) async fn queues(State(c): State<Console>, who: Caller, uri: Uri) -> Response {
     let p = params(&uri);
     let filter = p.get("q").map(|s| s.trim().to_string()).unwrap_or_default();
-    let by_backlog = p.get("sort").is_some_and(|s| s == "backlog");
-    let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(PAGE).clamp(1, PAGE_MAX);
-    let mut lines = match queue_lines(&c, &who).await {
-        Ok(q) => q,
-        Err(r) => return r,
+    let sort = match p.get("sort").map(String::as_str) {
+        Some("backlog") => "backlog",
+        Some("age") => "age",
+        _ => "name",
     };
-    let wanted = filter.to_ascii_uppercase();
-    lines.retain(|q| q.name.to_ascii_uppercase().contains(&wanted));
-    let key = |q: &QueueLine| (if by_backlog { -q.depth } else { 0 }, q.name.clone());
-    lines.sort_by_key(key);
+    let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(PAGE).clamp(1, PAGE_MAX);
+    let mut lines = queue_lines(&c, &who, &filter.to_ascii_uppercase()).await;
+    let number = |q: &QueueLine| match sort {
+        "backlog" => -q.depth,
+        "age" => q.oldest.unwrap_or(i64::MAX),
+        _ => 0,
+    };
+    lines.sort_by(|a, b| number(a).cmp(&number(b)).then_with(|| a.name.cmp(&b.name)));
     if let Some(after) = p.get("after") {
-        let cursor = if by_backlog {
-            after.split_once(':').and_then(|(d, n)| Some((-d.parse::<i64>().ok()?, n.to_string())))
+        let cursor = if sort == "name" {
+            Some((0, after.as_str()))
         } else {
-            Some((0, after.clone()))
+            after.split_once(':').and_then(|(d, n)| Some((d.parse::<i64>().ok()?, n)))
         };
         if let Some(cursor) = cursor {
-            lines.retain(|q| key(q) > cursor);
+            lines.retain(|q| (number(q), q.name.as_str()) > cursor);
         }
     }
     let more = lines.len() > limit;
     lines.truncate(limit);
     let next = more.then(|| lines.last()).flatten().map(|last| {
-        let after = if by_backlog { format!("{}:{}", last.depth, last.name) } else { last.name.clone() };
+        let after = if sort == "name" { last.name.clone() } else { format!("{}:{}", number(last), last.name) };
         let mut s = url::form_urlencoded::Serializer::new(String::new());
-        s.append_pair("q", &filter).append_pair("sort", if by_backlog { "backlog" } else { "name" });
+        s.append_pair("q", &filter).append_pair("sort", sort);
         s.append_pair("limit", &limit.to_string()).append_pair("after", &after);
         format!("/console/queues?{}", s.finish())
     });
-    html(StatusCode::OK, &Queues { nav: Nav::of(&who), queues: lines, filter, by_backlog, next })
+    html(StatusCode::OK, &Queues { nav: Nav::of(&who), queues: lines, filter, sort, next })
 }
 
 struct AgentLine {
@@ -251,8 +210,8 @@ pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
     html(StatusCode::OK, &Agents { nav: Nav::of(&who), agents })
 }
 
-/// `POST /console/jobs/{job}/{enable|disable}` (operator, on a job whose source queue the
-/// caller may dequeue from): what `aqgate admin jobs --enable|--disable` does.
+/// `POST /console/jobs/{job}/{enable|disable|reset}` (operator, on a job whose source queue
+/// the caller may dequeue from): what `aqgate admin jobs --enable|--disable|--reset` does.
 pub(crate) async fn job_action(
     State(c): State<Console>,
     who: Caller,
@@ -262,8 +221,9 @@ pub(crate) async fn job_action(
         return r;
     }
     let enable = match action.as_str() {
-        "enable" => true,
-        "disable" => false,
+        "enable" => Some(true),
+        "disable" => Some(false),
+        "reset" => None,
         _ => return not_found_because("No such action."),
     };
     let store = c.http.engine.store().as_ref();
@@ -276,11 +236,16 @@ pub(crate) async fn job_action(
     if !readable(&c, &who.agent, &j.source) {
         return forbidden("The job's source queue is not yours to dequeue from.");
     }
-    match aqgate_admin::jobs::set_enabled(store, &name, enable).await {
+    let done = match enable {
+        Some(enable) => aqgate_admin::jobs::set_enabled(store, &name, enable).await,
+        None => aqgate_admin::jobs::reset(store, &name).await,
+    };
+    match done {
         Ok(true) => {
-            tracing::info!(agent = %who.agent.name, job = %name, enable, "console: job enabled or disabled");
+            tracing::info!(agent = %who.agent.name, job = %name, action = %action, "console: job action");
             see_other("/console/")
         }
+        Ok(false) if enable.is_none() => bad_request("The job has not run yet: there is nothing to reset."),
         Ok(false) => not_found_because("No such job."),
         Err(e) => unavailable(&e),
     }

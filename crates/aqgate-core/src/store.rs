@@ -112,6 +112,15 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
     /// Committed messages per queue id.
     async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
 
+    /// Every queue's committed messages by state at `now`, with the oldest READY one's
+    /// enqueue time and how many have a `seq` above `after_seq` (one grouped read: the
+    /// console's sampler and `/metrics`). Queues without messages are left out.
+    async fn queue_figures(&self, now: Micros, after_seq: i64) -> Result<Vec<QueueFigures>>;
+
+    /// The mail spool's backlog: accepted mail not yet forwarded or still owed replies
+    /// (what `admin spool` lists), counted.
+    async fn spool_backlog(&self) -> Result<i64>;
+
     /// The rows of queue table `queue_table`'s `AQ$` view for `queue` (those in the
     /// `MSG_STATE` `state` only, when given; at most `limit`, in enqueue order), every
     /// column as text (`None`: NULL), in the order of the view's columns.
@@ -121,7 +130,26 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
         queue: &str,
         state: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<Vec<Option<String>>>>;
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        let filter = ViewFilter { state: state.map(str::to_string), ..ViewFilter::default() };
+        let mut page = self.view_page(queue_table, queue, &filter, None, limit).await?;
+        page.rows.truncate(usize::try_from(limit).unwrap_or(0));
+        Ok(page.rows)
+    }
+
+    /// A page of the rows of `queue`'s `AQ$` view (queue table `queue_table`) in the
+    /// listing's order after `after` (from the start when `None`): those `filter` takes,
+    /// whole messages until at least `limit` rows (one message's rows may pass it), and
+    /// where the next page starts. With `filter.msgid`, that message's rows alone, looked
+    /// up by its id.
+    async fn view_page(
+        &self,
+        queue_table: &str,
+        queue: &str,
+        filter: &ViewFilter,
+        after: Option<ViewCursor>,
+        limit: i64,
+    ) -> Result<ViewPage>;
 
     /// Replaces the copy of the in-memory buffered messages of the process `node` that the
     /// `AQ$` views show with `rows` (one row per consumer of each), or with `None` only

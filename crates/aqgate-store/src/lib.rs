@@ -20,6 +20,7 @@ mod tx;
 pub mod full;
 pub mod health;
 mod listing;
+mod narrowing;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

@@ -58,19 +58,42 @@ macro_rules! queue_store {
                 listing::show_buffered(&self.pool, node, rows).await
             }
 
-            async fn view_rows(
+            async fn view_page(
                 &self,
                 _queue_table: &str,
                 queue: &str,
-                state: Option<&str>,
+                filter: &aqgate_core::store::ViewFilter,
+                after: Option<aqgate_core::store::ViewCursor>,
                 limit: i64,
-            ) -> Result<Vec<Vec<Option<String>>>> {
-                crate::listing::list(&Listing(&self.pool), queue, state, limit).await
+            ) -> Result<aqgate_core::store::ViewPage> {
+                crate::listing::page(&Listing(&self.pool), queue, filter, after, limit).await
             }
 
             async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>> {
                 let rows = sqlx::query(sql::QUEUE_DEPTHS).fetch_all(&self.pool).await.db()?;
                 rows.iter().map(|r| Ok((r.try_get("queue_id").db()?, r.try_get("n").db()?))).collect()
+            }
+
+            async fn queue_figures(&self, now: Micros, after_seq: i64) -> Result<Vec<QueueFigures>> {
+                let rows = sqlx::query(sql::QUEUE_FIGURES).bind(now).bind(after_seq).fetch_all(&self.pool).await.db()?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(QueueFigures {
+                            queue: r.try_get("queue_id").db()?,
+                            ready: r.try_get::<Option<i64>, _>("ready").db()?.unwrap_or(0),
+                            waiting: r.try_get::<Option<i64>, _>("waiting").db()?.unwrap_or(0),
+                            expired: r.try_get::<Option<i64>, _>("expired").db()?.unwrap_or(0),
+                            oldest_ready: r.try_get("oldest_ready").db()?,
+                            last_seq: r.try_get::<Option<i64>, _>("last_seq").db()?.unwrap_or(0),
+                            newer: r.try_get::<Option<i64>, _>("newer").db()?.unwrap_or(0),
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn spool_backlog(&self) -> Result<i64> {
+                let r = sqlx::query(sql::SPOOL_BACKLOG).fetch_one(&self.pool).await.db()?;
+                r.try_get("n").db()
             }
 
             async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64> {

@@ -21,6 +21,19 @@ pub(crate) const TOPOLOGY_LOAD: &str = "SELECT kind, name, spec FROM topology OR
 pub(crate) const QUEUE_IDS: &str = "SELECT name, id FROM queues";
 pub(crate) const QUEUE_DEPTHS: &str =
     "SELECT queue_id, COUNT(*) AS n FROM messages WHERE enq_txn IS NULL GROUP BY queue_id";
+/// Per queue: READY, WAIT and EXPIRED as the `AQ$` views tell them at `$1`, the oldest
+/// READY enqueue time, the highest seq and the messages above seq `$2`.
+pub(crate) const QUEUE_FIGURES: &str = "SELECT queue_id,
+        SUM(CASE WHEN state = 3 OR expire_at <= $1 THEN 0 WHEN delay_until > $1 THEN 0 ELSE 1 END) AS ready,
+        SUM(CASE WHEN state = 3 OR expire_at <= $1 THEN 0 WHEN delay_until > $1 THEN 1 ELSE 0 END) AS waiting,
+        SUM(CASE WHEN state = 3 OR expire_at <= $1 THEN 1 ELSE 0 END) AS expired,
+        MIN(CASE WHEN state = 3 OR expire_at <= $1 THEN NULL WHEN delay_until > $1 THEN NULL ELSE enq_time END)
+            AS oldest_ready,
+        MAX(seq) AS last_seq,
+        SUM(CASE WHEN seq > $2 THEN 1 ELSE 0 END) AS newer
+     FROM messages WHERE enq_txn IS NULL GROUP BY queue_id";
+pub(crate) const SPOOL_BACKLOG: &str =
+    "SELECT COUNT(*) AS n FROM mail_spool WHERE state <> 'done' OR replies_sent < replies_wanted";
 pub(crate) const NEXT_DELAY_END: &str =
     "SELECT MIN(delay_until) AS t FROM messages WHERE queue_id = $1 AND delay_until > $2";
 pub(crate) const REGISTRATIONS_OF_QUEUE: &str =

@@ -135,8 +135,8 @@ enum Scope<'a> {
     Queues(&'a str),
     /// A listing ([`listing_sql`]): the messages in their queue whose `seq` is among
     /// parameter 1, the kept ones among parameter 2, and the buffered ones of queue `$3`
-    /// when `$4`.
-    Listing,
+    /// when `$4` (and these conditions on `m`).
+    Listing(&'a str),
 }
 
 /// `CREATE VIEW` of the queue table `view.queue_table` over its queues.
@@ -152,23 +152,26 @@ pub(crate) fn create_sql(d: Dialect, view: &QueueTableView) -> String {
 
 /// `admin messages`: the listed columns ([`listed_columns`]) as text of the rows a view
 /// has for the messages its parameters name (see [`Scope::Listing`]; with `by_state`, those
-/// whose `msg_state` is `$5`), each with its message's `seq` (NULL for a buffered one) and
-/// its [`Part`]'s number. The caller orders them.
-pub fn listing_sql(d: Dialect, by_state: bool) -> String {
+/// whose `msg_state` is `$5`; the buffered ones also by `buffered`, conditions on `m` whose
+/// parameters follow), each with its message's `seq` (NULL for a buffered one) and its
+/// [`Part`]'s number. The caller orders them.
+pub fn listing_sql(d: Dialect, by_state: bool, buffered: &str) -> String {
     let cols: Vec<String> = listed_columns().map(|c| format!("CAST({c} AS TEXT) AS {c}")).collect();
     let state = if by_state { " WHERE msg_state = $5" } else { "" };
     format!(
         "SELECT {}, list_seq, CAST(list_part AS BIGINT) AS list_part FROM ({}) v{state}",
         cols.join(", "),
-        body(d, false, Scope::Listing)
+        body(d, false, Scope::Listing(buffered))
     )
 }
 
 /// The first `$4` messages of queue `$1` in their queue, in dequeue order after
 /// (`prio_key`, `seq`) = (`$2`, `$3`), as (`seq`, `prio_key`), found through the indexes
-/// of the dequeue order. With `state`, only those that may have a row in that state.
+/// of the dequeue order. With `state`, only those that may have a row in that state; only
+/// those the conditions `narrow` on `m` take (their parameters from `$5`), each with `hit`
+/// (an expression on `m`: whether a payload search finds it) as `hit`.
 /// (PostgreSQL: of the queue's kind, `single`.)
-pub fn candidates_sql(d: Dialect, state: Option<&str>, single: bool) -> String {
+pub fn candidates_sql(d: Dialect, state: Option<&str>, single: bool, narrow: &str, hit: &str) -> String {
     let now = now_sql(d);
     let fresh = format!("(m.expire_at IS NULL OR m.expire_at > {now})");
     let pre = match state {
@@ -190,24 +193,32 @@ pub fn candidates_sql(d: Dialect, state: Option<&str>, single: bool) -> String {
         Dialect::Postgres => {
             let which = if single { "" } else { "NOT " };
             format!(
-                "SELECT m.seq, m.prio_key FROM messages m
+                "SELECT m.seq, m.prio_key, CAST(CASE WHEN {hit} THEN 1 ELSE 0 END AS BIGINT) AS hit FROM messages m
                   WHERE {which}m.single AND m.queue_id = $1 AND (m.prio_key, m.seq) > ($2, $3)
-                    AND m.enq_txn IS NULL{pre}
+                    AND m.enq_txn IS NULL{pre}{narrow}
                   ORDER BY m.prio_key, m.seq LIMIT $4"
             )
         }
         // A message's deliveries carry its dequeue order (each the same).
         Dialect::Sqlite => format!(
-            "SELECT d.msg_seq AS seq, min(d.prio_key) AS prio_key FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
-              WHERE d.queue_id = $1 AND m.enq_txn IS NULL{pre}
+            "SELECT d.msg_seq AS seq, min(d.prio_key) AS prio_key, CAST(CASE WHEN {hit} THEN 1 ELSE 0 END AS BIGINT) AS hit
+               FROM deliveries d JOIN messages m ON m.seq = d.msg_seq
+              WHERE d.queue_id = $1 AND m.enq_txn IS NULL{pre}{narrow}
               GROUP BY d.msg_seq HAVING (min(d.prio_key), d.msg_seq) > ($2, $3)
               ORDER BY 2, 1 LIMIT $4"
         ),
     }
 }
 
-/// The first `$2` messages queue `$1` keeps after their removal, oldest first.
-pub(crate) const KEPT_CANDIDATES: &str = "SELECT seq FROM processed_messages WHERE queue_id = $1 ORDER BY seq LIMIT $2";
+/// The first `$3` messages queue `$1` keeps after their removal after `seq` `$2`, oldest
+/// first, those the conditions `narrow` on `m` take (their parameters from `$4`), each with
+/// `hit` (as in [`candidates_sql`]).
+pub(crate) fn kept_candidates_sql(narrow: &str, hit: &str) -> String {
+    format!(
+        "SELECT m.seq, CAST(CASE WHEN {hit} THEN 1 ELSE 0 END AS BIGINT) AS hit FROM processed_messages m
+          WHERE m.queue_id = $1 AND m.seq > $2{narrow} ORDER BY m.seq LIMIT $3"
+    )
+}
 
 /// The statements of `Store::show_buffered`: (1) drop the copy of process `$1` and the
 /// copies not marked for `SHOWN_FOR`; (2) drop those others alone; (3) mark the copy of
@@ -234,7 +245,7 @@ pub(crate) fn now_sql(d: Dialect) -> &'static str {
 /// `raw`: their payloads are RAW.
 fn body(d: Dialect, raw: bool, scope: Scope) -> String {
     let f = Filters::of(d, scope);
-    let c = Columns::new(d, raw, matches!(scope, Scope::Listing));
+    let c = Columns::new(d, raw, matches!(scope, Scope::Listing(_)));
     // The queue a message came from (an exception queue's message, a propagated copy).
     let queues = "JOIN queues q ON q.id = m.queue_id LEFT JOIN queues oq ON oq.id = m.orig_queue_id";
     let rest = format!(
@@ -303,17 +314,17 @@ impl Filters {
                 kept: format!("m.queue_id IN ({ids})"),
                 buffered: format!("m.queue_id IN ({ids})"),
             },
-            (Scope::Listing, Dialect::Postgres) => Filters {
+            (Scope::Listing(narrow), Dialect::Postgres) => Filters {
                 live: s("m.seq = ANY($1::int8[])"),
                 deliveries: String::new(),
                 kept: s("m.seq = ANY($2::int8[])"),
-                buffered: s("m.queue_id = $3 AND $4"),
+                buffered: format!("m.queue_id = $3 AND $4{narrow}"),
             },
-            (Scope::Listing, Dialect::Sqlite) => Filters {
+            (Scope::Listing(narrow), Dialect::Sqlite) => Filters {
                 live: s("m.seq IN (SELECT value FROM json_each($1))"),
                 deliveries: s("d.msg_seq IN (SELECT value FROM json_each($1))"),
                 kept: s("m.seq IN (SELECT value FROM json_each($2))"),
-                buffered: s("m.queue_id = $3 AND $4"),
+                buffered: format!("m.queue_id = $3 AND $4{narrow}"),
             },
         }
     }

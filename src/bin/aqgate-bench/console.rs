@@ -1,4 +1,4 @@
-//! The console scenario: `--clients` clients fetch each of `--pages` in turn for
+//! The console scenarios. `pages`: `--clients` clients fetch each of `--pages` in turn for
 //! `--seconds`, as an agent logged in with Basic; per page its p50, p99 and slowest answer
 //! and its size. Every answer but 200 counts as a fault.
 
@@ -70,4 +70,70 @@ async fn page_client(mut c: Client, pages: Arc<Vec<String>>, stop: Arc<AtomicBoo
         }
     }
     Ok(runs)
+}
+
+/// The tabs scenario: `--tabs` open consoles for `--seconds`, each as the console's script
+/// is: the overview once, then its event stream, and the fragment each event names fetched
+/// again. Prints the events and fragments seen, and the fragments' latencies.
+pub(crate) async fn tabs_bench(args: &Args) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..args.tabs {
+        let c = Client::new(&args.url, &args.user, &args.password, args.cacert.as_deref())?;
+        tasks.push(tokio::spawn(tab(c, stop.clone())));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut events, mut faults, mut lat) = (0u64, 0u64, Vec::new());
+    for t in tasks {
+        let (e, f, l) = t.await??;
+        events += e;
+        faults += f;
+        lat.extend(l);
+    }
+    lat.sort_unstable();
+    println!(
+        "scenario=Tabs tabs={} seconds={} events={events} fragments={} faults={faults} p50={:.2}ms p99={:.2}ms",
+        args.tabs,
+        args.seconds,
+        lat.len(),
+        percentile(&lat, 0.50).as_secs_f64() * 1000.0,
+        percentile(&lat, 0.99).as_secs_f64() * 1000.0,
+    );
+    Ok(())
+}
+
+/// One tab: its events, its failed fetches, its fragments' latencies in µs.
+async fn tab(mut c: Client, stop: Arc<AtomicBool>) -> anyhow::Result<(u64, u64, Vec<u64>)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (status, body) = c.get_status("/console/").await?;
+    anyhow::ensure!(status == 200, "GET /console/: HTTP {status}: {}", body.chars().take(300).collect::<String>());
+    let stream = tokio::net::TcpStream::connect(&c.addr).await?;
+    let mut stream = tokio::io::BufReader::new(stream);
+    let head = format!(
+        "GET /console/events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nAuthorization: {}\r\n\r\n",
+        c.addr, c.authorization
+    );
+    stream.get_mut().write_all(head.as_bytes()).await?;
+    let (mut events, mut faults, mut lat) = (0, 0, Vec::new());
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        line.clear();
+        let read = tokio::time::timeout(Duration::from_millis(200), stream.read_line(&mut line)).await;
+        let Ok(read) = read else { continue };
+        if read? == 0 {
+            anyhow::bail!("the event stream ended");
+        }
+        if let Some(fragment) = line.trim_end().strip_prefix("data: ") {
+            events += 1;
+            let t = Instant::now();
+            match c.get_status(&format!("/console/fragments/{fragment}")).await {
+                Ok((200, _)) => lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)),
+                _ => faults += 1,
+            }
+        } else if line.starts_with("HTTP/1.1 ") && !line.starts_with("HTTP/1.1 200") {
+            anyhow::bail!("GET /console/events: {}", line.trim_end());
+        }
+    }
+    Ok((events, faults, lat))
 }

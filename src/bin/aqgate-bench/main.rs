@@ -29,6 +29,8 @@
 //!   and a ledger of every acknowledged send (`fairness.rs`, `scripts/bench-fairness.sh`).
 //! - `pages`: the web console's pages (`--pages`) fetched in turn, as an agent logged in
 //!   with Basic: per page its render time (`console.rs`, `scripts/bench-console.sh`).
+//! - `tabs`: `--tabs` open console tabs, each on the live overview's event stream and
+//!   fetching the fragment each event names (`console.rs`, `scripts/bench-console.sh`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,6 +79,9 @@ enum Scenario {
     Fairness,
     /// The web console's pages (`--pages`), each fetched in turn by every client.
     Pages,
+    /// `--tabs` open console tabs: each holds the event stream and fetches the fragment
+    /// each event names.
+    Tabs,
 }
 
 #[derive(Parser, Debug)]
@@ -167,6 +172,9 @@ struct Args {
     /// The pages scenario's paths, separated by commas (e.g. `/console/,/console/queues`).
     #[arg(long, default_value = "/console/,/console/queues")]
     pages: String,
+    /// Console tabs open at once in the tabs scenario.
+    #[arg(long, default_value_t = 10)]
+    tabs: usize,
     #[command(flatten)]
     fair: fairness::FairArgs,
 }
@@ -415,6 +423,9 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario == Scenario::Pages {
         return console::pages_bench(&args).await;
     }
+    if args.scenario == Scenario::Tabs {
+        return console::tabs_bench(&args).await;
+    }
     http_bench(&args).await
 }
 
@@ -476,7 +487,8 @@ fn cycle(args: &Args, hex: &str) -> Vec<String> {
         | Scenario::BrokerPublish
         | Scenario::BrokerConsume
         | Scenario::Fairness
-        | Scenario::Pages => vec![receive_xml(&args.queue)],
+        | Scenario::Pages
+        | Scenario::Tabs => vec![receive_xml(&args.queue)],
     }
 }
 

@@ -350,7 +350,7 @@ pub(super) fn parse_msgid(id: &str) -> Result<[u8; 16], AqError> {
 
 /// Refuses a condition naming something no message of `queue` can have: it would
 /// silently match nothing (and a long poll would wait its whole time for nothing).
-pub(super) fn check_condition_names(
+pub fn check_condition_names(
     cond: &Condition,
     queue: &QueueInfo,
     types: &payload::TypeRegistry,

@@ -25,7 +25,7 @@ mod wake;
 mod work;
 
 pub use buffered::{BufferConfig, SHOWN_FOR, SHOWN_PAYLOAD_BYTES, SHOWN_ROWS};
-pub use dequeue::header_of;
+pub use dequeue::{check_condition_names, header_of};
 pub use enqueue::agent_from_json;
 pub use transactions::session_expired_error;
 pub use wake::Change;

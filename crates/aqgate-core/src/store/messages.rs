@@ -139,6 +139,23 @@ pub struct ExpiredMessage {
     pub exception_queue: Option<String>,
 }
 
+/// One queue's committed messages by state as the `AQ$` views tell them (see
+/// [`super::Store::queue_figures`]): EXPIRED (moved to an exception queue, or past its
+/// expiration), WAIT (delayed) and READY (the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueFigures {
+    pub queue: QueueId,
+    pub ready: i64,
+    pub waiting: i64,
+    pub expired: i64,
+    /// The enqueue time of the oldest READY message.
+    pub oldest_ready: Option<Micros>,
+    /// The highest `seq` of the queue's messages.
+    pub last_seq: i64,
+    /// Messages whose `seq` is above the `after_seq` asked for.
+    pub newer: i64,
+}
+
 /// `messages.state` of a spilled buffered message (Oracle's SPILLED).
 pub const SPILLED: i32 = 7;
 

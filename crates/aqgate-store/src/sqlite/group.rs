@@ -162,14 +162,17 @@ forward! {
         async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
         async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
         async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
+        async fn queue_figures(&self, now: Micros, after_seq: i64) -> Result<Vec<QueueFigures>>;
+        async fn spool_backlog(&self) -> Result<i64>;
         async fn show_buffered(&self, node: &str, rows: Option<&[NewMessage]>) -> Result<()>;
-        async fn view_rows(
+        async fn view_page(
             &self,
             queue_table: &str,
             queue: &str,
-            state: Option<&str>,
+            filter: &ViewFilter,
+            after: Option<ViewCursor>,
             limit: i64
-        ) -> Result<Vec<Vec<Option<String>>>>;
+        ) -> Result<ViewPage>;
         async fn due_expirations(&self, now: Micros, limit: i64) -> Result<Vec<ExpiredMessage>>;
         async fn purge_processed(&self, now: Micros, limit: i64) -> Result<u64>;
         async fn purge_history(&self, limit: i64) -> Result<u64>;
