@@ -341,6 +341,10 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
         };
         match listener.await {
             Ok(l) => return Some(l),
+            // Every half second while the database is away: the outage is logged once.
+            Err(e) if crate::health::unavailable() => {
+                tracing::debug!(error = %e, "LISTEN connection: still reconnecting");
+            }
             Err(e) => tracing::warn!(error = %e, "LISTEN connection: still reconnecting"),
         }
     }
