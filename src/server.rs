@@ -144,6 +144,8 @@ impl Duties {
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Self> {
         let time_manager = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop.clone()));
+        // The database's health, checked every second (readiness, `/metrics`, the duties).
+        tokio::spawn(aqgate_store::health::prober(engine.store().clone(), stop.clone()));
         if sole {
             // Alone on the SQLite file: a lease still held is a killed process's, taken over now
             // rather than when it ends.
@@ -413,8 +415,9 @@ pub async fn smtp_only(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = aqgate_store::open(database_url).await?;
-    let engine = Engine::attach(store, Arc::new(SystemClock), EngineConfig::default()).await?;
+    let engine = Engine::attach(store.clone(), Arc::new(SystemClock), EngineConfig::default()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(aqgate_store::health::prober(store, stop_rx.clone()));
     let tasks = start_mail(engine, servlet_url, mail, stop_rx)?;
     shutdown.await;
     let _ = stop_tx.send(true);
@@ -441,6 +444,7 @@ pub async fn notify_only(
         None => cfg.fallback_poll = Some(poll),
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(aqgate_store::health::prober(store, stop_rx.clone()));
     let d = aqgate_notify::Dispatcher::new(engine, cfg).map_err(|e| anyhow::anyhow!(e))?;
     let task = tokio::spawn(d.run(stop_rx));
     tracing::info!("aqgate notification dispatcher running");
@@ -499,6 +503,10 @@ pub async fn time_manager(engine: Arc<Engine>, tick: Duration, mut shutdown: tok
         tokio::select! {
             _ = interval.tick() => {}
             _ = shutdown.changed() => return,
+        }
+        if !engine.store().health().available {
+            // The store logged the outage: the rounds wait for the database to be back.
+            continue;
         }
         let purge = purged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
         engine.time_manager_round(purge).await;

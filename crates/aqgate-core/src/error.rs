@@ -71,8 +71,24 @@ impl From<crate::store::StoreError> for AqError {
                  send it again (with the same Idempotency-Key) once space is freed",
             );
         }
+        if e.is_unavailable() {
+            // The store logs when the database goes away and when it is back, not once
+            // per request.
+            tracing::debug!(error = %e, "database unavailable");
+            return store_unavailable_error();
+        }
         // The cause is logged here once; the client sees a generic server fault.
         tracing::error!(error = %e, "store failure");
         AqError::server(code::INTERNAL, "internal store error; the request was not performed")
     }
+}
+
+/// The fault of a request the database could not take (unreachable, connection lost,
+/// refusing writes): nothing of it was performed; it may be sent again.
+pub fn store_unavailable_error() -> AqError {
+    AqError::server(
+        code::STORE_UNAVAILABLE,
+        "the database is unavailable; nothing of this request was performed: retry it (with the same \
+         Idempotency-Key) once the database is back",
+    )
 }

@@ -23,13 +23,14 @@ pub type QueueId = i64;
 
 mod admin;
 mod error;
+mod health;
 mod jobs;
 mod messages;
 mod notify;
 mod sessions;
 mod spool;
 mod views;
-pub use {admin::*, error::*, jobs::*, messages::*, notify::*, sessions::*, spool::*, views::*};
+pub use {admin::*, error::*, health::*, jobs::*, messages::*, notify::*, sessions::*, spool::*, views::*};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -74,6 +75,27 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
     /// Writes the database refused for want of space since the process started.
     fn full_refusals(&self) -> u64 {
         0
+    }
+
+    /// The database's health as last seen, without a round trip.
+    fn health(&self) -> Health {
+        Health::default()
+    }
+
+    /// The database's health, checked again first (one small write, as
+    /// [`Store::probe_write`]) when the last check is older than a second: one check at a
+    /// time, however many callers ask; a caller waits for it at most `within`, then has
+    /// the last state (or [`Readiness::Unknown`] when that is stale too).
+    async fn check_health(&self, within: std::time::Duration) -> Health {
+        let _ = within;
+        self.health()
+    }
+
+    /// Returns once the database is available again (a check committed a write), or after
+    /// `at_most`: what a background duty waits on after a failure that means the database
+    /// is away, instead of failing again at once. The default returns at once.
+    async fn until_available(&self, at_most: std::time::Duration) {
+        let _ = at_most;
     }
 
     /// Rolls back the uncommitted work that no stored session owns (left by a process

@@ -139,7 +139,7 @@ pub async fn check_password(
 /// Prometheus text: the counters of this process's metrics registry, requests in flight, and the outbox as the store
 /// has it (pending and parked notifications, also those of other processes), then what [`AppState::more_metrics`]
 /// renders (in the binary: every propagation job's state, backlog and lag, also of jobs that other processes run,
-/// and the gateway links').
+/// and the gateway links'). During a database outage the store's figures are left out (the rest answers at once).
 async fn metrics(State(s): State<AppState>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let mut out = String::new();
@@ -174,6 +174,28 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "1 while the database refuses writes for want of space (fault 1653), else 0.",
         u8::from(s.engine.store().writes_refused()).to_string(),
     );
+    let health = s.engine.store().health();
+    metric(
+        &mut out,
+        "aqgate_database_available",
+        "gauge",
+        "1 while the database takes writes, 0 during an outage (unreachable, connection lost, read-only; fault 1034).",
+        u8::from(health.available).to_string(),
+    );
+    metric(
+        &mut out,
+        "aqgate_database_outages_total",
+        "counter",
+        "Outages of the database this process saw (each logged once when it begins and once when it ends).",
+        health.outages.to_string(),
+    );
+    metric(
+        &mut out,
+        "aqgate_database_outage_seconds",
+        "gauge",
+        "Seconds of the database outage going on, or else of the last one (0: none yet).",
+        format!("{:.3}", health.outage_seconds),
+    );
     out.push_str(&format!(
         "# HELP aqgate_database_full_refusals_total Writes the database refused for want of space.\n\
          # TYPE aqgate_database_full_refusals_total counter\naqgate_database_full_refusals_total {}\n",
@@ -187,6 +209,12 @@ async fn metrics(State(s): State<AppState>) -> Response {
         s.engine.buffered_bytes().to_string(),
     );
     s.engine.config().metrics.render(&mut out);
+    if !health.available {
+        // The figures the store keeps are not to be had now: the rest is still shown (the
+        // outage's own gauges above all), without waiting for the database.
+        tracing::debug!("metrics: the database is unavailable; its figures are left out");
+        return ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response();
+    }
     match s.engine.store().notify_counts().await {
         Ok((pending, parked)) => {
             metric(
@@ -221,23 +249,33 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
-/// Ready when a write would succeed: the store commits a small write (see
-/// `Store::probe_write`); a full disk and an unreachable database are told apart.
+/// Ready when a write would succeed, as the store's last check found (a small write
+/// committed; see `Store::check_health`): answered from that state, never waiting for the
+/// database longer than [`READYZ_WITHIN`], however many ask at once (one check runs at a
+/// time). A full disk, a database that is away and one whose state is not known are told
+/// apart in the body.
 async fn readyz(State(s): State<AppState>) -> Response {
-    match tokio::time::timeout(READYZ_WITHIN, s.engine.store().probe_write()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n").into_response(),
-        Ok(Err(e)) if e.is_full() => {
-            (StatusCode::SERVICE_UNAVAILABLE, "store full: writes are refused\n").into_response()
-        }
-        Ok(Err(_)) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable: no answer in time\n").into_response(),
+    use aqgate_core::store::Readiness;
+    let health = match tokio::time::timeout(READYZ_WITHIN, s.engine.store().check_health(READYZ_WAIT)).await {
+        Ok(h) => h.readiness,
+        Err(_) => Readiness::Unknown("no answer in time".into()),
+    };
+    let not_ready = |body: String| (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], body);
+    match health {
+        Readiness::Ready => (StatusCode::OK, "ready\n").into_response(),
+        Readiness::Full => not_ready("store full: writes are refused\n".into()).into_response(),
+        Readiness::Unavailable(why) => not_ready(format!("database unavailable: {why}\n")).into_response(),
+        Readiness::Unknown(why) => not_ready(format!("database state unknown: {why}\n")).into_response(),
     }
 }
 
-/// `/readyz` answers within this: a database that does not answer (a connection attempt
-/// waiting out its timeout) is not ready, and a health checker learns it before its own
-/// timeout.
-const READYZ_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// `/readyz` answers within this: a database that does not answer is not waited for, and a
+/// health checker learns it before its own timeout.
+const READYZ_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long `/readyz` waits for a check it found due (none ran within the last second: no
+/// prober in this process) before it answers from the last state.
+const READYZ_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// A connection's name for the store's group commit (never 0, which means "unknown").
 fn origin_of(peer: &std::net::SocketAddr) -> u64 {
@@ -408,13 +446,15 @@ fn fault_with_status(status: StatusCode, e: &AqError) -> Response {
     r
 }
 
-/// A fault for a request refused for an agent's share (sessions, idempotency records) is
-/// also HTTP 503 with `Retry-After`: nothing of it was performed, and it may be sent again
-/// once the agent's sessions end or its records age out.
+/// A fault for a request refused for an agent's share (sessions, idempotency records) or
+/// because the database is away (1034) is also HTTP 503 with `Retry-After`: nothing of it
+/// was performed, and it may be sent again once the agent's sessions end, its records age
+/// out, or the database is back.
 fn limited(mut r: Response, fault_code: i32) -> Response {
     let retry_after = match fault_code {
         code::SESSION_LIMIT => "5",
         code::IDEMPOTENCY_LIMIT => "60",
+        code::STORE_UNAVAILABLE => "2",
         _ => return r,
     };
     *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

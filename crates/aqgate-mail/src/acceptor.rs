@@ -280,7 +280,12 @@ impl MailAcceptor {
             // RFC 5321's insufficient system storage: the sending MTA keeps the mail.
             Err(e) if e.is_full() => Err(Reply::new(452, "4.3.1", "insufficient system storage; try again later")),
             Err(e) => {
-                tracing::error!(error = %e, "spooling a verified mail failed");
+                if e.is_unavailable() {
+                    // The store logs the outage once, and its end.
+                    tracing::debug!(error = %e, "spooling a verified mail failed: the database is unavailable");
+                } else {
+                    tracing::error!(error = %e, "spooling a verified mail failed");
+                }
                 Err(Reply::new(451, "4.3.0", "temporary failure storing the mail; try again later"))
             }
         }

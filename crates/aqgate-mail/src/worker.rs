@@ -77,6 +77,10 @@ enum Forwarded {
     Permanent(String),
 }
 
+/// How long the worker waits for the database to come back after a failure that says it
+/// is away, before it looks again (it looks at once when a check finds it back).
+const OUTAGE_PAUSE: Duration = Duration::from_secs(30);
+
 const ROLLBACK: &str = r#"<?xml version="1.0"?><Envelope xmlns="http://ns.oracle.com/AQ/schemas/envelope"><Body><AQXmlRollback xmlns="http://ns.oracle.com/AQ/schemas/access"/></Body></Envelope>"#;
 
 impl Worker {
@@ -95,6 +99,15 @@ impl Worker {
             }
             let worked = match self.run_once().await {
                 Ok(n) => n,
+                Err(e) if e.is_unavailable() => {
+                    // Logged once by the store; the spool waits until the database is back.
+                    tracing::debug!(error = %e, "mail worker: the database is unavailable");
+                    tokio::select! {
+                        _ = self.store.until_available(OUTAGE_PAUSE) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "mail worker");
                     0
@@ -119,6 +132,7 @@ impl Worker {
         match self.store.spool_purge(self.clock.now().saturating_sub(window)).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(mails = n, "spool: finished mails past the dedupe window forgotten"),
+            Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "spool purge: the database is unavailable"),
             Err(e) => tracing::warn!(error = %e, "spool purge"),
         }
     }

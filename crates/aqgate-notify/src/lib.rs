@@ -194,6 +194,20 @@ const BATCH: usize = 256;
 /// made by other processes; its own process tells it at once).
 const REFRESH: Duration = Duration::from_secs(2);
 
+/// How long the dispatcher waits for the database to come back before it looks again (it
+/// looks at once when a check finds it back).
+const OUTAGE_PAUSE: Duration = Duration::from_secs(30);
+
+/// A store failure of the dispatcher's loop: at debug when it is the database being away
+/// (`outage`; the store logs the outage once), else a warning.
+fn outage_or_warn(outage: bool, e: &dyn std::fmt::Display, what: &str) {
+    if outage {
+        tracing::debug!(error = %e, "{what}: the database is unavailable");
+    } else {
+        tracing::warn!(error = %e, "{what}");
+    }
+}
+
 impl Dispatcher {
     pub fn new(engine: Arc<Engine>, cfg: NotifyConfig) -> Result<Arc<Self>, String> {
         let mut builder = reqwest::Client::builder();
@@ -223,7 +237,8 @@ impl Dispatcher {
         Ok(Arc::new(Self { engine, store, cfg, http, wake, freed: Notify::new(), targets, counters }))
     }
 
-    /// Delivers until `shutdown` changes.
+    /// Delivers until `shutdown` changes. While the database is away (`Store::health`) it
+    /// waits for it instead of failing every second.
     pub async fn run(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let permits = Arc::new(Semaphore::new(self.cfg.concurrency.max(1)));
         let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -235,11 +250,23 @@ impl Dispatcher {
             if *shutdown.borrow() {
                 break;
             }
+            if !self.store.health().available {
+                // The store logged the outage once: the outbox waits until the database is
+                // back (or looks again after a while) instead of failing every second.
+                tokio::select! {
+                    _ = self.store.until_available(OUTAGE_PAUSE) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
             // Which queues have registrations (only their commits wake us): registrations
             // made by other processes are seen within REFRESH.
             if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
                 if let Err(e) = self.engine.refresh_registered().await {
-                    tracing::warn!(error = %e, "notification dispatcher: loading registrations");
+                    outage_or_warn(
+                        e.code == aqgate_proto::code::STORE_UNAVAILABLE,
+                        &e,
+                        "notification dispatcher: loading registrations",
+                    );
                 }
                 refreshed = Some(tokio::time::Instant::now());
             }
@@ -250,7 +277,7 @@ impl Dispatcher {
             let due = match self.store.notify_next_due(&skip).await {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::warn!(error = %e, "notification outbox: next due");
+                    outage_or_warn(e.is_unavailable(), &e, "notification outbox: next due");
                     Some(now.saturating_add(MICROS_PER_SEC))
                 }
             };
@@ -285,7 +312,7 @@ impl Dispatcher {
             let claimed = match self.store.notify_claim(now, now.saturating_add(lease), room as i64, &shape).await {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(error = %e, "notification outbox: claim failed; retrying");
+                    outage_or_warn(e.is_unavailable(), &e, "notification outbox: claim failed; retrying");
                     drop(first);
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => continue,

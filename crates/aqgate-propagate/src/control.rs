@@ -153,7 +153,7 @@ impl Agent {
 async fn write(engine: &Engine, agent: &Agent, alive: Micros) {
     let row = agent.row(engine.now(), alive);
     if let Err(e) = engine.store().agent_put(&row).await {
-        tracing::warn!(error = %e, "writing the agent's status failed");
+        super::job::store_failed(&e, "writing the agent's status failed");
     }
 }
 
@@ -173,7 +173,7 @@ pub async fn run(
     match store.agents_purge(engine.now().saturating_sub(FORGET_AFTER)).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(agents = n, "forgot the rows of agents gone for a day"),
-        Err(e) => tracing::warn!(error = %e, "forgetting old agent rows failed"),
+        Err(e) => super::job::store_failed(&e, "forgetting old agent rows failed"),
     }
     let mut signals = store.control_signals();
     let every = if signals.is_some() { POLL_SIGNALLED.max(poll) } else { poll };
@@ -199,7 +199,7 @@ pub async fn run(
                     && ping > 0
                     && let Err(e) = store.agent_pong(&agent.owner, ping).await
                 {
-                    tracing::warn!(error = %e, "answering a ping failed");
+                    super::job::store_failed(&e, "answering a ping failed");
                 }
                 seen = Some((topology, ping));
                 if !stopping && agent.status() == Status::Starting {
@@ -207,7 +207,7 @@ pub async fn run(
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the control plane's counters failed");
+                super::job::store_failed(&e, "reading the control plane's counters failed");
                 agent.failed(&format!("reading the control plane's counters: {e}"), engine.now());
             }
         }

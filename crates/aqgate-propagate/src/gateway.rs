@@ -327,7 +327,7 @@ impl Board {
         if let Some(row) = write
             && let Err(e) = engine.store().gateway_link_put(&row).await
         {
-            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+            crate::job::store_failed(&e, &format!("link {link}: recording the link's state failed"));
         }
     }
 
@@ -359,7 +359,7 @@ impl Board {
         if let Some(row) = row
             && let Err(e) = engine.store().gateway_link_put(&row).await
         {
-            tracing::warn!(link = %link, error = %e, "recording the link's state failed");
+            crate::job::store_failed(&e, &format!("link {link}: recording the link's state failed"));
         }
     }
 }
@@ -460,9 +460,14 @@ impl Pacing {
         let next = stats.failed(&err, engine.now());
         stats.report.shift(self.doing, next);
         self.doing = next;
+        let mut stop = stats.stop.clone();
+        if super::job::waited_for_database(engine.store().as_ref(), &err, &job.name, super::MAX_BACKOFF, &mut stop)
+            .await
+        {
+            return;
+        }
         tracing::warn!(job = %job.name, error = %err.message, retry_in = ?self.backoff, "gateway job step failed");
         // In slices, keeping the link's row fresh meanwhile (`admin gateway`).
-        let mut stop = stats.stop.clone();
         let until = tokio::time::Instant::now() + self.backoff;
         while tokio::time::Instant::now() < until && !*stop.borrow() {
             let slice = until.min(tokio::time::Instant::now() + Duration::from_secs(5));

@@ -1,6 +1,7 @@
 //! What every job is, whatever it moves: what its workers say they are doing ([`Doing`]),
-//! and whether it owns state at a broker that outlives it ([`owned`]). A leaf module: the
-//! lease, the supervisor, the gateway and the removals name these, and it names none of them.
+//! whether it owns state at a broker that outlives it ([`owned`]), and how a store failure
+//! of its background work is logged ([`store_failed`]). A leaf module: the lease, the
+//! supervisor, the gateway and the removals name these, and it names none of them.
 
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::topology::gateway::{Direction, Domain, ForeignQueueDef, LinkDef, LinkKind};
@@ -65,4 +66,36 @@ pub fn owned(job: &PropagationInfo) -> Option<BrokerState> {
         link: route.link.clone(),
         foreign: route.foreign.clone(),
     })
+}
+
+/// After a failed step of job `job`: when `e` is the database being away (fault 1034),
+/// waits until it is back (at most `at_most`, or until `stop`) and says so; else `false`,
+/// and the caller backs off as it does. The store logs the outage once, and its end.
+pub async fn waited_for_database(
+    store: &dyn aqgate_core::store::Store,
+    e: &aqgate_core::error::AqError,
+    job: &str,
+    at_most: std::time::Duration,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if e.code != aqgate_core::error::code::STORE_UNAVAILABLE {
+        return false;
+    }
+    tracing::debug!(job, error = %e.message, "the database is unavailable; waiting for it");
+    tokio::select! {
+        () = store.until_available(at_most) => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    true
+}
+
+/// Logs a store failure of a job's background work (`what` failed): at debug while the
+/// database is away (the store logs the outage once, and again when it is back), else as a
+/// warning.
+pub fn store_failed(e: &aqgate_core::store::StoreError, what: &str) {
+    if e.is_unavailable() {
+        tracing::debug!(error = %e, "{what}: the database is unavailable");
+    } else {
+        tracing::warn!(error = %e, "{what}");
+    }
 }

@@ -122,7 +122,7 @@ pub fn dead_here(other: &str, me: &str) -> bool {
 pub async fn end_dead_local_leases(store: &dyn aqgate_core::store::Store, me: &str) {
     let rows = match store.job_statuses().await {
         Ok(rows) => rows,
-        Err(e) => return tracing::warn!(error = %e, "reading the propagation leases failed"),
+        Err(e) => return super::job::store_failed(&e, "reading the propagation leases failed"),
     };
     let mut dead: Vec<String> = rows.into_iter().filter_map(|r| r.owner).filter(|o| dead_here(o, me)).collect();
     dead.sort();
@@ -143,7 +143,7 @@ pub async fn end_dead_local_leases(store: &dyn aqgate_core::store::Store, me: &s
 pub async fn end_dead_local_claims(store: &dyn aqgate_core::store::Store, me: &str, now: aqgate_core::clock::Micros) {
     let owners = match store.spool_claim_owners(now).await {
         Ok(o) => o,
-        Err(e) => return tracing::warn!(error = %e, "reading the spool's claims failed"),
+        Err(e) => return super::job::store_failed(&e, "reading the spool's claims failed"),
     };
     for owner in owners.into_iter().filter(|o| dead_here(o, me)) {
         match store.spool_unclaim(&owner, now).await {
@@ -308,7 +308,7 @@ pub(crate) async fn job(
                 }
             }
             Ok(false) => {}
-            Err(e) => tracing::warn!(job = %job.name, error = %e, "taking the job's lease failed"),
+            Err(e) => super::job::store_failed(&e, &format!("job {}: taking the job's lease failed", job.name)),
         }
         tokio::select! {
             () = tokio::time::sleep(cfg.heartbeat()) => {}
@@ -402,7 +402,7 @@ async fn tenure(
                             held = false;
                             let _ = stop.send(true);
                         } else {
-                            tracing::warn!(job = %job.name, error = %e, "renewing the job's lease failed; trying again");
+                            super::job::store_failed(&e, &format!("job {}: renewing the job's lease failed; trying again", job.name));
                         }
                     }
                 }

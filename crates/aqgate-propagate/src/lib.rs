@@ -445,6 +445,9 @@ async fn retrying<F, Fut>(
                 let next = stats.failed(&e, engine.now());
                 stats.report.shift(doing, next);
                 doing = next;
+                if job::waited_for_database(engine.store().as_ref(), &e, &job.name, MAX_BACKOFF, stop).await {
+                    continue;
+                }
                 tracing::warn!(job = %job.name, error = %e.message, retry_in = ?backoff, "propagation batch failed");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}

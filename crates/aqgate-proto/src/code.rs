@@ -96,5 +96,10 @@ pub const SESSION_LIMIT: i32 = 18;
 /// ORA-01653 unable to extend table: aqgate: the store cannot write, its disk is full;
 /// nothing of the request was performed, and it may be sent again once space is freed.
 pub const STORE_FULL: i32 = 1653;
+/// ORA-01034 ORACLE not available: aqgate: the database is unavailable (unreachable, its
+/// connection lost, or refusing writes as a standby does during a failover); nothing of
+/// the request was performed, and it may be sent again (with the same Idempotency-Key)
+/// once the database is back (HTTP 503, Retry-After).
+pub const STORE_UNAVAILABLE: i32 = 1034;
 /// ORA-00600 internal error (store failure); details are logged, not returned.
 pub const INTERNAL: i32 = 600;

@@ -18,6 +18,7 @@ mod spool;
 #[macro_use]
 mod tx;
 pub mod full;
+pub mod health;
 mod listing;
 mod narrowing;
 pub mod postgres;
@@ -32,22 +33,25 @@ pub(crate) use aqgate_core::store::*;
 pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The store's error for a database failure: full when it refused a write for want of space
-/// (see [`full`]), unavailable when the connection is gone or
-/// none is to be had (and then remembered, see [`connection_lost`]), else failed.
+/// (see [`full`]), unavailable when the database is away — the connection is gone (and
+/// then remembered, see [`connection_lost`]), none is to be had, or writes are refused as
+/// on a standby (see [`health::outage_reason`]; the outage recorded in [`health`]) —, else
+/// failed.
 pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
     if full::is_full(&e) {
         full::refused(&e.to_string());
         if full::ended_the_server(&e) {
             connection_lost();
+            health::outage("the server ended (PANIC)", &e);
             return StoreError::unavailable(e);
         }
         return StoreError::full(e);
     }
-    if connection_broken(&e) {
-        connection_lost();
-        return StoreError::unavailable(e);
-    }
-    if matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) {
+    if let Some(why) = health::outage_reason(&e) {
+        if connection_broken(&e) {
+            connection_lost();
+        }
+        health::outage(why, &e);
         return StoreError::unavailable(e);
     }
     StoreError::failed(e)

@@ -23,6 +23,27 @@ macro_rules! queue_store {
                 crate::full::refused_total()
             }
 
+            fn health(&self) -> aqgate_core::store::Health {
+                crate::health::health()
+            }
+
+            async fn check_health(&self, within: std::time::Duration) -> aqgate_core::store::Health {
+                crate::health::check_health(within, || {
+                    let pool = self.pool.clone();
+                    Box::pin(async move { crate::full::probe(&pool).await })
+                })
+                .await
+            }
+
+            async fn until_available(&self, at_most: std::time::Duration) {
+                let pool = self.pool.clone();
+                crate::health::until_available(at_most, move || -> crate::health::Check {
+                    let pool = pool.clone();
+                    Box::pin(async move { crate::full::probe(&pool).await })
+                })
+                .await
+            }
+
             async fn load_topology(&self) -> Result<Vec<(String, String, String)>> {
                 let rows = sqlx::query(sql::TOPOLOGY_LOAD).fetch_all(&self.pool).await.db()?;
                 rows.iter().map(|r| Ok((r.try_get("kind").db()?, r.try_get("name").db()?, r.try_get("spec").db()?))).collect()

@@ -21,7 +21,7 @@ impl Engine {
         let idle = match self.store.sessions_idle(before, 200).await {
             Ok(rows) => rows,
             Err(e) => {
-                tracing::warn!(error = %e, "looking for idle sessions");
+                round_failed(e.is_unavailable(), &e, "looking for idle sessions");
                 return 0;
             }
         };
@@ -40,7 +40,11 @@ impl Engine {
                     n += 1;
                 }
                 Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "rolling back an idle session failed; will retry"),
+                Err(e) => round_failed(
+                    e.code == code::STORE_UNAVAILABLE,
+                    &e,
+                    "rolling back an idle session failed; will retry",
+                ),
             }
         }
         n
@@ -96,7 +100,7 @@ impl Engine {
         match self.store.sessions_purge(now, now.saturating_sub(window)).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "session tombstones and idempotency records forgotten"),
-            Err(e) => tracing::warn!(error = %e, "purging session tombstones and idempotency records"),
+            Err(e) => round_failed(e.is_unavailable(), &e, "purging session tombstones and idempotency records"),
         }
         // Inbound gateway jobs' marks of the broker messages they enqueued: a message
         // unacked when its job died comes again when the job is back, which may be days
@@ -105,7 +109,7 @@ impl Engine {
         match self.store.gateway_seen_purge(now.saturating_sub(marks)).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "inbound gateway marks forgotten"),
-            Err(e) => tracing::warn!(error = %e, "purging inbound gateway marks"),
+            Err(e) => round_failed(e.is_unavailable(), &e, "purging inbound gateway marks"),
         }
     }
 
@@ -142,10 +146,10 @@ impl Engine {
         match self.store.purge_processed(self.now(), 1000).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(messages = n, "processed messages past their retention deleted"),
-            Err(e) => tracing::warn!(error = %e, "deleting processed messages past their retention"),
+            Err(e) => round_failed(e.is_unavailable(), &e, "deleting processed messages past their retention"),
         }
         if purge && let Err(e) = self.store.purge_history(10_000).await {
-            tracing::warn!(error = %e, "deleting the dequeue history of messages that are gone");
+            round_failed(e.is_unavailable(), &e, "deleting the dequeue history of messages that are gone");
         }
     }
 
@@ -161,13 +165,13 @@ impl Engine {
         let Some(copy) = self.buffers.copy_to_show(now, always) else { return };
         match self.store.show_buffered(&copy.node, copy.rows.as_deref()).await {
             Ok(()) => self.buffers.shown(&copy, now),
-            Err(e) => tracing::warn!(error = %e, "could not write the buffered messages the AQ$ views show"),
+            Err(e) => round_failed(e.is_unavailable(), &e, "could not write the buffered messages the AQ$ views show"),
         }
     }
 
     pub async fn time_manager_round(&self, purge: bool) {
         if let Err(e) = self.expire_messages().await {
-            tracing::warn!(error = %e, "time manager");
+            round_failed(e.code == code::STORE_UNAVAILABLE, &e, "time manager");
         }
         self.spill(true, None).await;
         self.show_buffered(purge).await;
@@ -207,4 +211,14 @@ pub(super) fn exception_target(
 /// queue table (so of the same payload type and consumers).
 pub(super) fn exception_queue_of(target: &QueueInfo, queue: &QueueInfo) -> bool {
     target.is_exception_queue && target.queue_table == queue.queue_table
+}
+
+/// A failure of a time manager's step: at debug while the database is away (`outage`; the
+/// store logs the outage once, and its end), else a warning.
+fn round_failed(outage: bool, e: &dyn std::fmt::Display, what: &str) {
+    if outage {
+        tracing::debug!(error = %e, "{what}: the database is unavailable");
+    } else {
+        tracing::warn!(error = %e, "{what}");
+    }
 }

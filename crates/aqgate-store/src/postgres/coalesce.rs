@@ -300,7 +300,7 @@ impl OwnConn {
         }
         let (conn, used) = match self.0.take() {
             Some(c) => self.0.insert(c),
-            None => self.0.insert((pool.acquire().await.db()?, std::time::Instant::now())),
+            None => self.0.insert((crate::health::bounded(pool.acquire()).await?, std::time::Instant::now())),
         };
         *used = std::time::Instant::now();
         Ok(&mut **conn)

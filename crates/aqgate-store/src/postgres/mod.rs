@@ -156,20 +156,23 @@ queue_store!(PgStore, PgRow, {
     }
 
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.pool.begin().await.db()?;
+        let tx = crate::health::bounded(self.pool.begin()).await?;
         Ok(Box::new(PgTx::new(tx)))
     }
 
     /// Commits without waiting for the WAL flush (one round trip, as `BEGIN`).
     async fn begin_provisional(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit TO off").await.db()?;
+        let tx = crate::health::bounded(self.pool.begin_with("BEGIN; SET LOCAL synchronous_commit TO off")).await?;
         Ok(Box::new(PgTx::new(tx)))
     }
 
     /// Ended by the server after 10 s without a statement: a batch converts its messages
     /// between its statements in milliseconds.
     async fn begin_held(&self) -> Result<Box<dyn StoreTx>> {
-        let tx = self.pool.begin_with("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '10s'").await.db()?;
+        let tx = crate::health::bounded(
+            self.pool.begin_with("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '10s'"),
+        )
+        .await?;
         Ok(Box::new(PgTx::new(tx)))
     }
 
@@ -338,6 +341,10 @@ async fn relisten(pool: &PgPool) -> Option<PgListener> {
         };
         match listener.await {
             Ok(l) => return Some(l),
+            // Every half second while the database is away: the outage is logged once.
+            Err(e) if crate::health::unavailable() => {
+                tracing::debug!(error = %e, "LISTEN connection: still reconnecting");
+            }
             Err(e) => tracing::warn!(error = %e, "LISTEN connection: still reconnecting"),
         }
     }

@@ -158,6 +158,7 @@ forward! {
     impl Store for GroupCommitStore, to self.inner {
         async fn recover(&self) -> Result<u64>;
         async fn probe_write(&self) -> Result<()>;
+        async fn check_health(&self, within: std::time::Duration) -> aqgate_core::store::Health;
         async fn load_topology(&self) -> Result<Vec<(String, String, String)>>;
         async fn queue_ids(&self) -> Result<Vec<(String, QueueId)>>;
         async fn queue_depths(&self) -> Result<Vec<(QueueId, i64)>>;
@@ -180,7 +181,12 @@ forward! {
         async fn interest(&self, queue: QueueId) -> Result<Interest>;
         fn writes_refused(&self) -> bool;
         fn full_refusals(&self) -> u64;
+        fn health(&self) -> aqgate_core::store::Health;
         fn control_signals(&self) -> Option<tokio::sync::watch::Receiver<u64>>;
+    }
+
+    async fn until_available(&self, at_most: std::time::Duration) {
+        self.inner.until_available(at_most).await
     }
 
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {
