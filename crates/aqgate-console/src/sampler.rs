@@ -175,7 +175,12 @@ impl Sampler {
         let (rows, spool, (pending, parked)) = match read {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "console: the sampler's read failed");
+                // An outage is logged once, by the store's health; a sample it fails is not news.
+                if e.is_unavailable() {
+                    tracing::debug!(error = %e, "console: the sampler's read failed");
+                } else {
+                    tracing::warn!(error = %e, "console: the sampler's read failed");
+                }
                 self.figures().failed = true;
                 return;
             }
