@@ -559,11 +559,11 @@ async fn copy_as_cli_is_shell_quoted() {
 
     let a = call(&r, get_as("/console/", "c_operator")).await;
     let (code, copy) = command_lines(&a.body);
-    assert_eq!(code, ["aqgate admin jobs --disable COPY_JOB"], "{}", a.body);
+    assert_eq!(code, ["aqgate admin jobs --disable COPY_JOB", "aqgate admin jobs --reset COPY_JOB"], "{}", a.body);
     assert_eq!(copy, code);
     call(&r, post_as("/console/jobs/copy_job/disable", "c_operator", "")).await;
     let (code, _) = command_lines(&call(&r, get_as("/console/", "c_operator")).await.body);
-    assert_eq!(code, ["aqgate admin jobs --enable COPY_JOB"]);
+    assert_eq!(code, ["aqgate admin jobs --enable COPY_JOB", "aqgate admin jobs --reset COPY_JOB"]);
 
     let path = format!("/console/queues/{EQ}/replay");
     let a = call(&r, get_as(&path, "c_operator")).await;
@@ -641,6 +641,11 @@ async fn a_replay_in_a_real_browser() {
     copy.click().await.expect("click Copy");
     b.assert_clean("Copy").await;
     c.find(Locator::Css("form.replay button")).await.expect("dry run").click().await.expect("click");
+    c.wait()
+        .at_most(std::time::Duration::from_secs(10))
+        .for_element(Locator::Css("form.confirm"))
+        .await
+        .unwrap_or_else(|e| panic!("the dry run's answer: {e}"));
     b.assert_clean("the dry run").await;
     let text = b.text().await;
     assert!(text.contains(&format!("2 message(s) would be replayed to {Q}")), "{text}");

@@ -48,7 +48,7 @@ pub mod status;
 pub mod timeline;
 pub mod topology;
 
-pub use topology::{AgentRow, QueueRow, agents, queues};
+pub use topology::{AgentRow, QueueRow, agents, agents_of, queues};
 
 /// The topology the repository ships: the types, queues, subscribers and agents the
 /// examples in `examples/` use (demo passwords, marked as such in the file).

@@ -59,6 +59,19 @@ pub async fn page(
     after: Option<aqgate_core::store::ViewCursor>,
     limit: i64,
 ) -> Result<(Rows, Option<aqgate_core::store::ViewCursor>, bool), AqError> {
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    page_in(store, &resolved, queue, filter, after, limit).await
+}
+
+/// [`page`] over the topology `resolved` (a running server's, current), not read again.
+pub async fn page_in(
+    store: &dyn Store,
+    resolved: &aqgate_core::engine::Resolved,
+    queue: &str,
+    filter: &aqgate_core::store::ViewFilter,
+    after: Option<aqgate_core::store::ViewCursor>,
+    limit: i64,
+) -> Result<(Rows, Option<aqgate_core::store::ViewCursor>, bool), AqError> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(AqError::invalid(format!("limit {limit}: from 1 to {MAX_LIMIT}")));
     }
@@ -67,7 +80,6 @@ pub async fn page(
     {
         return Err(AqError::invalid(format!("state {s}: one of {}", STATES.join(", "))));
     }
-    let resolved = aqgate_core::engine::load_resolved(store).await?;
     let name = canon(queue);
     let Some(q) = resolved.catalog.queues.get(&name) else {
         return Err(AqError::invalid(format!("no queue {name} (aqgate admin queues lists them)")));
@@ -88,9 +100,20 @@ pub async fn payload(
     msg_id: &str,
     consumer: Option<&str>,
 ) -> Result<Option<Vec<u8>>, AqError> {
+    let resolved = aqgate_core::engine::load_resolved(store).await?;
+    payload_in(store, &resolved, queue, msg_id, consumer).await
+}
+
+/// [`payload`] over the topology `resolved` (a running server's, current), not read again.
+pub async fn payload_in(
+    store: &dyn Store,
+    resolved: &aqgate_core::engine::Resolved,
+    queue: &str,
+    msg_id: &str,
+    consumer: Option<&str>,
+) -> Result<Option<Vec<u8>>, AqError> {
     use aqgate_core::clock::Clock;
     use aqgate_core::store::{CandidateQuery, Stored};
-    let resolved = aqgate_core::engine::load_resolved(store).await?;
     let Some(id) = resolved.ids.get(&canon(queue)).copied() else { return Ok(None) };
     let Some(msgid) = hex::decode(msg_id.trim()).ok().and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return Ok(None);

@@ -64,7 +64,12 @@ pub struct AgentRow {
 
 pub async fn agents(store: &dyn Store) -> Result<Vec<AgentRow>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
-    Ok(resolved
+    Ok(agents_of(&resolved))
+}
+
+/// [`agents`] of the topology `resolved` (a running server's, current), not read again.
+pub fn agents_of(resolved: &aqgate_core::engine::Resolved) -> Vec<AgentRow> {
+    resolved
         .catalog
         .agents
         .values()
@@ -84,7 +89,7 @@ pub async fn agents(store: &dyn Store) -> Result<Vec<AgentRow>, AqError> {
                 certificate_location: a.certificate_location.clone(),
             }
         })
-        .collect())
+        .collect()
 }
 
 /// `aqgate admin agents`: agents, their protocols, database users, gateway flag and

@@ -99,11 +99,19 @@ pub(crate) async fn list(State(c): State<Console>, who: Caller, Path(queue): Pat
             None => return bad_request("after: not a cursor of this listing (follow a Next page link)"),
         },
     };
-    let (rows, next, scan_bound) =
-        match aqgate_admin::messages::page(c.http.engine.store().as_ref(), &queue, &filter, after, limit).await {
-            Ok(r) => r,
-            Err(e) => return unavailable(&e),
-        };
+    let (rows, next, scan_bound) = match aqgate_admin::messages::page_in(
+        c.http.engine.store().as_ref(),
+        &c.http.engine.resolved(),
+        &queue,
+        &filter,
+        after,
+        limit,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     let base = format!("/console/queues/{}/messages", enc(&queue));
     let lines = rows
         .iter()
@@ -190,16 +198,26 @@ pub(crate) async fn one(
         return not_found_because("No such message: a message id is 32 hexadecimal digits.");
     };
     let filter = ViewFilter { msgid: Some(id), ..ViewFilter::default() };
-    let (rows, _, _) = match aqgate_admin::messages::page(store, &queue, &filter, None, LIMIT_MAX).await {
-        Ok(r) => r,
-        Err(e) => return unavailable(&e),
-    };
+    let (rows, _, _) =
+        match aqgate_admin::messages::page_in(store, &c.http.engine.resolved(), &queue, &filter, None, LIMIT_MAX).await
+        {
+            Ok(r) => r,
+            Err(e) => return unavailable(&e),
+        };
     let rows: Vec<Vec<(&'static str, String)>> =
         rows.into_iter().map(|r| r.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect()).collect();
     if rows.is_empty() {
         return not_found_because("The queue's view has no such message.");
     }
-    let payload = match aqgate_admin::messages::payload(store, &queue, &msg_id, consumer.as_deref()).await {
+    let payload = match aqgate_admin::messages::payload_in(
+        store,
+        &c.http.engine.resolved(),
+        &queue,
+        &msg_id,
+        consumer.as_deref(),
+    )
+    .await
+    {
         Ok(p) => p,
         Err(e) => return unavailable(&e),
     };
@@ -228,7 +246,9 @@ pub(crate) async fn download(
     let p = params(&uri);
     let consumer = p.get("consumer").filter(|s| !s.is_empty()).cloned();
     let store = c.http.engine.store().as_ref();
-    match aqgate_admin::messages::payload(store, &queue, &msg_id, consumer.as_deref()).await {
+    match aqgate_admin::messages::payload_in(store, &c.http.engine.resolved(), &queue, &msg_id, consumer.as_deref())
+        .await
+    {
         Ok(Some(bytes)) => {
             // The name is the message id, hex digits only (the lookup found it by them).
             let name: String = msg_id.chars().filter(char::is_ascii_hexdigit).collect();

@@ -193,11 +193,7 @@ pub(crate) async fn agents(State(c): State<Console>, who: Caller) -> Response {
     if let Some(r) = who.below(ConsoleRole::Admin) {
         return r;
     }
-    let rows = match aqgate_admin::agents(c.http.engine.store().as_ref()).await {
-        Ok(r) => r,
-        Err(e) => return unavailable(&e),
-    };
-    let agents = rows
+    let agents = aqgate_admin::agents_of(&c.http.engine.resolved())
         .into_iter()
         .map(|a| AgentLine {
             console: c.http.engine.agent(&a.name).and_then(|i| i.console).map_or("-", ConsoleRole::as_str),

@@ -13,6 +13,10 @@
 //!
 //! Each sample that changes a figure raises the generation the event streams wait on, and
 //! marks which queues (and whether the backlog) changed with it.
+//!
+//! Nobody looking, nothing sampled: with no event stream open and no page or fragment
+//! asked for in [`IDLE`], the task ends (the figures stay); the next request starts it
+//! again, and what came and went meanwhile counts in that minute.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,6 +41,8 @@ pub(crate) const EVERY_MIN: Duration = Duration::from_secs(1);
 pub(crate) const EVERY_MAX: Duration = Duration::from_secs(10);
 /// The longest pause between two samples, however slow they are.
 const SLOWEST: Duration = Duration::from_secs(60);
+/// The sampling ends after this long with no stream open and no page asked for.
+pub(crate) const IDLE: Duration = Duration::from_secs(60);
 
 /// One minute's counts of a queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,6 +119,8 @@ pub(crate) struct Sampler {
     streams: AtomicUsize,
     started: AtomicBool,
     start: Instant,
+    /// When a page or a fragment last asked (seconds since `start`).
+    wanted: std::sync::atomic::AtomicU64,
     figures: Mutex<Figures>,
     /// One sample at a time (the task's and a first page's).
     turn: tokio::sync::Mutex<()>,
@@ -127,6 +135,7 @@ impl Sampler {
             streams: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             start: Instant::now(),
+            wanted: std::sync::atomic::AtomicU64::new(0),
             figures: Mutex::new(Figures::default()),
             turn: tokio::sync::Mutex::new(()),
             generation: watch::channel(0).0,
@@ -146,6 +155,7 @@ impl Sampler {
     /// Starts the sampling task if it does not run yet, and makes the first sample if none
     /// was made. The task ends once the sampler is no console's.
     pub(crate) async fn ensure(self: &Arc<Self>, engine: &Arc<Engine>) {
+        self.wanted.store(self.start.elapsed().as_secs(), Ordering::SeqCst);
         if !self.started.swap(true, Ordering::SeqCst) {
             let weak = Arc::downgrade(self);
             let engine = engine.clone();
@@ -155,6 +165,13 @@ impl Sampler {
                     let Some(s) = weak.upgrade() else { return };
                     let began = Instant::now();
                     s.sample(&engine).await;
+                    if s.unwatched() {
+                        // Ends, unless a request came in between (then it goes on).
+                        s.started.store(false, Ordering::SeqCst);
+                        if s.unwatched() || s.started.swap(true, Ordering::SeqCst) {
+                            return;
+                        }
+                    }
                     drop(s);
                     tokio::time::sleep(pause(every, began.elapsed())).await;
                 }
@@ -232,6 +249,17 @@ impl Sampler {
         }
     }
 
+    /// Whether nobody looks: no stream open, no page or fragment asked for in [`IDLE`].
+    fn unwatched(&self) -> bool {
+        self.unwatched_at(self.start.elapsed().as_secs())
+    }
+
+    /// [`Self::unwatched`] at `now` seconds since `start`.
+    fn unwatched_at(&self, now: u64) -> bool {
+        let since = now.saturating_sub(self.wanted.load(Ordering::SeqCst));
+        self.streams.load(Ordering::SeqCst) == 0 && since >= IDLE.as_secs()
+    }
+
     /// A slot for one more event stream, unless the cap is reached.
     pub(crate) fn open_stream(self: &Arc<Self>) -> Option<StreamSlot> {
         self.streams
@@ -306,5 +334,20 @@ mod tests {
         assert_eq!(pause(every, Duration::from_millis(20)), every);
         assert_eq!(pause(every, Duration::from_millis(500)), Duration::from_secs(5));
         assert_eq!(pause(every, Duration::from_secs(30)), SLOWEST);
+    }
+
+    #[test]
+    fn nobody_looking_is_a_minute_without_a_request_or_a_stream() {
+        let s = Sampler::new(Duration::from_secs(2), 10);
+        let idle = IDLE.as_secs();
+        assert!(!s.unwatched_at(0), "just asked for");
+        assert!(!s.unwatched_at(idle - 1));
+        assert!(s.unwatched_at(idle));
+        let slot = s.open_stream().expect("a stream");
+        assert!(!s.unwatched_at(idle * 5), "a stream is open");
+        drop(slot);
+        assert!(s.unwatched_at(idle * 5), "the stream closed");
+        s.wanted.store(idle * 5, Ordering::SeqCst);
+        assert!(!s.unwatched_at(idle * 5 + 1), "a page asked");
     }
 }
