@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The web console at scale (see BENCHMARKS.md, "The web console"): on a fresh PostgreSQL
-# database, the demo topology plus 10,000 queues (50 messages each) and 500,000 messages in
+# database, the demo topology plus 9,980 queues (10,000 in all, as many as the console's sampler tracks; 50 messages each) and 500,000 messages in
 # AQUSER.RAW_QUE (1,000,000 in all); then each page's render time (p50, p99, slowest) with
 # the console's admin logged in with Basic, as `aqgate-bench --scenario pages` measures it;
 # the server's CPU with 100 console tabs open (`--scenario tabs`) against none, under one
@@ -22,9 +22,9 @@ URL="${ADMIN_URL%/*}/$DB"
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB"; rm -rf "$WORK"' EXIT
 
-# The demo topology (scott is the console's admin) and 10,000 more queues in AQUSER.RAW_TAB.
+# The demo topology (scott is the console's admin) and 9,980 more queues (10,000 in all) in AQUSER.RAW_TAB.
 cp config/topology.toml "$WORK/topology.toml"
-for i in $(seq -w 1 10000); do
+for i in $(seq -w 1 9980); do
   printf '[[queues]]\nname = "AQUSER.BENCH_Q%s"\nqueue_table = "AQUSER.RAW_TAB"\n\n' "$i"
 done >>"$WORK/topology.toml"
 "$BIN" admin apply "$WORK/topology.toml" --database "$URL" >/dev/null
@@ -55,16 +55,20 @@ cpu() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
 hz=$(getconf CLK_TCK)
 for tabs in 0 100 0 100; do
   before=$(cpu)
-  [ "$tabs" -gt 0 ] && { "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds "$SECS" & tabs_pid=$!; }
+  if [ "$tabs" -gt 0 ]; then "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds "$SECS" & tabs_pid=$!; fi
   "${bench[@]}" --scenario send --clients 1 --seconds "$SECS" | sed "s|^|tabs=$tabs |"
-  [ "$tabs" -gt 0 ] && wait "$tabs_pid"
+  if [ "$tabs" -gt 0 ]; then wait "$tabs_pid"; fi
   echo "tabs=$tabs server CPU: $(awk -v a="$before" -v b="$(cpu)" -v s="$SECS" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / hz / s }') s per s"
 done
 for round in 1 2 3 4; do
   order="0 10"; [ $((round % 2)) -eq 0 ] && order="10 0"
   for tabs in $order; do
-    [ "$tabs" -gt 0 ] && { "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds $((SECS / 2 + 2)) >/dev/null & tabs_pid=$!; sleep 1; }
+    if [ "$tabs" -gt 0 ]; then
+      "${bench[@]}" --scenario tabs --tabs "$tabs" --seconds $((SECS / 2 + 2)) | sed "s|^|round=$round |" &
+      tabs_pid=$!
+      sleep 1
+    fi
     "${bench[@]}" --scenario send --clients 4 --seconds $((SECS / 2)) | sed "s|^|round=$round tabs=$tabs |"
-    [ "$tabs" -gt 0 ] && wait "$tabs_pid"
+    if [ "$tabs" -gt 0 ]; then wait "$tabs_pid"; fi
   done
 done

@@ -189,6 +189,11 @@ async fn every_page_in_the_browser_without_an_error_and_its_screenshot() {
     b.assert_clean("the publish form's answer").await;
     let sent = b.text().await;
     assert!(sent.contains("AQXmlSend"), "the request shown: {sent}");
+    let hex = hex::encode_upper("sent from the browser");
+    assert!(
+        sent.contains(&format!("aqgate send --user C_ADMIN AQUSER.RAW_QUE --raw-hex {hex}")),
+        "its command line: {sent}"
+    );
     shots.push(b.screenshot("console-publish").await);
     assert_eq!(depth(&c.db, "AQUSER.RAW_QUE"), 2, "the published message is in the queue");
     let topology = b.visit(&format!("{}/console/topology", c.base)).await;

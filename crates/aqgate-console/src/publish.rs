@@ -54,9 +54,42 @@ struct Publish {
     multi: bool,
     f: Form,
     xml: Option<String>,
+    /// The `aqgate send` command line that sends the same message ("Copy as CLI").
+    cli: Option<String>,
     sent: Option<String>,
     error: Option<String>,
     messages: String,
+}
+
+/// `aqgate send` (docs/client.md) with the form's message: a RAW payload as hex, a JMS
+/// text as the text; the fields left empty left out.
+fn send_line(agent: &str, q: &QueueInfo, f: &Form) -> String {
+    let mut args: Vec<String> = vec!["send".into(), "--user".into(), agent.into(), q.name.clone()];
+    if payload_type(q).is_some_and(|(_, raw)| raw) {
+        let hex = if f.hex { f.payload.trim().to_ascii_uppercase() } else { hex::encode_upper(f.payload.as_bytes()) };
+        args.extend(["--raw-hex".into(), hex]);
+    } else {
+        args.push(f.payload.clone());
+    }
+    for (flag, v) in [
+        ("--priority", &f.priority),
+        ("--delay", &f.delay),
+        ("--expiration", &f.expiration),
+        ("--correlation", &f.correlation),
+    ] {
+        if !v.trim().is_empty() {
+            args.extend([flag.to_string(), v.trim().to_string()]);
+        }
+    }
+    for r in f.recipients.split([',', ' ']).filter(|r| !r.is_empty()) {
+        args.extend(["--recipient".into(), r.to_string()]);
+    }
+    let mut line = String::from("aqgate");
+    for a in &args {
+        line.push(' ');
+        line.push_str(&crate::cli::quote(a));
+    }
+    line
 }
 
 fn payload_type(q: &QueueInfo) -> Option<(&'static str, bool)> {
@@ -96,6 +129,7 @@ fn page(who: &Caller, q: &QueueInfo, f: Form) -> Publish {
         multi: q.multi_consumer,
         f,
         xml: None,
+        cli: None,
         sent: None,
         error: None,
         messages: format!("/console/queues/{}/messages", enc(&q.name)),
@@ -192,6 +226,7 @@ pub(crate) async fn post(State(c): State<Console>, who: Caller, Path(queue): Pat
         }
     }
     let built = request(&q, &f);
+    let cli = send_line(&who.agent.name, &q, &f);
     let mut p = page(&who, &q, f);
     let idap = match built {
         Ok(r) => r,
@@ -202,6 +237,7 @@ pub(crate) async fn post(State(c): State<Console>, who: Caller, Path(queue): Pat
     };
     let xml = idap::write_request(&Envelope { headers: Vec::new(), body: idap });
     p.xml = Some(xml.clone());
+    p.cli = Some(cli);
     if !send {
         return html(StatusCode::OK, &p);
     }
