@@ -36,8 +36,6 @@ const SOURCE: &str = "AQUSER.RAW_QUE";
 const INBOX: &str = "AQUSER.RAW_INBOX";
 /// A sender that has not got its message acknowledged after this gives up (and the test fails).
 const GIVE_UP: Duration = Duration::from_secs(60);
-/// The whole run (cluster start to drained) must fit in this.
-const BUDGET: Duration = Duration::from_secs(210);
 
 // ---------------------------------------------------------------- the cluster
 
@@ -49,8 +47,8 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
-        let dir = std::env::temp_dir()
-            .join(format!("aqgate-failover-{}", &aqgate_core::engine::session::random_id()[..12]));
+        let dir =
+            std::env::temp_dir().join(format!("aqgate-failover-{}", &aqgate_core::engine::session::random_id()[..12]));
         std::fs::create_dir_all(&dir).expect("create the cluster's directory");
         let c = Self { dir };
         let out = c.script("start");
@@ -377,10 +375,21 @@ fn first_commit_after(commits: &[(Instant, Instant)], at: Instant) -> Option<Dur
     commits.iter().filter(|(sent, _)| *sent >= at).map(|(_, answered)| *answered - at).min()
 }
 
+/// The longest time without an acknowledged send around an outage: between consecutive
+/// answers from just before `o.at` until a few seconds after its new leader (for a planned
+/// switchover, whose first commit after `at` may still go to the old primary).
+fn longest_pause(commits: &[(Instant, Instant)], o: &Outage) -> Duration {
+    let from = o.at.checked_sub(Duration::from_millis(500)).unwrap_or(o.at);
+    let to = o.at + o.new_leader_after + Duration::from_secs(5);
+    let mut answered: Vec<Instant> = commits.iter().map(|(_, a)| *a).filter(|a| (from..to).contains(a)).collect();
+    answered.sort();
+    answered.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+}
+
 // ---------------------------------------------------------------- the test
 
 #[test]
-fn a_postgres_failover_loses_and_duplicates_no_acknowledged_message() {
+fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(
         async {
             let t0 = Instant::now();
@@ -430,7 +439,6 @@ fn a_postgres_failover_loses_and_duplicates_no_acknowledged_message() {
             assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
             assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
             assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
-            assert!(t0.elapsed() < BUDGET, "the run took {:?}", t0.elapsed());
             drop(l);
             drop(gateway);
             let _ = std::fs::remove_file(topology);
@@ -456,15 +464,17 @@ fn report(ledger: &Shared, outages: &[Outage], t0: Instant) {
         t0.elapsed().as_secs_f64()
     );
     for o in outages {
-        let first = first_commit_after(&l.commits, o.at).map_or("none".to_string(), |d| format!("{:.2}s", d.as_secs_f64()));
+        let first =
+            first_commit_after(&l.commits, o.at).map_or("none".to_string(), |d| format!("{:.2}s", d.as_secs_f64()));
         let readyz = o.readyz.as_ref().map_or(String::new(), |r| {
             let said = r.answer.as_ref().map_or("no answer".to_string(), |(s, b)| format!("{s} {b:?}"));
             format!(", /readyz during the outage: {said} in {} ms", r.latency.as_millis())
         });
         println!(
-            "failover:   {}: new leader after {:.2}s, first commit after {first}{readyz}",
+            "failover:   {}: new leader after {:.2}s, first commit after {first}, no commit for {:.2}s{readyz}",
             o.what,
-            o.new_leader_after.as_secs_f64()
+            o.new_leader_after.as_secs_f64(),
+            longest_pause(&l.commits, o).as_secs_f64()
         );
     }
     println!("failover:   failed attempts (retried with the same key): {:?}", l.failures);
