@@ -94,7 +94,9 @@ impl Cluster {
     fn wait_synchronous(&self, within: Duration) -> (String, String) {
         let deadline = Instant::now() + within;
         loop {
-            if let (Some(l), Some(s)) = (self.member("leader"), self.member("sync_standby")) {
+            if let (Some(l), Some(s)) = (self.member("leader"), self.member("sync_standby"))
+                && self.streams_synchronously()
+            {
                 return (l, s);
             }
             assert!(Instant::now() < deadline, "no leader with a synchronous standby within {within:?}: {:#?}", {
@@ -123,14 +125,25 @@ impl Cluster {
         text.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{}: {text}", f.display()))
     }
 
-    /// `patronictl ARGS` with the first node's configuration.
+    /// `patronictl ARGS` with the first node's configuration, ended after 60 s.
     fn patronictl(&self, args: &[&str]) -> Output {
-        Command::new("patronictl")
-            .arg("-c")
+        Command::new("timeout")
+            .args(["60", "patronictl", "-c"])
             .arg(self.dir.join("node1.yml"))
             .args(args)
             .output()
             .expect("run patronictl")
+    }
+
+    /// Whether the primary (through HAProxy) streams to a synchronous standby, as
+    /// PostgreSQL itself says (`pg_stat_replication`).
+    fn streams_synchronously(&self) -> bool {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &LB.to_string(), "-U", "postgres", "-d", "postgres", "-XAtqc"])
+            .arg("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'")
+            .env("PGCONNECT_TIMEOUT", "2")
+            .output();
+        out.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "1")
     }
 }
 
