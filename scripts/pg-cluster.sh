@@ -119,7 +119,6 @@ start() {
       echo "restapi: {listen: '127.0.0.1:${api[$i]}', connect_address: '127.0.0.1:${api[$i]}'}"; } >"$dir/node$n.yml"
     [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$dir/node$n.env" "$dir/node$n.yml" "$dir/patroni.yml"
     # The first node bootstraps the cluster (initdb) before the second one clones it.
-    # shellcheck disable=SC2046
     spawn "node$n" bash -c "$(declare -f as_pg); as_pg HOME='$dir' PATH=/usr/bin:/bin $(tr '\n' ' ' <"$dir/node$n.env") patroni '$dir/patroni.yml'"
     if [ "$i" -eq 0 ]; then
       wait_for 60 curl -fsS --max-time 1 "http://127.0.0.1:${api[0]}/primary" ||
