@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole aqgate test suite on a fresh Debian machine: installs and starts what the
-# tests need (PostgreSQL, RabbitMQ, NATS, Mosquitto), then runs fmt, clippy and every test (the browser tests in headless Chromium among them) on both store backends, then
+# tests need (PostgreSQL, RabbitMQ, NATS, Mosquitto; Patroni, etcd and HAProxy for the failover test), then runs fmt, clippy and every test (the browser tests in headless Chromium among them) on both store backends, then
 # the README's quick start on a fresh machine (scripts/fresh-machine.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,7 @@ scripts/ensure-postgres.sh
 scripts/ensure-brokers.sh
 scripts/ensure-tools.sh
 scripts/ensure-chromium.sh   # tests/browser.rs: Debian's chromium and chromium-driver
+scripts/ensure-patroni.sh    # tests/failover.rs: Patroni, etcd and HAProxy (scripts/pg-cluster.sh)
 
 # Each test makes its own database / SQLite file; drop what earlier runs left behind.
 psql "$AQGATE_TEST_PG_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'aqgate\_t\_%'" |
@@ -38,8 +39,11 @@ cargo fetch --locked
 cargo fmt --all -- --check
 scripts/validate-compose.sh
 cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
-cargo test --workspace --locked --all-targets "${features[@]}" -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_
+cargo test --workspace --locked --all-targets "${features[@]}" -- --test-threads="${AQGATE_TEST_THREADS:-4}" --skip kill9_checker_ \
+  --skip patroni_failover_
 # The kill -9 checker (tests/crash.rs) on its own, one variant at a time, with its figures.
 cargo test --locked --test crash "${features[@]}" -- --nocapture --test-threads=1 kill9_checker_
+# The PostgreSQL failover (tests/failover.rs, a Patroni cluster on fixed ports) on its own, with its figures.
+cargo test --locked --test failover "${features[@]}" -- --nocapture patroni_failover_
 # The quick start on a machine with only a Rust and a C toolchain (a debootstrap chroot).
 scripts/fresh-machine.sh

@@ -1,0 +1,511 @@
+//! A PostgreSQL failover under load: `aqgate serve` on a Patroni cluster of two PostgreSQL 15
+//! nodes with synchronous replication, through HAProxy routing to the primary
+//! (`scripts/pg-cluster.sh`, `deploy/patroni/`). Four HTTP senders send numbered RAW messages
+//! with a trailing commit, each under an `Idempotency-Key` and sent again with the same key
+//! after any failure until it is answered; a local propagation job moves them to a second
+//! queue, and one receiver takes them from there (under keys too). Meanwhile the primary's
+//! postmaster is killed with SIGKILL five times, each time waiting for a new leader, and one
+//! planned switchover follows. After the load the second queue is drained: every
+//! acknowledged message must have been received exactly once, and nothing else.
+//!
+//! The figures (time from each kill to the new leader and to the first commit of a request
+//! sent after it, what `/readyz` answered during the outage) are printed: run with
+//! `--nocapture` to read them. The cluster takes fixed ports (23790, 23800, 25000,
+//! 25432-25433, 28008-28009).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aqgate_core::error::code;
+use aqgate_proto::idap::{Limits, Response};
+use common::{COMMIT, SCOTT, aqserv, demo_topology_with, hex, http_get, idap_request, raw_send, receive};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// HAProxy's front (routes to the primary) and the nodes' Patroni REST APIs.
+const LB: u16 = 25000;
+const APIS: [u16; 2] = [28008, 28009];
+const KILLS: usize = 5;
+const SENDERS: u64 = 4;
+const SOURCE: &str = "AQUSER.RAW_QUE";
+const INBOX: &str = "AQUSER.RAW_INBOX";
+/// A sender that has not got its message acknowledged after this gives up (and the test fails).
+const GIVE_UP: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- the cluster
+
+/// The cluster `scripts/pg-cluster.sh` runs in a directory of its own; stopped (and its
+/// directory removed, unless the test failed) when dropped.
+struct Cluster {
+    dir: PathBuf,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("aqgate-failover-{}", &aqgate_core::engine::session::random_id()[..12]));
+        std::fs::create_dir_all(&dir).expect("create the cluster's directory");
+        let c = Self { dir };
+        let out = c.script("start");
+        assert!(
+            out.status.success(),
+            "scripts/pg-cluster.sh start {} (scripts/ensure-patroni.sh installs what it needs): {}{}",
+            c.dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn script(&self, what: &str) -> Output {
+        Command::new(format!("{ROOT}/scripts/pg-cluster.sh"))
+            .arg(what)
+            .arg(&self.dir)
+            .output()
+            .expect("run scripts/pg-cluster.sh")
+    }
+
+    /// The members as Patroni's `GET /cluster` lists them (from whichever node answers).
+    fn members(&self) -> Vec<serde_json::Value> {
+        APIS.iter()
+            .find_map(|p| {
+                let (status, body) = http_get(*p, "/cluster")?;
+                let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+                v["members"].as_array().cloned()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The member of `role` (`leader`, `sync_standby`) in state `running`.
+    fn member(&self, role: &str) -> Option<String> {
+        self.members()
+            .iter()
+            .find(|m| m["role"] == role && m["state"] == "running")
+            .and_then(|m| m["name"].as_str().map(String::from))
+    }
+
+    /// Waits until a leader runs with a synchronous standby (a failover is possible); the
+    /// leader and the standby.
+    fn wait_synchronous(&self, within: Duration) -> (String, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let (Some(l), Some(s)) = (self.member("leader"), self.member("sync_standby"))
+                && self.streams_synchronously()
+            {
+                return (l, s);
+            }
+            assert!(Instant::now() < deadline, "no leader with a synchronous standby within {within:?}: {:#?}", {
+                self.members()
+            });
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until a leader other than `old` runs; its name.
+    fn wait_new_leader(&self, old: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(l) = self.member("leader").filter(|l| l != old) {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no new leader after {old} within {within:?}: {:#?}", self.members());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The pid of `node`'s postmaster (the first line of its `postmaster.pid`).
+    fn postmaster(&self, node: &str) -> u32 {
+        let f = self.dir.join(node).join("data/postmaster.pid");
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        text.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{}: {text}", f.display()))
+    }
+
+    /// `patronictl ARGS` with the first node's configuration, ended after 60 s.
+    fn patronictl(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .args(["60", "patronictl", "-c"])
+            .arg(self.dir.join("node1.yml"))
+            .args(args)
+            .output()
+            .expect("run patronictl")
+    }
+
+    /// Whether the primary (through HAProxy) streams to a synchronous standby, as
+    /// PostgreSQL itself says (`pg_stat_replication`).
+    fn streams_synchronously(&self) -> bool {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &LB.to_string(), "-U", "postgres", "-d", "postgres", "-XAtqc"])
+            .arg("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'")
+            .env("PGCONNECT_TIMEOUT", "2")
+            .output();
+        out.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "1")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let out = self.script("stop");
+        if !out.status.success() {
+            eprintln!("pg-cluster.sh stop: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        if std::thread::panicking() {
+            eprintln!("the cluster's logs (etcd, node1, node2, haproxy): {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the load
+
+/// What the clients learnt.
+#[derive(Default)]
+struct Ledger {
+    /// Numbers whose send was attempted, and those answered status 0.
+    attempted: BTreeSet<u64>,
+    acked: BTreeSet<u64>,
+    /// Given up after [`GIVE_UP`] without an answer.
+    given_up: BTreeSet<u64>,
+    /// Every number a receive-and-commit returned with status 0 (the drain's included).
+    received: Vec<u64>,
+    /// (attempt sent, answered) of each acknowledged send.
+    commits: Vec<(Instant, Instant)>,
+    /// Failed attempts, by what went wrong.
+    failures: BTreeMap<String, u64>,
+}
+
+type Shared = Arc<Mutex<Ledger>>;
+
+fn lock(l: &Shared) -> std::sync::MutexGuard<'_, Ledger> {
+    l.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// IDAP over HTTP as scott to the gateway.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Client {
+    fn new(port: u16) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("http client");
+        Self { http, url: aqserv(port) }
+    }
+
+    /// `body` under `key`: the IDAP answer, or what went wrong (its outcome unknown).
+    async fn post(&self, body: &str, key: &str) -> Result<Response, String> {
+        let r = idap_request(&self.http, &self.url, SCOTT, body.to_string())
+            .header("idempotency-key", key)
+            .send()
+            .await
+            .map_err(|e| if e.is_connect() { "not connected".to_string() } else { "no answer".to_string() })?;
+        let status = r.status().as_u16();
+        let bytes = r.bytes().await.map_err(|_| "answer cut".to_string())?;
+        match aqgate_proto::idap::parse_response(&bytes, &Limits::default()) {
+            Ok(env) => Ok(env.body),
+            Err(_) => Err(format!("HTTP {status}, not IDAP")),
+        }
+    }
+}
+
+/// The fault code of an answer that is not a success.
+fn fault_code(r: &Response) -> Option<i32> {
+    match r {
+        Response::Fault(f) => Some(f.code),
+        Response::Send(s, _) | Response::Receive(s, _) if s.status_code != 0 => Some(s.error_code.unwrap_or(-1)),
+        Response::Send(..) | Response::Receive(..) => None,
+        _ => Some(-1),
+    }
+}
+
+/// The numbers a successful receive returned.
+fn numbers(r: &Response) -> Vec<u64> {
+    match r {
+        Response::Receive(_, Some(res)) => res
+            .messages
+            .iter()
+            .map(|m| {
+                let text = m.payload.text();
+                u64::from_str_radix(text.trim(), 16).unwrap_or_else(|_| panic!("not a numbered payload: {text}"))
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Sender `s`: one message per request (number `s * 1_000_000 + n`, with a trailing commit),
+/// each under a new `Idempotency-Key` and sent again with that key after any failure,
+/// until answered status 0; until `stop`.
+async fn sender(c: Client, s: u64, ledger: Shared, stop: Arc<AtomicBool>) {
+    let mut n = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let number = s * 1_000_000 + n;
+        n += 1;
+        let payload = hex(usize::try_from(number).expect("small"));
+        let body = raw_send(SOURCE, &[("<correlation>failover</correlation>", &payload)], COMMIT);
+        let key = uuid::Uuid::new_v4().to_string();
+        lock(&ledger).attempted.insert(number);
+        let give_up = Instant::now() + GIVE_UP;
+        loop {
+            let sent = Instant::now();
+            let failure = match c.post(&body, &key).await {
+                Ok(r) => match fault_code(&r) {
+                    None => {
+                        let mut l = lock(&ledger);
+                        l.acked.insert(number);
+                        l.commits.push((sent, Instant::now()));
+                        break;
+                    }
+                    Some(f) => format!("send: fault {f}"),
+                },
+                Err(e) => format!("send: {e}"),
+            };
+            *lock(&ledger).failures.entry(failure).or_default() += 1;
+            if Instant::now() >= give_up {
+                lock(&ledger).given_up.insert(number);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One receive-and-commit of at most one message from the inbox (waiting up to `wait`
+/// seconds), under a key and sent again with it until answered: how many it took.
+async fn receive_one(c: &Client, wait: u64, ledger: &Shared) -> usize {
+    let body = receive(INBOX, &format!("<wait_time>{wait}</wait_time>"), COMMIT);
+    let key = uuid::Uuid::new_v4().to_string();
+    let give_up = Instant::now() + GIVE_UP;
+    loop {
+        let failure = match c.post(&body, &key).await {
+            Ok(r) => match fault_code(&r) {
+                None => {
+                    let got = numbers(&r);
+                    lock(ledger).received.extend(&got);
+                    return got.len();
+                }
+                Some(code::NO_MESSAGE) => return 0,
+                Some(f) => format!("receive: fault {f}"),
+            },
+            Err(e) => format!("receive: {e}"),
+        };
+        *lock(ledger).failures.entry(failure).or_default() += 1;
+        assert!(Instant::now() < give_up, "a receive was not answered within {GIVE_UP:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One of the drainers after the load: takes from the inbox until it is empty (at most 120 s).
+async fn drain(c: Client, ledger: Shared) {
+    let began = Instant::now();
+    while receive_one(&c, 0, &ledger).await > 0 {
+        assert!(began.elapsed() < Duration::from_secs(120), "the inbox was not drained within 120 s");
+    }
+}
+
+/// The receiver: takes from the inbox until `stop`.
+async fn receiver(c: Client, ledger: Shared, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        receive_one(&c, 1, &ledger).await;
+    }
+}
+
+// ---------------------------------------------------------------- the outages
+
+/// What `/readyz` answered during an outage: status and body (`None`: no answer), and
+/// how long it took.
+#[derive(Debug)]
+struct Readyz {
+    answer: Option<(u16, String)>,
+    latency: Duration,
+}
+
+/// `/readyz` of the gateway on `port` while its database has no primary (half a second
+/// after the primary was killed, seconds before a new leader is promoted). What is asserted is what holds
+/// today: it answers, within 5 s. This is the one place for a stricter expectation of
+/// readiness during an outage (e.g. 503 within 500 ms).
+fn readyz_during_outage(port: u16) -> Readyz {
+    let t = Instant::now();
+    let answer = http_get(port, "/readyz").map(|(status, body)| (status, body.trim().to_string()));
+    let r = Readyz { answer, latency: t.elapsed() };
+    assert!(r.answer.is_some() && r.latency < Duration::from_secs(5), "/readyz during an outage: {r:?}");
+    r
+}
+
+/// One outage: what was done, when, and what followed.
+struct Outage {
+    what: String,
+    at: Instant,
+    /// From `at` until Patroni listed the new leader.
+    new_leader_after: Duration,
+    readyz: Option<Readyz>,
+}
+
+/// Kills the primary's postmaster `KILLS` times (each time once a synchronous standby
+/// runs, after a moment of load, then waiting for the new leader), then switches over once;
+/// then waits until the cluster is synchronous again.
+fn fail_over(cluster: &Cluster, gateway: u16) -> Vec<Outage> {
+    let mut outages = Vec::new();
+    for k in 1..=KILLS {
+        let (leader, _) = cluster.wait_synchronous(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = cluster.postmaster(&leader);
+        let ok = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("run kill").success();
+        let at = Instant::now();
+        assert!(ok, "kill -KILL {pid} ({leader}'s postmaster)");
+        // A commit the standby acknowledged in the moments before the walsender noticed
+        // its postmaster gone still succeeds: look once the outage has settled in.
+        std::thread::sleep(Duration::from_millis(500));
+        let readyz = Some(readyz_during_outage(gateway));
+        let new = cluster.wait_new_leader(&leader, Duration::from_secs(30));
+        outages.push(Outage {
+            what: format!("kill {k}: {leader}'s postmaster (pid {pid}) killed, {new} promoted"),
+            at,
+            new_leader_after: at.elapsed(),
+            readyz,
+        });
+    }
+    let (leader, standby) = cluster.wait_synchronous(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(1500));
+    let at = Instant::now();
+    // patronictl exits 0 also when the switchover is refused: the new leader tells.
+    let out = cluster.patronictl(&["switchover", "--leader", &leader, "--candidate", &standby, "--force"]);
+    assert!(out.status.success(), "patronictl switchover: {}", String::from_utf8_lossy(&out.stderr));
+    let new = cluster.wait_new_leader(&leader, Duration::from_secs(30));
+    assert_eq!(new, standby, "the switchover's candidate leads: {}", String::from_utf8_lossy(&out.stdout));
+    outages.push(Outage {
+        what: format!("switchover: {leader} to {new}"),
+        at,
+        new_leader_after: at.elapsed(),
+        readyz: None,
+    });
+    cluster.wait_synchronous(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(1500));
+    outages
+}
+
+/// From `at` to the answer of the first acknowledged send that was sent after it.
+fn first_commit_after(commits: &[(Instant, Instant)], at: Instant) -> Option<Duration> {
+    commits.iter().filter(|(sent, _)| *sent >= at).map(|(_, answered)| *answered - at).min()
+}
+
+/// The longest time without an acknowledged send around an outage: between consecutive
+/// answers from just before `o.at` until a few seconds after its new leader (for a planned
+/// switchover, whose first commit after `at` may still go to the old primary).
+fn longest_pause(commits: &[(Instant, Instant)], o: &Outage) -> Duration {
+    let from = o.at.checked_sub(Duration::from_millis(500)).unwrap_or(o.at);
+    let to = o.at + o.new_leader_after + Duration::from_secs(5);
+    let mut answered: Vec<Instant> = commits.iter().map(|(_, a)| *a).filter(|a| (from..to).contains(a)).collect();
+    answered.sort();
+    answered.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- the test
+
+#[test]
+fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(
+        async {
+            let t0 = Instant::now();
+            let cluster = Arc::new(Cluster::start());
+            let db = format!("postgres://postgres@127.0.0.1:{LB}/postgres");
+            let topology = demo_topology_with(
+                "failover",
+                &format!(
+                    "\n[[propagations]]\nname = \"relay\"\nsource = \"{SOURCE}\"\ndestination = \"{INBOX}\"\nbatch_size = 20\nretry_backoff_ms = 200\n"
+                ),
+            );
+            let port = common::free_port();
+            let gateway = common::gateway::serve("failover", &db, port, &topology);
+            let ledger: Shared = Arc::default();
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut senders = tokio::task::JoinSet::new();
+            for s in 0..SENDERS {
+                senders.spawn(sender(Client::new(port), s, ledger.clone(), stop.clone()));
+            }
+            let receiving = tokio::spawn(receiver(Client::new(port), ledger.clone(), stop.clone()));
+
+            let c = cluster.clone();
+            let outages = tokio::task::spawn_blocking(move || fail_over(&c, port)).await.expect("the outages");
+            stop.store(true, Ordering::SeqCst);
+            while let Some(r) = senders.join_next().await {
+                r.expect("sender task");
+            }
+            receiving.await.expect("receiver task");
+
+            // The drain: once the job has moved everything, the inbox until it is empty.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while common::depth(&db, SOURCE) > 0 {
+                assert!(Instant::now() < deadline, "the job did not move everything: {:?}", common::depths(&db));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let (load_secs, drained_at) = (t0.elapsed().as_secs_f64(), Instant::now());
+            let mut drainers = tokio::task::JoinSet::new();
+            for _ in 0..4 {
+                drainers.spawn(drain(Client::new(port), ledger.clone()));
+            }
+            while let Some(r) = drainers.join_next().await {
+                r.expect("drain task");
+            }
+            let inbox_left = common::depth(&db, INBOX);
+            let phases = format!("start and load {load_secs:.1}s, drain {:.1}s", drained_at.elapsed().as_secs_f64());
+            report(&ledger, &outages, &phases);
+
+            let l = lock(&ledger);
+            let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
+            let lost = l.acked.difference(&distinct).count();
+            let duplicated = l.received.len() - distinct.len();
+            let unexpected = distinct.difference(&l.attempted).count();
+            assert!(l.acked.len() > 100, "too little load went through: {}", l.acked.len());
+            assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
+            assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
+            assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
+            drop(l);
+            drop(gateway);
+            let _ = std::fs::remove_file(topology);
+        },
+    );
+}
+
+/// Prints the run's figures.
+fn report(ledger: &Shared, outages: &[Outage], phases: &str) {
+    let l = lock(ledger);
+    let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
+    println!(
+        "failover: attempted={} acknowledged={} received={} distinct={} lost={} duplicated={} unexpected={} given_up={} \
+         ({phases})",
+        l.attempted.len(),
+        l.acked.len(),
+        l.received.len(),
+        distinct.len(),
+        l.acked.difference(&distinct).count(),
+        l.received.len() - distinct.len(),
+        distinct.difference(&l.attempted).count(),
+        l.given_up.len(),
+    );
+    for o in outages {
+        let first =
+            first_commit_after(&l.commits, o.at).map_or("none".to_string(), |d| format!("{:.2}s", d.as_secs_f64()));
+        let readyz = o.readyz.as_ref().map_or(String::new(), |r| {
+            let said = r.answer.as_ref().map_or("no answer".to_string(), |(s, b)| format!("{s} {b:?}"));
+            format!(", /readyz during the outage: {said} in {} ms", r.latency.as_millis())
+        });
+        println!(
+            "failover:   {}: new leader after {:.2}s, first commit after {first}, no commit for {:.2}s{readyz}",
+            o.what,
+            o.new_leader_after.as_secs_f64(),
+            longest_pause(&l.commits, o).as_secs_f64()
+        );
+    }
+    println!("failover:   failed attempts (retried with the same key): {:?}", l.failures);
+}
