@@ -330,16 +330,24 @@ struct Readyz {
     latency: Duration,
 }
 
-/// `/readyz` of the gateway on `port` while its database has no primary (half a second
-/// after the primary was killed, seconds before a new leader is promoted). What is asserted is what holds
-/// today: it answers, within 5 s. This is the one place for a stricter expectation of
-/// readiness during an outage (e.g. 503 within 500 ms).
+/// `/readyz` of the gateway on `port` while its database has no primary (from half a
+/// second after the primary was killed, before a new leader is promoted): asked every
+/// 100 ms until it says not ready, for at most 5 s. Each answer comes within the bound
+/// `/readyz` keeps (500 ms; 1 s allowed on this loaded machine), and the outage is told:
+/// 503. The first 503 (or the last answer) is returned, with its latency.
 fn readyz_during_outage(port: u16) -> Readyz {
-    let t = Instant::now();
-    let answer = http_get(port, "/readyz").map(|(status, body)| (status, body.trim().to_string()));
-    let r = Readyz { answer, latency: t.elapsed() };
-    assert!(r.answer.is_some() && r.latency < Duration::from_secs(5), "/readyz during an outage: {r:?}");
-    r
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t = Instant::now();
+        let answer = http_get(port, "/readyz").map(|(status, body)| (status, body.trim().to_string()));
+        let r = Readyz { answer, latency: t.elapsed() };
+        assert!(r.answer.is_some() && r.latency < Duration::from_secs(1), "/readyz during an outage: {r:?}");
+        if r.answer.as_ref().is_some_and(|(status, _)| *status == 503) || Instant::now() > until {
+            assert_eq!(r.answer.as_ref().map(|a| a.0), Some(503), "/readyz told the outage within 5 s: {r:?}");
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// One outage: what was done, when, and what followed.
