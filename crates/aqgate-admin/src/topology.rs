@@ -17,6 +17,18 @@ pub struct QueueRow {
     pub depth: i64,
 }
 
+/// A queue's kind as `admin queues` and the console show it: `exception`,
+/// `multi-consumer` or `single-consumer`.
+pub fn kind(q: &aqgate_core::topology::QueueInfo) -> &'static str {
+    if q.is_exception_queue {
+        "exception"
+    } else if q.multi_consumer {
+        "multi-consumer"
+    } else {
+        "single-consumer"
+    }
+}
+
 pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
     let depths: BTreeMap<i64, i64> = store.queue_depths().await?.into_iter().collect();
@@ -28,13 +40,7 @@ pub async fn queues(store: &dyn Store) -> Result<Vec<QueueRow>, AqError> {
             let id = resolved.ids.get(&q.name).copied();
             QueueRow {
                 name: q.name.clone(),
-                kind: if q.is_exception_queue {
-                    "exception"
-                } else if q.multi_consumer {
-                    "multi-consumer"
-                } else {
-                    "single-consumer"
-                },
+                kind: kind(q),
                 payload: q.payload.to_string(),
                 depth: id.and_then(|i| depths.get(&i).copied()).unwrap_or(0),
             }

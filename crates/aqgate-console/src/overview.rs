@@ -126,13 +126,7 @@ fn lines(c: &Console, who: &Caller, f: &Figures) -> (Vec<LiveLine>, usize) {
             LiveLine {
                 href: (reader && readable(c, &who.agent, &q.name)).then(|| messages_href(&q.name)),
                 name: q.name.clone(),
-                kind: if q.is_exception_queue {
-                    "exception"
-                } else if q.multi_consumer {
-                    "multi-consumer"
-                } else {
-                    "single-consumer"
-                },
+                kind: aqgate_admin::topology::kind(q),
                 payload: q.payload.to_string(),
                 ready: now.ready,
                 waiting: now.waiting,

@@ -98,13 +98,7 @@ async fn queue_lines(c: &Console, who: &Caller, wanted: &str) -> Vec<QueueLine> 
         .map(|q| QueueLine {
             href: (reader && readable(c, &who.agent, &q.name)).then(|| messages_href(&q.name)),
             name: q.name.clone(),
-            kind: if q.is_exception_queue {
-                "exception"
-            } else if q.multi_consumer {
-                "multi-consumer"
-            } else {
-                "single-consumer"
-            },
+            kind: aqgate_admin::topology::kind(q),
             payload: q.payload.to_string(),
             depth: track(q).map_or(0, |t| crate::sampler::depth(&t.now)),
             oldest: track(q).and_then(|t| t.now.oldest_ready),
