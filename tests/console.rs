@@ -14,8 +14,8 @@ use aqgate_proto::idap::Limits;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use base64::Engine as _;
+use common::console::{Answer, basic, call, get_as, post_as};
 use common::*;
-use tower::ServiceExt;
 
 /// The name of an admin agent that tries to be markup.
 const MARKUP_AGENT: &str = "<b onmouseover=alert(1)>x</b>";
@@ -84,50 +84,6 @@ async fn router(b: Backend) -> (axum::Router, Harness) {
     let state = AppState::new(h.engine.clone(), Limits::default());
     let r = app(state.clone()).merge(aqgate_console::router(state, aqgate_console::ConsoleConfig::default()));
     (r, h)
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
-    }
-}
-
-async fn call(router: &axum::Router, req: Request<Body>) -> Answer {
-    let r = router.clone().oneshot(req).await.expect("the router answers");
-    let (parts, body) = r.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
-    Answer { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).to_string() }
-}
-
-fn basic(agent: &str) -> String {
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{agent}:pw")))
-}
-
-fn get_as(path: &str, agent: Option<&str>) -> Request<Body> {
-    let mut b = Request::get(path);
-    if let Some(a) = agent {
-        b = b.header(header::AUTHORIZATION, basic(a));
-    }
-    b.body(Body::empty()).expect("request")
-}
-
-/// A POST as a same-origin page of the console sends it.
-fn post_as(path: &str, agent: Option<&str>, form: &str) -> Request<Body> {
-    let mut b = Request::post(path)
-        .header(header::HOST, "127.0.0.1:8470")
-        .header(header::ORIGIN, "http://127.0.0.1:8470")
-        .header("sec-fetch-site", "same-origin")
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if let Some(a) = agent {
-        b = b.header(header::AUTHORIZATION, basic(a));
-    }
-    b.body(Body::from(form.to_string())).expect("request")
 }
 
 /// Every console answer carries these, whatever its status.

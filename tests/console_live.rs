@@ -14,6 +14,7 @@ use aqgate_proto::idap::Limits;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use base64::Engine as _;
+use common::console::get_as;
 use common::*;
 use futures_util::StreamExt;
 use tower::ServiceExt;
@@ -62,20 +63,9 @@ async fn router(b: Backend, max_streams: usize) -> (axum::Router, Harness) {
     (app(state.clone()).merge(aqgate_console::router(state, cfg)), h)
 }
 
-fn get_as(path: &str, agent: Option<&str>) -> Request<Body> {
-    let mut b = Request::get(path);
-    if let Some(a) = agent {
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{a}:pw"));
-        b = b.header(header::AUTHORIZATION, format!("Basic {basic}"));
-    }
-    b.body(Body::empty()).expect("request")
-}
-
 async fn call(r: &axum::Router, req: Request<Body>) -> (StatusCode, String) {
-    let resp = r.clone().oneshot(req).await.expect("the router answers");
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 22).await.expect("body");
-    (status, String::from_utf8_lossy(&bytes).to_string())
+    let a = common::console::call(r, req).await;
+    (a.status, a.body)
 }
 
 async fn send(h: &Harness, header: &str) {

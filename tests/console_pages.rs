@@ -15,9 +15,8 @@ use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::Limits;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use base64::Engine as _;
+use common::console::{basic, call};
 use common::*;
-use tower::ServiceExt;
 
 const Q: &str = "AQUSER.RETRY";
 const KEEP: &str = "AQUSER.KEEP";
@@ -117,37 +116,13 @@ async fn router(b: Backend) -> (axum::Router, Harness) {
     (r, h)
 }
 
-struct Answer {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: String,
-}
-
-async fn call(router: &axum::Router, req: Request<Body>) -> Answer {
-    let r = router.clone().oneshot(req).await.expect("the router answers");
-    let (parts, body) = r.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
-    Answer { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).to_string() }
-}
-
-fn basic(agent: &str) -> String {
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{agent}:pw")))
-}
-
 fn get_as(path: &str, agent: &str) -> Request<Body> {
-    Request::get(path).header(header::AUTHORIZATION, basic(agent)).body(Body::empty()).expect("request")
+    common::console::get_as(path, Some(agent))
 }
 
 /// A POST as a same-origin page of the console sends it.
 fn post_as(path: &str, agent: &str, form: &str) -> Request<Body> {
-    Request::post(path)
-        .header(header::HOST, "127.0.0.1:8470")
-        .header(header::ORIGIN, "http://127.0.0.1:8470")
-        .header("sec-fetch-site", "same-origin")
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::AUTHORIZATION, basic(agent))
-        .body(Body::from(form.to_string()))
-        .expect("request")
+    common::console::post_as(path, Some(agent), form)
 }
 
 fn form(pairs: &[(&str, &str)]) -> String {

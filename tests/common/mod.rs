@@ -3,12 +3,14 @@
 //! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`]), a
 //! real SAML IdP ([`simplesamlphp`]), private brokers to kill ([`brokers`]), a TCP proxy
 //! that cuts connections ([`cutproxy`]), what the Messaging Gateway's tests share ([`gateway`]),
-//! IDAP over HTTP ([`idap_http`]) and a real headless Chromium ([`browser`]).
+//! IDAP over HTTP ([`idap_http`]), the web console's requests ([`console`]) and a real
+//! headless Chromium ([`browser`]).
 #![allow(dead_code, unused_imports)]
 
 // `idap` is the protocol crate's module here.
 pub mod brokers;
 pub mod browser;
+pub mod console;
 pub mod cutproxy;
 pub mod gateway;
 #[path = "idap.rs"]
