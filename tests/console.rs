@@ -33,40 +33,7 @@ name = "copy_job"
 source = "AQUSER.RAW_QUE"
 destination = "AQUSER.RAW_COPY"
 
-[[agents]]
-name = "c_none"
-password = "pw"
-db_users = ["AQUSER"]
-
-[[agents]]
-name = "c_viewer"
-password = "pw"
-db_users = ["AQUSER"]
-console = "viewer"
-
-[[agents]]
-name = "c_reader"
-password = "pw"
-db_users = ["AQUSER"]
-console = "reader"
-
-[[agents]]
-name = "c_operator"
-password = "pw"
-db_users = ["AQUSER"]
-console = "operator"
-
-[[agents]]
-name = "c_admin"
-password = "pw"
-db_users = ["AQUSER"]
-console = "admin"
-
-[[agents]]
-name = "c_oe"
-password = "pw"
-db_users = ["OE"]
-console = "admin"
+{}
 
 [[agents]]
 name = "{MARKUP_AGENT}"
@@ -74,7 +41,8 @@ password = "pw"
 db_users = ["AQUSER"]
 console = "admin"
 "#,
-        aqgate_admin::DEFAULT_TOPOLOGY
+        aqgate_admin::DEFAULT_TOPOLOGY,
+        common::console::ROLE_AGENTS
     )
 }
 

@@ -15,7 +15,7 @@ use aqgate_http::servlet::{AppState, app};
 use aqgate_proto::idap::Limits;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::console::{basic, call};
+use common::console::{ROLE_AGENTS, basic, call};
 use common::*;
 
 const Q: &str = "AQUSER.RETRY";
@@ -67,43 +67,6 @@ console = "operator"
         ROLE_AGENTS
     )
 }
-
-const ROLE_AGENTS: &str = r#"
-[[agents]]
-name = "c_none"
-password = "pw"
-db_users = ["AQUSER"]
-
-[[agents]]
-name = "c_viewer"
-password = "pw"
-db_users = ["AQUSER"]
-console = "viewer"
-
-[[agents]]
-name = "c_reader"
-password = "pw"
-db_users = ["AQUSER"]
-console = "reader"
-
-[[agents]]
-name = "c_operator"
-password = "pw"
-db_users = ["AQUSER"]
-console = "operator"
-
-[[agents]]
-name = "c_admin"
-password = "pw"
-db_users = ["AQUSER"]
-console = "admin"
-
-[[agents]]
-name = "c_oe"
-password = "pw"
-db_users = ["OE"]
-console = "admin"
-"#;
 
 /// The router `aqgate serve` serves on a loopback listener, over a harness whose clock is
 /// the wall clock's (replays and aborts stamp the wall clock's time).

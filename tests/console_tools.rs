@@ -44,37 +44,10 @@ name = "forward_job"
 source = "AQUSER.RAW_SINK"
 forward = {{ url = "{MARKUP_URL}" }}
 
-[[agents]]
-name = "c_viewer"
-password = "pw"
-db_users = ["AQUSER"]
-console = "viewer"
-
-[[agents]]
-name = "c_reader"
-password = "pw"
-db_users = ["AQUSER"]
-console = "reader"
-
-[[agents]]
-name = "c_operator"
-password = "pw"
-db_users = ["AQUSER"]
-console = "operator"
-
-[[agents]]
-name = "c_admin"
-password = "pw"
-db_users = ["AQUSER"]
-console = "admin"
-
-[[agents]]
-name = "c_oe"
-password = "pw"
-db_users = ["OE"]
-console = "admin"
+{}
 "#,
-        aqgate_admin::DEFAULT_TOPOLOGY
+        aqgate_admin::DEFAULT_TOPOLOGY,
+        common::console::ROLE_AGENTS
     )
 }
 

@@ -6,6 +6,45 @@ use axum::http::{Request, StatusCode, header};
 use base64::Engine as _;
 use tower::ServiceExt;
 
+/// One agent per console role on AQUSER's queues (`c_viewer`, `c_reader`, `c_operator`,
+/// `c_admin`), one with none (`c_none`) and an admin of OE's (`c_oe`); password `pw`.
+pub const ROLE_AGENTS: &str = r#"
+[[agents]]
+name = "c_none"
+password = "pw"
+db_users = ["AQUSER"]
+
+[[agents]]
+name = "c_viewer"
+password = "pw"
+db_users = ["AQUSER"]
+console = "viewer"
+
+[[agents]]
+name = "c_reader"
+password = "pw"
+db_users = ["AQUSER"]
+console = "reader"
+
+[[agents]]
+name = "c_operator"
+password = "pw"
+db_users = ["AQUSER"]
+console = "operator"
+
+[[agents]]
+name = "c_admin"
+password = "pw"
+db_users = ["AQUSER"]
+console = "admin"
+
+[[agents]]
+name = "c_oe"
+password = "pw"
+db_users = ["OE"]
+console = "admin"
+"#;
+
 /// An answer of the router: status, headers, body as text.
 pub struct Answer {
     pub status: StatusCode,
