@@ -22,34 +22,9 @@ use tower::ServiceExt;
 /// A payload no page may show.
 const SECRET: &str = "5EC12E7A5EC12E7A";
 
+/// The demo topology and the agents of every console role.
 fn topology() -> String {
-    format!(
-        r#"{}
-[[agents]]
-name = "c_none"
-password = "pw"
-db_users = ["AQUSER"]
-
-[[agents]]
-name = "c_viewer"
-password = "pw"
-db_users = ["AQUSER"]
-console = "viewer"
-
-[[agents]]
-name = "c_reader"
-password = "pw"
-db_users = ["AQUSER"]
-console = "reader"
-
-[[agents]]
-name = "c_oe"
-password = "pw"
-db_users = ["OE"]
-console = "admin"
-"#,
-        aqgate_admin::DEFAULT_TOPOLOGY
-    )
+    format!("{}{}", aqgate_admin::DEFAULT_TOPOLOGY, common::console::ROLE_AGENTS)
 }
 
 async fn router(b: Backend, max_streams: usize) -> (axum::Router, Harness) {
