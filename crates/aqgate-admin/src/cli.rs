@@ -214,14 +214,16 @@ pub struct MessageFilters {
     /// Only messages with this correlation (with --corr-prefix: starting with it).
     #[arg(long)]
     pub corr: Option<String>,
+    /// --corr is a prefix: the messages whose correlation starts with it.
     #[arg(long)]
     pub corr_prefix: bool,
     /// Only messages of this sender agent (SENDER_NAME or ENQ_USER_ID, any case).
     #[arg(long)]
     pub sender: Option<String>,
-    /// Only messages of at least / at most this priority.
+    /// Only messages of at least this priority.
     #[arg(long)]
     pub min_priority: Option<i64>,
+    /// Only messages of at most this priority.
     #[arg(long)]
     pub max_priority: Option<i64>,
     /// Only messages whose payload's first 64 KiB hold this text (at most 5,000 messages
