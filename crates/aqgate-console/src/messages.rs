@@ -182,6 +182,11 @@ struct Message {
     timeline: String,
 }
 
+/// The `consumer` parameter of a message's page and download (a multi-consumer queue's).
+fn consumer_param(uri: &Uri) -> Option<String> {
+    params(uri).get("consumer").filter(|s| !s.is_empty()).cloned()
+}
+
 pub(crate) async fn one(
     State(c): State<Console>,
     who: Caller,
@@ -191,37 +196,28 @@ pub(crate) async fn one(
     if let Some(r) = may_not_read(&c, &who, &queue) {
         return r;
     }
-    let p = params(&uri);
-    let consumer = p.get("consumer").filter(|s| !s.is_empty()).cloned();
+    let consumer = consumer_param(&uri);
     let store = c.http.engine.store().as_ref();
+    let resolved = c.http.engine.resolved();
     let Some(id) = hex::decode(msg_id.trim()).ok().and_then(|b| <[u8; 16]>::try_from(b).ok()) else {
         return not_found_because("No such message: a message id is 32 hexadecimal digits.");
     };
     let filter = ViewFilter { msgid: Some(id), ..ViewFilter::default() };
-    let (rows, _, _) =
-        match aqgate_admin::messages::page_in(store, &c.http.engine.resolved(), &queue, &filter, None, LIMIT_MAX).await
-        {
-            Ok(r) => r,
-            Err(e) => return unavailable(&e),
-        };
+    let (rows, _, _) = match aqgate_admin::messages::page_in(store, &resolved, &queue, &filter, None, LIMIT_MAX).await {
+        Ok(r) => r,
+        Err(e) => return unavailable(&e),
+    };
     let rows: Vec<Vec<(&'static str, String)>> =
         rows.into_iter().map(|r| r.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect()).collect();
     if rows.is_empty() {
         return not_found_because("The queue's view has no such message.");
     }
-    let payload = match aqgate_admin::messages::payload_in(
-        store,
-        &c.http.engine.resolved(),
-        &queue,
-        &msg_id,
-        consumer.as_deref(),
-    )
-    .await
+    let payload = match aqgate_admin::messages::payload_in(store, &resolved, &queue, &msg_id, consumer.as_deref()).await
     {
         Ok(p) => p,
         Err(e) => return unavailable(&e),
     };
-    let kind = c.http.engine.resolved().catalog.queue(&queue).map(|q| q.payload.clone());
+    let kind = resolved.catalog.queue(&queue).map(|q| q.payload.clone());
     let payload = payload.zip(kind).map(|(bytes, kind)| crate::payload::show(&kind, &bytes));
     let download = format!(
         "/console/queues/{}/messages/{}/payload?consumer={}",
@@ -243,8 +239,7 @@ pub(crate) async fn download(
     if let Some(r) = may_not_read(&c, &who, &queue) {
         return r;
     }
-    let p = params(&uri);
-    let consumer = p.get("consumer").filter(|s| !s.is_empty()).cloned();
+    let consumer = consumer_param(&uri);
     let store = c.http.engine.store().as_ref();
     match aqgate_admin::messages::payload_in(store, &c.http.engine.resolved(), &queue, &msg_id, consumer.as_deref())
         .await
