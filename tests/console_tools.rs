@@ -295,6 +295,30 @@ async fn the_tester_judges_with_the_engines_evaluator(b: Backend) {
     let a = call(&r, get_as(&format!("{tester}?condition={}", enc("priority > 5")), "c_reader")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(outcomes(&a.body), ["no match", "match"], "{}", a.body);
+    assert!(a.body.contains("aqgate admin test-condition AQUSER.RAW_QUE &#39;priority &#62; 5&#39;"), "{}", a.body);
+    // Its CLI twin gives the same verdicts, as JSON and as a table.
+    let twin = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_aqgate"))
+            .args(["admin", "test-condition"])
+            .args(args)
+            .args(["--database", &h.url])
+            .env_remove("AQGATE_CONFIG")
+            .output()
+            .expect("run admin test-condition")
+    };
+    let out = twin(&["AQUSER.RAW_QUE", "priority > 5", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let verdicts: Vec<&str> =
+        report["verdicts"].as_array().expect("verdicts").iter().filter_map(|v| v["outcome"].as_str()).collect();
+    assert_eq!(verdicts, ["no_match", "match"], "{report}");
+    assert_eq!(report["matched"], 1, "{report}");
+    let out = twin(&["aquser.raw_que", "corrid = 'B'"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && table.contains("1 of 2 messages of AQUSER.RAW_QUE match"), "{table}");
+    let out = twin(&["AQUSER.RAW_QUE", "priority >"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid condition"), "{out:?}");
     let a = call(&r, get_as(&format!("{tester}?condition={}", enc("corrid = 'A' OR corrid = 'B'")), "c_reader")).await;
     assert_eq!(outcomes(&a.body), ["match", "match"]);
     // Not a condition: 400 with the parser's reason.

@@ -191,6 +191,28 @@ pub enum AdminCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Which of a queue's first messages a selector condition or subscriber rule matches,
+    /// and why: the messages browsed (nothing locked, counted or written), the condition
+    /// evaluated by the dequeue's own evaluator within the server's default budgets.
+    TestCondition {
+        /// The queue (`SCHEMA.NAME`).
+        queue: String,
+        /// The condition, as a dequeue's selector or a subscriber's rule takes it (e.g.
+        /// `priority < 3 AND corrid LIKE 'ORD%'`).
+        condition: String,
+        #[command(flatten)]
+        db: Db,
+        /// Browse as this consumer (a multi-consumer queue's; its first subscriber when not
+        /// given).
+        #[arg(long)]
+        consumer: Option<String>,
+        /// Test the first N messages in dequeue order (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = crate::tester::DEFAULT_TESTED)]
+        limit: i64,
+        /// Print the verdicts as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The open IDAP sessions (of every process sharing the database): id hash prefix,
     /// agent, idle time, locked and enqueued messages; or end one, rolling its transaction
     /// back.
@@ -379,6 +401,10 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::Timeline { msgid, db, json } => {
             crate::timeline::print_timeline(open(db).await?.as_ref(), &msgid, json, out).await
+        }
+        AdminCommand::TestCondition { queue, condition, db, consumer, limit, json } => {
+            let test = crate::tester::Test::with_default_budgets(&queue, &condition, consumer.as_deref(), limit);
+            crate::tester::print_test(open(db).await?.as_ref(), &test, json, out).await
         }
         AdminCommand::Sessions { db, json, abort } => {
             let store = open(db).await?;

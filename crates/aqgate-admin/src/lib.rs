@@ -4,7 +4,7 @@
 //! notifications and registrations ([`notifications`]), propagation jobs ([`jobs`]) and the
 //! Messaging Gateway ([`gateway`]), the figures `admin jobs` and `/metrics` share
 //! ([`status`]; the queues' and the spool's gauges, [`figures`]), replays from exception queues and the audit log ([`replay`]), a message's
-//! timeline ([`timeline`]) and the open sessions ([`sessions`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
+//! timeline ([`timeline`]), the open sessions ([`sessions`]) and the condition tester ([`tester`]). The command line of `aqgate admin` is [`cli`]. Each command writes to the
 //! output it is given (standard output in the binary); a write that fails is an
 //! [`OutputError`].
 
@@ -45,6 +45,7 @@ pub mod replay;
 pub mod sessions;
 pub mod spool;
 pub mod status;
+pub mod tester;
 pub mod timeline;
 pub mod topology;
 

@@ -83,6 +83,8 @@ pub struct Console {
     http: AppState,
     sessions: Arc<session::Sessions>,
     live: Arc<sampler::Sampler>,
+    /// The overview's queues fragment, rendered once per agent and sample.
+    rendered: Arc<overview::Rendered>,
 }
 
 /// `servlet` with the console's routes merged in when the console serves on `listening`
@@ -103,6 +105,7 @@ pub fn router(http: AppState, cfg: ConsoleConfig) -> Router {
         http,
         sessions: Arc::new(session::Sessions::new(cfg.max_sessions, cfg.idle)),
         live: sampler::Sampler::new(cfg.sample_every, cfg.max_streams),
+        rendered: Arc::default(),
     };
     Router::new()
         .route("/console", get(overview::page))

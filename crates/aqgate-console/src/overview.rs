@@ -8,15 +8,18 @@
 //! check again). The figures are the sampler's (`sampler`), never a count per view; every
 //! route is the caller's (viewer and up) and shows only the queues it may see.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
+use aqgate_core::engine::Resolved;
 use aqgate_core::topology::ConsoleRole;
 
 use crate::Console;
@@ -107,7 +110,7 @@ fn lines(c: &Console, who: &Caller, f: &Figures) -> (Vec<LiveLine>, usize) {
         .queues
         .values()
         .filter(|q| visible(c, &who.agent, &q.name))
-        .map(|q| (q, r.ids.get(&q.name).and_then(|id| f.queues.get(id))))
+        .map(|q| (q, r.ids.get(&q.name).and_then(|id| f.queues.get(id)).map(|t| &**t)))
         .collect();
     let more = picked.len().saturating_sub(SHOWN);
     if more > 0 {
@@ -148,12 +151,78 @@ fn backlog(f: &Figures) -> Backlog {
     Backlog { spool: f.spool, notify_pending: f.notify_pending, notify_parked: f.notify_parked }
 }
 
+/// The queues fragment as rendered for one agent and role, at one sample of one topology:
+/// every tab of that agent with that role shares it, so a sample costs one render per
+/// agent watching, however many tabs it has open (the first asks, the others wait for it).
+#[derive(Default)]
+pub(crate) struct Rendered {
+    slots: std::sync::Mutex<BTreeMap<(String, ConsoleRole), Arc<Slot>>>,
+}
+
+struct Slot {
+    generation: u64,
+    /// Held, so that its address is not another topology's while the slot lives.
+    topology: Arc<Resolved>,
+    html: tokio::sync::OnceCell<Option<Arc<str>>>,
+}
+
+/// Agents whose render is kept at most (past it, the kept ones are dropped).
+const RENDERED_MAX: usize = 256;
+
+impl Rendered {
+    /// The queues fragment for `who`, as of the sampler's last sample; `None` when it did
+    /// not render (logged).
+    async fn queues(&self, c: &Console, who: &Caller) -> Option<Arc<str>> {
+        let f = c.live.figures();
+        let r = c.http.engine.resolved();
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let key = (who.agent.name.clone(), who.role);
+            match slots.get(&key) {
+                Some(s) if s.generation == f.generation && Arc::ptr_eq(&s.topology, &r) => s.clone(),
+                _ => {
+                    if slots.len() >= RENDERED_MAX {
+                        slots.clear();
+                    }
+                    let s =
+                        Arc::new(Slot { generation: f.generation, topology: r, html: tokio::sync::OnceCell::new() });
+                    slots.insert(key, s.clone());
+                    s
+                }
+            }
+        };
+        slot.html
+            .get_or_init(|| async {
+                let (queues, more) = lines(c, who, &f);
+                let t = QueuesFragment { queues, state: LiveState { known: f.sampled, failed: f.failed, more } };
+                match t.render() {
+                    Ok(h) => Some(Arc::from(h)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "console: a template did not render");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+}
+
+fn rendered(body: Option<Arc<str>>) -> Response {
+    match body {
+        Some(h) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], h.to_string()).into_response()
+        }
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered\n").into_response(),
+    }
+}
+
 #[derive(Template)]
 #[template(path = "overview.html")]
 struct Overview {
     nav: Nav,
-    queues: Vec<LiveLine>,
-    state: LiveState,
+    /// The queues fragment, rendered (escaped) by its own template.
+    queues: Arc<str>,
     backlog: Backlog,
     jobs: Vec<JobLine>,
     links: Vec<LinkLine>,
@@ -217,34 +286,18 @@ pub(crate) async fn page(State(c): State<Console>, who: Caller) -> Response {
         .into_iter()
         .map(|l| LinkLine { name: l.name, kind: l.kind, state: l.state, connections: l.connections })
         .collect();
-    let (queues, state, backlog) = {
-        let f = c.live.figures();
-        let (queues, more) = lines(&c, &who, &f);
-        (queues, LiveState { known: f.sampled, failed: f.failed, more }, backlog(&f))
-    };
-    html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, state, backlog, jobs, links })
+    let Some(queues) = c.rendered.queues(&c, &who).await else { return rendered(None) };
+    let backlog = backlog(&c.live.figures());
+    html(StatusCode::OK, &Overview { nav: Nav::of(&who), queues, backlog, jobs, links })
 }
 
 /// `GET /console/fragments/{queues|backlog}`: one fragment of the overview, alone.
 pub(crate) async fn fragment(State(c): State<Console>, who: Caller, Path(name): Path<String>) -> Response {
     c.live.ensure(&c.http.engine).await;
-    let f = c.live.figures();
     match name.as_str() {
-        "queues" => {
-            let (queues, more) = lines(&c, &who, &f);
-            let t = QueuesFragment { queues, state: LiveState { known: f.sampled, failed: f.failed, more } };
-            drop(f);
-            html(StatusCode::OK, &t)
-        }
-        "backlog" => {
-            let t = BacklogFragment { backlog: backlog(&f) };
-            drop(f);
-            html(StatusCode::OK, &t)
-        }
-        _ => {
-            drop(f);
-            not_found_because("No such fragment.")
-        }
+        "queues" => rendered(c.rendered.queues(&c, &who).await),
+        "backlog" => html(StatusCode::OK, &BacklogFragment { backlog: backlog(&c.live.figures()) }),
+        _ => not_found_because("No such fragment."),
     }
 }
 

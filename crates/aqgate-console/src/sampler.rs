@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -91,8 +91,9 @@ impl Track {
     }
 }
 
-/// The sampler's figures, as of its last sample.
-#[derive(Debug, Default)]
+/// The sampler's figures, as of its last sample: a snapshot no sample changes (the next
+/// one is a new snapshot sharing the tracks that did not change).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Figures {
     /// Raised by every sample that changed something.
     pub generation: u64,
@@ -103,7 +104,7 @@ pub(crate) struct Figures {
     /// The engine's time of the last sample, and the sampler's minute.
     pub at: Micros,
     pub minute: u64,
-    pub queues: HashMap<QueueId, Track>,
+    pub queues: HashMap<QueueId, Arc<Track>>,
     last_seq: i64,
     /// Spool backlog, notifications pending and parked, and the generation that changed them.
     pub spool: i64,
@@ -121,7 +122,9 @@ pub(crate) struct Sampler {
     start: Instant,
     /// When a page or a fragment last asked (seconds since `start`).
     wanted: std::sync::atomic::AtomicU64,
-    figures: Mutex<Figures>,
+    /// The last sample's snapshot: a reader holds the lock only to clone the `Arc`, so no
+    /// render, however slow, holds up a sample or another reader.
+    figures: RwLock<Arc<Figures>>,
     /// One sample at a time (the task's and a first page's).
     turn: tokio::sync::Mutex<()>,
     generation: watch::Sender<u64>,
@@ -136,15 +139,19 @@ impl Sampler {
             started: AtomicBool::new(false),
             start: Instant::now(),
             wanted: std::sync::atomic::AtomicU64::new(0),
-            figures: Mutex::new(Figures::default()),
+            figures: RwLock::new(Arc::default()),
             turn: tokio::sync::Mutex::new(()),
             generation: watch::channel(0).0,
         })
     }
 
     /// The figures as of the last sample (a poisoned lock is taken over: they are plain data).
-    pub(crate) fn figures(&self) -> MutexGuard<'_, Figures> {
-        self.figures.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn figures(&self) -> Arc<Figures> {
+        self.figures.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn publish(&self, f: Figures) {
+        *self.figures.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(f);
     }
 
     /// The generations of the samples to come.
@@ -163,8 +170,7 @@ impl Sampler {
             tokio::spawn(async move {
                 loop {
                     let Some(s) = weak.upgrade() else { return };
-                    let began = Instant::now();
-                    s.sample(&engine).await;
+                    let took = s.sample(&engine).await;
                     if s.unwatched() {
                         // Ends, unless a request came in between (then it goes on).
                         s.started.store(false, Ordering::SeqCst);
@@ -173,7 +179,7 @@ impl Sampler {
                         }
                     }
                     drop(s);
-                    tokio::time::sleep(pause(every, began.elapsed())).await;
+                    tokio::time::sleep(pause(every, took)).await;
                 }
             });
         }
@@ -182,13 +188,16 @@ impl Sampler {
         }
     }
 
-    /// One sample (see the module's documentation).
-    async fn sample(&self, engine: &Engine) {
+    /// One sample (see the module's documentation); how long its reads of the store took
+    /// (what the pause before the next is measured by: not the wait for its turn).
+    async fn sample(&self, engine: &Engine) -> Duration {
         let _turn = self.turn.lock().await;
         let store = engine.store();
         let now = engine.now();
         let after = self.figures().last_seq;
+        let began = Instant::now();
         let read = tokio::try_join!(store.queue_figures(now, after), store.spool_backlog(), store.notify_counts());
+        let took = began.elapsed();
         let (rows, spool, (pending, parked)) = match read {
             Ok(r) => r,
             Err(e) => {
@@ -198,13 +207,18 @@ impl Sampler {
                 } else {
                     tracing::warn!(error = %e, "console: the sampler's read failed");
                 }
-                self.figures().failed = true;
-                return;
+                let last = self.figures();
+                if !last.failed {
+                    let mut f = Figures::clone(&last);
+                    f.failed = true;
+                    self.publish(f);
+                }
+                return took;
             }
         };
         let minute = self.start.elapsed().as_secs() / BUCKET.as_secs();
         let changed = {
-            let mut f = self.figures();
+            let mut f = Figures::clone(&self.figures());
             let first = !f.sampled;
             f.sampled = true;
             f.failed = false;
@@ -229,9 +243,10 @@ impl Sampler {
                 if f.queues.len() >= MAX_TRACKED {
                     break;
                 }
-                let mut t = Track { now: QueueFigures { queue: id, ..Default::default() }, ..Default::default() };
+                let mut t =
+                    Arc::new(Track { now: QueueFigures { queue: id, ..Default::default() }, ..Default::default() });
                 update(&mut t, new, first, minute, generation);
-                t.changed = generation;
+                Arc::make_mut(&mut t).changed = generation;
                 changed = true;
                 f.queues.insert(id, t);
             }
@@ -242,11 +257,13 @@ impl Sampler {
             if changed {
                 f.generation = generation;
             }
+            self.publish(f);
             changed.then_some(generation)
         };
         if let Some(g) = changed {
             self.generation.send_replace(g);
         }
+        took
     }
 
     /// Whether nobody looks: no stream open, no page or fragment asked for in [`IDLE`].
@@ -281,17 +298,19 @@ pub(crate) fn depth(f: &QueueFigures) -> i64 {
     f.ready + f.waiting + f.expired
 }
 
-/// Takes a sample of one queue into its track; whether anything shown changed.
-fn update(t: &mut Track, new: QueueFigures, first: bool, minute: u64, generation: u64) -> bool {
+/// Takes a sample of one queue into its track (copied only when it changes: the last
+/// snapshot shares it); whether anything shown changed.
+fn update(t: &mut Arc<Track>, new: QueueFigures, first: bool, minute: u64, generation: u64) -> bool {
     let old = t.now;
     let rise = depth(&new) - depth(&old);
     let enqueued = if first { 0 } else { new.newer.max(rise).max(0) };
     let dequeued = enqueued - rise;
-    t.add(minute, enqueued, dequeued.max(0));
     let shown = |f: &QueueFigures| (f.ready, f.waiting, f.expired, f.oldest_ready);
     let changed = shown(&old) != shown(&new) || enqueued > 0 || dequeued > 0;
-    t.now = new;
     if changed {
+        let t = Arc::make_mut(t);
+        t.add(minute, enqueued, dequeued.max(0));
+        t.now = new;
         t.changed = generation;
     }
     changed
@@ -312,7 +331,7 @@ mod tests {
 
     #[test]
     fn enqueues_and_dequeues_come_from_new_messages_and_the_depth() {
-        let mut t = Track::default();
+        let mut t = Arc::new(Track::default());
         let q = |ready, newer| QueueFigures { ready, newer, ..Default::default() };
         assert!(update(&mut t, q(3, 3), false, 0, 1));
         assert!(update(&mut t, q(1, 0), false, 0, 2), "two dequeued");
@@ -322,6 +341,11 @@ mod tests {
         assert_eq!(hour.len(), BUCKETS);
         let (a, b) = (hour[BUCKETS - 2], hour[BUCKETS - 1]);
         assert_eq!((a.enqueued, a.dequeued, b.enqueued, b.dequeued), (3, 2, 4, 3));
+        let shared = t.clone();
+        assert!(update(&mut t, q(3, 1), false, 1, 5));
+        assert_eq!(shared.now.ready, 2, "the snapshot's track is not changed");
+        assert!(!update(&mut t, q(3, 0), false, 1, 6));
+        let t = Arc::make_mut(&mut t);
         for m in 2..200 {
             t.add(m, 1, 0);
         }
