@@ -64,6 +64,7 @@ pub const KEYS: &[Key] = &[
     key("log.level", "log_level", Kind::Text),
     key("log.file", "log_file", Kind::Text),
     secret("database.url", "database"),
+    key("database.vacuum_every", "vacuum_every", Kind::Integer),
     key("http.listen", "listen", Kind::Text),
     key("http.max_body", "max_body", Kind::Integer),
     key("http.max_wait", "max_wait", Kind::Integer),

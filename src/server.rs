@@ -40,6 +40,8 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     pub limits: Limits,
     pub tick: Duration,
+    /// How often the store's own tables are vacuumed when due (`Store::vacuum`); zero: never.
+    pub vacuum_every: Duration,
     /// Propagation jobs' leases: how long, and this process's name in them.
     pub propagation_lease: aqgate_propagate::LeaseConfig,
     /// Session cookies get `Secure` (behind an HTTPS proxy; over HTTPS they always do).
@@ -146,6 +148,9 @@ impl Duties {
         let time_manager = tokio::spawn(time_manager(engine.clone(), cfg.tick, stop.clone()));
         // The database's health, checked every second (readiness, `/metrics`, the duties).
         tokio::spawn(aqgate_store::health::prober(engine.store().clone(), stop.clone()));
+        if !cfg.vacuum_every.is_zero() {
+            tokio::spawn(aqgate_store::health::vacuumer(engine.store().clone(), cfg.vacuum_every, stop.clone()));
+        }
         if sole {
             // Alone on the SQLite file: a lease still held is a killed process's, taken over now
             // rather than when it ends.

@@ -58,6 +58,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         idempotency_max_records_per_agent,
         idempotency_max_bytes_per_agent,
         propagation_lease_ttl,
+        vacuum_every,
         broker_max_message_bytes,
         buffered_max_messages,
         buffered_spill_bytes,
@@ -132,6 +133,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
         tick: Duration::from_secs(1),
+        vacuum_every: Duration::from_secs(vacuum_every),
         propagation_lease: aqgate_propagate::LeaseConfig::new(Duration::from_secs(propagation_lease_ttl))
             .broker_max_message_bytes(broker_max_message_bytes),
         secure_cookie,

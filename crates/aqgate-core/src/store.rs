@@ -98,6 +98,17 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
         let _ = at_most;
     }
 
+    /// Vacuums the store's own tables whose dead rows (left by deletes and updates) number
+    /// at least `min_dead` and `fraction` of their live rows, one process at a time however
+    /// many share the database (another's turn is not waited for: nothing is done); what it
+    /// vacuumed. For a database whose own vacuuming is off or behind: a queue's head read
+    /// steps over every dead row before it. The default (SQLite, which reuses the pages of
+    /// deleted rows by itself) does nothing.
+    async fn vacuum(&self, min_dead: i64, fraction: f64) -> Result<Vec<Vacuumed>> {
+        let _ = (min_dead, fraction);
+        Ok(Vec::new())
+    }
+
     /// Rolls back the uncommitted work that no stored session owns (left by a process
     /// that ended without writing a session row for it, e.g. an older version). Work of
     /// stored sessions stays: their clients continue them.

@@ -196,6 +196,20 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "Seconds of the database outage going on, or else of the last one (0: none yet).",
         format!("{:.3}", health.outage_seconds),
     );
+    metric(
+        &mut out,
+        "aqgate_database_vacuums_total",
+        "counter",
+        "Tables of aqgate's this process vacuumed because their dead rows were due (--vacuum-every).",
+        health.vacuums.to_string(),
+    );
+    metric(
+        &mut out,
+        "aqgate_database_vacuumed_rows_total",
+        "counter",
+        "Dead rows the tables this process vacuumed held before.",
+        health.vacuumed_rows.to_string(),
+    );
     out.push_str(&format!(
         "# HELP aqgate_database_full_refusals_total Writes the database refused for want of space.\n\
          # TYPE aqgate_database_full_refusals_total counter\naqgate_database_full_refusals_total {}\n",

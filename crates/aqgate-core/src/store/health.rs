@@ -30,11 +30,32 @@ pub struct Health {
     pub outages: u64,
     /// Seconds of the outage going on, or else of the last one (0: none yet).
     pub outage_seconds: f64,
+    /// Tables this process vacuumed ([`crate::store::Store::vacuum`]), and the dead rows
+    /// they held, since it started.
+    pub vacuums: u64,
+    pub vacuumed_rows: u64,
 }
 
 impl Default for Health {
     /// A store that does not check: ready and available.
     fn default() -> Self {
-        Self { readiness: Readiness::Ready, available: true, outages: 0, outage_seconds: 0.0 }
+        Self {
+            readiness: Readiness::Ready,
+            available: true,
+            outages: 0,
+            outage_seconds: 0.0,
+            vacuums: 0,
+            vacuumed_rows: 0,
+        }
     }
+}
+
+/// One table [`crate::store::Store::vacuum`] vacuumed: its live and dead rows as the
+/// database counted them before, and how long it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vacuumed {
+    pub table: &'static str,
+    pub live: i64,
+    pub dead: i64,
+    pub took: std::time::Duration,
 }

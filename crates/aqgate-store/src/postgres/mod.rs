@@ -29,6 +29,7 @@ mod statements;
 #[cfg(test)]
 mod tests;
 mod tx;
+mod vacuum;
 
 use {coalesce::*, spool::*, statements::*, tx::*};
 
@@ -153,6 +154,10 @@ admin_store!(PgStore, PgRow,
 queue_store!(PgStore, PgRow, {
     fn holds_transactions(&self) -> bool {
         true
+    }
+
+    async fn vacuum(&self, min_dead: i64, fraction: f64) -> Result<Vec<aqgate_core::store::Vacuumed>> {
+        vacuum::vacuum(&self.pool, min_dead, fraction).await
     }
 
     async fn begin(&self) -> Result<Box<dyn StoreTx>> {

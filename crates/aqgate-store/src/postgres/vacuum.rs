@@ -1,0 +1,80 @@
+//! The store's own vacuuming on PostgreSQL (`Store::vacuum`): a queue's rows are inserted
+//! and deleted at the rate of its messages, so its table and indexes fill with dead rows
+//! that every head read steps over until a VACUUM clears them. Where autovacuum is off (or
+//! behind), nothing else would. One process at a time (a session-level advisory lock, not
+//! waited for), only the tables of this store (a fixed list: no name from the database is
+//! ever written into a statement), `VACUUM (ANALYZE, SKIP_LOCKED)` so that a table
+//! autovacuum or another maintenance holds is left for the next turn; a plain VACUUM blocks
+//! no read or write of the table.
+
+use std::time::Instant;
+
+use aqgate_core::store::{Result, Vacuumed};
+use sqlx::PgPool;
+
+use crate::Db;
+
+/// The tables whose rows come and go: messages and their deliveries, the sessions and
+/// their records, the spool, notifications, the gateway's records, the write probe.
+const TABLES: &[&str] = &[
+    "messages",
+    "deliveries",
+    "buffered_messages",
+    "dequeue_history",
+    "processed_messages",
+    "sessions",
+    "session_tombstones",
+    "idempotency",
+    "mail_spool",
+    "notify_outbox",
+    "gateway_doubt",
+    "gateway_seen",
+    "gateway_agents",
+    "gateway_links",
+    "propagation_jobs",
+    "control_plane",
+    "saml_replay",
+    "store_probe",
+];
+
+/// The advisory lock one vacuuming process holds (`aqgatevc` in ASCII).
+const LOCK: i64 = 0x6171_6761_7465_7663;
+
+pub(super) async fn vacuum(pool: &PgPool, min_dead: i64, fraction: f64) -> Result<Vec<Vacuumed>> {
+    let mut conn = pool.acquire().await.db()?;
+    let mine: bool =
+        sqlx::query_scalar("SELECT pg_try_advisory_lock($1)").bind(LOCK).fetch_one(&mut *conn).await.db()?;
+    if !mine {
+        return Ok(Vec::new());
+    }
+    let done = vacuum_locked(&mut conn, min_dead, fraction).await;
+    // The lock ends with the connection too, should this fail.
+    let _ = sqlx::query("SELECT pg_advisory_unlock($1)").bind(LOCK).execute(&mut *conn).await;
+    done
+}
+
+async fn vacuum_locked(conn: &mut sqlx::PgConnection, min_dead: i64, fraction: f64) -> Result<Vec<Vacuumed>> {
+    let due: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT relname::text, n_live_tup, n_dead_tup FROM pg_stat_user_tables
+          WHERE schemaname = current_schema() AND relname = ANY($1)
+            AND n_dead_tup >= $2 AND n_dead_tup >= n_live_tup * $3
+          ORDER BY n_dead_tup DESC",
+    )
+    .bind(TABLES)
+    .bind(min_dead)
+    .bind(fraction)
+    .fetch_all(&mut *conn)
+    .await
+    .db()?;
+    let mut done = Vec::new();
+    for (name, live, dead) in due {
+        let Some(table) = TABLES.iter().copied().find(|t| *t == name) else { continue };
+        let began = Instant::now();
+        // VACUUM runs outside a transaction block: a statement without arguments goes by
+        // the simple protocol, alone.
+        let statement = format!("VACUUM (ANALYZE, SKIP_LOCKED) {table}");
+        sqlx::Executor::execute(&mut *conn, statement.as_str()).await.db()?;
+        done.push(Vacuumed { table, live, dead, took: began.elapsed() });
+    }
+    Ok(done)
+}
