@@ -127,6 +127,11 @@ pub struct LinkRow {
 /// Every link of the stored topology, one row per process that reported on it.
 pub async fn links(store: &dyn Store) -> anyhow::Result<Vec<LinkRow>> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
+    links_in(store, &resolved).await
+}
+
+/// [`links`] over the topology `resolved` (a running server's, current), not read again.
+pub async fn links_in(store: &dyn Store, resolved: &aqgate_core::engine::Resolved) -> anyhow::Result<Vec<LinkRow>> {
     let seen = store.gateway_links().await?;
     let agents = store.agents().await?;
     let now = SystemClock.now();

@@ -30,7 +30,12 @@ pub use crate::status::JobFigures;
 /// Every job's figures now.
 pub async fn jobs(store: &dyn Store) -> Result<Vec<JobFigures>, AqError> {
     let resolved = aqgate_core::engine::load_resolved(store).await?;
-    crate::status::figures(store, &resolved, SystemClock.now()).await
+    jobs_in(store, &resolved).await
+}
+
+/// [`jobs`] over the topology `resolved` (a running server's, current), not read again.
+pub async fn jobs_in(store: &dyn Store, resolved: &aqgate_core::engine::Resolved) -> Result<Vec<JobFigures>, AqError> {
+    crate::status::figures(store, resolved, SystemClock.now()).await
 }
 
 /// Sets the stored job `name` enabled or disabled; `false` if there is no such job.

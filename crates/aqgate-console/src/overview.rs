@@ -254,11 +254,11 @@ struct LinkLine {
 pub(crate) async fn page(State(c): State<Console>, who: Caller) -> Response {
     c.live.ensure(&c.http.engine).await;
     let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs(store).await {
+    let jobs = match aqgate_admin::jobs::jobs_in(store, &c.http.engine.resolved()).await {
         Ok(j) => j,
         Err(e) => return unavailable(&e),
     };
-    let links = match aqgate_admin::gateway::links(store).await {
+    let links = match aqgate_admin::gateway::links_in(store, &c.http.engine.resolved()).await {
         Ok(l) => l,
         Err(e) => return unavailable(&e),
     };

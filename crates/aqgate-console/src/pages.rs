@@ -217,7 +217,7 @@ pub(crate) async fn job_action(
         _ => return not_found_because("No such action."),
     };
     let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs(store).await {
+    let jobs = match aqgate_admin::jobs::jobs_in(store, &c.http.engine.resolved()).await {
         Ok(j) => j,
         Err(e) => return unavailable(&e),
     };

@@ -151,11 +151,11 @@ pub(crate) async fn topology(State(c): State<Console>, who: Caller) -> Response 
         return r;
     }
     let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs(store).await {
+    let jobs = match aqgate_admin::jobs::jobs_in(store, &c.http.engine.resolved()).await {
         Ok(j) => j,
         Err(e) => return unavailable(&e),
     };
-    let links = match aqgate_admin::gateway::links(store).await {
+    let links = match aqgate_admin::gateway::links_in(store, &c.http.engine.resolved()).await {
         Ok(l) => l,
         Err(e) => return unavailable(&e),
     };
