@@ -1,11 +1,14 @@
 //! A PostgreSQL failover under load: `aqgate serve` on a Patroni cluster of two PostgreSQL 15
 //! nodes with synchronous replication, through HAProxy routing to the primary
-//! (`scripts/pg-cluster.sh`, `deploy/patroni/`). Two loads run at once:
+//! (`scripts/pg-cluster.sh`, `deploy/patroni/`). Three loads run at once:
 //!
 //! - four HTTP senders send numbered RAW messages with a trailing commit, each under an
 //!   `Idempotency-Key` and sent again with the same key after any failure until it is
 //!   answered; a local propagation job moves them to a second queue, and one receiver takes
 //!   them from there (under keys too);
+//! - two more senders, alike, feed the outbound Messaging Gateway job `TO_RABBIT`, which
+//!   moves their messages to a queue of the RabbitMQ on 127.0.0.1:5672 (at least once: a
+//!   message published again after a doubt carries `x-aqgate-redelivered`);
 //! - two mail submitters send S/MIME-signed mails to aqgate's SMTP listener, each mail's
 //!   IDAP request one numbered message with a commit; a mail is submitted until it is
 //!   answered 250, always the same bytes (`common::signed_mail`: the spool knows a copy by
@@ -15,13 +18,17 @@
 //! Meanwhile the primary's postmaster is killed with SIGKILL five times, each time waiting
 //! for a new leader, and one planned switchover follows. After the load, mails still
 //! unanswered are submitted again until answered 250, the worker forwards every spooled
-//! mail, the job's source empties, and everything is drained: every acknowledged HTTP message received
-//! exactly once and nothing else; every mail answered 250 performed exactly once (however
-//! often it was submitted) and none never answered 250.
+//! mail, the jobs' sources empty, and everything is drained: every acknowledged HTTP
+//! message received exactly once and nothing else; every mail answered 250 performed exactly once (however
+//! often it was submitted) and none never answered 250; every message acknowledged to the
+//! gateway job's senders at RabbitMQ, never twice without the mark, and the job with
+//! nothing in doubt. Sessions time out after 10 s: a job's batch whose rollback failed in
+//! an outage holds its messages until its session times out (300 s by default).
 //!
 //! The figures (time from each kill to the new leader and to the first commit of a request
 //! sent after it, what `/readyz` answered during the outage; the mails accepted, performed,
-//! twice, lost) are printed: run with `--nocapture` to read them. The cluster takes fixed ports (23790,
+//! twice, lost; the gateway's messages at the broker and their duplicates, marked or not)
+//! are printed: run with `--nocapture` to read them. The cluster takes fixed ports (23790,
 //! 23800, 25000, 25432-25433, 28008-28009).
 
 mod common;
@@ -35,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use aqgate_core::error::code;
 use aqgate_proto::idap::{Limits, Response};
+use common::gateway::{copies_of, rabbit, rabbit_drain};
 use common::signed_mail::{self as mail, MailFigures};
 use common::{COMMIT, SCOTT, aqserv, demo_topology_with, hex, http_get, idap_request, raw_send, receive};
 
@@ -46,7 +54,10 @@ const KILLS: usize = 5;
 const SENDERS: u64 = 4;
 const SOURCE: &str = "AQUSER.RAW_QUE";
 const INBOX: &str = "AQUSER.RAW_INBOX";
-/// Mail submitters (numbers from 20 000 000, performed into [`MAIL_QUEUE`]).
+/// Senders to the outbound gateway job's source (numbers from 10 000 000), and mail
+/// submitters (numbers from 20 000 000, performed into [`MAIL_QUEUE`]).
+const GATEWAY_SENDERS: u64 = 2;
+const OUT_QUEUE: &str = "AQUSER.RAW_OUT";
 const SUBMITTERS: u64 = 2;
 const MAIL_QUEUE: &str = "AQUSER.RAW_ARCHIVE";
 /// A sender that has not got its message acknowledged after this gives up (and the test fails).
@@ -454,6 +465,51 @@ fn longest_pause(commits: &[(Instant, Instant)], o: &Outage) -> Duration {
     answered.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
 
+// ---------------------------------------------------------------- the topology
+
+/// The demo topology with the local propagation job `relay` (SOURCE to INBOX), the queue
+/// OUT_QUEUE and the outbound gateway job `to_rabbit` from it to RabbitMQ queue `qout`
+/// (at least once: a copy published again after a doubt is marked x-aqgate-redelivered).
+fn topology(qout: &str) -> PathBuf {
+    demo_topology_with(
+        "failover",
+        &format!(
+            r#"
+[[propagations]]
+name = "relay"
+source = "{SOURCE}"
+destination = "{INBOX}"
+batch_size = 20
+retry_backoff_ms = 200
+
+[[queues]]
+name = "{OUT_QUEUE}"
+queue_table = "AQUSER.RAW_TAB"
+
+[[gateway.links]]
+name = "rabbit"
+kind = "rabbitmq"
+url = "amqp://127.0.0.1:5672/%2f"
+username = "guest"
+password_env = "AQGT_RABBIT_PASSWORD"
+
+[[gateway.foreign_queues]]
+name = "out"
+link = "rabbit"
+native_name = "{qout}"
+create = true
+
+[[gateway.jobs]]
+name = "to_rabbit"
+source = "{OUT_QUEUE}"
+destination = "out@rabbit"
+batch_size = 20
+retry_backoff_ms = 200
+"#
+        ),
+    )
+}
+
 // ---------------------------------------------------------------- the test
 
 #[test]
@@ -463,15 +519,15 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
             let t0 = Instant::now();
             let cluster = Arc::new(Cluster::start());
             let db = format!("postgres://postgres@127.0.0.1:{LB}/postgres");
-            let topology = demo_topology_with(
-                "failover",
-                &format!(
-                    "\n[[propagations]]\nname = \"relay\"\nsource = \"{SOURCE}\"\ndestination = \"{INBOX}\"\nbatch_size = 20\nretry_backoff_ms = 200\n"
-                ),
-            );
+            let qout = format!("aqgt.{}.failover", common::gateway::tag());
+            let topology = topology(&qout);
             let (port, smtp) = (common::free_port(), common::free_port());
             let outbox = std::env::temp_dir().join(format!("{}.outbox", topology.display()));
+            // A job's batch whose rollback failed in an outage holds its messages until its
+            // session times out (the default 300 s): short here, as in the kill -9 checker.
             let flags = [
+                "--session-timeout",
+                "10",
                 "--smtp-listen",
                 &format!("127.0.0.1:{smtp}"),
                 "--mail-outbox",
@@ -479,12 +535,16 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
             ];
             let gateway = common::gateway::serve_with("failover", &db, port, &topology, &flags);
             common::wait_port(smtp);
-            let ledger: Shared = Arc::default();
+            let broker = rabbit().await;
+            let (ledger, out): (Shared, Shared) = (Arc::default(), Arc::default());
             let mails: mail::Mails = Arc::default();
             let phase = Arc::new(Phase::default());
             let mut clients = tokio::task::JoinSet::new();
             for s in 0..SENDERS {
                 clients.spawn(sender(Client::new(port), s, SOURCE, ledger.clone(), phase.clone()));
+            }
+            for s in 10..10 + GATEWAY_SENDERS {
+                clients.spawn(sender(Client::new(port), s, OUT_QUEUE, out.clone(), phase.clone()));
             }
             for s in 0..SUBMITTERS {
                 let request = move |n: u64| {
@@ -509,15 +569,23 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
             mail::resubmit_pending(smtp, &mails, outages.len() as u64, Duration::from_secs(30)).await;
             let spool = mail::wait_spool(&db, Duration::from_secs(60), false).await;
             assert_eq!(spool.unforwarded, 0, "mails not forwarded after the load:\n{}", spool.listing);
-            // The job moves what is left in its source.
+            // The jobs move what is left in their sources.
             let deadline = Instant::now() + Duration::from_secs(30);
-            while common::depth(&db, SOURCE) > 0 {
-                assert!(Instant::now() < deadline, "the job did not move everything: {:?}", common::depths(&db));
+            loop {
+                let d = common::depths(&db);
+                if d.get(SOURCE) == Some(&0) && d.get(OUT_QUEUE) == Some(&0) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the jobs did not move everything: {d:?}\n{:#}",
+                    common::gateway::admin_json(&db, "jobs")
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             let settle_secs = after_load.elapsed().as_secs_f64();
 
-            // The drains: the inbox and the mails' queue.
+            // The drains: the inbox, the mails' queue, and RabbitMQ's queue.
             let drained_at = Instant::now();
             let mail_drain = tokio::spawn(common::drain_payloads(port, MAIL_QUEUE));
             let mut drainers = tokio::task::JoinSet::new();
@@ -532,45 +600,97 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
                 *performed.entry(p).or_insert(0u32) += 1;
             }
             let inbox_left = common::depth(&db, INBOX);
+            let in_doubt =
+                common::gateway::job(&common::gateway::admin_json(&db, "jobs"), "TO_RABBIT")["in_doubt"].clone();
+            let at_broker = copies_of(rabbit_drain(&broker, &qout).await);
             let figures = Figures {
                 mail: MailFigures::of(&mails, &performed),
                 replies_owed: spool.replies_owed,
+                out: OutFigures::of(&out, &at_broker),
                 phases: format!(
-                    "start and load {load_secs:.1}s, mails and job settled {settle_secs:.1}s, drain {:.1}s",
+                    "start and load {load_secs:.1}s, mails and jobs settled {settle_secs:.1}s, drain {:.1}s",
                     drained_at.elapsed().as_secs_f64()
                 ),
             };
             report(&ledger, &outages, &figures);
 
-            let l = lock(&ledger);
-            let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
-            let lost = l.acked.difference(&distinct).count();
-            let duplicated = l.received.len() - distinct.len();
-            let unexpected = distinct.difference(&l.attempted).count();
-            assert!(l.acked.len() > 100, "too little load went through: {}", l.acked.len());
-            assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
-            assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
-            assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
-            drop(l);
+            {
+                let l = lock(&ledger);
+                let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
+                let lost = l.acked.difference(&distinct).count();
+                let duplicated = l.received.len() - distinct.len();
+                let unexpected = distinct.difference(&l.attempted).count();
+                assert!(l.acked.len() > 100, "too little load went through: {}", l.acked.len());
+                assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
+                assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
+                assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
+            }
 
             let m = &figures.mail;
             assert!(m.mails > 10, "too few mails went through: {}", m.mails);
             assert_eq!((m.twice, m.lost, m.unexpected), (0, 0, 0), "mails performed twice, lost, unexpected");
             assert_eq!(m.never_accepted, 0, "mails never answered 250");
 
+            let o = &figures.out;
+            assert!(o.acked > 100, "too little went through the gateway job: {}", o.acked);
+            assert_eq!((o.lost, o.unmarked, o.unexpected), (0, 0, 0), "gateway: lost, unmarked duplicates, unexpected");
+            let given_up = lock(&out).given_up.clone();
+            assert!(given_up.is_empty(), "gateway sends never acknowledged: {given_up:?}");
+            assert_eq!(in_doubt, 0, "TO_RABBIT has nothing in doubt once its source is empty");
+
             drop(gateway);
+            let _ = broker.queue_delete(qout.as_str().into(), Default::default()).await;
             let _ = std::fs::remove_file(topology);
             let _ = std::fs::remove_dir_all(outbox);
         },
     );
 }
 
-/// The figures of the mails, and how long each phase took.
+/// What the outbound gateway job's messages became at RabbitMQ.
+struct OutFigures {
+    attempted: usize,
+    acked: usize,
+    /// Messages at the broker (distinct), and copies beyond the first.
+    at_broker: usize,
+    duplicates: usize,
+    /// Acknowledged to their sender and not at the broker.
+    lost: usize,
+    /// Copies beyond the first that do not carry x-aqgate-redelivered (a message may arrive
+    /// once unmarked, then again marked after a doubt; never twice unmarked).
+    unmarked: usize,
+    /// At the broker, never sent.
+    unexpected: usize,
+    /// The senders' failed attempts, by what went wrong.
+    failures: BTreeMap<String, u64>,
+}
+
+impl OutFigures {
+    fn of(ledger: &Shared, copies: &common::gateway::Copies) -> Self {
+        let l = lock(ledger);
+        let sent = |set: &BTreeSet<u64>| -> BTreeSet<String> {
+            set.iter().map(|n| hex(usize::try_from(*n).expect("small"))).collect()
+        };
+        let (attempted, acked) = (sent(&l.attempted), sent(&l.acked));
+        Self {
+            attempted: attempted.len(),
+            acked: acked.len(),
+            at_broker: copies.len(),
+            duplicates: common::gateway::duplicates(copies),
+            lost: acked.iter().filter(|p| !copies.contains_key(*p)).count(),
+            unmarked: copies.values().map(|(n, marked)| (n - marked).saturating_sub(1)).sum(),
+            unexpected: copies.keys().filter(|p| !attempted.contains(*p)).count(),
+            failures: l.failures.clone(),
+        }
+    }
+}
+
+/// The figures of the mails and of the gateway job, and how long each phase took.
 struct Figures {
     mail: MailFigures,
     /// Mails forwarded whose reply was still owed after the load (it goes out when the
     /// mail's claim ends: the reply is at least once, recorded after it went).
     replies_owed: usize,
+    out: OutFigures,
     phases: String,
 }
 
@@ -612,6 +732,19 @@ fn report(ledger: &Shared, outages: &[Outage], f: &Figures) {
     for story in &m.stories {
         println!("failover:   mail {story}");
     }
+    let o = &f.out;
+    println!(
+        "failover: gateway TO_RABBIT attempted={} acknowledged={} at the broker={} lost={} duplicates={} \
+         (marked x-aqgate-redelivered: {}, unmarked: {}) unexpected={}",
+        o.attempted,
+        o.acked,
+        o.at_broker,
+        o.lost,
+        o.duplicates,
+        o.duplicates - o.unmarked,
+        o.unmarked,
+        o.unexpected,
+    );
     for o in outages {
         let first =
             first_commit_after(&l.commits, o.at).map_or("none".to_string(), |d| format!("{:.2}s", d.as_secs_f64()));
@@ -627,4 +760,5 @@ fn report(ledger: &Shared, outages: &[Outage], f: &Figures) {
         );
     }
     println!("failover:   failed attempts (retried with the same key): {:?}", l.failures);
+    println!("failover:   failed attempts to the gateway job's source: {:?}", f.out.failures);
 }
