@@ -43,7 +43,8 @@ cargo test --workspace --locked --all-targets "${features[@]}" -- --test-threads
   --skip patroni_failover_
 # The kill -9 checker (tests/crash.rs) on its own, one variant at a time, with its figures.
 cargo test --locked --test crash "${features[@]}" -- --nocapture --test-threads=1 kill9_checker_
-# The PostgreSQL failover (tests/failover.rs, a Patroni cluster on fixed ports) on its own, with its figures.
+# The PostgreSQL failover (tests/failover.rs, a Patroni cluster on fixed ports; signed mail, and a gateway job to
+# the RabbitMQ of ensure-brokers.sh) on its own, with its figures.
 cargo test --locked --test failover "${features[@]}" -- --nocapture patroni_failover_
 # The quick start on a machine with only a Rust and a C toolchain (a debootstrap chroot).
 scripts/fresh-machine.sh

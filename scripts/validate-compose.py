@@ -12,6 +12,7 @@ Checked, for every service:
   - the absolute paths the image runs (exec-form ENTRYPOINT, and healthcheck commands in
     compose.yaml) were COPYed into the image, from a file that is executable;
   - bind mounts: the source exists inside the repository;
+  - profiles: what a service depends on starts whenever the service does;
 and for an image that runs `cargo build`: every file the crate embeds at compile time
 (include_str!, include_bytes!, sqlx::migrate!, outside test-only code) is inside the context,
 not excluded, and copied into the build stage. Finally, every Dockerfile in the repository
@@ -239,6 +240,24 @@ def embedded_in(repo, src_root):
     return out
 
 
+def check_profiles(services):
+    """Profiles (`docker compose --profile P up`): a service starts with no profile given when
+    it has none, and with P when P is among its profiles. What a service depends on must start
+    whenever it does: a service of no profile depends only on services of none, one of
+    profile P only on services of none or of P."""
+    for name, svc in services.items():
+        mine = set(svc.get("profiles") or [])
+        deps = svc.get("depends_on") or {}
+        for dep in deps if isinstance(deps, (dict, list)) else []:
+            if dep not in services:
+                problem(f"{name}: depends on {dep}, which is not a service")
+                continue
+            theirs = set(services[dep].get("profiles") or [])
+            if theirs and (not mine or not mine <= theirs):
+                want = ", ".join(sorted(mine)) or "no profile"
+                problem(f"{name} ({want}) depends on {dep}, which starts only with profile {', '.join(sorted(theirs))}")
+
+
 def main():
     resolved, repo = sys.argv[1], os.path.realpath(sys.argv[2])
     with open(resolved) as fh:
@@ -296,6 +315,7 @@ def main():
                     problem(f"{name}: bind mount source {source} does not exist")
                 elif not inside(source, repo):
                     problem(f"{name}: bind mount source {source} is outside the repository")
+    check_profiles(services)
     for dirpath, dirs, files in os.walk(repo):
         dirs[:] = [d for d in dirs if d not in (".git", "target")]
         for f in files:

@@ -15,14 +15,13 @@
 mod common;
 #[path = "crash/load.rs"]
 mod load;
-#[path = "crash/mail.rs"]
-mod mail;
 #[path = "crash/procs.rs"]
 mod procs;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::signed_mail::{self as mail, MailFigures};
 use load::{Client, Figures, Ledger, QUEUE, Shared};
 use procs::{Clock, Haproxy, Node, SESSION_TIMEOUT_SECS};
 
@@ -263,7 +262,12 @@ fn kill9_checker_signed_mail_is_performed_exactly_once() {
         let mut submitters = tokio::task::JoinSet::new();
         for s in 0..PRODUCERS {
             let sd = seed.wrapping_add(1 + s as u64);
-            submitters.spawn(mail::submitter(sp, s, "mail".into(), sd, mails.clone(), clock.clone()));
+            let request = move |n: u64| {
+                let id = format!("mail-s{s}-{n:06}");
+                let idap = load::send_xml(std::slice::from_ref(&id), true);
+                (id, idap)
+            };
+            submitters.spawn(mail::submitter(sp, sd, request, mails.clone(), clock.clone()));
         }
         let report = tokio::task::spawn_blocking(move || killer.finish()).await.expect("the killer");
         let load_secs = t0.elapsed().as_secs_f64();
@@ -272,25 +276,10 @@ fn kill9_checker_signed_mail_is_performed_exactly_once() {
         }
         common::wait_port(sp);
         // Every mail not answered 250 yet is submitted again until it is.
-        let pending: Vec<usize> =
-            mail::lock(&mails).iter().enumerate().filter(|(_, m)| !m.accepted).map(|(i, _)| i).collect();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for i in pending {
-            while !mail::submit_once(sp, &mails, i, clock.generation(), true).await {
-                assert!(Instant::now() < deadline, "a mail was never answered 250 after the load");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
+        mail::resubmit_pending(sp, &mails, clock.generation(), Duration::from_secs(20)).await;
         // The worker forwards after the 250: wait (bounded) until the spool is worked off.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let spool = loop {
-            let listing = procs::admin(&["spool", "--database", &db]);
-            if listing.contains("spool empty") || Instant::now() >= deadline {
-                break listing;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        };
-        let spool_empty = spool.contains("spool empty");
+        let spool = mail::wait_spool(&db, Duration::from_secs(30), true).await;
+        let spool_empty = spool.empty();
 
         let ledger: Shared = Arc::new(Mutex::new(Ledger::default()));
         let client = Client::new(hp);
@@ -301,38 +290,33 @@ fn kill9_checker_signed_mail_is_performed_exactly_once() {
             .unwrap_or_default();
         let reply_faults = replies.iter().filter(|r| r.contains("Fault")).count();
 
-        let all = mail::lock(&mails);
-        let l = ledger.lock().unwrap_or_else(|e| e.into_inner());
-        let times = |id: &str| l.consumed.get(id).copied().unwrap_or(0);
-        let ids: std::collections::HashSet<&str> = all.iter().map(|m| m.id.as_str()).collect();
-        let twice: Vec<&mail::Mail> = all.iter().filter(|m| times(&m.id) > 1).collect();
-        let lost: Vec<&mail::Mail> = all.iter().filter(|m| m.accepted && times(&m.id) == 0).collect();
-        let unexpected: Vec<&String> = l.consumed.keys().filter(|id| !ids.contains(id.as_str())).collect();
-        let never_accepted = all.iter().filter(|m| !m.accepted).count();
+        let f = MailFigures::of(&mails, &ledger.lock().unwrap_or_else(|e| e.into_inner()).consumed);
         println!(
             "crash[mail sqlite]: mails={} accepted_during_load={} accepted_after_load={} performed={} \
-             performed_twice={} lost={} unexpected={} | submissions={} dedupe_hits={} never_accepted={never_accepted} \
+             performed_twice={} lost={} unexpected={} | submissions={} retried={} dedupe_hits={} never_accepted={} \
              replies={} reply_faults={reply_faults} spool_empty={spool_empty} depth_after_drain={depth} kills={} \
              (while starting: {}) load={load_secs:.1}s total={:.1}s seed={seed}",
-            all.len(),
-            all.iter().filter(|m| m.accepted && !m.accepted_after_load).count(),
-            all.iter().filter(|m| m.accepted_after_load).count(),
-            l.consumed.len(),
-            twice.len(),
-            lost.len(),
-            unexpected.len(),
-            all.iter().map(|m| u64::from(m.submissions)).sum::<u64>(),
-            all.iter().map(|m| u64::from(m.dedupe_hits)).sum::<u64>(),
+            f.mails,
+            f.accepted_during_load,
+            f.accepted_after_load,
+            f.performed,
+            f.twice,
+            f.lost,
+            f.unexpected,
+            f.submissions,
+            f.retried,
+            f.dedupe_hits,
+            f.never_accepted,
             replies.len(),
             report.kills,
             report.kills_while_starting,
             t0.elapsed().as_secs_f64(),
         );
-        for m in twice.iter().chain(lost.iter()).take(10) {
-            println!("crash[mail sqlite]:   {} performed {} times: {}", m.id, times(&m.id), m.history.join("; "));
+        for story in &f.stories {
+            println!("crash[mail sqlite]:   {story}");
         }
         if !spool_empty {
-            println!("crash[mail sqlite]:   spool not worked off:\n{spool}");
+            println!("crash[mail sqlite]:   spool not worked off:\n{}", spool.listing);
         }
         for r in replies.iter().filter(|r| r.contains("Fault")).take(3) {
             let fault = r.lines().filter(|l| l.contains("Fault") || l.contains("error")).collect::<Vec<_>>().join(" ");
@@ -340,9 +324,9 @@ fn kill9_checker_signed_mail_is_performed_exactly_once() {
         }
         drop(report.nodes);
         assert!(report.kills >= MIN_KILLS, "only {} kills", report.kills);
-        assert!(!all.is_empty(), "no mail went through");
-        assert_eq!((twice.len(), lost.len(), unexpected.len()), (0, 0, 0), "performed twice, lost, unexpected ({log})");
-        assert_eq!(never_accepted, 0);
+        assert!(f.mails > 0, "no mail went through");
+        assert_eq!((f.twice, f.lost, f.unexpected), (0, 0, 0), "performed twice, lost, unexpected ({log})");
+        assert_eq!(f.never_accepted, 0);
         let _ = std::fs::remove_dir_all(dir);
     });
 }

@@ -1,29 +1,49 @@
 //! A PostgreSQL failover under load: `aqgate serve` on a Patroni cluster of two PostgreSQL 15
 //! nodes with synchronous replication, through HAProxy routing to the primary
-//! (`scripts/pg-cluster.sh`, `deploy/patroni/`). Four HTTP senders send numbered RAW messages
-//! with a trailing commit, each under an `Idempotency-Key` and sent again with the same key
-//! after any failure until it is answered; a local propagation job moves them to a second
-//! queue, and one receiver takes them from there (under keys too). Meanwhile the primary's
-//! postmaster is killed with SIGKILL five times, each time waiting for a new leader, and one
-//! planned switchover follows. After the load the second queue is drained: every
-//! acknowledged message must have been received exactly once, and nothing else.
+//! (`scripts/pg-cluster.sh`, `deploy/patroni/`). Three loads run at once:
+//!
+//! - four HTTP senders send numbered RAW messages with a trailing commit, each under an
+//!   `Idempotency-Key` and sent again with the same key after any failure until it is
+//!   answered; a local propagation job moves them to a second queue, and one receiver takes
+//!   them from there (under keys too);
+//! - two more senders, alike, feed the outbound Messaging Gateway job `TO_RABBIT`, which
+//!   moves their messages to a queue of the RabbitMQ on 127.0.0.1:5672 (at least once: a
+//!   message published again after a doubt carries `x-aqgate-redelivered`);
+//! - two mail submitters send S/MIME-signed mails to aqgate's SMTP listener, each mail's
+//!   IDAP request one numbered message with a commit; a mail is submitted until it is
+//!   answered 250, always the same bytes (`common::signed_mail`: the spool knows a copy by
+//!   its signed content's digest, not by its Message-ID, and answers it "already have this
+//!   request" without performing it again).
+//!
+//! Meanwhile the primary's postmaster is killed with SIGKILL five times, each time waiting
+//! for a new leader, and one planned switchover follows. After the load, mails still
+//! unanswered are submitted again until answered 250, the worker forwards every spooled
+//! mail, the jobs' sources empty, and everything is drained: every acknowledged HTTP
+//! message received exactly once and nothing else; every mail answered 250 performed exactly once (however
+//! often it was submitted) and none never answered 250; every message acknowledged to the
+//! gateway job's senders at RabbitMQ, never twice without the mark, and the job with
+//! nothing in doubt. Sessions time out after 10 s: a job's batch whose rollback failed in
+//! an outage holds its messages until its session times out (300 s by default).
 //!
 //! The figures (time from each kill to the new leader and to the first commit of a request
-//! sent after it, what `/readyz` answered during the outage) are printed: run with
-//! `--nocapture` to read them. The cluster takes fixed ports (23790, 23800, 25000,
-//! 25432-25433, 28008-28009).
+//! sent after it, what `/readyz` answered during the outage; the mails accepted, performed,
+//! twice, lost; the gateway's messages at the broker and their duplicates, marked or not)
+//! are printed: run with `--nocapture` to read them. The cluster takes fixed ports (23790,
+//! 23800, 25000, 25432-25433, 28008-28009).
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aqgate_core::error::code;
 use aqgate_proto::idap::{Limits, Response};
+use common::gateway::{copies_of, rabbit, rabbit_drain};
+use common::signed_mail::{self as mail, MailFigures};
 use common::{COMMIT, SCOTT, aqserv, demo_topology_with, hex, http_get, idap_request, raw_send, receive};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -34,6 +54,12 @@ const KILLS: usize = 5;
 const SENDERS: u64 = 4;
 const SOURCE: &str = "AQUSER.RAW_QUE";
 const INBOX: &str = "AQUSER.RAW_INBOX";
+/// Senders to the outbound gateway job's source (numbers from 10 000 000), and mail
+/// submitters (numbers from 20 000 000, performed into [`MAIL_QUEUE`]).
+const GATEWAY_SENDERS: u64 = 2;
+const OUT_QUEUE: &str = "AQUSER.RAW_OUT";
+const SUBMITTERS: u64 = 2;
+const MAIL_QUEUE: &str = "AQUSER.RAW_ARCHIVE";
 /// A sender that has not got its message acknowledged after this gives up (and the test fails).
 const GIVE_UP: Duration = Duration::from_secs(60);
 
@@ -181,6 +207,23 @@ struct Ledger {
 
 type Shared = Arc<Mutex<Ledger>>;
 
+/// The end of the load, and the outages so far (noted in the mails' histories).
+#[derive(Default)]
+struct Phase {
+    stop: AtomicBool,
+    outages: AtomicU64,
+}
+
+impl mail::Run for Phase {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn generation(&self) -> u64 {
+        self.outages.load(Ordering::SeqCst)
+    }
+}
+
 fn lock(l: &Shared) -> std::sync::MutexGuard<'_, Ledger> {
     l.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -243,16 +286,17 @@ fn numbers(r: &Response) -> Vec<u64> {
     }
 }
 
-/// Sender `s`: one message per request (number `s * 1_000_000 + n`, with a trailing commit),
-/// each under a new `Idempotency-Key` and sent again with that key after any failure,
-/// until answered status 0; until `stop`.
-async fn sender(c: Client, s: u64, ledger: Shared, stop: Arc<AtomicBool>) {
+/// Sender `s`: one message per request to `queue` (number `s * 1_000_000 + n`, with a
+/// trailing commit), each under a new `Idempotency-Key` and sent again with that key after
+/// any failure, until answered status 0; until the load stops.
+async fn sender(c: Client, s: u64, queue: &'static str, ledger: Shared, phase: Arc<Phase>) {
+    use mail::Run;
     let mut n = 0;
-    while !stop.load(Ordering::SeqCst) {
+    while !phase.stopped() {
         let number = s * 1_000_000 + n;
         n += 1;
         let payload = hex(usize::try_from(number).expect("small"));
-        let body = raw_send(SOURCE, &[("<correlation>failover</correlation>", &payload)], COMMIT);
+        let body = raw_send(queue, &[("<correlation>failover</correlation>", &payload)], COMMIT);
         let key = uuid::Uuid::new_v4().to_string();
         lock(&ledger).attempted.insert(number);
         let give_up = Instant::now() + GIVE_UP;
@@ -313,9 +357,10 @@ async fn drain(c: Client, ledger: Shared) {
     }
 }
 
-/// The receiver: takes from the inbox until `stop`.
-async fn receiver(c: Client, ledger: Shared, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
+/// The receiver: takes from the inbox until the load stops.
+async fn receiver(c: Client, ledger: Shared, phase: Arc<Phase>) {
+    use mail::Run;
+    while !phase.stopped() {
         receive_one(&c, 1, &ledger).await;
     }
 }
@@ -361,8 +406,8 @@ struct Outage {
 
 /// Kills the primary's postmaster `KILLS` times (each time once a synchronous standby
 /// runs, after a moment of load, then waiting for the new leader), then switches over once;
-/// then waits until the cluster is synchronous again.
-fn fail_over(cluster: &Cluster, gateway: u16) -> Vec<Outage> {
+/// then waits until the cluster is synchronous again. Each outage is counted in `phase`.
+fn fail_over(cluster: &Cluster, gateway: u16, phase: &Phase) -> Vec<Outage> {
     let mut outages = Vec::new();
     for k in 1..=KILLS {
         let (leader, _) = cluster.wait_synchronous(Duration::from_secs(60));
@@ -370,6 +415,7 @@ fn fail_over(cluster: &Cluster, gateway: u16) -> Vec<Outage> {
         let pid = cluster.postmaster(&leader);
         let ok = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("run kill").success();
         let at = Instant::now();
+        phase.outages.fetch_add(1, Ordering::SeqCst);
         assert!(ok, "kill -KILL {pid} ({leader}'s postmaster)");
         // A commit the standby acknowledged in the moments before the walsender noticed
         // its postmaster gone still succeeds: look once the outage has settled in.
@@ -386,6 +432,7 @@ fn fail_over(cluster: &Cluster, gateway: u16) -> Vec<Outage> {
     let (leader, standby) = cluster.wait_synchronous(Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(1500));
     let at = Instant::now();
+    phase.outages.fetch_add(1, Ordering::SeqCst);
     // patronictl exits 0 also when the switchover is refused: the new leader tells.
     let out = cluster.patronictl(&["switchover", "--leader", &leader, "--candidate", &standby, "--force"]);
     assert!(out.status.success(), "patronictl switchover: {}", String::from_utf8_lossy(&out.stderr));
@@ -418,6 +465,51 @@ fn longest_pause(commits: &[(Instant, Instant)], o: &Outage) -> Duration {
     answered.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
 
+// ---------------------------------------------------------------- the topology
+
+/// The demo topology with the local propagation job `relay` (SOURCE to INBOX), the queue
+/// OUT_QUEUE and the outbound gateway job `to_rabbit` from it to RabbitMQ queue `qout`
+/// (at least once: a copy published again after a doubt is marked x-aqgate-redelivered).
+fn topology(qout: &str) -> PathBuf {
+    demo_topology_with(
+        "failover",
+        &format!(
+            r#"
+[[propagations]]
+name = "relay"
+source = "{SOURCE}"
+destination = "{INBOX}"
+batch_size = 20
+retry_backoff_ms = 200
+
+[[queues]]
+name = "{OUT_QUEUE}"
+queue_table = "AQUSER.RAW_TAB"
+
+[[gateway.links]]
+name = "rabbit"
+kind = "rabbitmq"
+url = "amqp://127.0.0.1:5672/%2f"
+username = "guest"
+password_env = "AQGT_RABBIT_PASSWORD"
+
+[[gateway.foreign_queues]]
+name = "out"
+link = "rabbit"
+native_name = "{qout}"
+create = true
+
+[[gateway.jobs]]
+name = "to_rabbit"
+source = "{OUT_QUEUE}"
+destination = "out@rabbit"
+batch_size = 20
+retry_backoff_ms = 200
+"#
+        ),
+    )
+}
+
 // ---------------------------------------------------------------- the test
 
 #[test]
@@ -427,37 +519,75 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
             let t0 = Instant::now();
             let cluster = Arc::new(Cluster::start());
             let db = format!("postgres://postgres@127.0.0.1:{LB}/postgres");
-            let topology = demo_topology_with(
-                "failover",
-                &format!(
-                    "\n[[propagations]]\nname = \"relay\"\nsource = \"{SOURCE}\"\ndestination = \"{INBOX}\"\nbatch_size = 20\nretry_backoff_ms = 200\n"
-                ),
-            );
-            let port = common::free_port();
-            let gateway = common::gateway::serve("failover", &db, port, &topology);
-            let ledger: Shared = Arc::default();
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut senders = tokio::task::JoinSet::new();
+            let qout = format!("aqgt.{}.failover", common::gateway::tag());
+            let topology = topology(&qout);
+            let (port, smtp) = (common::free_port(), common::free_port());
+            let outbox = std::env::temp_dir().join(format!("{}.outbox", topology.display()));
+            // A job's batch whose rollback failed in an outage holds its messages until its
+            // session times out (the default 300 s): short here, as in the kill -9 checker.
+            let flags = [
+                "--session-timeout",
+                "10",
+                "--smtp-listen",
+                &format!("127.0.0.1:{smtp}"),
+                "--mail-outbox",
+                outbox.to_str().expect("utf-8 path"),
+            ];
+            let gateway = common::gateway::serve_with("failover", &db, port, &topology, &flags);
+            common::wait_port(smtp);
+            let broker = rabbit().await;
+            let (ledger, out): (Shared, Shared) = (Arc::default(), Arc::default());
+            let mails: mail::Mails = Arc::default();
+            let phase = Arc::new(Phase::default());
+            let mut clients = tokio::task::JoinSet::new();
             for s in 0..SENDERS {
-                senders.spawn(sender(Client::new(port), s, ledger.clone(), stop.clone()));
+                clients.spawn(sender(Client::new(port), s, SOURCE, ledger.clone(), phase.clone()));
             }
-            let receiving = tokio::spawn(receiver(Client::new(port), ledger.clone(), stop.clone()));
-
-            let c = cluster.clone();
-            let outages = tokio::task::spawn_blocking(move || fail_over(&c, port)).await.expect("the outages");
-            stop.store(true, Ordering::SeqCst);
-            while let Some(r) = senders.join_next().await {
-                r.expect("sender task");
+            for s in 10..10 + GATEWAY_SENDERS {
+                clients.spawn(sender(Client::new(port), s, OUT_QUEUE, out.clone(), phase.clone()));
             }
-            receiving.await.expect("receiver task");
+            for s in 0..SUBMITTERS {
+                let request = move |n: u64| {
+                    let id = hex(usize::try_from((20 + s) * 1_000_000 + n).expect("small"));
+                    (id.clone(), raw_send(MAIL_QUEUE, &[("<correlation>mail</correlation>", &id)], COMMIT))
+                };
+                clients.spawn(mail::submitter(smtp, s, request, mails.clone(), phase.clone()));
+            }
+            clients.spawn(receiver(Client::new(port), ledger.clone(), phase.clone()));
 
-            // The drain: once the job has moved everything, the inbox until it is empty.
+            let (c, p) = (cluster.clone(), phase.clone());
+            let outages = tokio::task::spawn_blocking(move || fail_over(&c, port, &p)).await.expect("the outages");
+            phase.stop.store(true, Ordering::SeqCst);
+            while let Some(r) = clients.join_next().await {
+                r.expect("client task");
+            }
+            let load_secs = t0.elapsed().as_secs_f64();
+
+            // Mails not answered 250 yet go again (the same bytes) until they are; then the
+            // worker forwards what the spool holds.
+            let after_load = Instant::now();
+            mail::resubmit_pending(smtp, &mails, outages.len() as u64, Duration::from_secs(30)).await;
+            let spool = mail::wait_spool(&db, Duration::from_secs(60), false).await;
+            assert_eq!(spool.unforwarded, 0, "mails not forwarded after the load:\n{}", spool.listing);
+            // The jobs move what is left in their sources.
             let deadline = Instant::now() + Duration::from_secs(30);
-            while common::depth(&db, SOURCE) > 0 {
-                assert!(Instant::now() < deadline, "the job did not move everything: {:?}", common::depths(&db));
+            loop {
+                let d = common::depths(&db);
+                if d.get(SOURCE) == Some(&0) && d.get(OUT_QUEUE) == Some(&0) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the jobs did not move everything: {d:?}\n{:#}",
+                    common::gateway::admin_json(&db, "jobs")
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            let (load_secs, drained_at) = (t0.elapsed().as_secs_f64(), Instant::now());
+            let settle_secs = after_load.elapsed().as_secs_f64();
+
+            // The drains: the inbox, the mails' queue, and RabbitMQ's queue.
+            let drained_at = Instant::now();
+            let mail_drain = tokio::spawn(common::drain_payloads(port, MAIL_QUEUE));
             let mut drainers = tokio::task::JoinSet::new();
             for _ in 0..4 {
                 drainers.spawn(drain(Client::new(port), ledger.clone()));
@@ -465,33 +595,112 @@ fn patroni_failover_loses_and_duplicates_no_acknowledged_message() {
             while let Some(r) = drainers.join_next().await {
                 r.expect("drain task");
             }
+            let mut performed = std::collections::HashMap::new();
+            for p in mail_drain.await.expect("the mails' drain") {
+                *performed.entry(p).or_insert(0u32) += 1;
+            }
             let inbox_left = common::depth(&db, INBOX);
-            let phases = format!("start and load {load_secs:.1}s, drain {:.1}s", drained_at.elapsed().as_secs_f64());
-            report(&ledger, &outages, &phases);
+            let in_doubt =
+                common::gateway::job(&common::gateway::admin_json(&db, "jobs"), "TO_RABBIT")["in_doubt"].clone();
+            let at_broker = copies_of(rabbit_drain(&broker, &qout).await);
+            let figures = Figures {
+                mail: MailFigures::of(&mails, &performed),
+                replies_owed: spool.replies_owed,
+                out: OutFigures::of(&out, &at_broker),
+                phases: format!(
+                    "start and load {load_secs:.1}s, mails and jobs settled {settle_secs:.1}s, drain {:.1}s",
+                    drained_at.elapsed().as_secs_f64()
+                ),
+            };
+            report(&ledger, &outages, &figures);
 
-            let l = lock(&ledger);
-            let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
-            let lost = l.acked.difference(&distinct).count();
-            let duplicated = l.received.len() - distinct.len();
-            let unexpected = distinct.difference(&l.attempted).count();
-            assert!(l.acked.len() > 100, "too little load went through: {}", l.acked.len());
-            assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
-            assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
-            assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
-            drop(l);
+            {
+                let l = lock(&ledger);
+                let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
+                let lost = l.acked.difference(&distinct).count();
+                let duplicated = l.received.len() - distinct.len();
+                let unexpected = distinct.difference(&l.attempted).count();
+                assert!(l.acked.len() > 100, "too little load went through: {}", l.acked.len());
+                assert_eq!((lost, duplicated, unexpected), (0, 0, 0), "lost, duplicated, unexpected");
+                assert!(l.given_up.is_empty(), "sends never acknowledged: {:?}", l.given_up);
+                assert_eq!(inbox_left, 0, "the inbox is empty after the drain");
+            }
+
+            let m = &figures.mail;
+            assert!(m.mails > 10, "too few mails went through: {}", m.mails);
+            assert_eq!((m.twice, m.lost, m.unexpected), (0, 0, 0), "mails performed twice, lost, unexpected");
+            assert_eq!(m.never_accepted, 0, "mails never answered 250");
+
+            let o = &figures.out;
+            assert!(o.acked > 100, "too little went through the gateway job: {}", o.acked);
+            assert_eq!((o.lost, o.unmarked, o.unexpected), (0, 0, 0), "gateway: lost, unmarked duplicates, unexpected");
+            let given_up = lock(&out).given_up.clone();
+            assert!(given_up.is_empty(), "gateway sends never acknowledged: {given_up:?}");
+            assert_eq!(in_doubt, 0, "TO_RABBIT has nothing in doubt once its source is empty");
+
             drop(gateway);
+            let _ = broker.queue_delete(qout.as_str().into(), Default::default()).await;
             let _ = std::fs::remove_file(topology);
+            let _ = std::fs::remove_dir_all(outbox);
         },
     );
 }
 
+/// What the outbound gateway job's messages became at RabbitMQ.
+struct OutFigures {
+    attempted: usize,
+    acked: usize,
+    /// Messages at the broker (distinct), and copies beyond the first.
+    at_broker: usize,
+    duplicates: usize,
+    /// Acknowledged to their sender and not at the broker.
+    lost: usize,
+    /// Copies beyond the first that do not carry x-aqgate-redelivered (a message may arrive
+    /// once unmarked, then again marked after a doubt; never twice unmarked).
+    unmarked: usize,
+    /// At the broker, never sent.
+    unexpected: usize,
+    /// The senders' failed attempts, by what went wrong.
+    failures: BTreeMap<String, u64>,
+}
+
+impl OutFigures {
+    fn of(ledger: &Shared, copies: &common::gateway::Copies) -> Self {
+        let l = lock(ledger);
+        let sent = |set: &BTreeSet<u64>| -> BTreeSet<String> {
+            set.iter().map(|n| hex(usize::try_from(*n).expect("small"))).collect()
+        };
+        let (attempted, acked) = (sent(&l.attempted), sent(&l.acked));
+        Self {
+            attempted: attempted.len(),
+            acked: acked.len(),
+            at_broker: copies.len(),
+            duplicates: common::gateway::duplicates(copies),
+            lost: acked.iter().filter(|p| !copies.contains_key(*p)).count(),
+            unmarked: copies.values().map(|(n, marked)| (n - marked).saturating_sub(1)).sum(),
+            unexpected: copies.keys().filter(|p| !attempted.contains(*p)).count(),
+            failures: l.failures.clone(),
+        }
+    }
+}
+
+/// The figures of the mails and of the gateway job, and how long each phase took.
+struct Figures {
+    mail: MailFigures,
+    /// Mails forwarded whose reply was still owed after the load (it goes out when the
+    /// mail's claim ends: the reply is at least once, recorded after it went).
+    replies_owed: usize,
+    out: OutFigures,
+    phases: String,
+}
+
 /// Prints the run's figures.
-fn report(ledger: &Shared, outages: &[Outage], phases: &str) {
+fn report(ledger: &Shared, outages: &[Outage], f: &Figures) {
     let l = lock(ledger);
     let distinct: BTreeSet<u64> = l.received.iter().copied().collect();
     println!(
         "failover: attempted={} acknowledged={} received={} distinct={} lost={} duplicated={} unexpected={} given_up={} \
-         ({phases})",
+         ({})",
         l.attempted.len(),
         l.acked.len(),
         l.received.len(),
@@ -500,6 +709,41 @@ fn report(ledger: &Shared, outages: &[Outage], phases: &str) {
         l.received.len() - distinct.len(),
         distinct.difference(&l.attempted).count(),
         l.given_up.len(),
+        f.phases,
+    );
+    let m = &f.mail;
+    println!(
+        "failover: mails={} accepted={} (after the load {}) performed={} twice={} lost={} unexpected={} \
+         never_accepted={} | submissions={} retried after a 4xx or no reply={} answered \"already have\"={} \
+         replies still owed={}",
+        m.mails,
+        m.accepted_during_load + m.accepted_after_load,
+        m.accepted_after_load,
+        m.performed,
+        m.twice,
+        m.lost,
+        m.unexpected,
+        m.never_accepted,
+        m.submissions,
+        m.retried,
+        m.dedupe_hits,
+        f.replies_owed,
+    );
+    for story in &m.stories {
+        println!("failover:   mail {story}");
+    }
+    let o = &f.out;
+    println!(
+        "failover: gateway TO_RABBIT attempted={} acknowledged={} at the broker={} lost={} duplicates={} \
+         (marked x-aqgate-redelivered: {}, unmarked: {}) unexpected={}",
+        o.attempted,
+        o.acked,
+        o.at_broker,
+        o.lost,
+        o.duplicates,
+        o.duplicates - o.unmarked,
+        o.unmarked,
+        o.unexpected,
     );
     for o in outages {
         let first =
@@ -516,4 +760,5 @@ fn report(ledger: &Shared, outages: &[Outage], phases: &str) {
         );
     }
     println!("failover:   failed attempts (retried with the same key): {:?}", l.failures);
+    println!("failover:   failed attempts to the gateway job's source: {:?}", f.out.failures);
 }

@@ -22,10 +22,16 @@ pub fn tag() -> String {
 /// `aqgate serve` on 127.0.0.1:`port` with database `db` and topology file `topology`
 /// (`AQGT_RABBIT_PASSWORD` set for a RabbitMQ link), ready; `what` names it in its log.
 pub fn serve(what: &str, db: &str, port: u16, topology: &Path) -> Proc {
+    serve_with(what, db, port, topology, &["--no-smtp"])
+}
+
+/// [`serve`] with `extra` flags instead of `--no-smtp`.
+pub fn serve_with(what: &str, db: &str, port: u16, topology: &Path, extra: &[&str]) -> Proc {
     let listen = format!("127.0.0.1:{port}");
     let mut p = Proc::spawn(
         &format!("aqgate serve ({what})"),
-        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", db])
+        aqgate(&["serve", "--no-notify", "--listen", &listen, "--database", db])
+            .args(extra)
             .args(["--topology", topology.to_str().expect("utf-8")])
             .env("AQGT_RABBIT_PASSWORD", "guest"),
     );

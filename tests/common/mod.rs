@@ -2,9 +2,10 @@
 //! database on the server named by AQGATE_TEST_PG_URL), the demo topology applied, and
 //! an engine with a manual clock; child processes ([`procs`]), a real slapd ([`slapd`]), a
 //! real SAML IdP ([`simplesamlphp`]), private brokers to kill ([`brokers`]), a TCP proxy
-//! that cuts connections ([`cutproxy`]), what the Messaging Gateway's tests share ([`gateway`]),
-//! IDAP over HTTP ([`idap_http`]), the web console's requests ([`console`]) and a real
-//! headless Chromium ([`browser`]).
+//! that cuts connections ([`cutproxy`]), signed mail over SMTP under faults
+//! ([`signed_mail`]), what the Messaging Gateway's tests share ([`gateway`]), IDAP over
+//! HTTP ([`idap_http`]), the web console's requests ([`console`]) and a real headless
+//! Chromium ([`browser`]).
 #![allow(dead_code, unused_imports)]
 
 // `idap` is the protocol crate's module here.
@@ -17,6 +18,7 @@ pub mod gateway;
 mod idap_http;
 mod numbered;
 mod procs;
+pub mod signed_mail;
 mod simplesamlphp;
 mod slapd;
 pub mod tmpfs;

@@ -123,6 +123,16 @@ impl Clock {
     }
 }
 
+impl super::common::signed_mail::Run for Clock {
+    fn stopped(&self) -> bool {
+        Clock::stopped(self)
+    }
+
+    fn generation(&self) -> u64 {
+        Clock::generation(self)
+    }
+}
+
 /// The killer's thread. Dropped without [`Killer::finish`] (a test failing), it stops the
 /// thread and waits for it, so no node outlives the test.
 pub struct Killer {

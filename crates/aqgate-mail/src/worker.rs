@@ -106,10 +106,12 @@ impl Worker {
                         _ = self.store.until_available(OUTAGE_PAUSE) => {}
                         _ = shutdown.changed() => return,
                     }
+                    self.take_back_claims().await;
                     continue;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "mail worker");
+                    self.take_back_claims().await;
                     0
                 }
             };
@@ -122,6 +124,22 @@ impl Worker {
                 // Retries come due without a wake-up.
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Ends this process's claims on spooled mail after a round that failed. Between two
+    /// rounds none of its mails is in flight, so a claim still held is one whose outcome
+    /// could not be recorded (the database went away between the claim and the record, as
+    /// in a failover): the mail is due again at once instead of after the claim's lease.
+    /// Forwarding it again is safe (the idempotency key); a failure here only means waiting
+    /// for the lease.
+    async fn take_back_claims(&self) {
+        match self.store.spool_unclaim(&self.cfg.claim_owner, self.clock.now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(mails = n, "mail worker: took back its claims after a failed round"),
+            Err(e) => {
+                tracing::debug!(error = %e, "mail worker: taking back its claims failed; they end with their lease")
             }
         }
     }
