@@ -233,6 +233,13 @@ pub(crate) async fn job_action(
     match done {
         Ok(true) => {
             tracing::info!(agent = %who.agent.name, job = %name, action = %action, "console: job action");
+            if enable.is_some() {
+                // This process's pages read its running topology: reloaded now, so that the
+                // page it is sent back to shows the change (the others follow the control plane).
+                if let Err(e) = c.http.engine.reload().await {
+                    tracing::warn!(error = %e, "console: the topology was not reloaded after a job action");
+                }
+            }
             see_other("/console/")
         }
         Ok(false) if enable.is_none() => bad_request("The job has not run yet: there is nothing to reset."),
