@@ -4,6 +4,8 @@
 # Usage: scripts/bench-ab.sh "send batch receive" ROUNDS SECONDS BIN_A BIN_B [BIN ...]
 #   e.g. cp target/release/aqgate /tmp/aqgate-old; (change, build); \
 #        scripts/bench-ab.sh "send batch receive" 3 8 /tmp/aqgate-old target/release/aqgate
+# The Messaging Gateway's jobs need brokers and a topology of their own: compare builds with
+# `AQGATE_BIN=BIN scripts/bench-gateway.sh 1 2000`, one build a run, in the order B A A B.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scenarios=$1; rounds=$2; secs=$3; shift 3

@@ -2,9 +2,15 @@
 # The Messaging Gateway's jobs against bare clients of the same crates doing the same
 # confirmed work, in the same run, on PostgreSQL and the machine's brokers (see
 # BENCHMARKS.md). Per broker and round, on a fresh database:
-# - outbound: COUNT messages enqueued to AQUSER.RAW_QUE (100 per request) while the job
-#   publishes them; its rate is COUNT / (first enqueue → last message at a bare consumer).
-#   Peer: `aqgate-bench --scenario broker-publish` (batches of 30, confirmations awaited).
+# - outbound: a bare consumer waits first (declaring the stream or queue), then aqgate
+#   starts, and COUNT messages are enqueued to AQUSER.RAW_QUE (100 per request) as soon as
+#   it is ready, while the job publishes them. Its rates: COUNT / (first enqueue → last
+#   message at the consumer), and the steady one, first → last message at the consumer;
+#   `outbound_start_ms`: the process started → the first message at the consumer;
+#   `outbound_first_ms`: the first enqueue → the first message at the consumer.
+#   Peers: `aqgate-bench --scenario broker-publish` in batches of 30, confirmations awaited
+#   per batch (`peer_publish`), and pipelined, every confirmation awaited at the end
+#   (`peer_pipelined`).
 # - inbound: COUNT messages published by a bare publisher while the job enqueues them to
 #   AQUSER.RAW_ARCHIVE; its rate is COUNT / (first publish → the last enqueued). Peer:
 #   `aqgate-bench --scenario broker-consume` (each message acked) on COUNT prefilled ones.
@@ -89,14 +95,14 @@ batch_size = ${JOB_BATCH:-30}
 TOML
     } > "$topo"
     PGOPTIONS='-c client_min_messages=warning' psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_gw' -c 'CREATE DATABASE aqgate_bench_gw' >/dev/null
-    GWB_PASSWORD=guest "$bin" serve --no-smtp --no-notify --listen "127.0.0.1:$port" --database "$db" --topology "$topo" >/tmp/aqgate-bench-gw.log 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
-    sleep 2 # the jobs connect (and create the streams and queues they are asked to)
     # Outbound: a bare consumer counts what the job publishes.
     bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tout" --stream="$sout" --count "$count" > /tmp/gwb-consume.txt &
     cpid=$!
     sleep 1
+    started=$(date +%s.%N)
+    GWB_PASSWORD=guest "$bin" serve --no-smtp --no-notify --listen "127.0.0.1:$port" --database "$db" --topology "$topo" >/tmp/aqgate-bench-gw.log 2>&1 &
+    pid=$!
+    for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.02; done
     t0=$(date +%s.%N)
     for _ in $(seq 1 $((count / 100))); do
       if curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" | grep -q Fault; then
@@ -106,6 +112,12 @@ TOML
     wait "$cpid"
     last=$(field last_at < /tmp/gwb-consume.txt)
     job_out=$(echo "$count / ($last - $t0)" | bc)
+    steady_out=$(field 'msgs/s' < /tmp/gwb-consume.txt)
+    first=$(field first_at < /tmp/gwb-consume.txt)
+    start_ms=$(echo "($first - $started) * 1000 / 1" | bc)
+    first_ms=$(echo "($first - $t0) * 1000 / 1" | bc)
+    # The inbound job's subscription (MQTT: its session) is made by now.
+    while [ "$(echo "$(date +%s.%N) - $started < 3" | bc)" = 1 ]; do sleep 0.1; done
     # Inbound: the job enqueues what a bare publisher sends.
     t0=$(date +%s.%N)
     bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin" --stream="$sin" --count "$count" --batch 30 >/dev/null
@@ -114,6 +126,7 @@ TOML
     kill "$pid"; wait "$pid" 2>/dev/null || true
     # The peers: a bare publisher, then a bare consumer of what another bare publisher sent.
     peer_out=$(bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tout.peer" --stream="${sout}_P" --count "$count" --batch 30 | field 'msgs/s')
+    peer_pipe=$(bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tout.pipe" --stream="${sout}_Q" --count "$count" --batch "$count" | field 'msgs/s')
     if [ "$b" = mqtt ]; then
       bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --count "$count" > /tmp/gwb-peer.txt &
       cpid=$!; sleep 1
@@ -123,6 +136,6 @@ TOML
       bench --scenario broker-publish --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream="${sin}_P" --count "$count" --batch 30 >/dev/null
       peer_in=$(bench --scenario broker-consume --broker "$b" --broker-url "$burl" --target "$tin.peer" --stream="${sin}_P" --count "$count" | field 'msgs/s')
     fi
-    echo "round=$r broker=$b outbound_job=$job_out peer_publish=$peer_out inbound_job=$job_in peer_consume=$peer_in"
+    echo "round=$r broker=$b outbound_job=$job_out outbound_steady=$steady_out outbound_start_ms=$start_ms outbound_first_ms=$first_ms peer_publish=$peer_out peer_pipelined=$peer_pipe inbound_job=$job_in peer_consume=$peer_in"
   done
 done

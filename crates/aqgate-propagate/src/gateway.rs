@@ -3,13 +3,19 @@
 //! propagation job: it runs under the job's lease, reports through its heartbeat, and shows
 //! in `admin jobs` and `/metrics`; this module is its worker.
 //!
-//! **Outbound** (AQ → broker), one batch at a time:
+//! **Outbound** (AQ → broker), batch by batch:
 //! 1. receive up to `batch_size` messages (REMOVE, in one engine session of the job's agent,
 //!    uncommitted; messages still in their delay wait here, as a broker has no delay);
 //! 2. convert each (`convert`); one that does not convert goes to the exception queue;
 //! 3. record the batch's ids as *in doubt* (`gateway_doubt`, committed on its own);
 //! 4. publish and wait for the broker's confirmation of every message;
 //! 5. commit the dequeue, then forget the doubt.
+//!
+//! Two batches overlap (`step`): while one waits for its confirmations and commits (4–5),
+//! the next is received, recorded in doubt and published (1–4), each in its own session;
+//! the commits keep the batches' order. Where the store cannot hold two transactions
+//! (SQLite), with a schedule's latency, and one by one after a refused batch, a batch lands
+//! before the next is received. A batch that fails takes the one behind it back too.
 //!
 //! A crash anywhere before 5 leaves the messages in the source (the batch's transaction
 //! rolls back), so nothing is lost; what a crash between 4 and 5 can leave is a message the
@@ -34,18 +40,17 @@
     allow(dead_code, unused_imports, unused_variables)
 )]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aqgate_core::clock::Micros;
-use aqgate_core::engine::{Engine, JobTally, Session};
+use aqgate_core::engine::Engine;
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
-use aqgate_core::store::{Expiry, LinkStatus};
+use aqgate_core::store::LinkStatus;
 use aqgate_core::topology::Catalog;
 use aqgate_core::topology::gateway::{Direction, ForeignQueueDef, GatewayRoute, LinkDef, LinkKind};
-use aqgate_proto::idap::{Message, Request, Response};
 
 mod convert;
 mod inbound;
@@ -53,6 +58,7 @@ mod inbound;
 pub(crate) mod mqtt;
 #[cfg(feature = "nats")]
 pub(crate) mod nats;
+mod outbound;
 mod pool;
 #[cfg(feature = "rabbitmq")]
 pub(crate) mod rabbitmq;
@@ -63,8 +69,8 @@ use removal::purge_doubts;
 
 use convert::{Incoming, Outgoing};
 
+use super::Stats;
 use super::job::Doing;
-use super::{Moved, Stats, carried_send, excepted, rolled_back, waiting_receive};
 
 /// How one message fared at the broker.
 pub(crate) enum Published {
@@ -73,12 +79,18 @@ pub(crate) enum Published {
     Refused(String),
 }
 
+/// The broker's word on each message of a batch published, in the batch's order, once it
+/// has come; `Err`: the link failed, and any of them may or may not be there.
+pub(crate) type Confirming =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Published>, String>> + Send>>;
+
 /// A link's outbound side, for one job.
 #[async_trait::async_trait]
 pub(crate) trait Sink: Send {
-    /// Publishes `batch` and waits for the broker's word on each; `Err`: the link failed,
-    /// and any of them may or may not be there.
-    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String>;
+    /// Publishes `batch`, handing back the wait for the broker's word on each, which does
+    /// not hold the sink: the next batch may be published meanwhile. `Err`: the link
+    /// failed, and any of them may or may not be there.
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Confirming, String>;
 
     /// Whether the message with AQ id `id`, in doubt since `since`, is at the broker:
     /// `None` when publishing it again is safe or it cannot be told.
@@ -373,7 +385,7 @@ pub(crate) async fn work(
     board: Arc<Board>,
 ) {
     match route.direction {
-        Direction::Outbound => outbound(&engine, &job, &route, &stats, &board).await,
+        Direction::Outbound => outbound::outbound(&engine, &job, &route, &stats, &board).await,
         Direction::Inbound => inbound::inbound(&engine, &job, &route, &stats, &board).await,
     }
 }
@@ -506,240 +518,6 @@ async fn connected<T>(
             pacing.failed(engine, job, (&route.link, board), stats, &Fail::Link(e)).await;
             None
         }
-    }
-}
-
-async fn outbound(engine: &Engine, job: &PropagationInfo, route: &GatewayRoute, stats: &Stats, board: &Board) {
-    let mut pacing = Pacing::new(job);
-    let mut conn: Option<Box<dyn Sink>> = None;
-    let mut purged: Option<std::time::Instant> = None;
-    while !*stats.stop.borrow() {
-        if purged.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
-            purge_doubts(engine, job).await;
-            purged = Some(std::time::Instant::now());
-        }
-        if conn.as_ref().is_some_and(|c| c.stale()) {
-            // Another job found the shared connection down: connect again with them.
-            conn = None;
-            board.report(engine, &route.link.name, &job.name, Err("the shared connection went")).await;
-        }
-        if conn.is_none() {
-            conn = connected(
-                engine,
-                job,
-                route,
-                stats,
-                board,
-                &mut pacing,
-                sink(board, &route.link, &route.foreign, &job.name).await,
-            )
-            .await;
-        }
-        let Some(s) = conn.as_mut() else { continue };
-        board.alive(engine, &route.link.name).await;
-        match out_batch(engine, job, route, s.as_mut(), pacing.alone(), stats).await {
-            Ok(Moved::Done(n)) => {
-                pacing.done(job, stats);
-                pacing.latency(job, n, &stats.stop).await;
-            }
-            Ok(Moved::Refused) => pacing.refused(job),
-            Err(e) => {
-                if let Fail::Link(why) = &e {
-                    if let Some(c) = conn.take() {
-                        c.failed();
-                    }
-                    board.report(engine, &route.link.name, &job.name, Err(why)).await;
-                }
-                pacing.failed(engine, job, (&route.link, board), stats, &e).await;
-            }
-        }
-    }
-    // Let go of the connection first: the link's row counts what stays open.
-    if conn.take().is_some() {
-        board.closed(engine, &route.link.name, &job.name).await;
-    }
-    pacing.end(stats);
-}
-
-/// How often an outbound job forgets its stale doubts (besides when it starts).
-const PURGE_EVERY: Duration = Duration::from_secs(600);
-
-/// One outbound batch (one message with `alone`).
-async fn out_batch(
-    engine: &Engine,
-    job: &PropagationInfo,
-    route: &GatewayRoute,
-    sink: &mut dyn Sink,
-    alone: bool,
-    stats: &Stats,
-) -> Result<Moved, Fail> {
-    let mut session = Session::new(&job.agent, engine.now());
-    session.propagates = true;
-    session.ready_only = true;
-    session.max_messages = if alone { 1 } else { job.batch_size };
-    let messages = match waiting_receive(engine, &mut session, job, stats).await {
-        Ok(Response::Receive(_, Some(r))) => r.messages,
-        Ok(_) => Vec::new(),
-        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
-        Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e).await)),
-    };
-    if messages.is_empty() {
-        return Ok(Moved::Done(0));
-    }
-    // The job's messages in doubt, read for each batch: a holder that lost its lease may
-    // have recorded some while this one took over.
-    let doubts: HashMap<String, Micros> = match engine.store().gateway_doubts(&job.agent).await {
-        Ok(rows) => rows.into_iter().collect(),
-        Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e.into()).await)),
-    };
-    let now = engine.now();
-    let times = std::mem::take(&mut session.received);
-    let transformation = match &job.transformation {
-        Some(name) => engine.resolved().catalog.transformation(name).cloned(),
-        None => None,
-    };
-    let mut out = Vec::with_capacity(messages.len());
-    let mode = convert::Mode::of(&route.options, &route.link.name);
-    let mut refused: Vec<(usize, String)> = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        let id = m.header.message_id.clone().unwrap_or_default();
-        // The job's transformation, applied here (a failure sends the original to the
-        // exception queue, as any message that cannot go).
-        let body = match &transformation {
-            Some(t) => transform(engine, t, m)
-                .and_then(|payload| convert::body_of(&route.payload, &Message { payload, ..m.clone() })),
-            None => convert::body_of(&route.payload, m),
-        };
-        match body {
-            Ok((body, content_type, props)) => out.push(Outgoing {
-                redelivered: doubts.contains_key(&id),
-                id,
-                body,
-                content_type,
-                correlation: m.header.correlation.clone(),
-                priority: m.header.priority.unwrap_or(1),
-                expiration_ms: times
-                    .get(i)
-                    .and_then(|t| t.expire_at)
-                    .map(|t| u64::try_from((t - now).max(1) / 1000).unwrap_or(1).max(1)),
-                queue: job.source.clone(),
-                props,
-                mode: mode.clone(),
-            }),
-            Err(why) => refused.push((i, format!("message {id} does not convert: {why}"))),
-        }
-    }
-    if !refused.is_empty() {
-        return refuse(engine, job, &mut session, &messages, times, alone, refused, stats).await;
-    }
-    // In doubt since an earlier attempt: past NATS's duplicate window, ask the stream.
-    let mut publish = Vec::with_capacity(out.len());
-    let mut there = 0;
-    for o in out {
-        if let Some(&since) = doubts.get(&o.id) {
-            match sink.at_broker(&o.id, since, engine.now()).await {
-                Ok(Some(true)) => {
-                    tracing::info!(job = %job.name, message = %o.id, "in doubt, found at the broker: not published again");
-                    there += 1;
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => return Err(Fail::Link(rolled_back_text(engine, &mut session, e).await)),
-            }
-        }
-        publish.push(o);
-    }
-    let fresh: Vec<String> = publish.iter().filter(|o| !o.redelivered).map(|o| o.id.clone()).collect();
-    if let Err(e) = engine.store().gateway_doubt_put(&job.agent, &fresh, now).await {
-        return Err(Fail::Aq(rolled_back(engine, &mut session, e.into()).await));
-    }
-    let results = match sink.publish(&publish).await {
-        Ok(r) => r,
-        Err(e) => return Err(Fail::Link(rolled_back_text(engine, &mut session, e).await)),
-    };
-    let mut bad = Vec::new();
-    for (o, r) in publish.iter().zip(&results) {
-        if let Published::Refused(why) = r {
-            let i = messages.iter().position(|m| m.header.message_id.as_deref() == Some(&o.id)).unwrap_or(0);
-            bad.push((i, format!("message {}: {why}", o.id)));
-        }
-    }
-    let redelivered = publish.iter().filter(|o| o.redelivered).count();
-    if !bad.is_empty() {
-        return refuse(engine, job, &mut session, &messages, times, alone, bad, stats).await;
-    }
-    // The doubt goes with the dequeue, in its transaction.
-    let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-    session.settled = ids.clone();
-    session.tally = Some(JobTally::moved(&job.name, messages.len()));
-    let committed = engine.execute(&mut session, Request::Commit).await;
-    session.settled.clear();
-    if let Err(e) = committed {
-        return Err(Fail::Aq(rolled_back(engine, &mut session, e).await));
-    }
-    let n = messages.len();
-    stats.moved(n, engine.now());
-    if redelivered > 0 {
-        stats.counters.in_doubt.add(redelivered as u64);
-        tracing::warn!(job = %job.name, messages = redelivered, "published again after a doubt (marked x-aqgate-redelivered)");
-    }
-    if there > 0 {
-        tracing::debug!(job = %job.name, messages = there, "in doubt and found at the broker");
-    }
-    Ok(Moved::Done(n))
-}
-
-/// Message `m` (as a client receives it) through transformation `t`.
-fn transform(
-    engine: &Engine,
-    t: &aqgate_core::payload::Transformation,
-    m: &Message,
-) -> Result<aqgate_proto::idap::XmlNode, String> {
-    let resolved = engine.resolved();
-    let types = &resolved.catalog.types;
-    let stored = aqgate_core::payload::encode(&t.from, types, &m.payload).map_err(|e| e.to_string())?;
-    t.apply(types, &stored).map_err(|e| e.to_string())
-}
-
-async fn rolled_back_text(engine: &Engine, session: &mut Session, why: String) -> String {
-    let e = rolled_back(engine, session, AqError::server(code::INTERNAL, why)).await;
-    e.message
-}
-
-/// Messages of the batch that cannot go (`bad`: index and reason): in a batch, roll back and
-/// go one by one; alone, to the exception queue, or FAILED naming the message.
-#[allow(clippy::too_many_arguments)]
-async fn refuse(
-    engine: &Engine,
-    job: &PropagationInfo,
-    session: &mut Session,
-    messages: &[Message],
-    times: Vec<aqgate_core::engine::Carried>,
-    alone: bool,
-    bad: Vec<(usize, String)>,
-    stats: &Stats,
-) -> Result<Moved, Fail> {
-    let why = bad.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
-    if !alone {
-        let _ = rolled_back(engine, session, AqError::server(code::INTERNAL, why)).await;
-        return Ok(Moved::Refused);
-    }
-    let Some(eq) = job.exception_queue.clone() else {
-        let e = AqError::client(code::NOT_PERMITTED, format!("{why} (the job has no exception queue)"));
-        return Err(Fail::Aq(rolled_back(engine, session, e).await));
-    };
-    let copies: Vec<Message> = messages.iter().map(|m| super::forward(job, m, 0)).collect();
-    session.settled = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-    session.tally = Some(JobTally::excepted(&job.name, messages.len()));
-    let sent = carried_send(engine, session, &eq, None, copies, excepted(times, Expiry::Propagation)).await;
-    session.settled.clear();
-    match sent {
-        Ok(_) => {
-            stats.excepted(messages.len(), engine.now());
-            tracing::warn!(job = %job.name, exception_queue = %eq, reason = %why, "moved to the exception queue");
-            Ok(Moved::Done(messages.len()))
-        }
-        Err(e) => Err(Fail::Aq(rolled_back(engine, session, e).await)),
     }
 }
 

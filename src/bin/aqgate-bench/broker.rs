@@ -2,8 +2,8 @@
 //! `scripts/bench-gateway.sh`): the same crate the gateway uses for each broker, doing the
 //! same confirmed work — publishing `--count` messages in batches of `--batch`, each batch's
 //! confirmations awaited before the next (`broker-publish`), or consuming `--count` messages
-//! and acking each (`broker-consume`). Each prints its rate, and the time (Unix seconds) its
-//! last message was published or consumed, which the script uses to time a job.
+//! and acking each (`broker-consume`). Each prints its rate, and the times (Unix seconds) its
+//! first and last messages were published or consumed, which the script uses to time a job.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,7 +30,12 @@ fn now_secs() -> f64 {
 
 fn report(what: &str, n: usize, start: Instant) {
     let secs = start.elapsed().as_secs_f64();
-    println!("scenario={what} messages={n} seconds={secs:.3} msgs/s={:.0} last_at={:.3}", n as f64 / secs, now_secs());
+    let last = now_secs();
+    println!(
+        "scenario={what} messages={n} seconds={secs:.3} msgs/s={:.0} first_at={:.3} last_at={last:.3}",
+        n as f64 / secs,
+        last - secs
+    );
 }
 
 pub async fn publish(t: &Target<'_>, count: usize, batch: usize, payload: usize) -> anyhow::Result<()> {
@@ -129,7 +134,15 @@ pub async fn consume(t: &Target<'_>, count: usize, window: usize) -> anyhow::Res
     match t.broker {
         Broker::Nats => {
             let js = async_nats::jetstream::new(async_nats::connect(t.url).await?);
-            let stream = js.get_stream(t.stream).await?;
+            // Created here if the job has not yet (the same configuration as the job's).
+            let stream = js
+                .get_or_create_stream(async_nats::jetstream::stream::Config {
+                    name: t.stream.to_string(),
+                    subjects: vec![t.name.to_string()],
+                    storage: async_nats::jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await?;
             let c: async_nats::jetstream::consumer::PullConsumer = stream
                 .create_consumer(async_nats::jetstream::consumer::pull::Config {
                     ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
@@ -151,6 +164,7 @@ pub async fn consume(t: &Target<'_>, count: usize, window: usize) -> anyhow::Res
             let conn = lapin::Connection::connect(t.url, lapin::ConnectionProperties::default()).await?;
             let ch = conn.create_channel().await?;
             ch.basic_qos(u16::try_from(window).unwrap_or(u16::MAX), Default::default()).await?;
+            ch.queue_declare(t.name.into(), lapin::options::QueueDeclareOptions::durable(), Default::default()).await?;
             let mut c = ch.basic_consume(t.name.into(), "bench".into(), Default::default(), Default::default()).await?;
             while n < count {
                 let Some(d) = c.next().await else { break };

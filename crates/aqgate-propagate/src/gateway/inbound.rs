@@ -257,7 +257,7 @@ async fn in_exceptions(
                 mode: convert::Mode { persistent: true, aq_properties: true, link: None },
             })
             .collect();
-        for r in s.publish(&out).await.map_err(Fail::Link)? {
+        for r in s.publish(&out).await.map_err(Fail::Link)?.await.map_err(Fail::Link)? {
             if let Published::Refused(w) = r {
                 return Err(Fail::Aq(AqError::client(
                     code::NOT_PERMITTED,

@@ -6,7 +6,11 @@
 //!   expiration as the message expiry interval); the batch's PUBACKs (PUBCOMPs at QoS 2)
 //!   are awaited before the job commits its dequeue. rumqttc does not return the packet id
 //!   a publish gets: the event loop reports each outgoing PUBLISH with its id in the order
-//!   the publishes were made, so the job matches them by that order. The packet state is
+//!   the publishes were made, so the task polling it matches them by that order (`Book`),
+//!   for every batch in flight on the connection (the job publishes the next batch while
+//!   the broker acknowledges the last: a broker that delays small writes, as Mosquitto
+//!   does by default, sends its remaining PUBACKs once the client's next packet acks what
+//!   it has, instead of at the client's delayed ACK 40 ms on). The packet state is
 //!   not kept in the store, so QoS 2 here is at least once too: a message in doubt after a
 //!   crash is published again, marked `x-aqgate-redelivered`.
 //! - **Non-persistent.** A job whose `delivery_mode` is `non_persistent` publishes at QoS 0:
@@ -34,7 +38,7 @@
 //!   the reason (`Source::unreadable`) and reconnects with the link's backoff.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aqgate_core::topology::gateway::{ForeignQueueDef, LinkDef, packet_limit};
@@ -44,11 +48,11 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason, PubRecReason, Publish, PublishProperties};
 use rumqttc::v5::{AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, StateError};
 use rustls_pki_types::pem::PemObject;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::convert::props;
 use super::convert::{Incoming, Outgoing};
-use super::{Published, Sink, Source, credentials};
+use super::{Confirming, Published, Sink, Source, credentials};
 
 fn qos(q: u8) -> QoS {
     if q >= 2 { QoS::ExactlyOnce } else { QoS::AtLeastOnce }
@@ -158,9 +162,149 @@ async fn connected(rx: &mut mpsc::UnboundedReceiver<Result<Event, Ended>>) -> Re
     }
 }
 
+/// What an outbound job's connection waits for: the publishes made and not yet seen going
+/// out, and the packets out awaiting their acknowledgement, by batch.
+#[derive(Default)]
+struct Book {
+    /// (batch, index, persistent: an acknowledgement comes): each publish made, until the
+    /// event loop reports it written with its packet id, in the order the publishes were made.
+    order: VecDeque<(u64, usize, bool)>,
+    /// Packet ids written and not yet acknowledged: (batch, index).
+    ids: HashMap<u16, (u64, usize)>,
+    batches: HashMap<u64, Waiting>,
+    /// Why the connection ended, once it has.
+    ended: Option<String>,
+}
+
+/// A batch's word from the broker so far, and who waits for all of it.
+struct Waiting {
+    out: Vec<Option<Published>>,
+    left: usize,
+    done: Option<oneshot::Sender<Result<Vec<Published>, String>>>,
+}
+
+impl Book {
+    /// Message `i` of batch `b` fared as `p`.
+    fn settle(&mut self, (b, i): (u64, usize), p: Published) {
+        let Some(w) = self.batches.get_mut(&b) else { return };
+        if w.out[i].is_none() {
+            w.out[i] = Some(p);
+            w.left -= 1;
+        }
+        if w.left == 0
+            && let Some(w) = self.batches.remove(&b)
+            && let Some(tx) = w.done
+        {
+            let _ = tx.send(Ok(w.out.into_iter().map(|p| p.unwrap_or(Published::Confirmed)).collect()));
+        }
+    }
+
+    /// The batch of message `at` fails as a whole (the link's limits of the moment).
+    fn fail(&mut self, at: (u64, usize), why: String) {
+        if let Some(w) = self.batches.remove(&at.0)
+            && let Some(tx) = w.done
+        {
+            let _ = tx.send(Err(why));
+        }
+    }
+
+    /// The connection ended: every batch waiting fails with `why`.
+    fn end(&mut self, why: String) {
+        for (_, w) in self.batches.drain() {
+            if let Some(tx) = w.done {
+                let _ = tx.send(Err(why.clone()));
+            }
+        }
+        self.order.clear();
+        self.ids.clear();
+        self.ended = Some(why);
+    }
+}
+
+/// Polls an outbound job's event loop until it fails or the job lets go of the client,
+/// matching each outgoing PUBLISH (reported in the order the publishes were made) to its
+/// message and each acknowledgement to its packet id, in `book`. The CONNACK, or why the
+/// connection ended first, goes to `up`.
+fn drive_sink(mut el: EventLoop, qos: QoS, book: Arc<Mutex<Book>>, up: oneshot::Sender<Result<(), String>>) {
+    tokio::spawn(async move {
+        let mut up = Some(up);
+        loop {
+            let e = match el.poll().await {
+                Ok(e) => e,
+                Err(e) => {
+                    let why = ended(&e).0;
+                    if let Some(up) = up.take() {
+                        let _ = up.send(Err(why.clone()));
+                    }
+                    lock(&book).end(why);
+                    return;
+                }
+            };
+            let mut book = lock(&book);
+            match e {
+                Event::Incoming(Packet::ConnAck(_)) => {
+                    if let Some(up) = up.take() {
+                        let _ = up.send(Ok(()));
+                    }
+                }
+                Event::Outgoing(Out::Publish(pkid)) => match book.order.pop_front() {
+                    // QoS 0 (NON_PERSISTENT): no acknowledgement comes; written is all.
+                    Some((b, i, false)) => book.settle((b, i), Published::Confirmed),
+                    Some((b, i, true)) => {
+                        book.ids.insert(pkid, (b, i));
+                    }
+                    None => {}
+                },
+                Event::Incoming(Packet::PubAck(a)) if qos == QoS::AtLeastOnce => {
+                    let Some(at) = book.ids.remove(&a.pkid) else { continue };
+                    match a.reason {
+                        PubAckReason::Success | PubAckReason::NoMatchingSubscribers => {
+                            book.settle(at, Published::Confirmed);
+                        }
+                        // The broker's limits of the moment: the batch is tried again later.
+                        PubAckReason::QuotaExceeded | PubAckReason::UnspecifiedError => {
+                            book.fail(at, format!("the broker answered {:?}", a.reason));
+                        }
+                        other => book.settle(at, refused(&format!("{other:?}"))),
+                    }
+                }
+                Event::Incoming(Packet::PubRec(r)) if qos == QoS::ExactlyOnce => match r.reason {
+                    PubRecReason::Success | PubRecReason::NoMatchingSubscribers => {}
+                    PubRecReason::QuotaExceeded | PubRecReason::UnspecifiedError => {
+                        if let Some(at) = book.ids.remove(&r.pkid) {
+                            book.fail(at, format!("the broker answered {:?}", r.reason));
+                        }
+                    }
+                    other => {
+                        if let Some(at) = book.ids.remove(&r.pkid) {
+                            book.settle(at, refused(&format!("{other:?}")));
+                        }
+                    }
+                },
+                Event::Incoming(Packet::PubComp(c)) if qos == QoS::ExactlyOnce => {
+                    if let Some(at) = book.ids.remove(&c.pkid) {
+                        book.settle(at, Published::Confirmed);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
+fn refused(why: &str) -> Published {
+    Published::Refused(format!("the broker refused it: {why}"))
+}
+
+fn lock(book: &Mutex<Book>) -> std::sync::MutexGuard<'_, Book> {
+    book.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub struct MqttSink {
     client: AsyncClient,
-    events: mpsc::UnboundedReceiver<Result<Event, Ended>>,
+    book: Arc<Mutex<Book>>,
+    /// Batches published so far on this connection (each one's number in `book`).
+    batches: u64,
     topic: String,
     qos: QoS,
 }
@@ -171,16 +315,37 @@ pub async fn sink(link: &LinkDef, fq: &ForeignQueueDef, job: &str) -> Result<Mqt
     o.set_clean_start(true);
     o.set_outgoing_inflight_upper_limit(u16::try_from(link.window).unwrap_or(u16::MAX));
     let (client, el) = AsyncClient::new(o, 1024);
-    let (tx, mut events) = mpsc::unbounded_channel();
-    drive(el, tx);
-    connected(&mut events).await.map_err(|e| format!("{}: {e}", link.url))?;
-    Ok(MqttSink { client, events, topic: fq.native_name.clone(), qos: qos(fq.qos) })
+    let book = Arc::new(Mutex::new(Book::default()));
+    let (up, connack) = oneshot::channel();
+    drive_sink(el, qos(fq.qos), book.clone(), up);
+    match tokio::time::timeout(Duration::from_secs(15), connack).await {
+        Err(_) => return Err(format!("{}: no CONNACK within 15 s", link.url)),
+        Ok(Err(_)) => return Err(format!("{}: the connection ended", link.url)),
+        Ok(Ok(Err(e))) => return Err(format!("{}: {e}", link.url)),
+        Ok(Ok(Ok(()))) => {}
+    }
+    Ok(MqttSink { client, book, batches: 0, topic: fq.native_name.clone(), qos: qos(fq.qos) })
 }
 
 #[async_trait::async_trait]
 impl Sink for MqttSink {
-    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
-        for m in batch {
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Confirming, String> {
+        if batch.is_empty() {
+            return Ok(Box::pin(async { Ok(Vec::new()) }));
+        }
+        self.batches += 1;
+        let b = self.batches;
+        let (done, confirmed) = oneshot::channel();
+        {
+            let mut book = lock(&self.book);
+            if let Some(why) = &book.ended {
+                return Err(why.clone());
+            }
+            let waiting =
+                Waiting { out: (0..batch.len()).map(|_| None).collect(), left: batch.len(), done: Some(done) };
+            book.batches.insert(b, waiting);
+        }
+        for (i, m) in batch.iter().enumerate() {
             let mut props = PublishProperties {
                 content_type: Some(m.content_type.to_string()),
                 correlation_data: m.correlation.clone().map(|c| bytes::Bytes::from(c.into_bytes())),
@@ -207,67 +372,20 @@ impl Sink for MqttSink {
                 }
             }
             let qos = if m.mode.persistent { self.qos } else { QoS::AtMostOnce };
+            // Booked before the request goes to the event loop, which reports it written.
+            lock(&self.book).order.push_back((b, i, m.mode.persistent));
             self.client
                 .publish_with_properties(self.topic.clone(), qos, false, m.body.clone(), props)
                 .await
                 .map_err(|e| format!("publish: {e}"))?;
         }
-        // The packet ids, in the order of the publishes, then their acknowledgements.
-        let mut order: VecDeque<usize> = (0..batch.len()).collect();
-        let mut ids: HashMap<u16, usize> = HashMap::new();
-        let mut out: Vec<Option<Published>> = (0..batch.len()).map(|_| None).collect();
-        let mut left = batch.len();
-        while left > 0 {
-            let e = match tokio::time::timeout(Duration::from_secs(30), self.events.recv()).await {
-                Err(_) => return Err("no acknowledgement within 30 s".into()),
-                Ok(None) => return Err("the connection ended".into()),
-                Ok(Some(Err((e, _)))) => return Err(e),
-                Ok(Some(Ok(e))) => e,
-            };
-            let (pkid, verdict) = match e {
-                Event::Outgoing(Out::Publish(pkid)) => {
-                    match order.pop_front() {
-                        // QoS 0 (NON_PERSISTENT): no acknowledgement comes; written is all.
-                        Some(i) if !batch[i].mode.persistent => {
-                            out[i] = Some(Published::Confirmed);
-                            left -= 1;
-                        }
-                        Some(i) => {
-                            ids.insert(pkid, i);
-                        }
-                        None => {}
-                    }
-                    continue;
-                }
-                Event::Incoming(Packet::PubAck(a)) if self.qos == QoS::AtLeastOnce => match a.reason {
-                    PubAckReason::Success | PubAckReason::NoMatchingSubscribers => (a.pkid, Ok(())),
-                    // The broker's limits of the moment: the batch is tried again later.
-                    PubAckReason::QuotaExceeded | PubAckReason::UnspecifiedError => {
-                        return Err(format!("the broker answered {:?}", a.reason));
-                    }
-                    other => (a.pkid, Err(format!("{other:?}"))),
-                },
-                Event::Incoming(Packet::PubRec(r)) if self.qos == QoS::ExactlyOnce => match r.reason {
-                    PubRecReason::Success | PubRecReason::NoMatchingSubscribers => continue,
-                    PubRecReason::QuotaExceeded | PubRecReason::UnspecifiedError => {
-                        return Err(format!("the broker answered {:?}", r.reason));
-                    }
-                    other => (r.pkid, Err(format!("{other:?}"))),
-                },
-                Event::Incoming(Packet::PubComp(c)) if self.qos == QoS::ExactlyOnce => (c.pkid, Ok(())),
-                _ => continue,
-            };
-            if let Some(i) = ids.remove(&pkid)
-                && out[i].is_none()
-            {
-                out[i] = Some(match verdict {
-                    Ok(()) => Published::Confirmed,
-                    Err(why) => Published::Refused(format!("the broker refused it: {why}")),
-                });
-                left -= 1;
+        Ok(Box::pin(async move {
+            match tokio::time::timeout(Duration::from_secs(30), confirmed).await {
+                Err(_) => Err("no acknowledgement within 30 s".into()),
+                Ok(Err(_)) => Err("the connection ended".into()),
+                Ok(Ok(r)) => r,
             }
-        }
-        Ok(out.into_iter().map(|p| p.unwrap_or(Published::Confirmed)).collect())
+        }))
     }
 }
 

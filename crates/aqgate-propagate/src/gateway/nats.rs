@@ -32,7 +32,7 @@ use futures_util::StreamExt;
 use super::convert::props;
 use super::convert::{Incoming, Outgoing};
 use super::pool::{Pool, Shared};
-use super::{Published, Sink, Source, credentials};
+use super::{Confirming, Published, Sink, Source, credentials};
 
 /// A share of one of the link's clients (`max_connections`; a client multiplexes the jobs'
 /// publishes and consumers).
@@ -108,7 +108,7 @@ impl Sink for NatsSink {
         self.client.failed();
     }
 
-    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Confirming, String> {
         let mut acks = Vec::with_capacity(batch.len());
         let mut out: Vec<Option<Published>> = Vec::with_capacity(batch.len());
         let mut core = false;
@@ -173,16 +173,19 @@ impl Sink for NatsSink {
             // Written to the server (not confirmed by the stream).
             self.js.client().flush().await.map_err(|e| format!("flush to {}: {e}", self.subject))?;
         }
-        let mut confirmed = Vec::with_capacity(acks.len());
-        for a in acks {
-            // A PubAck (duplicate or not) says the stream holds the message.
-            match a.await {
-                Ok(_) => confirmed.push(Published::Confirmed),
-                Err(e) => return Err(format!("PubAck from {}: {e}", self.subject)),
+        let subject = self.subject.clone();
+        Ok(Box::pin(async move {
+            let mut confirmed = Vec::with_capacity(acks.len());
+            for a in acks {
+                // A PubAck (duplicate or not) says the stream holds the message.
+                match a.await {
+                    Ok(_) => confirmed.push(Published::Confirmed),
+                    Err(e) => return Err(format!("PubAck from {subject}: {e}")),
+                }
             }
-        }
-        let mut confirmed = confirmed.into_iter();
-        Ok(out.into_iter().map(|o| o.or_else(|| confirmed.next()).unwrap_or(Published::Confirmed)).collect())
+            let mut confirmed = confirmed.into_iter();
+            Ok(out.into_iter().map(|o| o.or_else(|| confirmed.next()).unwrap_or(Published::Confirmed)).collect())
+        }))
     }
 
     async fn at_broker(&mut self, id: &str, since: Micros, now: Micros) -> Result<Option<bool>, String> {

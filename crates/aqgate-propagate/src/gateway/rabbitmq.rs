@@ -33,7 +33,7 @@ use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
 use super::convert::props::{self, JmsProps, JmsValue};
 use super::convert::{Incoming, Outgoing};
 use super::pool::{Pool, Shared};
-use super::{Published, Sink, Source, credentials};
+use super::{Confirming, Published, Sink, Source, credentials};
 
 /// A share of one of the link's connections (`max_connections`): the job's channel is its own.
 async fn shared(pool: &Pool<Connection>, link: &LinkDef) -> Result<Shared<Connection>, String> {
@@ -185,7 +185,7 @@ impl Sink for RabbitSink {
         self.conn.failed();
     }
 
-    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Vec<Published>, String> {
+    async fn publish(&mut self, batch: &[Outgoing]) -> Result<Confirming, String> {
         let mut waited = 0;
         while self.conn.status().blocked() {
             if waited == 0 {
@@ -233,18 +233,21 @@ impl Sink for RabbitSink {
                 .map_err(|e| format!("publish: {e}"))?;
             confirms.push(c);
         }
-        let mut out = Vec::with_capacity(confirms.len());
-        for c in confirms {
-            match bounded("confirm", c).await? {
-                Confirmation::Ack(None) | Confirmation::NotRequested => out.push(Published::Confirmed),
-                Confirmation::Ack(Some(returned)) => out.push(Published::Refused(format!(
-                    "the broker returned it: {} {} (exchange '{}', routing key '{}')",
-                    returned.reply_code, returned.reply_text, self.exchange, self.routing_key
-                ))),
-                Confirmation::Nack(_) => return Err("the broker nacked a publish".into()),
+        let (exchange, routing_key) = (self.exchange.clone(), self.routing_key.clone());
+        Ok(Box::pin(async move {
+            let mut out = Vec::with_capacity(confirms.len());
+            for c in confirms {
+                match bounded("confirm", c).await? {
+                    Confirmation::Ack(None) | Confirmation::NotRequested => out.push(Published::Confirmed),
+                    Confirmation::Ack(Some(returned)) => out.push(Published::Refused(format!(
+                        "the broker returned it: {} {} (exchange '{exchange}', routing key '{routing_key}')",
+                        returned.reply_code, returned.reply_text
+                    ))),
+                    Confirmation::Nack(_) => return Err("the broker nacked a publish".into()),
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        }))
     }
 }
 
