@@ -369,7 +369,7 @@ async fn gateway_jobs_move_only_inside_their_schedules_window() {
         (format!("aqgt.{t}.w"), format!("aqgt.{t}.w"), format!("AQGT_{}_W", t.to_uppercase()));
     let nats = private_nats();
     let (nport, monitor) = (nats.port, nats.monitor);
-    let start = unix_now() + 20;
+    let start = unix_now() + 24;
     let schedule = format!("schedule = {{ start = \"{}\", duration = 6, latency = 1 }}", rfc3339(start));
     let mut toml = format!(
         "\n[[gateway.links]]\nname = \"{rl}\"\nkind = \"rabbitmq\"\nurl = \"amqp://127.0.0.1:5672/%2f\"\n\
@@ -409,8 +409,9 @@ async fn gateway_jobs_move_only_inside_their_schedules_window() {
         );
         assert!(j["owner"].is_null(), "no lease outside the window: {j}");
     }
-    assert!(unix_now() < start - 3, "the setup took too long for the window under test");
-    until(start - 1).await;
+    assert!(unix_now() < start - 5, "the setup took too long for the window under test");
+    // The checks before the window take a few seconds on a busy machine (rabbitmqctl).
+    until(start - 3).await;
     assert_eq!(
         (depth(&db, "AQUSER.RAW_QUE"), depth(&db, "AQUSER.RAW_ARCHIVE")),
         (3, 0),
