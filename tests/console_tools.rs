@@ -481,6 +481,50 @@ async fn the_topology_graph_shows_the_jobs_escaped() {
     assert!(!other.body.contains("COPY_JOB") && !other.body.contains("FORWARD_JOB"), "{}", other.body);
 }
 
+/// The graph is live: a fragment of its own (admin only), with each job's rate, that the
+/// event stream names to an admin (and to nobody else) when a job's figures change.
+#[tokio::test]
+async fn the_topology_graph_is_live() {
+    use futures_util::StreamExt;
+    use tower::ServiceExt;
+    let (r, h) = router(Backend::Sqlite).await;
+    let page = call(&r, get_as("/console/topology", "c_admin")).await;
+    assert!(page.body.contains("data-live-events=\"/console/events\""), "{}", page.body);
+    assert!(page.body.contains("data-fragment-url=\"/console/fragments/topology\""), "{}", page.body);
+    let graph = call(&r, get_as("/console/fragments/topology", "c_admin")).await;
+    assert_eq!(graph.status, StatusCode::OK, "{}", graph.body);
+    assert!(graph.body.starts_with("<p>") && graph.body.contains("<svg"), "the graph alone: {}", graph.body);
+    assert!(graph.body.contains("0 moved · 0.0/s"), "each job's rate: {}", graph.body);
+    assert!(graph.body.contains("backlog 0"), "{}", graph.body);
+    for agent in ["c_viewer", "c_operator"] {
+        let a = call(&r, get_as("/console/fragments/topology", agent)).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{agent}");
+    }
+    let stream = |agent: &'static str| {
+        let r = r.clone();
+        async move {
+            let resp = r.oneshot(get_as("/console/events", agent)).await.expect("answer");
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.into_body().into_data_stream()
+        }
+    };
+    let (mut admin, mut viewer) = (stream("c_admin").await, stream("c_viewer").await);
+    send_as(&h, "scott", "AQUSER.RAW_QUE", &[("", "01"), ("", "02")]).await;
+    let mut said = [String::new(), String::new()];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    while !(said[0].contains("data: topology") && said[1].contains("data: queues")) {
+        assert!(tokio::time::Instant::now() < deadline, "no topology event within 8 s: {said:?}");
+        tokio::select! {
+            Some(Ok(t)) = admin.next() => said[0].push_str(&String::from_utf8_lossy(&t)),
+            Some(Ok(t)) = viewer.next() => said[1].push_str(&String::from_utf8_lossy(&t)),
+            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        }
+    }
+    assert!(!said[1].contains("topology"), "a viewer is not told of the graph: {said:?}");
+    let graph = call(&r, get_as("/console/fragments/topology", "c_admin")).await;
+    assert!(graph.body.contains("backlog 2"), "{}", graph.body);
+}
+
 /// `aqgate admin messages`' twin of the console's listing: the same filters, and a page's
 /// `--after` that goes on.
 async fn admin_messages_pages_with_filters(b: Backend) {

@@ -1,9 +1,10 @@
 //! The live overview: the page (`GET /console/`: per queue its messages by state, the
 //! oldest READY one's age and the last hour's enqueues and dequeues as small SVG charts;
 //! the spool and notification backlogs; jobs and links), its fragments alone
-//! (`GET /console/fragments/{queues|backlog}`), and the event stream that says which
-//! fragment changed (`GET /console/events`, Server-Sent Events: `event: overview`,
-//! `data: queues` or `data: backlog`, keep-alives every 15 s, at most `max_streams` open,
+//! (`GET /console/fragments/{queues|backlog}`; `topology`, the topology page's graph, is
+//! `topology`'s), and the event stream that says which fragment changed
+//! (`GET /console/events`, Server-Sent Events: `event: overview`, `data: queues`,
+//! `data: backlog`, or to an admin `data: topology`, keep-alives every 15 s, at most `max_streams` open,
 //! each ended after [`STREAM_LIFE`] for the browser to reconnect through the login
 //! check again). The figures are the sampler's (`sampler`), never a count per view; every
 //! route is the caller's (viewer and up) and shows only the queues it may see.
@@ -297,6 +298,7 @@ pub(crate) async fn fragment(State(c): State<Console>, who: Caller, Path(name): 
     match name.as_str() {
         "queues" => rendered(c.rendered.queues(&c, &who).await),
         "backlog" => html(StatusCode::OK, &BacklogFragment { backlog: backlog(&c.live.figures()) }),
+        "topology" => crate::topology::fragment(&c, &who).await,
         _ => not_found_because("No such fragment."),
     }
 }
@@ -326,14 +328,18 @@ impl Stream {
             }
             let agent = self.c.http.engine.agent(&self.agent).filter(|a| a.console.is_some())?;
             let generation = *self.rx.borrow_and_update();
-            let (backlog, queues) = {
+            let admin = agent.console.is_some_and(|r| r >= ConsoleRole::Admin);
+            let (backlog, queues, jobs) = {
                 let f = self.c.live.figures();
                 let r = self.c.http.engine.resolved();
                 let queues = f.queues.iter().any(|(id, t)| {
                     t.changed > self.seen && r.names.get(id).is_some_and(|name| visible(&self.c, &agent, name))
                 });
-                (f.backlog_changed > self.seen, queues)
+                (f.backlog_changed > self.seen, queues, admin && f.jobs_changed > self.seen)
             };
+            if jobs {
+                self.pending.push("topology");
+            }
             if backlog {
                 self.pending.push("backlog");
             }

@@ -111,6 +111,43 @@ pub(crate) struct Figures {
     pub notify_pending: i64,
     pub notify_parked: i64,
     pub backlog_changed: u64,
+    /// The jobs' figures (the topology graph's), by job name, and the generation that last
+    /// changed one.
+    pub jobs: HashMap<String, JobTrack>,
+    pub jobs_changed: u64,
+}
+
+/// What the sampler knows of one propagation or gateway job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct JobTrack {
+    pub propagated: i64,
+    /// Messages moved per second between its last two samples.
+    pub rate: f64,
+    /// The engine's time of its last sample.
+    pub at: Micros,
+    /// What the graph shows of it besides: state, requested state, backlog, failures.
+    pub shown: (String, &'static str, i64, i64),
+}
+
+impl JobTrack {
+    /// The job's track after a sample of `j` at `at`, from `last` (its track before).
+    pub(crate) fn next(last: Option<&JobTrack>, j: &aqgate_admin::jobs::JobFigures, at: Micros) -> JobTrack {
+        let rate = match last {
+            #[allow(clippy::cast_precision_loss)]
+            Some(l) if at > l.at && j.propagated >= l.propagated => {
+                (j.propagated - l.propagated) as f64 * 1e6 / (at - l.at) as f64
+            }
+            _ => 0.0,
+        };
+        JobTrack { propagated: j.propagated, rate, at, shown: (j.state.clone(), j.requested, j.backlog, j.failed) }
+    }
+
+    /// Whether the graph would show it otherwise than `last`.
+    fn differs(&self, last: Option<&JobTrack>) -> bool {
+        last.is_none_or(|l| {
+            l.shown != self.shown || l.propagated != self.propagated || (l.rate > 0.0) != (self.rate > 0.0)
+        })
+    }
 }
 
 /// The console's sampler (see the module's documentation), and the count of open streams.
@@ -197,6 +234,8 @@ impl Sampler {
         let after = self.figures().last_seq;
         let began = Instant::now();
         let read = tokio::try_join!(store.queue_figures(now, after), store.spool_backlog(), store.notify_counts());
+        // The jobs' figures, over the running topology (a failure keeps the last ones).
+        let jobs = aqgate_admin::jobs::jobs_in(store.as_ref(), &engine.resolved()).await;
         let took = began.elapsed();
         let (rows, spool, (pending, parked)) = match read {
             Ok(r) => r,
@@ -230,6 +269,19 @@ impl Sampler {
                 (f.spool, f.notify_pending, f.notify_parked) = (spool, pending, parked);
                 f.backlog_changed = generation;
                 changed = true;
+            }
+            match jobs {
+                Ok(jobs) => {
+                    let next: HashMap<String, JobTrack> =
+                        jobs.iter().map(|j| (j.name.clone(), JobTrack::next(f.jobs.get(&j.name), j, now))).collect();
+                    let moved = next.len() != f.jobs.len() || next.iter().any(|(n, t)| t.differs(f.jobs.get(n)));
+                    if moved {
+                        f.jobs_changed = generation;
+                        changed = true;
+                    }
+                    f.jobs = next;
+                }
+                Err(e) => tracing::debug!(error = %e, "console: the sampler's read of the jobs failed"),
             }
             let mut seen: HashMap<QueueId, QueueFigures> = rows.iter().map(|r| (r.queue, *r)).collect();
             if let Some(top) = rows.iter().map(|r| r.last_seq).max() {
@@ -350,6 +402,43 @@ mod tests {
             t.add(m, 1, 0);
         }
         assert_eq!(t.buckets.len(), BUCKETS, "bounded");
+    }
+
+    #[test]
+    fn a_jobs_rate_is_what_it_moved_between_two_samples() {
+        let j = |propagated| aqgate_admin::jobs::JobFigures {
+            name: "J".into(),
+            state: "RUNNING".into(),
+            requested: "ENABLED",
+            actual: "RUNNING".into(),
+            kind: "local",
+            source: "A.Q".into(),
+            destination: "A.R".into(),
+            owner: None,
+            propagated,
+            failed: 0,
+            exceptions: 0,
+            backlog: 0,
+            lag: 0.0,
+            next_window: None,
+            last_error: None,
+            last_error_at: None,
+            last_success_at: None,
+            guarantee: None,
+            options: None,
+            in_doubt: 0,
+        };
+        let first = JobTrack::next(None, &j(10), 1_000_000);
+        assert_eq!(first.rate, 0.0, "one sample: no rate");
+        assert!(first.differs(None));
+        let second = JobTrack::next(Some(&first), &j(40), 3_000_000);
+        assert_eq!(second.rate, 15.0, "30 in 2 s");
+        assert!(second.differs(Some(&first)));
+        let third = JobTrack::next(Some(&second), &j(40), 5_000_000);
+        assert_eq!(third.rate, 0.0);
+        assert!(third.differs(Some(&second)), "it stopped moving");
+        let fourth = JobTrack::next(Some(&third), &j(40), 7_000_000);
+        assert!(!fourth.differs(Some(&third)), "nothing changed");
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! server: source queues → propagation and gateway jobs → destinations (queues, remote
 //! aqgates, forwarders' URLs, foreign queues) → the gateway links they go through, in
 //! columns. A job is coloured by its state (running, disabled, broken or failed), a link
-//! by its own; the edge into a job carries its backlog, the edge out the messages it moved.
+//! by its own; the edge into a job carries its backlog, the edge out the messages it moved
+//! and its rate. Live: the graph is the fragment `topology`
+//! (`GET /console/fragments/topology`), which the overview's event stream names to an
+//! admin when the sampler's figures of the jobs change.
 //! At most [`NODES_MAX`] nodes are drawn; the page says when more were left out. Every
 //! name is text of the SVG, escaped by the template. Only the jobs that start or end at
 //! a queue the caller sees are drawn.
@@ -57,6 +60,14 @@ pub(crate) struct Edge {
 #[template(path = "topology.html")]
 struct Topology {
     nav: Nav,
+    /// The graph, rendered (escaped) by its own template.
+    graph: String,
+}
+
+/// The graph alone: the page's live fragment.
+#[derive(Template)]
+#[template(path = "topology_graph.html")]
+struct Graph {
     width: i64,
     height: i64,
     nodes: Vec<Node>,
@@ -145,45 +156,69 @@ fn end_class(c: &Console, name: &str) -> &'static str {
     }
 }
 
-/// `GET /console/topology` (admin).
+/// `GET /console/topology` (admin): the page, live as the overview is (the graph is the
+/// fragment `topology`, fetched again when the sampler's figures of the jobs change).
 pub(crate) async fn topology(State(c): State<Console>, who: Caller) -> Response {
     if let Some(r) = who.below(ConsoleRole::Admin) {
         return r;
     }
+    c.live.ensure(&c.http.engine).await;
+    match graph(&c, &who).await {
+        Ok(g) => match g.render() {
+            Ok(graph) => html(StatusCode::OK, &Topology { nav: Nav::of(&who), graph }),
+            Err(e) => {
+                tracing::warn!(error = %e, "console: a template did not render");
+                html(StatusCode::OK, &Topology { nav: Nav::of(&who), graph: String::new() })
+            }
+        },
+        Err(r) => r,
+    }
+}
+
+/// `GET /console/fragments/topology` (admin): the graph alone.
+pub(crate) async fn fragment(c: &Console, who: &Caller) -> Response {
+    if let Some(r) = who.below(ConsoleRole::Admin) {
+        return r;
+    }
+    match graph(c, who).await {
+        Ok(g) => html(StatusCode::OK, &g),
+        Err(r) => r,
+    }
+}
+
+/// The graph of the jobs `who` sees: each job's backlog on the edge into it, what it moved
+/// and its rate (the sampler's: between its last two samples) on the edge out.
+async fn graph(c: &Console, who: &Caller) -> Result<Graph, Response> {
     let store = c.http.engine.store().as_ref();
-    let jobs = match aqgate_admin::jobs::jobs_in(store, &c.http.engine.resolved()).await {
-        Ok(j) => j,
-        Err(e) => return unavailable(&e),
-    };
-    let links = match aqgate_admin::gateway::links_in(store, &c.http.engine.resolved()).await {
-        Ok(l) => l,
-        Err(e) => return unavailable(&e),
-    };
+    let resolved = c.http.engine.resolved();
+    let jobs = aqgate_admin::jobs::jobs_in(store, &resolved).await.map_err(|e| unavailable(&e))?;
+    let links = aqgate_admin::gateway::links_in(store, &resolved).await.map_err(|e| unavailable(&e))?;
+    let figures = c.live.figures();
     // Scoped as the overview is: the jobs that start (or, inbound, end) at a queue the
     // caller sees.
     let jobs: Vec<_> = jobs
         .into_iter()
-        .filter(|j| visible(&c, &who.agent, &j.source) || visible(&c, &who.agent, &j.destination))
+        .filter(|j| visible(c, &who.agent, &j.source) || visible(c, &who.agent, &j.destination))
         .collect();
     let link_state: HashMap<String, String> = links.iter().map(|l| (l.name.clone(), l.state.clone())).collect();
     let mut l = Layout::default();
     let mut edges = Vec::new();
     for j in &jobs {
-        let src =
-            l.node(0, &j.source, end_class(&c, &j.source), format!("{} ({})", j.source, end_class(&c, &j.source)));
+        let src = l.node(0, &j.source, end_class(c, &j.source), format!("{} ({})", j.source, end_class(c, &j.source)));
         let title = format!("{} · {} · {} · requested {}", j.name, j.kind, j.state, j.requested);
         let job = l.node(1, &j.name, job_class(&j.state, j.requested), title);
         let dst = l.node(
             2,
             &j.destination,
-            end_class(&c, &j.destination),
-            format!("{} ({})", j.destination, end_class(&c, &j.destination)),
+            end_class(c, &j.destination),
+            format!("{} ({})", j.destination, end_class(c, &j.destination)),
         );
         if let (Some(s), Some(n)) = (src, job) {
             edges.push(l.edge(s, n, format!("backlog {}", j.backlog)));
         }
         if let (Some(n), Some(d)) = (job, dst) {
-            edges.push(l.edge(n, d, format!("{} moved", j.propagated)));
+            let rate = figures.jobs.get(&j.name).map_or(0.0, |t| t.rate);
+            edges.push(l.edge(n, d, format!("{} moved · {rate:.1}/s", j.propagated)));
         }
         // A foreign queue's link (`NAME@LINK`), on either end.
         for (end, node) in [(&j.source, src), (&j.destination, dst)] {
@@ -199,14 +234,12 @@ pub(crate) async fn topology(State(c): State<Console>, who: Caller) -> Response 
         l.node(3, &k.name, link_class(&k.state), format!("link {} ({}) · {}", k.name, k.kind, k.state));
     }
     let rows = l.rows.iter().copied().max().unwrap_or(0).max(1);
-    let page = Topology {
-        nav: Nav::of(&who),
+    Ok(Graph {
         width: 2 * MARGIN + 3 * COL_W + NODE_W,
         height: 2 * MARGIN + rows * ROW_H,
         jobs: jobs.len(),
         left_out: l.left_out,
         nodes: l.nodes,
         edges,
-    };
-    html(StatusCode::OK, &page)
+    })
 }
