@@ -5,6 +5,7 @@
 # vacuuming off (--vacuum-every 0) and once on (--vacuum-every 10): each round's send and
 # receive rate, the messages passed through so far and the dead rows of `messages`.
 #   scripts/bench-dead-rows.sh [BINARY] [ROUNDS] [SECONDS]   (default target/release/aqgate, 8, 15)
+# AQGATE_BENCH_VACUUM_EVERY="0 10" are the --vacuum-every values run, in order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/aqgate}
@@ -22,7 +23,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; psql -q "$ADMI
 bench=(target/release/aqgate-bench --url "http://127.0.0.1:$PORT/aqserv" --clients 4 --seconds "$SECS")
 rate() { sed -n 's/.* msgs\/s=\([0-9.]*\).*/\1/p' | tail -1; }
 
-for every in 0 10; do
+for every in ${AQGATE_BENCH_VACUUM_EVERY:-0 10}; do
   psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
   "$BIN" serve --listen "127.0.0.1:$PORT" --database "$URL" --no-smtp --no-notify --vacuum-every "$every" \
     >"$WORK/serve-$every.log" 2>&1 &
@@ -39,6 +40,6 @@ for every in 0 10; do
     printf 'vacuum-every=%-3s round %2d  send %8.0f msgs/s  receive %8.0f msgs/s  passed %9.0f  waiting %7d  dead rows %9d\n' \
       "$every" "$round" "$send" "$recv" "$passed" "$live" "$dead"
   done
-  grep -c 'vacuumed' "$WORK/serve-$every.log" | sed "s/^/vacuum-every=$every: tables vacuumed /"
+  echo "vacuum-every=$every: tables vacuumed $(grep -c 'vacuumed' "$WORK/serve-$every.log" || true)"
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 done
