@@ -269,6 +269,45 @@ pub async fn prober(store: Arc<dyn Store>, mut stop: tokio::sync::watch::Receive
     }
 }
 
+/// A table is vacuumed once its dead rows number at least this many …
+pub const VACUUM_MIN_DEAD: i64 = 10_000;
+/// … and at least this fraction of its live rows (autovacuum's default scale factor).
+pub const VACUUM_FRACTION: f64 = 0.2;
+
+/// `serve`'s vacuuming duty: every `every`, [`Store::vacuum`] of the tables with at least
+/// [`VACUUM_MIN_DEAD`] dead rows and [`VACUUM_FRACTION`] of their live rows (one process
+/// of those sharing the database at a time). Each table vacuumed is logged (INFO: its dead
+/// and live rows, how long it took) and counted (`/metrics`); a failure is logged (WARN,
+/// or debug during an outage, which the health logs) and tried again at the next turn.
+pub async fn vacuumer(store: Arc<dyn Store>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        match store.vacuum(VACUUM_MIN_DEAD, VACUUM_FRACTION).await {
+            Ok(done) => {
+                for v in done {
+                    VACUUMS.fetch_add(1, Ordering::Relaxed);
+                    VACUUMED_ROWS.fetch_add(u64::try_from(v.dead).unwrap_or(0), Ordering::Relaxed);
+                    tracing::info!(
+                        table = v.table,
+                        dead_rows = v.dead,
+                        live_rows = v.live,
+                        ms = v.took.as_millis() as u64,
+                        "vacuumed"
+                    );
+                }
+            }
+            Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "vacuum: the database is away"),
+            Err(e) => tracing::warn!(error = %e, "vacuum failed; tried again in {} s", every.as_secs()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,44 +380,5 @@ mod tests {
         assert!(e.message.contains("retry"), "{}", e.message);
         let e: aqgate_core::error::AqError = crate::db_error(db("23505")).into();
         assert_eq!(e.code, aqgate_core::error::code::INTERNAL);
-    }
-}
-
-/// A table is vacuumed once its dead rows number at least this many …
-pub const VACUUM_MIN_DEAD: i64 = 10_000;
-/// … and at least this fraction of its live rows (autovacuum's default scale factor).
-pub const VACUUM_FRACTION: f64 = 0.2;
-
-/// `serve`'s vacuuming duty: every `every`, [`Store::vacuum`] of the tables with at least
-/// [`VACUUM_MIN_DEAD`] dead rows and [`VACUUM_FRACTION`] of their live rows (one process
-/// of those sharing the database at a time). Each table vacuumed is logged (INFO: its dead
-/// and live rows, how long it took) and counted (`/metrics`); a failure is logged (WARN,
-/// or debug during an outage, which the health logs) and tried again at the next turn.
-pub async fn vacuumer(store: Arc<dyn Store>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            _ = stop.changed() => return,
-        }
-        if *stop.borrow() {
-            return;
-        }
-        match store.vacuum(VACUUM_MIN_DEAD, VACUUM_FRACTION).await {
-            Ok(done) => {
-                for v in done {
-                    VACUUMS.fetch_add(1, Ordering::Relaxed);
-                    VACUUMED_ROWS.fetch_add(u64::try_from(v.dead).unwrap_or(0), Ordering::Relaxed);
-                    tracing::info!(
-                        table = v.table,
-                        dead_rows = v.dead,
-                        live_rows = v.live,
-                        ms = v.took.as_millis() as u64,
-                        "vacuumed"
-                    );
-                }
-            }
-            Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "vacuum: the database is away"),
-            Err(e) => tracing::warn!(error = %e, "vacuum failed; tried again in {} s", every.as_secs()),
-        }
     }
 }
