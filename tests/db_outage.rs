@@ -5,10 +5,13 @@
 //! runs at a time); a send is refused with fault 1034 and HTTP 503 (never the generic 600);
 //! the log says once that the database went away and once that it came back, with how
 //! long it was away; `/metrics` counts one outage; and once the database is back, sends
-//! succeed without a restart.
+//! succeed without a restart. A job's batch whose end the outage cut (neither its commit nor
+//! its rollback reached the database) moves again as soon as the database is back, not when
+//! its session times out.
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aqgate_core::error::code;
@@ -235,4 +238,81 @@ async fn a_refused_connection_is_refused_at_once() {
         assert!(t.elapsed() < Duration::from_secs(5), "refused after {:?}", t.elapsed());
     }
     assert_logged_once(&p, false);
+}
+
+/// A forwarding job's batch whose end an outage cut: the service took the message, then
+/// the database went away, so the job's commit failed and so did its rollback. Once the
+/// database is back, the job rolls the batch back before its next one, and the message goes
+/// to the service again within seconds, with the default session timeout (300 s) that
+/// would otherwise hold it locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_whose_rollback_an_outage_cut_moves_again_once_the_database_is_back() {
+    let db = fresh_pg_url().await;
+    let proxy = Arc::new(CutProxy::start(5432));
+    let through = db.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    // The service: each request's message id; the first request cuts the database (every
+    // connection, new ones refused) before it answers 200.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (s, cutter) = (seen.clone(), proxy.clone());
+    let app = axum::Router::new().route(
+        "/take",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let (s, cutter) = (s.clone(), cutter.clone());
+            async move {
+                let id = headers.get("aq-message-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let mut g = s.lock().expect("requests");
+                if g.is_empty() {
+                    cutter.refuse(true);
+                    cutter.cut();
+                }
+                g.push(id);
+                "<ack/>"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let service = l.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let topology = std::env::temp_dir()
+        .join(format!("aqgate-test-db-outage-{}.toml", &aqgate_core::engine::session::random_id()[..12]));
+    let job = format!(
+        r#"
+[[queues]]
+name = "AQUSER.RAW_INBOX"
+queue_table = "AQUSER.RAW_TAB"
+
+[[propagations]]
+name = "take"
+source = "AQUSER.RAW_INBOX"
+forward = {{ url = "http://127.0.0.1:{service}/take" }}
+"#
+    );
+    std::fs::write(&topology, format!("{}\n{job}", aqgate_admin::DEFAULT_TOPOLOGY)).expect("write topology");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut p = Proc::spawn(
+        "aqgate serve (a job's batch cut by an outage)",
+        aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &through])
+            .args(["--topology", topology.to_str().expect("utf-8"), "--notify-allow", "127.0.0.1"])
+            .env("RUST_LOG", "info"),
+    );
+    p.wait_ready(port, Duration::from_secs(60));
+
+    let send = raw_send("AQUSER.RAW_INBOX", &[("", "0A0B")], COMMIT);
+    assert!(matches!(http(port, &send).await, Response::Send(..)));
+    let requests = || seen.lock().expect("requests").len();
+    wait_until("the service's first request", Duration::from_secs(30), || requests() >= 1);
+    wait_until("the batch's failed rollback in the log", Duration::from_secs(30), || {
+        p.log().contains("propagation batch rollback failed")
+    });
+    assert_eq!(requests(), 1, "nothing moves while the database is away");
+
+    proxy.refuse(false);
+    readyz_until(port, 200, Duration::from_secs(15)).await;
+    wait_until("the message at the service again", Duration::from_secs(30), || requests() >= 2);
+    wait_until("the source empty", Duration::from_secs(30), || depth(&db, "AQUSER.RAW_INBOX") == 0);
+    let ids = seen.lock().expect("requests").clone();
+    assert_eq!(ids.len(), 2, "once cut, once again: {ids:?}");
+    assert!(!ids[0].is_empty() && ids[0] == ids[1], "the same message: {ids:?}");
+    let _ = std::fs::remove_file(&topology);
 }

@@ -136,7 +136,10 @@ pub async fn move_one(engine: &Engine, job: &PropagationInfo, f: &Forwarder, sta
                 }
                 None => engine.execute(&mut session, Request::Commit).await,
             };
-            done.map_err(|e| AqError { message: format!("after the service took message {id}: {}", e.message), ..e })?;
+            if let Err(e) = done {
+                let e = AqError { message: format!("after the service took message {id}: {}", e.message), ..e };
+                return Err(rolled_back(engine, &mut session, e).await);
+            }
             stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }

@@ -12,7 +12,11 @@
 //! source without history, the receive is part of that transaction too (`HeldTx`: the
 //! messages removed rather than locked, no session row), so a batch costs one commit;
 //! otherwise the receive locks the messages and writes the session's row in a commit of its
-//! own.
+//! own. A batch that fails is rolled back; when that rollback fails too (the database away),
+//! or the receive's own commit failed without an answer (it may have locked the messages),
+//! the batch is ended before the job's next batch (`unended`: its session as the store has
+//! it, rolled back), so its messages move once the database is back rather
+//! than when the session times out.
 //!
 //! Event-driven: the first receive of a batch waits (a long poll, woken by the commit that
 //! makes a message visible); the rest take what is there. With a schedule's latency the job
@@ -69,9 +73,11 @@ pub mod job;
 pub mod lease;
 mod remote;
 pub mod removals;
+mod unended;
 
 pub use lease::LeaseConfig;
 pub use remote::Spaces as RemoteSpaceClients;
+pub(crate) use unended::rolled_back;
 
 /// How long the first receive of a batch waits for a message.
 pub(crate) const WAIT: u64 = 5;
@@ -562,7 +568,9 @@ async fn move_remote(
     match remote.send(&job.name, &id, &job.destination, there).await {
         remote::Sent::Done => {
             session.tally = Some(JobTally::moved(&job.name, 1));
-            engine.execute(&mut session, Request::Commit).await?;
+            if let Err(e) = engine.execute(&mut session, Request::Commit).await {
+                return Err(rolled_back(engine, &mut session, e).await);
+            }
             stats.moved(1, engine.now());
             Ok(Moved::Done(1))
         }
@@ -709,12 +717,14 @@ fn rejected(job: &PropagationInfo, mut out: Message, why: &str) -> Message {
 
 /// The batch's first receive, which waits for a message: given up (taking nothing) when the
 /// job is stopped, so a disabled or removed job stops at once instead of after the wait.
+/// First, the job's batches whose end failed are ended (see [`unended::end`]).
 pub(crate) async fn waiting_receive(
     engine: &Engine,
     session: &mut Session,
     job: &PropagationInfo,
     stats: &Stats,
 ) -> Result<Response, AqError> {
+    unended::end(engine, &job.agent).await?;
     let abandon = Arc::new(aqgate_core::engine::Abandon::default());
     session.abandon = Some(abandon.clone());
     let mut stop = stats.stop.clone();
@@ -735,17 +745,6 @@ pub(crate) async fn waiting_receive(
     };
     session.abandon = None;
     r
-}
-
-/// Rolls the batch back (its messages stay in the source) and hands `e` on.
-pub(crate) async fn rolled_back(engine: &Engine, session: &mut Session, e: AqError) -> AqError {
-    if session.pending
-        && let Err(r) = engine.execute(session, Request::Rollback).await
-    {
-        // The store drops the open transaction when the session times out.
-        tracing::warn!(error = %r.message, "propagation batch rollback failed");
-    }
-    e
 }
 
 pub(crate) fn receive(job: &PropagationInfo, wait: u64) -> Request {
