@@ -62,13 +62,8 @@ fn serve(url: &str, port: u16, vacuum_every: &str) -> common::Proc {
             vacuum_every,
         ]),
     );
-    p.wait_port(port);
     // The port opens before the store is migrated: ready means migrated.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while common::http_get(port, "/readyz").is_none_or(|(status, _)| status != 200) {
-        assert!(Instant::now() < deadline, "not ready: {}", p.log_tail(20));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    p.wait_ready(port, Duration::from_secs(30));
     p
 }
 
