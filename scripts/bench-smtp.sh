@@ -6,8 +6,8 @@
 # Each backend runs twice: as fast as it takes mail (throughput, end of DATA → 250), then
 # paced at a rate the forwarding worker keeps up with (end of DATA → reply received).
 # With rounds > 0 it instead alternates Postfix and aqgate on PostgreSQL (unpaced) that
-# many times and prints both medians: the machine's speed drifts, so only rounds run
-# back to back compare.
+# many times, in both orders, each from a clean start, and prints every round's ratio and
+# both medians: the machine's speed drifts, so only rounds run back to back compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mails=${1:-8000}
@@ -58,16 +58,35 @@ fresh_pg() {
   psql "$pg/postgres" -qc 'DROP DATABASE IF EXISTS aqgate_bench_smtp' -c 'CREATE DATABASE aqgate_bench_smtp' >/dev/null
   echo "$pg/aqgate_bench_smtp"
 }
+# Every run starts clean: Postfix from a new instance (empty queue and mailboxes), aqgate on
+# a new database, and the writes of the run before flushed first (`sync`, then a pause), so
+# neither pays for what the other left behind.
+clean() { sync; sleep 2; }
+aqgate_run() {
+  start_serve "$(fresh_pg)" "postgres-$1"
+  bench --mails "$mails" --seconds 120 | sed "s|^|aqgate postgres round $1 |"
+  kill $pid; wait $pid 2>/dev/null || true
+}
 if [ "$rounds" -gt 0 ]; then
+  # Odd rounds run Postfix first, even ones aqgate first: a drift of the machine within a
+  # round falls on each side alike.
   for i in $(seq 1 "$rounds"); do
-    postfix_run | tee -a "$work/rounds"
-    start_serve "$(fresh_pg)" "postgres-$i"
-    bench --mails "$mails" --seconds 120 | sed "s|^|aqgate postgres round $i |" | tee -a "$work/rounds"
-    kill $pid; wait $pid 2>/dev/null || true
+    if [ $((i % 2)) = 1 ]; then
+      clean; postfix_run | sed "s|^|round $i |" | tee -a "$work/rounds"
+      clean; aqgate_run "$i" | tee -a "$work/rounds"
+    else
+      clean; aqgate_run "$i" | tee -a "$work/rounds"
+      clean; postfix_run | sed "s|^|round $i |" | tee -a "$work/rounds"
+    fi
+    p=$(sed -n "s/^round $i postfix.*: \([0-9]*\) mails\/s accepted.*/\1/p" "$work/rounds")
+    a=$(sed -n "s/^aqgate postgres round $i .*mails\/s=\([0-9]*\).*/\1/p" "$work/rounds")
+    echo "round $i: aqgate $a / postfix $p = $(awk -v a="$a" -v p="$p" 'BEGIN { printf "%.2f", a / p }')"
   done
   median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-  echo "median of $rounds rounds: postfix $(sed -n 's/.*: \([0-9]*\) mails\/s accepted.*/\1/p' "$work/rounds" | median)" \
-       "aqgate-postgres $(sed -n 's/.*mails\/s=\([0-9]*\).*/\1/p' "$work/rounds" | median) mails/s"
+  pm=$(sed -n 's/.*: \([0-9]*\) mails\/s accepted.*/\1/p' "$work/rounds" | median)
+  am=$(sed -n 's/.*mails\/s=\([0-9]*\).*/\1/p' "$work/rounds" | median)
+  echo "median of $rounds rounds: postfix $pm aqgate-postgres $am mails/s;" \
+       "ratio $(awk -v a="$am" -v p="$pm" 'BEGIN { printf "%.2f", a / p }')"
   rm -rf "$work"
   exit 0
 fi
