@@ -21,7 +21,11 @@ pub(super) async fn login_by_header(
     headers: &HeaderMap,
     _tls: Option<&TlsConnection>,
 ) -> Option<Result<Who, Response>> {
-    headers.contains_key(SAML_ASSERTION_HEADER).then(|| Err(super::saml_refused(crate::SAML_FEATURE_MISSING)))
+    if headers.contains_key(SAML_ASSERTION_HEADER) {
+        Some(Err(super::saml_refused(crate::SAML_FEATURE_MISSING)))
+    } else {
+        None
+    }
 }
 
 /// Always `None`: a `wsse:Security` token is refused after parsing.
