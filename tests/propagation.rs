@@ -419,7 +419,8 @@ async fn a_backlog_arrives_in_the_source_order(b: Backend) {
         // Each message's number is its correlation too, which the `AQ$` view shows.
         let payloads: Vec<String> = (from..from + 100).map(hex).collect();
         let headers: Vec<String> = payloads.iter().map(|p| format!("<correlation>{p}</correlation>")).collect();
-        let msgs: Vec<(&str, &str)> = headers.iter().map(String::as_str).zip(payloads.iter().map(String::as_str)).collect();
+        let msgs: Vec<(&str, &str)> =
+            headers.iter().map(String::as_str).zip(payloads.iter().map(String::as_str)).collect();
         let r = http(port, &raw_send("AQUSER.RAW_BACKLOG", &msgs, COMMIT)).await;
         assert!(matches!(r, Response::Send(..)), "{r:?}");
     }
