@@ -27,7 +27,7 @@ pub(crate) async fn local_loop(
 ) {
     // The batch sent whose commit is still to come. A mutex only so that the worker stays
     // `Send`: each step takes it out and puts the next one back, never holding the lock.
-    let flight: Mutex<Option<Flight>> = Mutex::new(None);
+    let flight: Mutex<Option<Box<Flight>>> = Mutex::new(None);
     retrying(engine, job, stats, stop, job.batch_size, |one_by_one| step(engine, job, &flight, one_by_one, stats))
         .await;
     if let Some(f) = taken(&flight) {
@@ -35,11 +35,11 @@ pub(crate) async fn local_loop(
     }
 }
 
-fn taken(flight: &Mutex<Option<Flight>>) -> Option<Flight> {
+fn taken(flight: &Mutex<Option<Box<Flight>>>) -> Option<Box<Flight>> {
     flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
 }
 
-fn put(flight: &Mutex<Option<Flight>>, f: Flight) {
+fn put(flight: &Mutex<Option<Box<Flight>>>, f: Box<Flight>) {
     *flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f);
 }
 
@@ -52,7 +52,7 @@ struct Flight {
 /// What receiving and sending a batch came to.
 enum Prepared {
     /// Sent, to land.
-    Flight(Flight),
+    Flight(Box<Flight>),
     /// Nothing to move (`Done(0)`), or refused (rolled back, to go one by one).
     Moved(Moved),
 }
@@ -70,7 +70,7 @@ enum Prepared {
 async fn step(
     engine: &Engine,
     job: &PropagationInfo,
-    flight: &Mutex<Option<Flight>>,
+    flight: &Mutex<Option<Box<Flight>>>,
     alone: bool,
     stats: &Stats,
 ) -> Result<Moved, AqError> {
@@ -159,7 +159,7 @@ async fn prepare(engine: &Engine, job: &PropagationInfo, wait: bool, stats: &Sta
             stats.moved(n, engine.now());
             Ok(Prepared::Moved(Moved::Done(n)))
         }
-        Ok(_) => Ok(Prepared::Flight(Flight { session, n })),
+        Ok(_) => Ok(Prepared::Flight(Box::new(Flight { session, n }))),
         Err(e) if permanent(&e) => {
             let _ = rolled_back(engine, &mut session, e).await;
             Ok(Prepared::Moved(Moved::Refused))
@@ -170,8 +170,8 @@ async fn prepare(engine: &Engine, job: &PropagationInfo, wait: bool, stats: &Sta
 
 /// Commits a batch in flight, its job's counts in the same commit; a failed commit is
 /// rolled back. The messages moved.
-async fn land(engine: &Engine, job: &PropagationInfo, f: Flight, stats: &Stats) -> Result<usize, AqError> {
-    let Flight { mut session, n } = f;
+async fn land(engine: &Engine, job: &PropagationInfo, f: Box<Flight>, stats: &Stats) -> Result<usize, AqError> {
+    let Flight { mut session, n } = *f;
     session.tally = Some(JobTally::moved(&job.name, n));
     if let Err(e) = engine.execute(&mut session, Request::Commit).await {
         return Err(rolled_back(engine, &mut session, e).await);
