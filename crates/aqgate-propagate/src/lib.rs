@@ -12,7 +12,9 @@
 //! source without history, the receive is part of that transaction too (`HeldTx`: the
 //! messages removed rather than locked, no session row), so a batch costs one commit;
 //! otherwise the receive locks the messages and writes the session's row in a commit of its
-//! own. A batch that fails is rolled back; when that rollback fails too (the database away),
+//! own. There, a job of one worker sends a batch without commit and commits it while it
+//! takes the next batch, which commits only after it (`local`): the source's order kept,
+//! the wait for each commit's flush no longer between batches. A batch that fails is rolled back; when that rollback fails too (the database away),
 //! or the receive's own commit failed without an answer (it may have locked the messages),
 //! the batch is ended before the job's next batch (`unended`: its session as the store has
 //! it, rolled back), so its messages move once the database is back rather
@@ -71,6 +73,7 @@ mod forward;
 pub mod gateway;
 pub mod job;
 pub mod lease;
+mod local;
 mod remote;
 pub mod removals;
 mod unended;
@@ -331,7 +334,7 @@ pub(crate) async fn work(engine: Arc<Engine>, job: PropagationInfo, stats: Stats
             let workers: Vec<_> = (0..job.concurrency)
                 .map(|_| {
                     let (engine, job, stats, mut stop) = (engine.clone(), job.clone(), stats.clone(), stop.clone());
-                    tokio::spawn(async move { local_loop(&engine, &job, &stats, &mut stop).await })
+                    tokio::spawn(async move { local::local_loop(&engine, &job, &stats, &mut stop).await })
                 })
                 .collect();
             for w in workers {
@@ -399,14 +402,6 @@ async fn usable<T>(
     };
     stats.report.shift(doing, job::Doing::Running);
     made
-}
-
-async fn local_loop(engine: &Engine, job: &PropagationInfo, stats: &Stats, stop: &mut watch::Receiver<bool>) {
-    retrying(engine, job, stats, stop, job.batch_size, |one_by_one| {
-        let batch = if one_by_one { 1 } else { job.batch_size };
-        move_batch(engine, job, batch, one_by_one, stats)
-    })
-    .await;
 }
 
 /// Runs `step` until stopped: `step(true)` after a refused batch, with backoff after a
@@ -477,65 +472,6 @@ pub(crate) enum Moved {
 fn permanent(e: &AqError) -> bool {
     [code::NO_RECIPIENTS, code::PAYLOAD_MISMATCH, code::NOT_PERMITTED, code::INVALID_VALUE, code::TRANSFORMATION]
         .contains(&e.code)
-}
-
-async fn move_batch(
-    engine: &Engine,
-    job: &PropagationInfo,
-    batch: u32,
-    alone: bool,
-    stats: &Stats,
-) -> Result<Moved, AqError> {
-    let mut session = Session::new(&job.agent, engine.now());
-    session.propagates = true;
-    // One receive takes the whole batch (in one database transaction); it waits for the
-    // first message.
-    session.max_messages = batch;
-    // Where the store can (PostgreSQL) and the source allows (single consumer, no
-    // history), the receive and the send are one database transaction: one commit.
-    session.one_transaction = true;
-    let messages = match waiting_receive(engine, &mut session, job, stats).await {
-        Ok(Response::Receive(_, Some(r))) => r.messages,
-        Ok(_) => Vec::new(),
-        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
-        Err(e) => return Err(rolled_back(engine, &mut session, e).await),
-    };
-    if messages.is_empty() {
-        return Ok(Moved::Done(0));
-    }
-    let n = messages.len();
-    let out: Vec<Message> = messages.iter().enumerate().map(|(i, m)| forward(job, m, i)).collect();
-    // The copies keep their times: original enqueue time, delay end, expiry.
-    let times = std::mem::take(&mut session.received);
-    session.tally = Some(JobTally::moved(&job.name, n));
-    let sent =
-        carried_send(engine, &mut session, &job.destination, job.transformation.clone(), out.clone(), times.clone());
-    match sent.await {
-        Ok(_) => {
-            stats.moved(n, engine.now());
-            Ok(Moved::Done(n))
-        }
-        Err(e) if permanent(&e) && !alone => {
-            let _ = rolled_back(engine, &mut session, e).await;
-            Ok(Moved::Refused)
-        }
-        Err(e) if permanent(&e) && job.exception_queue.is_some() => {
-            let eq = job.exception_queue.clone().unwrap_or_default();
-            let ids: Vec<String> = messages.iter().filter_map(|m| m.header.message_id.clone()).collect();
-            // The exception queue has the source's type: the message as it was, untransformed.
-            session.tally = Some(JobTally::excepted(&job.name, n));
-            match carried_send(engine, &mut session, &eq, None, out, excepted(times, refusal(&e))).await {
-                Ok(_) => {
-                    stats.excepted(n, engine.now());
-                    tracing::warn!(job = %job.name, messages = ?ids, exception_queue = %eq, reason = %e.message,
-                        "the destination refused a message for good; moved to the exception queue");
-                    Ok(Moved::Done(n))
-                }
-                Err(e2) => Err(rolled_back(engine, &mut session, e2).await),
-            }
-        }
-        Err(e) => Err(rolled_back(engine, &mut session, e).await),
-    }
 }
 
 /// One message to the remote destination (see `remote`): received, sent under its key,

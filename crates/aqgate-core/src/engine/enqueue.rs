@@ -160,9 +160,12 @@ impl Engine {
         // commits; an IMMEDIATE enqueue inside an open transaction is not that
         // transaction's (it commits alone): it has its own.
         let enq_txn_id = if !immediate || req.commit { session.txn.clone() } else { super::session::random_id() };
+        // A propagation batch's held transaction hides its rows until it commits: they need
+        // no tag (and its commit publishes none).
+        let untagged = commit_now || session.held.is_active();
         for (i, m) in req.messages.iter().enumerate() {
             let carried = if session.propagates { carry.get(i) } else { None };
-            let txn = if commit_now { None } else { Some(session.txn.clone()) };
+            let txn = if untagged { None } else { Some(session.txn.clone()) };
             let row = e
                 .new_message(m, carried, txn)
                 .map(|row| NewMessage { enq_txn_id: Some(enq_txn_id.clone()), ..row })
@@ -268,6 +271,13 @@ impl Engine {
         // A propagation batch's send continues the transaction its receive removed the
         // messages in (`HeldTx`): its commit is the batch's only one.
         let (mut tx, held) = self.held_or_begin(session, provisional).await?;
+        if held && !req.commit {
+            // The batch's copies, committed with its removes by a later commit (which
+            // wakes the queue): the transaction stays held, and still no session row.
+            tx.insert_messages(rows).await?;
+            session.held.keep(tx, rows.first().map(|r| r.queue));
+            return Ok((None, Vec::new()));
+        }
         // Sealed first: a backend may write the session row with the insert.
         let v = self.seal(&mut *tx, session, next, Some(response)).await?;
         tx.insert_messages(rows).await?;

@@ -539,7 +539,7 @@ impl Engine {
         if session.held.is_active() && !continues_held(&request) {
             return Err(AqError::server(
                 code::INTERNAL,
-                "a propagation batch's held transaction ends with a committing persistent send, a commit or a rollback",
+                "a propagation batch's held transaction goes on with a persistent send, a commit or a rollback",
             ));
         }
         if session.schedule.is_some() && !matches!(request, Request::Send(_) | Request::Publish(_)) {
@@ -582,14 +582,12 @@ impl Engine {
 }
 
 /// Whether `request` may continue a session's held transaction (`HeldTx`): a persistent
-/// ON_COMMIT send or publish that commits it (whose rows need no publishing), a commit or a
-/// rollback.
+/// ON_COMMIT send or publish (whose rows need no publishing: the held transaction hides
+/// them until it commits), which commits it or leaves it held, a commit or a rollback.
 fn continues_held(request: &Request) -> bool {
     match request {
         Request::Send(r) | Request::Publish(r) => {
-            r.commit
-                && r.producer.visibility == Visibility::OnCommit
-                && r.producer.delivery_mode == DeliveryMode::Persistent
+            r.producer.visibility == Visibility::OnCommit && r.producer.delivery_mode == DeliveryMode::Persistent
         }
         Request::Commit | Request::Rollback => true,
         Request::Receive(_) | Request::Listen(_) | Request::Register(_) => false,

@@ -277,7 +277,9 @@ impl JobTally {
 /// The database transaction a propagation batch's receive holds open for the send that
 /// ends the batch (`Store::holds_transactions`): the messages are removed from the source
 /// in it and their copies written in it, and one commit makes both durable — no session row,
-/// no second commit; a crash or a rollback puts everything back as it was. Active from the
+/// no second commit; a crash or a rollback puts everything back as it was. The send commits
+/// it, or (without commit) leaves it held for a later commit, so that the job can take its
+/// next batch while this one's commit is under way. Active from the
 /// receive until the commit or rollback that ends the AQ transaction; a request that fails
 /// after it took the transaction loses it (dropped, so rolled back), and the session's
 /// later requests then fail until it rolls back. (A mutex only so that a `Session` stays
@@ -286,6 +288,8 @@ impl JobTally {
 pub struct HeldTx {
     tx: StdMutex<Option<Box<dyn StoreTx>>>,
     queue: Option<QueueId>,
+    /// The queues a send that did not commit wrote to: woken by the commit.
+    sent: Vec<QueueId>,
     active: bool,
 }
 
@@ -315,10 +319,25 @@ impl HeldTx {
         self.tx.get_mut().unwrap_or_else(|p| p.into_inner()).take()
     }
 
+    /// Holds `tx` again after a send into `queue` (none: it sent nothing) that did not
+    /// commit it.
+    pub(super) fn keep(&mut self, tx: Box<dyn StoreTx>, queue: Option<QueueId>) {
+        *self.tx.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        if let Some(q) = queue.filter(|q| !self.sent.contains(q)) {
+            self.sent.push(q);
+        }
+    }
+
+    /// The queues the held transaction's sends wrote to (see [`HeldTx::keep`]).
+    pub(super) fn sent(&mut self) -> Vec<QueueId> {
+        std::mem::take(&mut self.sent)
+    }
+
     /// Ends the hold: what is still held (to be rolled back), and the queue whose messages
     /// it removed.
     pub(super) fn end(&mut self) -> (Option<Box<dyn StoreTx>>, Option<QueueId>) {
         self.active = false;
+        self.sent.clear();
         (self.take(), self.queue.take())
     }
 }

@@ -230,8 +230,13 @@ impl Engine {
             let Some(mut tx) = session.held.take() else { return Err(held_lost_error()) };
             self.tally(&mut *tx, session).await?;
             self.commit_tx(tx).await?;
+            // What the batch's send left uncommitted is visible now.
+            let sent = session.held.sent();
             session.held.end();
             session.end_transaction();
+            for q in sent {
+                self.wake(q);
+            }
             return Ok(());
         }
         let mut next = session.state();
