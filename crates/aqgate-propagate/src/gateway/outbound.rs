@@ -3,9 +3,9 @@
 //! overlapping where the store allows it (see the parent module for the whole of it,
 //! `step` and `window`).
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use aqgate_core::clock::Micros;
@@ -385,7 +385,12 @@ async fn take(
 
 /// Records a batch taken in doubt (those not in doubt already) and publishes it; a message
 /// in doubt that the broker is found to hold is not published again.
-async fn send(engine: &Engine, job: &PropagationInfo, sink: &mut dyn Sink, batch: Box<Batch>) -> Result<Box<Flight>, Fail> {
+async fn send(
+    engine: &Engine,
+    job: &PropagationInfo,
+    sink: &mut dyn Sink,
+    batch: Box<Batch>,
+) -> Result<Box<Flight>, Fail> {
     let Batch { mut session, messages, times, out, doubts, alone, now } = *batch;
     // In doubt since an earlier attempt: past NATS's duplicate window, ask the stream.
     let mut publish = Vec::with_capacity(out.len());
