@@ -420,16 +420,17 @@ async fn a_window_of_batches_moves_a_backlog_in_order() {
     assert!(seen == expected, "not each once in order, unmarked: {:?}", &seen[..seen.len().min(50)]);
 }
 
-/// Nothing lost; a message there twice only with a copy marked; the first copies in the
-/// source's order. How many copies were marked.
-fn assert_window_ledger(what: &str, seen: &[(usize, bool)], total: usize) -> usize {
+/// Nothing lost; a message there twice only with a copy marked; with `in_order`, the first
+/// copies in the source's order. How many copies were marked.
+fn assert_window_ledger(what: &str, seen: &[(usize, bool)], total: usize, in_order: bool) -> usize {
     let copies = copies_of(seen.iter().map(|&(i, marked)| (hex(i), marked)));
     let dups = assert_marked_ledger(what, &copies, total);
     let marked = seen.iter().filter(|(_, m)| *m).count();
     let mut first = std::collections::HashSet::new();
     let order: Vec<usize> = seen.iter().map(|&(i, _)| i).filter(|i| first.insert(*i)).collect();
-    assert!(order.windows(2).all(|w| w[0] < w[1]), "{what}: first copies out of order");
-    println!("{what}: {total} messages, 0 lost, {dups} duplicates, {marked} marked, in order");
+    let ordered = order.windows(2).all(|w| w[0] < w[1]);
+    assert!(ordered || !in_order, "{what}: first copies out of order");
+    println!("{what}: {total} messages, 0 lost, {dups} duplicates, {marked} marked, first copies in order: {ordered}");
     marked
 }
 
@@ -439,17 +440,18 @@ fn assert_window_ledger(what: &str, seen: &[(usize, bool)], total: usize) -> usi
 async fn a_window_cut_in_the_middle_loses_nothing() {
     let total = 3000;
     let (seen, _s) = rabbit_window(total, WindowFault::Cut).await;
-    assert_window_ledger("the window, cut", &seen, total);
+    assert_window_ledger("the window, cut", &seen, total, true);
 }
 
 /// The broker refusing a batch in the middle of a full window (its queue full): the batch
-/// and every batch published behind it are taken back and go again, marked; nothing lost,
-/// in order.
+/// and every batch published behind it are taken back and go again, marked; nothing lost.
+/// (Not in order: a queue that refuses one message may take the next once the test has
+/// taken some, and that one goes again too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_window_refused_in_the_middle_marks_what_goes_again() {
     let total = 3000;
     let (seen, _s) = rabbit_window(total, WindowFault::Full).await;
-    let marked = assert_window_ledger("the window, refused", &seen, total);
+    let marked = assert_window_ledger("the window, refused", &seen, total, false);
     assert!(marked > 0, "nothing went again marked after the refusal");
 }
 
