@@ -14,14 +14,17 @@
 # - inbound: COUNT messages published by a bare publisher while the job enqueues them to
 #   AQUSER.RAW_ARCHIVE; its rate is COUNT / (first publish → the last enqueued). Peer:
 #   `aqgate-bench --scenario broker-consume` (each message acked) on COUNT prefilled ones.
-# Usage: [JOB_BATCH=30] [AQGATE_BIN=target/release/aqgate] scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
-# (JOB_BATCH: the jobs' batch_size; 30 is the default)
+# Usage: [JOB_BATCH=30] [JOB_IN_FLIGHT=N] [ENQUEUERS=1] [NO_BUILD=1] [AQGATE_BIN=target/release/aqgate] scripts/bench-gateway.sh ROUNDS COUNT [nats rabbitmq mqtt]
+# (JOB_BATCH: the jobs' batch_size, 30 the default; JOB_IN_FLIGHT: the outbound job's
+# batches_in_flight, its default when unset; ENQUEUERS: enqueue loops at once, COUNT a
+# multiple of 100 × ENQUEUERS; NO_BUILD=1: run the binaries as built, e.g. built with
+# other features)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1; count=$2; shift 2
 bin=${AQGATE_BIN:-target/release/aqgate}
 brokers=${*:-nats rabbitmq mqtt}
-cargo build --release --bin aqgate --bin aqgate-bench --locked >/dev/null
+[ "${NO_BUILD:-}" = 1 ] || cargo build --release --bin aqgate --bin aqgate-bench --locked >/dev/null
 scripts/ensure-postgres.sh >/dev/null
 scripts/ensure-brokers.sh >/dev/null
 pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
@@ -86,6 +89,7 @@ name = "out_$tag"
 source = "AQUSER.RAW_QUE"
 destination = "out@l"
 batch_size = ${JOB_BATCH:-30}
+${JOB_IN_FLIGHT:+batches_in_flight = $JOB_IN_FLIGHT}
 
 [[gateway.jobs]]
 name = "in_$tag"
@@ -104,11 +108,18 @@ TOML
     pid=$!
     for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.02; done
     t0=$(date +%s.%N)
-    for _ in $(seq 1 $((count / 100))); do
-      if curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" | grep -q Fault; then
-        echo "bench-gateway: the enqueue was refused" >&2; exit 1
-      fi
+    # ENQUEUERS loops at once: more than one enqueues faster than a job moves, so the job
+    # works from a backlog (one alone may be what sets the job's rate).
+    enq=${ENQUEUERS:-1}; epids=()
+    for e in $(seq 1 "$enq"); do
+      for _ in $(seq 1 $((count / 100 / enq))); do
+        if curl -sf -u scott:tiger -H 'Content-Type: text/xml' --data-binary @"$batch" "$url" | grep -q Fault; then
+          echo "bench-gateway: the enqueue was refused" >&2; exit 1
+        fi
+      done &
+      epids+=($!)
     done
+    wait "${epids[@]}"
     wait "$cpid"
     last=$(field last_at < /tmp/gwb-consume.txt)
     job_out=$(echo "$count / ($last - $t0)" | bc)

@@ -3,8 +3,10 @@
 //! itself is killed and started again (private instances on their own ports and data, see
 //! `common::brokers`; the shared brokers are never killed), and while the TCP connection
 //! to the shared brokers is cut through a proxy (`common::cutproxy`). Each test also sees
-//! its link go RECONNECTING in `admin gateway` and come back CONNECTED. Every name at a
-//! shared broker carries a random tag, so runs do not meet.
+//! its link go RECONNECTING in `admin gateway` and come back CONNECTED. An outbound job's
+//! window of batches (`batches_in_flight`) moves a backlog in order, and loses nothing when
+//! cut in its middle. Every name at a shared broker carries a random tag, so runs do not
+//! meet.
 
 mod common;
 
@@ -323,6 +325,134 @@ async fn rabbitmq_both_ways_through_cut_connections() {
     let url = format!("amqp://127.0.0.1:{}/%2f", proxy.port);
     rabbit_ledger(&url, 5672, Fault::Cut(&proxy), 8).await;
     assert_cut_live(&proxy);
+}
+
+// ---------------------------------------------------------------- a window of batches
+
+/// What fails under a window of batches (see [`rabbit_window`]).
+#[derive(PartialEq)]
+enum WindowFault {
+    None,
+    /// Every connection through the proxy cut once a tenth of the backlog is at the broker.
+    Cut,
+    /// The queue at the broker holds a tenth of the backlog and refuses (nacks) what comes
+    /// beyond it (`x-overflow = reject-publish`) until the test takes what it holds.
+    Full,
+}
+
+/// An outbound job to RabbitMQ with `batches_in_flight = 8` (batches of 10) behind a proxy
+/// that refuses it until a backlog of `total` messages waits in RAW_QUE, so that the job
+/// moves the backlog with its window full, through `fault`. What the queue at the broker
+/// held, in its order, once RAW_QUE is empty and nothing is in doubt: (number, marked);
+/// and the server (its log told when a test fails).
+async fn rabbit_window(total: usize, fault: WindowFault) -> (Vec<(usize, bool)>, Proc) {
+    let t = tag();
+    let qout = format!("aqgt.{t}.window");
+    let (c, ch) = rabbit_channel(5672).await.expect("RabbitMQ");
+    let mut args = FieldTable::default();
+    if fault == WindowFault::Full {
+        args.insert("x-max-length".into(), lapin::types::AMQPValue::LongLongInt(total as i64 / 10));
+        args.insert("x-overflow".into(), lapin::types::AMQPValue::LongString("reject-publish".into()));
+    }
+    ch.queue_declare(qout.as_str().into(), QueueDeclareOptions::durable(), args).await.expect("declare the queue");
+    let proxy = CutProxy::start(5672);
+    proxy.refuse(true);
+    let toml = format!(
+        "\n[[gateway.links]]\nname = \"rabbit\"\nkind = \"rabbitmq\"\nurl = \"amqp://127.0.0.1:{}/%2f\"\n\
+         username = \"guest\"\npassword_env = \"AQGT_RABBIT_PASSWORD\"\n{QUICK_RECONNECT}\n\
+         \n[[gateway.foreign_queues]]\nname = \"out\"\nlink = \"rabbit\"\nnative_name = \"{qout}\"\n\
+         \n[[gateway.jobs]]\nname = \"to_rabbit\"\nsource = \"AQUSER.RAW_QUE\"\ndestination = \"out@rabbit\"\n\
+         batch_size = 10\nbatches_in_flight = 8\n",
+        proxy.port
+    );
+    let topo = demo_topology_with("gateway-window", &toml);
+    let db = fresh_pg_url().await;
+    let port = free_port();
+    let s = serve("gateway window", &db, port, &topo);
+    send_numbered(port, "AQUSER.RAW_QUE", 0, total, 100, "").await;
+    proxy.refuse(false);
+    let at_broker = || async {
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        let ch = c.create_channel().await.expect("a channel");
+        let n = ch
+            .queue_declare(qout.as_str().into(), passive, FieldTable::default())
+            .await
+            .map_or(0, |q| q.message_count());
+        let _ = ch.close(200, "".into()).await;
+        n as usize
+    };
+    if fault != WindowFault::None {
+        let began = Instant::now();
+        while at_broker().await < total / 10 {
+            assert!(began.elapsed() < Duration::from_secs(120), "the job did not start on its backlog");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    if fault == WindowFault::Cut {
+        let cuts = proxy.cut();
+        println!("cut {cuts} connections with {} at the broker", at_broker().await);
+        assert!(cuts > 0, "a live connection cut");
+    } else if fault == WindowFault::Full {
+        // The job meets the full queue and tries again (its link's backoff) meanwhile.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let mut seen = Vec::new();
+    let began = Instant::now();
+    while depth(&db, "AQUSER.RAW_QUE") != 0 || in_doubt(&db, "TO_RABBIT") != 0 {
+        assert!(began.elapsed() < Duration::from_secs(180), "the backlog not moved: {:?}", depths(&db));
+        seen.extend(rabbit_drain(&ch, &qout).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen.extend(rabbit_drain(&ch, &qout).await);
+    let _ = ch.queue_delete(qout.as_str().into(), Default::default()).await;
+    let _ = std::fs::remove_file(&topo);
+    let seen = seen.into_iter().map(|(p, marked)| (usize::from_str_radix(&p, 16).expect("a numbered payload"), marked));
+    (seen.collect(), s)
+}
+
+/// A backlog through a window of eight batches: every message once, in the source's order,
+/// none marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_window_of_batches_moves_a_backlog_in_order() {
+    let total = 1500;
+    let (seen, _s) = rabbit_window(total, WindowFault::None).await;
+    let expected: Vec<(usize, bool)> = (0..total).map(|i| (i, false)).collect();
+    assert!(seen == expected, "not each once in order, unmarked: {:?}", &seen[..seen.len().min(50)]);
+}
+
+/// Nothing lost; a message there twice only with a copy marked; with `in_order`, the first
+/// copies in the source's order. How many copies were marked.
+fn assert_window_ledger(what: &str, seen: &[(usize, bool)], total: usize, in_order: bool) -> usize {
+    let copies = copies_of(seen.iter().map(|&(i, marked)| (hex(i), marked)));
+    let dups = assert_marked_ledger(what, &copies, total);
+    let marked = seen.iter().filter(|(_, m)| *m).count();
+    let mut first = std::collections::HashSet::new();
+    let order: Vec<usize> = seen.iter().map(|&(i, _)| i).filter(|i| first.insert(*i)).collect();
+    let ordered = order.windows(2).all(|w| w[0] < w[1]);
+    assert!(ordered || !in_order, "{what}: first copies out of order");
+    println!("{what}: {total} messages, 0 lost, {dups} duplicates, {marked} marked, first copies in order: {ordered}");
+    marked
+}
+
+/// The connection cut under a full window: nothing lost, a duplicate only marked, in order
+/// (the batches confirmed before the cut land; the others go again, marked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_window_cut_in_the_middle_loses_nothing() {
+    let total = 3000;
+    let (seen, _s) = rabbit_window(total, WindowFault::Cut).await;
+    assert_window_ledger("the window, cut", &seen, total, true);
+}
+
+/// The broker refusing a batch in the middle of a full window (its queue full): the batch
+/// and every batch published behind it are taken back and go again, marked; nothing lost.
+/// (Not in order: a queue that refuses one message may take the next once the test has
+/// taken some, and that one goes again too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_window_refused_in_the_middle_marks_what_goes_again() {
+    let total = 3000;
+    let (seen, _s) = rabbit_window(total, WindowFault::Full).await;
+    let marked = assert_window_ledger("the window, refused", &seen, total, false);
+    assert!(marked > 0, "nothing went again marked after the refusal");
 }
 
 // ---------------------------------------------------------------- MQTT

@@ -11,11 +11,13 @@
 //! 4. publish and wait for the broker's confirmation of every message;
 //! 5. commit the dequeue, then forget the doubt.
 //!
-//! Two batches overlap (`step`): while one waits for its confirmations and commits (4–5),
-//! the next is received, recorded in doubt and published (1–4), each in its own session;
-//! the commits keep the batches' order. Where the store cannot hold two transactions
-//! (SQLite), with a schedule's latency, and one by one after a refused batch, a batch lands
-//! before the next is received. A batch that fails takes the one behind it back too.
+//! Over a backlog, up to the job's `batches_in_flight` batches overlap (`outbound::window`):
+//! while the oldest waits for its confirmations and commits (4–5), the ones behind it are
+//! received, recorded in doubt and published (1–4), each in its own session; the commits
+//! keep the batches' order. With `batches_in_flight = 1`, where the store cannot hold two
+//! transactions (SQLite), with a schedule's latency, and one by one after a refused batch,
+//! a batch lands before the next is received. A batch that fails takes every batch
+//! published behind it back too.
 //!
 //! A crash anywhere before 5 leaves the messages in the source (the batch's transaction
 //! rolls back), so nothing is lost; what a crash between 4 and 5 can leave is a message the

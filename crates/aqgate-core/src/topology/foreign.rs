@@ -182,6 +182,39 @@ pub struct GatewayRoute {
     pub inbound_transformation: Option<String>,
     /// The job's options (Messaging Gateway's job options).
     pub options: JobOptions,
+    /// Outbound: how many batches may be published and not yet committed at once (1: one
+    /// batch at a time); inbound: 1.
+    pub batches_in_flight: u32,
+}
+
+/// An outbound job's `batches_in_flight`: each batch holds up to `batch_size` messages in
+/// memory until it commits, so the bound is small.
+pub const BATCHES_IN_FLIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=16;
+
+/// An outbound job's `batches_in_flight` when the topology gives none.
+pub const DEFAULT_BATCHES_IN_FLIGHT: u32 = 4;
+
+/// A job's `batches_in_flight` as given (`None`: the default), checked against its
+/// direction and [`BATCHES_IN_FLIGHT_RANGE`]; a problem goes to `errors` under `key`.
+pub(super) fn batches_in_flight(given: Option<u32>, direction: Direction, key: &str, errors: &mut Vec<String>) -> u32 {
+    match given {
+        _ if direction == Direction::Inbound => {
+            if given.is_some() {
+                errors.push(format!("{key}.batches_in_flight: an outbound job's option (batches published ahead)"));
+            }
+            1
+        }
+        None => DEFAULT_BATCHES_IN_FLIGHT,
+        Some(n) if BATCHES_IN_FLIGHT_RANGE.contains(&n) => n,
+        Some(_) => {
+            errors.push(format!(
+                "{key}.batches_in_flight: {} to {}",
+                BATCHES_IN_FLIGHT_RANGE.start(),
+                BATCHES_IN_FLIGHT_RANGE.end()
+            ));
+            DEFAULT_BATCHES_IN_FLIGHT
+        }
+    }
 }
 
 /// JMS_DeliveryMode: how an outbound job's messages are published.

@@ -55,6 +55,10 @@ pub struct GatewayJobDef {
     /// Messages per local transaction (MsgBatchSize).
     #[serde(default = "default_batch")]
     pub batch_size: u32,
+    /// Outbound: batches published ahead of their commit, landing in order (see
+    /// [`BATCHES_IN_FLIGHT_RANGE`]); 1 is one batch at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches_in_flight: Option<u32>,
     /// Outbound: the AQ message id is the broker message's id (always sent as a header
     /// too); inbound: the broker's message id becomes the AQ message's correlation.
     #[serde(default)]
@@ -388,6 +392,7 @@ fn job(
             foreign_exception,
             inbound_transformation: if outbound { None } else { transformation },
             options,
+            batches_in_flight: batches_in_flight(d.batches_in_flight, direction, key, errors),
         })),
     })
 }
@@ -642,6 +647,7 @@ source = "A.OUT"
 destination = "orders@rabbit"
 delivery_mode = "NON_PERSISTENT"
 aq_msg_properties = false
+batches_in_flight = 8
 
 [[gateway.jobs]]
 name = "back"
@@ -659,6 +665,7 @@ no_local = true
         assert!(quick.guarantee().starts_with("none: NON_PERSISTENT"), "{}", quick.guarantee());
         let back = c.propagations["BACK"].gateway.as_ref().expect("route");
         assert!(back.options.no_local && back.options.aq_msg_properties);
+        assert_eq!((quick.batches_in_flight, back.batches_in_flight), (8, 1));
         assert_eq!(c.gateway_foreign.keys().collect::<Vec<_>>(), ["EVENTS@NATS", "FANOUT@RABBIT", "ORDERS@RABBIT"]);
         let errors = resolved(
             r#"
@@ -673,12 +680,14 @@ name = "in_mode"
 source = "events@nats"
 destination = "A.REJECTS"
 delivery_mode = "persistent"
+batches_in_flight = 2
 
 [[gateway.jobs]]
 name = "out_local"
 source = "A.OUT"
 destination = "events@nats"
 no_local = true
+batches_in_flight = 17
 
 [[gateway.jobs]]
 name = "queue_local"
@@ -692,6 +701,8 @@ no_local = true
         for want in [
             r#"gateway.jobs[0] (sometimes).delivery_mode: persistent, non_persistent or preserve_msg, not "sometimes""#,
             "gateway.jobs[1] (in_mode).delivery_mode: an outbound job's option",
+            "gateway.jobs[1] (in_mode).batches_in_flight: an outbound job's option",
+            "gateway.jobs[2] (out_local).batches_in_flight: 1 to 16",
             "gateway.jobs[2] (out_local).no_local: an inbound job's option",
             "gateway.jobs[3] (queue_local).no_local: ORDERS@RABBIT is a RabbitMQ queue",
         ] {

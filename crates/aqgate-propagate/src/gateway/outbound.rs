@@ -1,8 +1,11 @@
 //! An outbound gateway job (AQ → broker) at work: batches received, recorded in doubt,
-//! published, confirmed and committed, two of them overlapping where the store allows it
-//! (see the parent module for the whole of it, and `step`).
+//! published, confirmed and committed, up to the job's `batches_in_flight` of them
+//! overlapping where the store allows it (see the parent module for the whole of it,
+//! `step` and `window`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aqgate_core::clock::Micros;
@@ -12,6 +15,7 @@ use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::store::Expiry;
 use aqgate_core::topology::gateway::GatewayRoute;
 use aqgate_proto::idap::{Message, Request, Response};
+use tokio::sync::Notify;
 
 use super::convert::{self, Outgoing};
 use super::{Board, Confirming, Fail, Pacing, Published, Sink, connected, purge_doubts, sink};
@@ -28,19 +32,14 @@ pub(super) async fn outbound(
     let mut pacing = Pacing::new(job);
     let mut conn: Option<Box<dyn Sink>> = None;
     let mut purged: Option<std::time::Instant> = None;
-    // The batch published whose confirmations and commit are still to come (see `step`).
-    let mut flight: Option<Box<Flight>> = None;
     while !*stats.stop.borrow() {
         if purged.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
             purge_doubts(engine, job).await;
             purged = Some(std::time::Instant::now());
         }
         if conn.as_ref().is_some_and(|c| c.stale()) {
-            // Another job found the shared connection down: connect again with them, once
-            // the batch in flight on it has landed or failed.
-            if let Some(f) = flight.take() {
-                let _ = land(engine, job, f, stats).await;
-            }
+            // Another job found the shared connection down: connect again with them (a step
+            // has landed or failed every batch it published on it).
             conn = None;
             board.report(engine, &route.link.name, &job.name, Err("the shared connection went")).await;
         }
@@ -58,7 +57,7 @@ pub(super) async fn outbound(
         }
         let Some(s) = conn.as_mut() else { continue };
         board.alive(engine, &route.link.name).await;
-        match step(engine, job, route, s.as_mut(), &mut flight, pacing.alone(), stats).await {
+        match step(engine, job, route, s.as_mut(), pacing.alone(), stats).await {
             Ok(Moved::Done(n)) => {
                 pacing.done(job, stats);
                 pacing.latency(job, n, &stats.stop).await;
@@ -74,10 +73,6 @@ pub(super) async fn outbound(
                 pacing.failed(engine, job, (&route.link, board), stats, &e).await;
             }
         }
-    }
-    if let Some(f) = flight.take() {
-        // Stopped with a batch published: its confirmations and commit (or its rollback).
-        let _ = land(engine, job, f, stats).await;
     }
     // Let go of the connection first: the link's row counts what stays open.
     if conn.take().is_some() {
@@ -113,59 +108,163 @@ enum Prepared {
     Moved(Moved),
 }
 
-/// One step of an outbound job. With no batch in flight: a batch received (waiting for
-/// one), recorded in doubt and published; then, where batches overlap (`overlaps`), it is
-/// left in flight, else landed (its confirmations awaited, its dequeue committed). With a
-/// batch in flight: that batch landed while the next one is received, recorded in doubt
-/// and published, which is then the one in flight. So the broker confirms one batch while
-/// the job's database work for the next goes on; the commits keep the batches' order, and
-/// each batch still commits only after its own confirmations.
+/// One step of an outbound job: a batch received (waiting for one), recorded in doubt and
+/// published; then, where batches overlap (`overlaps`, and not one by one), the window
+/// (`window`) lands it while the batches behind it go, else it is landed (its
+/// confirmations awaited, its dequeue committed).
 async fn step(
     engine: &Engine,
     job: &PropagationInfo,
     route: &GatewayRoute,
     sink: &mut dyn Sink,
-    flight: &mut Option<Box<Flight>>,
     alone: bool,
     stats: &Stats,
 ) -> Result<Moved, Fail> {
-    let overlap = !alone && overlaps(engine, job);
-    let Some(current) = flight.take() else {
-        return match prepare(engine, job, route, sink, alone, true, stats).await? {
-            Prepared::Flight(f) if overlap => {
-                *flight = Some(f);
-                Ok(Moved::Done(0))
-            }
-            Prepared::Flight(f) => land(engine, job, f, stats).await,
-            Prepared::Moved(m) => Ok(m),
-        };
-    };
-    if !overlap || *stats.stop.borrow() {
-        return land(engine, job, current, stats).await;
-    }
-    let (landed, next) =
-        tokio::join!(land(engine, job, current, stats), prepare(engine, job, route, sink, false, false, stats));
-    match (landed, next) {
-        (Ok(Moved::Done(n)), Ok(Prepared::Flight(f))) => {
-            *flight = Some(f);
-            Ok(Moved::Done(n))
-        }
-        (Ok(Moved::Done(n)), Ok(Prepared::Moved(Moved::Done(m)))) => Ok(Moved::Done(n + m)),
-        (Ok(_), Ok(Prepared::Moved(Moved::Refused))) => Ok(Moved::Refused),
-        (Ok(_), Err(e)) => Err(e),
-        (landed, next) => {
-            // The batch landing failed or was refused: the next one, published already, is
-            // rolled back too (its messages stay in doubt, and go again marked).
-            if let Ok(Prepared::Flight(mut f)) = next {
-                let why = AqError::server(code::INTERNAL, "the batch before it did not land".to_string());
-                let _ = rolled_back(engine, &mut f.session, why).await;
-            }
-            landed
-        }
+    let depth = if alone || !overlaps(engine, job) { 1 } else { route.batches_in_flight.max(1) as usize };
+    match prepare(engine, job, route, sink, alone, true, stats).await? {
+        Prepared::Flight(f) if depth > 1 => window(engine, job, route, sink, f, depth, stats).await,
+        Prepared::Flight(f) => land(engine, job, f, stats).await,
+        Prepared::Moved(m) => Ok(m),
     }
 }
 
-/// Whether the job's batches overlap (see `step`): where the store lets two transactions
+/// How long a window goes on before the job's loop looks around (the link's row, a stale
+/// connection, the stale doubts, the pacing): every batch it published has landed by then.
+const WINDOW_TURN: Duration = Duration::from_secs(2);
+
+/// The batches of a backlog, `first` (published) ahead, with up to `depth` batches taken
+/// and not yet landed at once. `fill` receives the next batch whenever the window has room,
+/// taking only what is there (an empty receive ends it: the next step waits for messages),
+/// and records in doubt and publishes each batch while it receives the one after; `drain`
+/// lands the batches one after the other in the order they were received, so each commits
+/// only after its own confirmations and after the batch before it, while the broker
+/// confirms the later ones and the database receives and records them. A batch that fails
+/// to land (or is refused) takes every batch published behind it back: rolled back, their
+/// messages stay in doubt and go again marked. It ends with every batch landed or rolled
+/// back: when the source has no more, the job stops, the connection goes stale, a step
+/// fails, or after `WINDOW_TURN`. At most `depth` batches are held, so `depth` ×
+/// `batch_size` messages.
+async fn window(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    sink: &mut dyn Sink,
+    first: Box<Flight>,
+    depth: usize,
+    stats: &Stats,
+) -> Result<Moved, Fail> {
+    // Both halves run in this task (`join!`); the queue's lock is never held across an await.
+    let queue = Mutex::new(VecDeque::from([first]));
+    let lock = || queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let landing = AtomicBool::new(false);
+    // A batch did not land: nothing more is published.
+    let broken = AtomicBool::new(false);
+    let filling = AtomicBool::new(true);
+    let (pushed, room) = (Notify::new(), Notify::new());
+    let turn = std::time::Instant::now() + WINDOW_TURN;
+    let fill = async {
+        // A batch received and not yet published: published while the next is received.
+        let mut taken: Option<Box<Batch>> = None;
+        let held = |own: usize| lock().len() + usize::from(landing.load(Ordering::SeqCst)) + own;
+        let mut out = Ok(Moved::Done(0));
+        while !broken.load(Ordering::SeqCst) && !*stats.stop.borrow() && !sink.stale() {
+            let more = std::time::Instant::now() < turn;
+            let Some(t) = taken.take() else {
+                if !more {
+                    break;
+                }
+                if held(0) >= depth {
+                    room.notified().await;
+                    continue;
+                }
+                match take(engine, job, route, false, false, stats).await {
+                    Ok(Taken::Batch(t)) => taken = Some(t),
+                    Ok(Taken::Moved(m)) => out = Ok(m),
+                    Err(e) => out = Err(e),
+                }
+                if taken.is_none() {
+                    break;
+                }
+                continue;
+            };
+            let more = more && held(1) < depth;
+            let (sent, next) = tokio::join!(send(engine, job, sink, t), async {
+                if more { Some(take(engine, job, route, false, false, stats).await) } else { None }
+            });
+            let sent = sent.map(|f| {
+                lock().push_back(f);
+                pushed.notify_one();
+            });
+            match (sent, next) {
+                (Ok(()), None) => {}
+                (Ok(()), Some(Ok(Taken::Batch(t)))) => taken = Some(t),
+                (Ok(()), Some(Ok(Taken::Moved(m)))) => {
+                    out = Ok(m);
+                    break;
+                }
+                (Ok(()), Some(Err(e))) => {
+                    out = Err(e);
+                    break;
+                }
+                (Err(e), next) => {
+                    if let Some(Ok(Taken::Batch(t))) = next {
+                        taken = Some(t);
+                    }
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Some(mut t) = taken {
+            // Received and not published (nothing of it recorded in doubt): it goes back.
+            let why = AqError::server(code::INTERNAL, "the window ended before it was published".to_string());
+            let _ = rolled_back(engine, &mut t.session, why).await;
+        }
+        filling.store(false, Ordering::SeqCst);
+        pushed.notify_one();
+        out
+    };
+    let drain = async {
+        let mut n = 0;
+        loop {
+            let next = lock().pop_front();
+            let Some(f) = next else {
+                if !filling.load(Ordering::SeqCst) {
+                    return Ok(Moved::Done(n));
+                }
+                pushed.notified().await;
+                continue;
+            };
+            landing.store(true, Ordering::SeqCst);
+            let landed = land(engine, job, f, stats).await;
+            landing.store(false, Ordering::SeqCst);
+            match landed {
+                Ok(Moved::Done(m)) => n += m,
+                other => {
+                    broken.store(true, Ordering::SeqCst);
+                    room.notify_one();
+                    return other;
+                }
+            }
+            room.notify_one();
+        }
+    };
+    let (filled, drained) = tokio::join!(fill, drain);
+    let behind = std::mem::take(&mut *lock());
+    for mut f in behind {
+        // Published behind a batch that did not land.
+        let why = AqError::server(code::INTERNAL, "a batch before it did not land".to_string());
+        let _ = rolled_back(engine, &mut f.session, why).await;
+    }
+    match (drained, filled) {
+        (Ok(Moved::Done(n)), Ok(Moved::Done(m))) => Ok(Moved::Done(n + m)),
+        // Every batch published landed; the one after them was refused or failed.
+        (Ok(Moved::Done(_)), filled) => filled,
+        (failed, _) => failed,
+    }
+}
+
+/// Whether the job's batches overlap (see `step`): where the store lets several transactions
 /// of the job be open at once (`Store::holds_transactions`) and the job has no schedule
 /// latency (with one, it waits between looks, and batches stay one at a time).
 fn overlaps(engine: &Engine, job: &PropagationInfo) -> bool {
@@ -183,6 +282,40 @@ async fn prepare(
     wait: bool,
     stats: &Stats,
 ) -> Result<Prepared, Fail> {
+    match take(engine, job, route, alone, wait, stats).await? {
+        Taken::Batch(t) => send(engine, job, sink, t).await.map(Prepared::Flight),
+        Taken::Moved(m) => Ok(Prepared::Moved(m)),
+    }
+}
+
+/// A batch received and converted, its messages in doubt read: to record in doubt and
+/// publish (`send`).
+struct Batch {
+    session: Session,
+    messages: Vec<Message>,
+    times: Vec<aqgate_core::engine::Carried>,
+    out: Vec<Outgoing>,
+    doubts: HashMap<String, Micros>,
+    alone: bool,
+    now: Micros,
+}
+
+/// What receiving a batch came to, before its publish.
+enum Taken {
+    Batch(Box<Batch>),
+    Moved(Moved),
+}
+
+/// Receives a batch (see `prepare`), converts its messages and reads the job's messages
+/// in doubt; a message that does not convert refuses the batch (`refuse`).
+async fn take(
+    engine: &Engine,
+    job: &PropagationInfo,
+    route: &GatewayRoute,
+    alone: bool,
+    wait: bool,
+    stats: &Stats,
+) -> Result<Taken, Fail> {
     let mut session = Session::new(&job.agent, engine.now());
     session.propagates = true;
     session.ready_only = true;
@@ -199,7 +332,7 @@ async fn prepare(
         Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e).await)),
     };
     if messages.is_empty() {
-        return Ok(Prepared::Moved(Moved::Done(0)));
+        return Ok(Taken::Moved(Moved::Done(0)));
     }
     // The job's messages in doubt, read for each batch: a holder that lost its lease may
     // have recorded some while this one took over.
@@ -245,8 +378,20 @@ async fn prepare(
         }
     }
     if !refused.is_empty() {
-        return refuse(engine, job, &mut session, &messages, times, alone, refused, stats).await.map(Prepared::Moved);
+        return refuse(engine, job, &mut session, &messages, times, alone, refused, stats).await.map(Taken::Moved);
     }
+    Ok(Taken::Batch(Box::new(Batch { session, messages, times, out, doubts, alone, now })))
+}
+
+/// Records a batch taken in doubt (those not in doubt already) and publishes it; a message
+/// in doubt that the broker is found to hold is not published again.
+async fn send(
+    engine: &Engine,
+    job: &PropagationInfo,
+    sink: &mut dyn Sink,
+    batch: Box<Batch>,
+) -> Result<Box<Flight>, Fail> {
+    let Batch { mut session, messages, times, out, doubts, alone, now } = *batch;
     // In doubt since an earlier attempt: past NATS's duplicate window, ask the stream.
     let mut publish = Vec::with_capacity(out.len());
     let mut there = 0;
@@ -273,7 +418,7 @@ async fn prepare(
         Err(e) => return Err(Fail::Link(rolled_back_text(engine, &mut session, e).await)),
     };
     let published = publish.into_iter().map(|o| (o.id, o.redelivered)).collect();
-    Ok(Prepared::Flight(Box::new(Flight { session, messages, times, published, there, alone, confirming })))
+    Ok(Box::new(Flight { session, messages, times, published, there, alone, confirming }))
 }
 
 /// Lands a batch published: awaits its confirmations and commits its dequeue, the doubt
