@@ -468,6 +468,15 @@ pub(crate) enum Moved {
     Refused,
 }
 
+/// What taking a batch came to where a job's batches overlap (`local`, `gateway::outbound`):
+/// a batch under way (`F`: sent or published, its commit still to come), or finished already.
+pub(crate) enum Prepared<F> {
+    /// Under way, to land.
+    Flight(Box<F>),
+    /// Finished: moved, perhaps none, or refused.
+    Moved(Moved),
+}
+
 /// Whether the destination refuses a message for good (another try gets the same answer).
 fn permanent(e: &AqError) -> bool {
     [code::NO_RECIPIENTS, code::PAYLOAD_MISMATCH, code::NOT_PERMITTED, code::INVALID_VALUE, code::TRANSFORMATION]

@@ -49,13 +49,9 @@ struct Flight {
     n: usize,
 }
 
-/// What receiving and sending a batch came to.
-enum Prepared {
-    /// Sent, to land.
-    Flight(Box<Flight>),
-    /// Nothing to move (`Done(0)`), or refused (rolled back, to go one by one).
-    Moved(Moved),
-}
+/// What receiving and sending a batch came to: sent, to land; or nothing to move
+/// (`Done(0)`), or refused (rolled back, to go one by one).
+type Prepared = crate::Prepared<Flight>;
 
 /// One step of a local job. Where batches overlap (`overlaps`), with no batch in flight: a
 /// batch received (waiting for one) and sent without commit, left in flight. With a batch in

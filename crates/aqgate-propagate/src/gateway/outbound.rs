@@ -99,14 +99,10 @@ struct Flight {
     confirming: Confirming,
 }
 
-/// What receiving a batch came to.
-enum Prepared {
-    /// Published, to land.
-    Flight(Box<Flight>),
-    /// Nothing to publish (`Done(0)`), or finished already: its messages to the exception
-    /// queue, or refused (rolled back, to go one by one).
-    Moved(Moved),
-}
+/// What receiving a batch came to: published, to land; or nothing to publish (`Done(0)`),
+/// or finished already: its messages to the exception queue, or refused (rolled back, to go
+/// one by one).
+type Prepared = crate::Prepared<Flight>;
 
 /// One step of an outbound job: a batch received (waiting for one), recorded in doubt and
 /// published; then, where batches overlap (`overlaps`, and not one by one), the window
