@@ -660,6 +660,29 @@ fn rejected(job: &PropagationInfo, mut out: Message, why: &str) -> Message {
     out
 }
 
+/// A batch's messages, received in `session`: waiting for the first (`waiting_receive`)
+/// with `wait`, else taking only what is there; none when there are none. A receive that
+/// fails is rolled back, and its error returned.
+pub(crate) async fn received_batch(
+    engine: &Engine,
+    session: &mut Session,
+    job: &PropagationInfo,
+    wait: bool,
+    stats: &Stats,
+) -> Result<Vec<Message>, AqError> {
+    let received = if wait {
+        waiting_receive(engine, session, job, stats).await
+    } else {
+        engine.execute(session, receive(job, 0)).await
+    };
+    match received {
+        Ok(Response::Receive(_, Some(r))) => Ok(r.messages),
+        Ok(_) => Ok(Vec::new()),
+        Err(e) if e.code == code::NO_MESSAGE => Ok(Vec::new()),
+        Err(e) => Err(rolled_back(engine, session, e).await),
+    }
+}
+
 /// The batch's first receive, which waits for a message: given up (taking nothing) when the
 /// job is stopped, so a disabled or removed job stops at once instead of after the wait.
 /// First, the job's batches whose end failed are ended (see [`unended::end`]).

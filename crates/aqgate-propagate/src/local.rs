@@ -10,12 +10,10 @@ use std::sync::Mutex;
 use aqgate_core::engine::{Engine, JobTally, Session};
 use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
-use aqgate_proto::idap::{Message, Request, Response};
+use aqgate_proto::idap::{Message, Request};
 use tokio::sync::watch;
 
-use crate::{
-    Moved, Stats, carried_send, excepted, forward, permanent, refusal, retrying, rolled_back, waiting_receive,
-};
+use crate::{Moved, Stats, carried_send, excepted, forward, permanent, received_batch, refusal, retrying, rolled_back};
 
 /// A local job's worker, until `stop` (see `step`); a batch still in flight then is landed
 /// (committed, or rolled back).
@@ -123,17 +121,7 @@ fn overlaps(engine: &Engine, job: &PropagationInfo) -> bool {
 /// commit. A refused send is rolled back (`Refused`).
 async fn prepare(engine: &Engine, job: &PropagationInfo, wait: bool, stats: &Stats) -> Result<Prepared, AqError> {
     let mut session = batch_session(engine, job, job.batch_size);
-    let received = if wait {
-        waiting_receive(engine, &mut session, job, stats).await
-    } else {
-        engine.execute(&mut session, crate::receive(job, 0)).await
-    };
-    let messages = match received {
-        Ok(Response::Receive(_, Some(r))) => r.messages,
-        Ok(_) => Vec::new(),
-        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
-        Err(e) => return Err(rolled_back(engine, &mut session, e).await),
-    };
+    let messages = received_batch(engine, &mut session, job, wait, stats).await?;
     if messages.is_empty() {
         return Ok(Prepared::Moved(Moved::Done(0)));
     }
@@ -198,12 +186,7 @@ pub(crate) async fn move_batch(
     stats: &Stats,
 ) -> Result<Moved, AqError> {
     let mut session = batch_session(engine, job, batch);
-    let messages = match waiting_receive(engine, &mut session, job, stats).await {
-        Ok(Response::Receive(_, Some(r))) => r.messages,
-        Ok(_) => Vec::new(),
-        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
-        Err(e) => return Err(rolled_back(engine, &mut session, e).await),
-    };
+    let messages = received_batch(engine, &mut session, job, true, stats).await?;
     if messages.is_empty() {
         return Ok(Moved::Done(0));
     }

@@ -14,12 +14,12 @@ use aqgate_core::error::{AqError, code};
 use aqgate_core::propagation::PropagationInfo;
 use aqgate_core::store::Expiry;
 use aqgate_core::topology::gateway::GatewayRoute;
-use aqgate_proto::idap::{Message, Request, Response};
+use aqgate_proto::idap::{Message, Request};
 use tokio::sync::Notify;
 
 use super::convert::{self, Outgoing};
 use super::{Board, Confirming, Fail, Pacing, Published, Sink, connected, purge_doubts, sink};
-use crate::{Moved, Stats, carried_send, excepted, rolled_back, waiting_receive};
+use crate::{Moved, Stats, carried_send, excepted, received_batch, rolled_back};
 
 /// An outbound job's worker, while this process holds its lease: until `stats.stop`.
 pub(super) async fn outbound(
@@ -316,17 +316,7 @@ async fn take(
     session.propagates = true;
     session.ready_only = true;
     session.max_messages = if alone { 1 } else { job.batch_size };
-    let received = if wait {
-        waiting_receive(engine, &mut session, job, stats).await
-    } else {
-        engine.execute(&mut session, crate::receive(job, 0)).await
-    };
-    let messages = match received {
-        Ok(Response::Receive(_, Some(r))) => r.messages,
-        Ok(_) => Vec::new(),
-        Err(e) if e.code == code::NO_MESSAGE => Vec::new(),
-        Err(e) => return Err(Fail::Aq(rolled_back(engine, &mut session, e).await)),
-    };
+    let messages = received_batch(engine, &mut session, job, wait, stats).await.map_err(Fail::Aq)?;
     if messages.is_empty() {
         return Ok(Taken::Moved(Moved::Done(0)));
     }
