@@ -642,10 +642,24 @@ async fn carried_send(
     messages: Vec<Message>,
     times: Vec<aqgate_core::engine::Carried>,
 ) -> Result<Response, AqError> {
+    carried(engine, session, (queue, transformation), messages, times, true).await
+}
+
+/// As [`carried_send`], committing the session's transaction only with `commit` (else it
+/// stays open for a later commit).
+async fn carried(
+    engine: &Engine,
+    session: &mut Session,
+    (queue, transformation): (&str, Option<String>),
+    messages: Vec<Message>,
+    times: Vec<aqgate_core::engine::Carried>,
+    commit: bool,
+) -> Result<Response, AqError> {
     session.carry = times;
     let mut request = send(queue, messages);
     if let Request::Send(r) = &mut request {
         r.producer.transformation = transformation;
+        r.commit = commit;
     }
     engine.execute(session, request).await
 }

@@ -132,13 +132,9 @@ async fn prepare(engine: &Engine, job: &PropagationInfo, wait: bool, stats: &Sta
         session.tally = Some(JobTally::moved(&job.name, n));
     }
     // The copies keep their times: original enqueue time, delay end, expiry.
-    session.carry = std::mem::take(&mut session.received);
-    let mut request = crate::send(&job.destination, out);
-    if let Request::Send(r) = &mut request {
-        r.producer.transformation = job.transformation.clone();
-        r.commit = commit;
-    }
-    match engine.execute(&mut session, request).await {
+    let times = std::mem::take(&mut session.received);
+    let to = (job.destination.as_str(), job.transformation.clone());
+    match crate::carried(engine, &mut session, to, out, times, commit).await {
         Ok(_) if commit => {
             stats.moved(n, engine.now());
             Ok(Prepared::Moved(Moved::Done(n)))
