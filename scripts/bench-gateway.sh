@@ -119,7 +119,7 @@ TOML
       done &
       epids+=($!)
     done
-    wait "${epids[@]}"
+    for p in "${epids[@]}"; do wait "$p"; done   # each loop's status: a refused enqueue stops the run
     wait "$cpid"
     last=$(field last_at < /tmp/gwb-consume.txt)
     job_out=$(echo "$count / ($last - $t0)" | bc)
