@@ -9,6 +9,12 @@
 #   the same way, empty (40,000 added for the reads) and at DEPTH waiting.
 # Rounds alternate which of the two goes first. Each line gives the rate at DEPTH as a
 # fraction of the empty queue's (1.00: no slower).
+# PASSED=N: instead of filling the queue to DEPTH, N messages pass through it (the queue
+# empty again after), in chunks of about 200,000: aqgate's enqueued straight into its store
+# in committed sets of 100 (`aqgate-bench --scenario store`) and taken one at a time by 16
+# clients through the store's head-taking (`--scenario take`, the servlet's REMOVE +
+# commit path below HTTP), with `serve` (and so its own vacuuming) running; PGMQ's with
+# send_batch of 1,000 and read + delete of 1,000 at a time (4 clients).
 # Usage: scripts/bench-depth.sh PATH/TO/pgmq.sql [ROUNDS] [SECONDS] [DEPTH] [BINARY]
 #   (PGMQ's pgmq-extension/sql/pgmq.sql, as for scripts/bench-pgmq.sh; defaults 2 8 1000000
 #   target/release/aqgate)
@@ -16,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sql=${1:?usage: $0 PATH/TO/pgmq.sql [ROUNDS] [SECONDS] [DEPTH] [BINARY]}
 rounds=${2:-2}; secs=${3:-8}; depth=${4:-1000000}; bin=${5:-target/release/aqgate}
+passed=${PASSED:-0}; chunk=200000
 cargo build --release --bin aqgate-bench --locked >/dev/null
 scripts/ensure-postgres.sh >/dev/null
 pg=${AQGATE_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}
@@ -37,6 +44,19 @@ listing() { # prints: admin_ms view_page_ms view_by_id_ms
        "$(ms psql -Atq "$adb" -c 'SELECT msg_id, msg_state, enq_time FROM "AQUSER.AQ$RAW_TAB" LIMIT 100')" \
        "$(ms psql -Atq "$adb" -c "SELECT msg_state FROM \"AQUSER.AQ\$RAW_TAB\" WHERE msg_id = upper('$id')")"
 }
+aqgate_pass() { # PASSED messages through the queue, which holds $1 at the start
+  local through=0 t0 taken store=(target/release/aqgate-bench --database "$adb")
+  t0=$(date +%s)
+  "${store[@]}" --scenario take --clients 16 --seconds 3600 >/dev/null
+  while [ "$through" -lt "$passed" ]; do
+    "${store[@]}" --scenario store --batch 100 --clients 4 --seconds 3 >/dev/null
+    taken=$("${store[@]}" --scenario take --clients 16 --seconds 3600 | sed -n 's/.* requests=\([0-9]*\).*/\1/p')
+    through=$((through + taken))
+  done
+  echo "aqgate: $((through + $1)) passed in $(( $(date +%s) - t0 )) s; dead rows of messages now" \
+    "$(psql -Atq "$adb" -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'messages'")," \
+    "vacuumed $(grep -c 'vacuumed' "$dir/serve.log" || true) times" >&2
+}
 aqgate_round() {
   fresh aqgate_bench_depth
   "$bin" serve --listen "127.0.0.1:$port" --database "$adb" --no-smtp --no-notify >"$dir/serve.log" 2>&1 &
@@ -46,9 +66,14 @@ aqgate_round() {
   s0=$("${bench[@]}" --scenario send 2>&1 | rate)
   r0=$("${bench[@]}" --scenario receive --prefill 40000 2>&1 | rate)
   read -r -a l0 <<<"$(listing)"
-  # Filled to DEPTH (the receive scenario's prefill, in requests of 500), then received from.
   waiting=$(psql -Atq "$adb" -c "SELECT count(*) FROM messages")
-  r1=$("${bench[@]}" --scenario receive --prefill $((depth - waiting)) 2>&1 | rate)
+  if [ "$passed" -gt 0 ]; then
+    aqgate_pass "$waiting"
+    r1=$("${bench[@]}" --scenario receive --prefill 40000 2>&1 | rate)
+  else
+    # Filled to DEPTH (the receive scenario's prefill, in requests of 500), then received from.
+    r1=$("${bench[@]}" --scenario receive --prefill $((depth - waiting)) 2>&1 | rate)
+  fi
   s1=$("${bench[@]}" --scenario send 2>&1 | rate)
   read -r -a l1 <<<"$(listing)"
   waiting=$(psql -Atq "$adb" -c "SELECT count(*) FROM messages")
@@ -68,6 +93,19 @@ pgb() { pgbench -n -c 4 -j 2 -M prepared -T "$secs" -D msg="$msg" -f "$dir/$1.sq
 fill() { # $1 messages more, in send_batch calls of 1,000
   psql "$pdb" -qc "SELECT count(*) FROM (SELECT pgmq.send_batch('bench', array_fill('$msg'::jsonb, ARRAY[1000])) FROM generate_series(1, $(( $1 / 1000 )))) s" >/dev/null
 }
+printf '%s\n' "SELECT pgmq.delete('bench', array(SELECT msg_id FROM pgmq.read('bench', 30, 1000)));" >"$dir/drain.sql"
+pgmq_pass() { # PASSED messages through the queue, emptied first
+  local through=0 t0 left
+  t0=$(date +%s)
+  while :; do
+    left=$(psql -Atq "$pdb" -c "SELECT count(*) FROM pgmq.q_bench")
+    [ "$left" = 0 ] && [ "$through" -ge "$passed" ] && break
+    if [ "$left" = 0 ]; then fill "$chunk"; through=$((through + chunk)); left=$chunk; fi
+    pgbench -n -c 4 -j 2 -M prepared -t $(( (left + 3999) / 4000 )) -f "$dir/drain.sql" "$pdb" >/dev/null 2>&1
+  done
+  echo "pgmq: $through passed in $(( $(date +%s) - t0 )) s; dead rows of q_bench now" \
+    "$(psql -Atq "$pdb" -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'q_bench'")" >&2
+}
 pgmq_round() {
   fresh pgmq_bench_depth
   psql "$pdb" -q -v ON_ERROR_STOP=1 -f "$sql" >/dev/null
@@ -77,13 +115,23 @@ pgmq_round() {
   fill 40000; rd0=$(pgb read_delete)
   fill 40000; p0=$(pgb pop)
   waiting=$(psql -Atq "$pdb" -c "SELECT count(*) FROM pgmq.q_bench")
-  fill $((depth - waiting))
-  rd1=$(pgb read_delete); p1=$(pgb pop); s1=$(pgb send)
+  if [ "$passed" -gt 0 ]; then
+    pgmq_pass
+    fill 40000; rd1=$(pgb read_delete)
+    fill 40000; p1=$(pgb pop); s1=$(pgb send)
+  else
+    fill $((depth - waiting))
+    rd1=$(pgb read_delete); p1=$(pgb pop); s1=$(pgb send)
+  fi
   printf 'round %s pgmq    send %6.0f -> %6.0f (%s)  read+delete %6.0f -> %6.0f (%s)  pop %6.0f -> %6.0f (%s)\n' \
     "$1" "$s0" "$s1" "$(ratio "$s0" "$s1")" "$rd0" "$rd1" "$(ratio "$rd0" "$rd1")" "$p0" "$p1" "$(ratio "$p0" "$p1")"
 }
 
-echo "depth $depth, $secs s a run; rates in msgs/s, empty -> deep (deep / empty)"
+if [ "$passed" -gt 0 ]; then
+  echo "$passed passed through, $secs s a run; rates in msgs/s, new -> after (after / new)"
+else
+  echo "depth $depth, $secs s a run; rates in msgs/s, empty -> deep (deep / empty)"
+fi
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) = 1 ]; then aqgate_round "$r"; pgmq_round "$r"; else pgmq_round "$r"; aqgate_round "$r"; fi
 done

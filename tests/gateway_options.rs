@@ -61,7 +61,12 @@ async fn rabbitmq_delivery_mode_and_aq_properties() {
         ));
     }
     for (name, source, destination, options) in [
-        ("to_fast", "AQUSER.RAW_QUE", "fast@rabbit", "delivery_mode = \"non_persistent\"\naq_msg_properties = false"),
+        (
+            "to_fast",
+            "AQUSER.RAW_QUE",
+            "fast@rabbit",
+            "delivery_mode = \"non_persistent\"\naq_msg_properties = false\nbatches_in_flight = 2",
+        ),
         ("to_slow", "AQUSER.RAW_INBOX", "slow@rabbit", ""),
         ("from_plain", "plain@rabbit", "AQUSER.RAW_ARCHIVE", "aq_msg_properties = false"),
         ("from_full", "full@rabbit", "AQUSER.RAW_REJECTS", ""),
@@ -125,6 +130,16 @@ async fn rabbitmq_delivery_mode_and_aq_properties() {
     let slow = job(&jobs, "TO_SLOW");
     assert_eq!(slow["options"]["delivery_mode"], "PRESERVE_MSG", "{slow}");
     assert!(slow["guarantee"].as_str().is_some_and(|g| g.starts_with("at least once")), "{slow}");
+    // The window of batches in flight: as given, the default, and none for an inbound job.
+    assert_eq!((&fast["batches_in_flight"], &slow["batches_in_flight"]), (&2.into(), &4.into()), "{jobs}");
+    assert!(job(&jobs, "FROM_PLAIN").get("batches_in_flight").is_none(), "{jobs}");
+    let table = aqgate(&["admin", "jobs", "--database", &db]).output().expect("admin jobs");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("options: delivery_mode=NON_PERSISTENT aq_msg_properties=FALSE batches_in_flight=2"),
+        "{text}"
+    );
+    assert!(text.contains("options: delivery_mode=PRESERVE_MSG aq_msg_properties=TRUE batches_in_flight=4"), "{text}");
 
     // The foreign queues, with the jobs that use them.
     let out = aqgate(&["admin", "gateway", "--foreign-queues", "--json", "--database", &db]).output().expect("admin");

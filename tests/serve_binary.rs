@@ -390,21 +390,30 @@ fn the_load_generator_measures_the_codec_alone() {
 /// On PostgreSQL, concurrent committed sends from several client connections share
 /// statements, and the writer recognises the connections that keep coming back (the
 /// servlet passes each request's connection down to the store): over a few thousand
-/// requests from four keep-alive clients, some batch waits for one of them.
+/// requests from four keep-alive clients, some batch waits for one of them. A regular
+/// comes back within a millisecond, which a debug build on a loaded machine does only now
+/// and then: the run goes again, up to ten times, until a batch has waited.
 #[tokio::test(flavor = "multi_thread")]
 async fn group_commit_on_postgres_groups_the_clients_that_keep_coming_back() {
     let db = fresh_pg_url().await;
     let port = free_port();
     let _s = serve(&db, port, &[]);
     let url = aqserv(port);
-    let text = run_bench(&["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"]);
-    let sends = i64::try_from(result_field(&text, "requests")).expect("count");
-    assert_eq!(result_field(&text, "faults"), 0, "{text}");
-    // The writer wrote every send (the warm-up requests of the load generator are receives).
-    assert_eq!(metric(port, "aqgate_pg_insert_requests_total"), sends);
-    let statements = metric(port, "aqgate_pg_insert_statements_total");
-    assert!(statements > 0 && statements < sends, "{sends} sends in {statements} statements");
-    assert!(metric(port, "aqgate_pg_group_waits_total") > 0, "no batch waited for a regular");
+    let mut sends = 0;
+    for _ in 0..10 {
+        let text =
+            run_bench(&["--url", &url, "--scenario", "send", "--clients", "4", "--seconds", "2", "--payload", "64"]);
+        sends += i64::try_from(result_field(&text, "requests")).expect("count");
+        assert_eq!(result_field(&text, "faults"), 0, "{text}");
+        // The writer wrote every send (the warm-up requests of the load generator are receives).
+        assert_eq!(metric(port, "aqgate_pg_insert_requests_total"), sends);
+        let statements = metric(port, "aqgate_pg_insert_statements_total");
+        assert!(statements > 0 && statements < sends, "{sends} sends in {statements} statements");
+        if metric(port, "aqgate_pg_group_waits_total") > 0 {
+            break;
+        }
+    }
+    assert!(metric(port, "aqgate_pg_group_waits_total") > 0, "no batch waited for a regular in ten runs");
     assert_eq!(depth_of(&admin(&["queues", "--database", &db]), "AQUSER.RAW_QUE"), sends);
 }
 

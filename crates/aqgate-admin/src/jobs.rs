@@ -225,7 +225,8 @@ pub async fn print_jobs(store: &dyn Store, json: bool, w: &mut dyn Write) -> any
         }
         if let Some(o) = &j.options {
             let direction = if j.kind == "gateway-out" { Direction::Outbound } else { Direction::Inbound };
-            row!(w, "{:<20} options: {}", ""; o.describe(direction));
+            let window = j.batches_in_flight.map(|n| format!(" batches_in_flight={n}")).unwrap_or_default();
+            row!(w, "{:<20} options: {}", ""; format!("{}{window}", o.describe(direction)));
         }
     }
     Ok(())

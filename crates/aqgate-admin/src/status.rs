@@ -76,6 +76,10 @@ pub struct JobFigures {
     /// A gateway job's options (delivery mode, AQ message properties, no-local).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<aqgate_core::topology::gateway::JobOptions>,
+    /// An outbound gateway job's `batches_in_flight`: batches published and not yet
+    /// committed at once, at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batches_in_flight: Option<u32>,
     /// An outbound gateway job's messages in doubt: published (perhaps) and still in the
     /// source, because the process died between the publish and the commit.
     pub in_doubt: i64,
@@ -126,6 +130,11 @@ pub async fn figures(store: &dyn Store, resolved: &Resolved, now: Micros) -> Res
         out.push(JobFigures {
             guarantee: j.gateway.as_ref().map(|g| g.guarantee()),
             options: j.gateway.as_ref().map(|g| g.options),
+            batches_in_flight: j
+                .gateway
+                .as_ref()
+                .filter(|g| g.direction == Direction::Outbound)
+                .map(|g| g.batches_in_flight),
             in_doubt,
             name: j.name.clone(),
             state,
@@ -192,6 +201,7 @@ fn delete_pending(
         last_success_at: r.last_success_at,
         guarantee: None,
         options: None,
+        batches_in_flight: None,
         in_doubt: 0,
     }
 }

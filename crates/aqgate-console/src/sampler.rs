@@ -426,6 +426,7 @@ mod tests {
             last_success_at: None,
             guarantee: None,
             options: None,
+            batches_in_flight: None,
             in_doubt: 0,
         };
         let first = JobTrack::next(None, &j(10), 1_000_000);

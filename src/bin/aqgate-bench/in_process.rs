@@ -58,6 +58,59 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
     run_in_process(args, &stop, tasks).await
 }
 
+/// The take scenario: each client takes the head of `--queue` and commits it, one message
+/// at a time through `Store::take_head`, as the servlet does for a REMOVE receive with a
+/// trailing commit (the PostgreSQL writer groups concurrent clients' takes). A client stops
+/// when the queue is empty or after `--seconds`: a way to pass a backlog through the
+/// queue's rows fast.
+pub(super) async fn take_bench(args: &Args) -> anyhow::Result<()> {
+    use aqgate_core::store::{CandidateQuery, Stored};
+    let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the take scenario needs --database"))?;
+    let store = aqgate_store::open(url).await?;
+    let queue = {
+        let mut tx = store.begin().await?;
+        let q = tx.ensure_queue(&args.queue).await?;
+        tx.commit().await?;
+        q
+    };
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    let mut tasks = Vec::new();
+    for client in 0..args.clients {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let start = Instant::now();
+            while Instant::now() < until {
+                let q = CandidateQuery {
+                    queue,
+                    consumer: String::new(),
+                    txn: format!("bench-take-{client}"),
+                    now: aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock),
+                    after: None,
+                    corrid: None,
+                    msgid: None,
+                    include_locked: false,
+                    include_waiting: false,
+                    limit: 1,
+                    stored: Stored::Persistent,
+                };
+                let t = Instant::now();
+                if store.take_head(&q, client as u64 + 1).await?.is_none() {
+                    break;
+                }
+                lat.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            }
+            anyhow::Ok((lat, start.elapsed()))
+        }));
+    }
+    let mut runs = Vec::new();
+    for t in tasks {
+        runs.push(t.await??);
+    }
+    report(args, 1, 0, runs);
+    Ok(())
+}
+
 /// The parse scenario: each client thread parses the batch request document in a loop.
 pub(super) async fn parse_bench(args: &Args) -> anyhow::Result<()> {
     use aqgate_proto::idap::parse::{Limits, parse_request};

@@ -66,6 +66,10 @@ enum Scenario {
     /// at `--database` (the servlet's code path below HTTP and XML), to tell the database's
     /// share from the servlet's.
     Store,
+    /// The store alone: `--clients` take the head of `--queue` (REMOVE + commit, one
+    /// message each) straight from the store at `--database`, until it is empty or for
+    /// `--seconds`.
+    Take,
     /// The codec alone: the batch scenario's request (`--batch` messages) parsed over and
     /// over in this process by `--clients` threads, to tell the XML's share of the servlet.
     Parse,
@@ -414,6 +418,9 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario == Scenario::Store {
         return store_bench(&args).await;
     }
+    if args.scenario == Scenario::Take {
+        return take_bench(&args).await;
+    }
     if args.scenario == Scenario::Notify {
         return notify_bench(&args).await;
     }
@@ -483,6 +490,7 @@ fn cycle(args: &Args, hex: &str) -> Vec<String> {
         Scenario::Smtp
         | Scenario::Notify
         | Scenario::Store
+        | Scenario::Take
         | Scenario::Parse
         | Scenario::BrokerPublish
         | Scenario::BrokerConsume
