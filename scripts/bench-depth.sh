@@ -11,10 +11,12 @@
 # fraction of the empty queue's (1.00: no slower).
 # PASSED=N: instead of filling the queue to DEPTH, N messages pass through it (the queue
 # empty again after), in chunks of about 200,000: aqgate's enqueued straight into its store
-# in committed sets of 100 (`aqgate-bench --scenario store`) and taken one at a time by 16
+# in committed sets of 100 (`aqgate-bench --scenario store`) and taken one at a time by 64
 # clients through the store's head-taking (`--scenario take`, the servlet's REMOVE +
 # commit path below HTTP), with `serve` (and so its own vacuuming) running; PGMQ's with
-# send_batch of 1,000 and read + delete of 1,000 at a time (4 clients).
+# send_batch of 1,000 and read + delete of 1,000 at a time (4 clients). aqgate's receive is
+# measured right after the passing and again once `serve` has vacuumed after it (its
+# --vacuum-every, 30 s by default); PGMQ has no vacuuming of its own.
 # Usage: scripts/bench-depth.sh PATH/TO/pgmq.sql [ROUNDS] [SECONDS] [DEPTH] [BINARY]
 #   (PGMQ's pgmq-extension/sql/pgmq.sql, as for scripts/bench-pgmq.sh; defaults 2 8 1000000
 #   target/release/aqgate)
@@ -47,10 +49,10 @@ listing() { # prints: admin_ms view_page_ms view_by_id_ms
 aqgate_pass() { # PASSED messages through the queue, which holds $1 at the start
   local through=0 t0 taken store=(target/release/aqgate-bench --database "$adb")
   t0=$(date +%s)
-  "${store[@]}" --scenario take --clients 16 --seconds 3600 >/dev/null
+  "${store[@]}" --scenario take --clients 64 --seconds 3600 >/dev/null
   while [ "$through" -lt "$passed" ]; do
     "${store[@]}" --scenario store --batch 100 --clients 4 --seconds 3 >/dev/null
-    taken=$("${store[@]}" --scenario take --clients 16 --seconds 3600 | sed -n 's/.* requests=\([0-9]*\).*/\1/p')
+    taken=$("${store[@]}" --scenario take --clients 64 --seconds 3600 | sed -n 's/.* requests=\([0-9]*\).*/\1/p')
     through=$((through + taken))
   done
   echo "aqgate: $((through + $1)) passed in $(( $(date +%s) - t0 )) s; dead rows of messages now" \
@@ -69,6 +71,11 @@ aqgate_round() {
   waiting=$(psql -Atq "$adb" -c "SELECT count(*) FROM messages")
   if [ "$passed" -gt 0 ]; then
     aqgate_pass "$waiting"
+    local vacuums; vacuums=$(grep -c 'vacuumed' "$dir/serve.log" || true)
+    r1=$("${bench[@]}" --scenario receive --prefill 40000 2>&1 | rate)
+    for _ in $(seq 1 120); do [ "$(grep -c 'vacuumed' "$dir/serve.log" || true)" -gt "$vacuums" ] && break; sleep 1; done
+    echo "aqgate: receive right after $r1 msgs/s; dead rows of messages after serve's next vacuum" \
+      "$(psql -Atq "$adb" -c "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'messages'")" >&2
     r1=$("${bench[@]}" --scenario receive --prefill 40000 2>&1 | rate)
   else
     # Filled to DEPTH (the receive scenario's prefill, in requests of 500), then received from.
