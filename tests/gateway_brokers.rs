@@ -46,9 +46,11 @@ impl Fault<'_> {
             Fault::Stop(b) => b.stop(),
             Fault::Cut(p) => {
                 // A cut that meets no connection (aqgate between two tries) proves
-                // nothing: one through the proxy first.
+                // nothing: one through the proxy first. A job whose publish confirmation or
+                // ack was in flight at the last cut may wait out its bound on that promise
+                // (30 s) before it reconnects, when the client never answers it.
                 loop {
-                    wait_until("a connection through the proxy", Duration::from_secs(30), || p.open() > 0);
+                    wait_until("a connection through the proxy", Duration::from_secs(75), || p.open() > 0);
                     p.refuse(true);
                     if p.cut() > 0 {
                         break;
