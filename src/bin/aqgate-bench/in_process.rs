@@ -1,20 +1,28 @@
-//! Scenarios without the HTTP edge: the store alone, and the IDAP codec alone.
+//! Scenarios without the HTTP edge: the store alone (enqueues, head-taking), and the IDAP
+//! codec alone.
 
 use super::*;
+
+/// The store at `--database` (migrated) and the id of `--queue` in it (created if new),
+/// for the in-process `scenario`.
+async fn store_and_queue(
+    args: &Args,
+    scenario: &str,
+) -> anyhow::Result<(Arc<dyn aqgate_core::store::Store>, aqgate_core::store::QueueId)> {
+    let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the {scenario} scenario needs --database"))?;
+    let store = aqgate_store::open(url).await?;
+    let mut tx = store.begin().await?;
+    let queue = tx.ensure_queue(&args.queue).await?;
+    tx.commit().await?;
+    Ok((store, queue))
+}
 
 /// The store scenario: each client enqueues `--batch` committed messages at a time through
 /// `Store::insert_committed`, as the servlet does for a send with a trailing commit. Each
 /// client is its own producer, so the PostgreSQL group commit batches as for connections.
 pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
     use aqgate_core::store::NewMessage;
-    let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the store scenario needs --database"))?;
-    let store = aqgate_store::open(url).await?;
-    let queue = {
-        let mut tx = store.begin().await?;
-        let q = tx.ensure_queue(&args.queue).await?;
-        tx.commit().await?;
-        q
-    };
+    let (store, queue) = store_and_queue(args, "store").await?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for client in 0..args.clients {
@@ -65,14 +73,7 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
 /// queue's rows fast.
 pub(super) async fn take_bench(args: &Args) -> anyhow::Result<()> {
     use aqgate_core::store::{CandidateQuery, Stored};
-    let url = args.database.as_deref().ok_or_else(|| anyhow::anyhow!("the take scenario needs --database"))?;
-    let store = aqgate_store::open(url).await?;
-    let queue = {
-        let mut tx = store.begin().await?;
-        let q = tx.ensure_queue(&args.queue).await?;
-        tx.commit().await?;
-        q
-    };
+    let (store, queue) = store_and_queue(args, "take").await?;
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let mut tasks = Vec::new();
     for client in 0..args.clients {
