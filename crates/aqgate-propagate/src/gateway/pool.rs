@@ -145,8 +145,13 @@ impl<C: Conn> Shared<C> {
     /// Whether the connection went (another job found it down, or it is): the job lets go
     /// and takes a share again.
     pub(crate) fn stale(&self) -> bool {
-        let slots = self.per.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots.get(self.slot).is_none_or(|s| s.generation != self.generation) || !self.conn.healthy()
+        self.watch().gone()
+    }
+
+    /// A handle that tells when this connection goes, for a wait on the broker that must not
+    /// outlive it (it does not count as a user of the slot).
+    pub(crate) fn watch(&self) -> Watch<C> {
+        Watch { conn: self.conn.clone(), per: self.per.clone(), slot: self.slot, generation: self.generation }
     }
 
     /// The job's link failed on this connection: when the connection is down, every job on
@@ -160,6 +165,51 @@ impl<C: Conn> Shared<C> {
             && s.generation == self.generation
         {
             empty(s);
+        }
+    }
+}
+
+/// How often a wait on the broker looks at its connection's health.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Tells when a job's connection goes: down, or emptied from its slot by another job.
+pub(crate) struct Watch<C> {
+    conn: Arc<C>,
+    per: Arc<PerLink<C>>,
+    slot: usize,
+    generation: u64,
+}
+
+impl<C: Conn> Watch<C> {
+    fn gone(&self) -> bool {
+        let slots = self.per.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.get(self.slot).is_none_or(|s| s.generation != self.generation) || !self.conn.healthy()
+    }
+
+    /// `f` within `limit`, given up at once when the connection goes: a client may leave a
+    /// promise unanswered when its connection fails under it, and the job should reconnect
+    /// then, not at the end of the bound.
+    pub(crate) async fn bounded<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        limit: std::time::Duration,
+        f: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
+        let gone = async {
+            loop {
+                if self.gone() {
+                    return;
+                }
+                tokio::time::sleep(WATCH_EVERY).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            r = tokio::time::timeout(limit, f) => match r {
+                Ok(r) => r.map_err(|e| format!("{what}: {e}")),
+                Err(_) => Err(format!("{what}: no answer within {} s", limit.as_secs())),
+            },
+            () = gone => Err(format!("{what}: the connection went down while waiting")),
         }
     }
 }
@@ -244,5 +294,49 @@ mod tests {
         };
         assert_eq!((made.load(Ordering::SeqCst), pool.open("L")), (4, Some(2)));
         assert_eq!(two.iter().filter(|j| j.slot == 0).count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_wait_on_the_broker_ends_when_its_connection_goes() {
+        let pool: Pool<Fake> = Pool::default();
+        let up = Arc::new(AtomicBool::new(true));
+        let (u, u2) = (up.clone(), up.clone());
+        let job = pool.take("L", 1, || async move { Ok(Fake(u)) }).await.expect("connects");
+        let other = pool.take("L", 1, || async move { Ok(Fake(u2)) }).await.expect("shares");
+        let limit = std::time::Duration::from_secs(30);
+        // Answered: the answer.
+        let w = job.watch();
+        assert_eq!(w.bounded("confirm", limit, async { Ok::<_, String>(7) }).await, Ok(7));
+        assert_eq!(
+            w.bounded("confirm", limit, async { Err::<(), _>("nacked") }).await,
+            Err("confirm: nacked".to_string())
+        );
+        // Never answered, and the connection goes down meanwhile: given up long before the bound.
+        let started = tokio::time::Instant::now();
+        let down = {
+            let up = up.clone();
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                up.store(false, Ordering::SeqCst);
+            }
+        };
+        let (r, ()) = tokio::join!(w.bounded("confirm", limit, std::future::pending::<Result<(), String>>()), down);
+        let e = r.expect_err("given up");
+        assert!(e.contains("connection went down"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        // Another job emptied the slot (its connection found down): gone too, even if healthy again.
+        other.failed();
+        up.store(true, Ordering::SeqCst);
+        let e =
+            job.watch().bounded("ack", limit, std::future::pending::<Result<(), String>>()).await.expect_err("gone");
+        assert!(e.contains("connection went down"), "{e}");
+        // A bound still holds on a healthy connection.
+        let fresh = pool.take("L", 1, || async move { Ok(Fake(up)) }).await.expect("connects again");
+        let e = fresh
+            .watch()
+            .bounded("ack", std::time::Duration::from_millis(200), std::future::pending::<Result<(), String>>())
+            .await
+            .expect_err("bounded");
+        assert!(e.contains("no answer within"), "{e}");
     }
 }

@@ -65,10 +65,6 @@ async fn connect(link: &LinkDef) -> Result<Connection, String> {
     Connection::connect_uri_with_config(uri, props, tls, runtime).await.map_err(|e| format!("{}: {e}", link.url))
 }
 
-/// How long the job waits for a broker's confirm, or for lapin to send an ack or a nack.
-/// lapin leaves such a promise unresolved when the connection fails under it (a reset
-/// while the frame waits to go out): without a bound the job would wait on it for ever,
-/// never reconnecting. Past it, the link counts as failed.
 /// Ends what an inbound job on a topic (an exchange) declared for itself: its queue
 /// `aqgate.<job>` and with it the queue's binding (the messages in it were copies for the job).
 /// `Ok(Some(what))` names what went; `Ok(None)`: there was none.
@@ -89,8 +85,14 @@ pub async fn remove(link: &LinkDef, job: &str) -> Result<Option<String>, String>
     Ok(Some(format!("queue {q} and its binding at {}", link.url)))
 }
 
+/// How long the job waits for a broker's confirm, or for lapin to send a publish, an ack or
+/// a nack. lapin leaves such a promise unresolved when the connection fails under it (a
+/// reset while the frame waits to go out): a job's wait ends at once when its connection
+/// goes ([`super::pool::Watch::bounded`]), and in any case at this bound, past which the
+/// link counts as failed.
 const PROMISE_WAIT: Duration = Duration::from_secs(30);
 
+/// A wait on `remove`'s own connection (no job shares it), within `PROMISE_WAIT`.
 async fn bounded<T>(what: &str, f: impl std::future::Future<Output = lapin::Result<T>>) -> Result<T, String> {
     match tokio::time::timeout(PROMISE_WAIT, f).await {
         Ok(r) => r.map_err(|e| format!("{what}: {e}")),
@@ -151,17 +153,14 @@ pub async fn sink(pool: &Pool<Connection>, link: &LinkDef, fq: &ForeignQueueDef)
 /// How long a job may take to set its channel up on a shared connection.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
 
-/// A job's channel set up on a shared connection within `SETUP_WAIT` (lapin may leave a
-/// promise unresolved when the connection fails under it); failing, the connection is told
-/// (dropped for every job on it if it is down).
+/// A job's channel set up on a shared connection within `SETUP_WAIT`, given up at once when
+/// the connection goes (lapin may leave a promise unresolved when the connection fails under
+/// it); failing, the connection is told (dropped for every job on it if it is down).
 async fn set_up<T>(
     conn: &Shared<Connection>,
     f: impl std::future::Future<Output = Result<T, String>>,
 ) -> Result<T, String> {
-    let r = match tokio::time::timeout(SETUP_WAIT, f).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("setting up the channel: no answer within {} s", SETUP_WAIT.as_secs())),
-    };
+    let r = conn.watch().bounded("setting up the channel", SETUP_WAIT, f).await;
     if r.is_err() {
         conn.failed();
     }
@@ -197,6 +196,7 @@ impl Sink for RabbitSink {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += 1;
         }
+        let watch = self.conn.watch();
         let mut confirms = Vec::with_capacity(batch.len());
         for m in batch {
             let mut headers = FieldTable::default();
@@ -220,24 +220,26 @@ impl Sink for RabbitSink {
             if let Some(ms) = m.expiration_ms {
                 props = props.with_expiration(ms.max(1).to_string().into());
             }
-            let c = self
-                .ch
-                .basic_publish(
-                    self.exchange.as_str().into(),
-                    self.routing_key.as_str().into(),
-                    BasicPublishOptions { mandatory: true, ..Default::default() },
-                    &m.body,
-                    props,
+            let c = watch
+                .bounded(
+                    "publish",
+                    PROMISE_WAIT,
+                    self.ch.basic_publish(
+                        self.exchange.as_str().into(),
+                        self.routing_key.as_str().into(),
+                        BasicPublishOptions { mandatory: true, ..Default::default() },
+                        &m.body,
+                        props,
+                    ),
                 )
-                .await
-                .map_err(|e| format!("publish: {e}"))?;
+                .await?;
             confirms.push(c);
         }
         let (exchange, routing_key) = (self.exchange.clone(), self.routing_key.clone());
         Ok(Box::pin(async move {
             let mut out = Vec::with_capacity(confirms.len());
             for c in confirms {
-                match bounded("confirm", c).await? {
+                match watch.bounded("confirm", PROMISE_WAIT, c).await? {
                     Confirmation::Ack(None) | Confirmation::NotRequested => out.push(Published::Confirmed),
                     Confirmation::Ack(Some(returned)) => out.push(Published::Refused(format!(
                         "the broker returned it: {} {} (exchange '{exchange}', routing key '{routing_key}')",
@@ -465,7 +467,7 @@ impl Source for RabbitSource {
     async fn ack(&mut self, tags: &[u64]) -> Result<(), String> {
         for t in tags {
             if let Some(d) = self.held.remove(t) {
-                bounded("ack", d.ack(BasicAckOptions::default())).await?;
+                self.conn.watch().bounded("ack", PROMISE_WAIT, d.ack(BasicAckOptions::default())).await?;
             }
         }
         Ok(())
@@ -474,7 +476,8 @@ impl Source for RabbitSource {
     async fn requeue(&mut self, tags: &[u64]) -> Result<(), String> {
         for t in tags {
             if let Some(d) = self.held.remove(t) {
-                bounded("nack", d.nack(BasicNackOptions { requeue: true, ..Default::default() })).await?;
+                let nack = d.nack(BasicNackOptions { requeue: true, ..Default::default() });
+                self.conn.watch().bounded("nack", PROMISE_WAIT, nack).await?;
             }
         }
         Ok(())
