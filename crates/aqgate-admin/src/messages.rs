@@ -119,17 +119,11 @@ pub async fn payload_in(
         return Ok(None);
     };
     let q = CandidateQuery {
-        queue: id,
-        consumer: consumer.unwrap_or_default().to_string(),
-        txn: String::new(),
-        now: aqgate_core::clock::SystemClock.now(),
-        after: None,
-        corrid: None,
         msgid: Some(msgid),
         include_locked: true,
         include_waiting: true,
-        limit: 1,
         stored: Stored::Either,
+        ..CandidateQuery::head(id, consumer.unwrap_or_default(), "", aqgate_core::clock::SystemClock.now())
     };
     let mut tx = store.begin().await?;
     let found = tx.candidates(&q).await;

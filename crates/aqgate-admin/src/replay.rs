@@ -9,7 +9,7 @@ use std::io::Write;
 
 use aqgate_core::error::AqError;
 use aqgate_core::payload::hex_upper;
-use aqgate_core::store::{AUDIT_IDS, AuditRecord, CandidateQuery, ExceptionMessage, Expiry, Store, Stored};
+use aqgate_core::store::{AUDIT_IDS, AuditRecord, CandidateQuery, ExceptionMessage, Expiry, Store};
 use aqgate_core::topology::canon;
 
 /// The messages a replay moves when not told (`--max`), and the most it moves.
@@ -212,17 +212,9 @@ async fn move_batch(
             continue;
         };
         let q = CandidateQuery {
-            queue: qid,
-            consumer: String::new(),
-            txn: txn.clone(),
-            now,
-            after: None,
-            corrid: None,
             msgid: Some(msgid),
-            include_locked: false,
             include_waiting: true,
-            limit: 1,
-            stored: Stored::Persistent,
+            ..CandidateQuery::head(qid, "", txn.as_str(), now)
         };
         let Some(m) = tx.candidates(&q).await?.into_iter().next() else {
             report.rows[i].outcome = "gone".into();

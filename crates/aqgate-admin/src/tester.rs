@@ -147,17 +147,11 @@ pub async fn test_in(
         return Err(AqError::invalid(format!("no queue {} in the store", q.name)));
     };
     let look = CandidateQuery {
-        queue: qid,
-        consumer: consumer.clone(),
-        txn: String::new(),
-        now,
-        after: None,
-        corrid: None,
-        msgid: None,
         include_locked: true,
         include_waiting: true,
         limit: t.limit,
         stored: Stored::Either,
+        ..CandidateQuery::head(qid, consumer.as_str(), "", now)
     };
     let mut tx = store.begin().await?;
     let found = tx.candidates(&look).await;

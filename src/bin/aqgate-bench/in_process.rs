@@ -72,7 +72,7 @@ pub(super) async fn store_bench(args: &Args) -> anyhow::Result<()> {
 /// when the queue is empty or after `--seconds`: a way to pass a backlog through the
 /// queue's rows fast.
 pub(super) async fn take_bench(args: &Args) -> anyhow::Result<()> {
-    use aqgate_core::store::{CandidateQuery, Stored};
+    use aqgate_core::store::CandidateQuery;
     let (store, queue) = store_and_queue(args, "take").await?;
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let mut tasks = Vec::new();
@@ -82,19 +82,8 @@ pub(super) async fn take_bench(args: &Args) -> anyhow::Result<()> {
             let mut lat = Vec::new();
             let start = Instant::now();
             while Instant::now() < until {
-                let q = CandidateQuery {
-                    queue,
-                    consumer: String::new(),
-                    txn: format!("bench-take-{client}"),
-                    now: aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock),
-                    after: None,
-                    corrid: None,
-                    msgid: None,
-                    include_locked: false,
-                    include_waiting: false,
-                    limit: 1,
-                    stored: Stored::Persistent,
-                };
+                let now = aqgate_core::clock::Clock::now(&aqgate_core::clock::SystemClock);
+                let q = CandidateQuery::head(queue, "", format!("bench-take-{client}"), now);
                 let t = Instant::now();
                 if store.take_head(&q, client as u64 + 1).await?.is_none() {
                     break;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::*;
-use crate::store::{CandidateQuery, Stored};
+use crate::store::CandidateQuery;
 
 impl Engine {
     pub(super) async fn listen(
@@ -131,19 +131,7 @@ impl Engine {
         let now = self.now();
         let mut tx = self.store.begin().await?;
         for (i, (_, qid, consumer, _)) in agents.iter().enumerate() {
-            let q = CandidateQuery {
-                queue: *qid,
-                consumer: consumer.clone(),
-                txn: session.txn.clone(),
-                now,
-                after: None,
-                corrid: None,
-                msgid: None,
-                include_locked: false,
-                include_waiting: false,
-                limit: 1,
-                stored: Stored::Persistent,
-            };
+            let q = CandidateQuery::head(*qid, consumer.as_str(), session.txn.as_str(), now);
             match tx.candidates(&q).await {
                 Ok(found) if !found.is_empty() => {
                     tx.rollback().await?;

@@ -123,6 +123,27 @@ pub struct CandidateQuery {
     pub stored: Stored,
 }
 
+impl CandidateQuery {
+    /// The head of `queue` for `consumer` as transaction `txn` sees it at `now`: its first
+    /// ready persistent message, not locked by another transaction. Other looks start here
+    /// (`CandidateQuery { msgid: Some(id), ..CandidateQuery::head(…) }`).
+    pub fn head(queue: QueueId, consumer: impl Into<String>, txn: impl Into<String>, now: Micros) -> Self {
+        Self {
+            queue,
+            consumer: consumer.into(),
+            txn: txn.into(),
+            now,
+            after: None,
+            corrid: None,
+            msgid: None,
+            include_locked: false,
+            include_waiting: false,
+            limit: 1,
+            stored: Stored::Persistent,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockKind {
     /// A pending REMOVE: deleted at commit.
