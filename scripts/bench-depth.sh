@@ -16,7 +16,7 @@
 # commit path below HTTP), with `serve` (and so its own vacuuming) running; PGMQ's with
 # send_batch of 1,000 and read + delete of 1,000 at a time (4 clients). aqgate's receive is
 # measured right after the passing and again once `serve` has vacuumed after it (its
-# --vacuum-every, 30 s by default); PGMQ has no vacuuming of its own.
+# --vacuum-every, 5 s by default); PGMQ has no vacuuming of its own.
 # Usage: scripts/bench-depth.sh PATH/TO/pgmq.sql [ROUNDS] [SECONDS] [DEPTH] [BINARY]
 #   (PGMQ's pgmq-extension/sql/pgmq.sql, as for scripts/bench-pgmq.sh; defaults 2 8 1000000
 #   target/release/aqgate)

@@ -62,10 +62,11 @@ pub struct ServeArgs {
     /// new records keep the response's size and SHA-256 only.
     #[arg(long, env = "AQGATE_IDEMPOTENCY_MAX_BYTES_PER_AGENT", default_value_t = 4 << 30)]
     pub idempotency_max_bytes_per_agent: u64,
-    /// PostgreSQL: every this many seconds, vacuum aqgate's own tables whose dead rows
-    /// (deleted messages, ended sessions) reach 10,000 and a fifth of their live rows, one
-    /// process at a time; for databases whose autovacuum is off or behind. 0: never.
-    #[arg(long, env = "AQGATE_VACUUM_EVERY", default_value_t = 30,
+    /// PostgreSQL: every this many seconds, look for aqgate's own tables whose dead rows
+    /// (deleted messages, ended sessions) reach 10,000 and a fifth of their live rows, and
+    /// vacuum them, one process at a time; for databases whose autovacuum is off or behind.
+    /// A look is one read of PostgreSQL's statistics. 0: never.
+    #[arg(long, env = "AQGATE_VACUUM_EVERY", default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub vacuum_every: u64,
     /// A propagation job's lease lasts this many seconds unrenewed (renewed every third of
