@@ -46,9 +46,10 @@ impl Fault<'_> {
             Fault::Stop(b) => b.stop(),
             Fault::Cut(p) => {
                 // A cut that meets no connection (aqgate between two tries) proves
-                // nothing: one through the proxy first. A job whose publish confirmation or
-                // ack was in flight at the last cut may wait out its bound on that promise
-                // (30 s) before it reconnects, when the client never answers it.
+                // nothing: one through the proxy first. A job gives up a wait on a cut
+                // connection at once, then reconnects after its backoff, each try within
+                // the client's connect bound (10 s): the wait is generous for a loaded
+                // machine.
                 loop {
                     wait_until("a connection through the proxy", Duration::from_secs(75), || p.open() > 0);
                     p.refuse(true);
