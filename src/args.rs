@@ -64,8 +64,10 @@ pub struct ServeArgs {
     pub idempotency_max_bytes_per_agent: u64,
     /// PostgreSQL: every this many seconds, look for aqgate's own tables whose dead rows
     /// (deleted messages, ended sessions) reach 10,000 and a fifth of their live rows, and
-    /// vacuum them, one process at a time; for databases whose autovacuum is off or behind.
-    /// A look is one read of PostgreSQL's statistics. 0: never.
+    /// vacuum them, and for those whose rows changed by 10,000 and a tenth since their
+    /// statistics were gathered, and analyze them; one process at a time; for databases
+    /// whose autovacuum is off or behind. A look is one read of PostgreSQL's statistics.
+    /// 0: never.
     #[arg(long, env = "AQGATE_VACUUM_EVERY", default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub vacuum_every: u64,

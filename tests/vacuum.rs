@@ -1,8 +1,9 @@
 //! aqgate's own vacuuming on PostgreSQL (`Store::vacuum`, `serve --vacuum-every`), on a
 //! server whose autovacuum is off as this machine's is (the test's tables have it off
 //! in any case): messages sent and gone leave dead rows; the table is vacuumed once
-//! they are due, by one process at a time, never when they are not due; `aqgate serve`
-//! does it by itself, logs it and counts it in `/metrics`.
+//! they are due, by one process at a time, never when they are not due; a table filled
+//! since its statistics were gathered is analyzed; `aqgate serve` does it by itself, logs
+//! it and counts it in `/metrics`.
 
 mod common;
 
@@ -30,17 +31,18 @@ async fn sent_and_gone(port: u16, url: &str, n: usize) {
 /// The dead rows PostgreSQL counts in `messages`, once its statistics show at least `want`
 /// (they are flushed by each backend within a second or so of its transactions).
 async fn dead_rows(url: &str, want: i64) -> i64 {
+    counted(url, "n_dead_tup", want).await
+}
+
+/// `column` of `messages`' row in `pg_stat_user_tables`, once it reaches `want` (or after 30 s).
+async fn counted(url: &str, column: &'static str, want: i64) -> i64 {
     let pool = sqlx::PgPool::connect(url).await.expect("connect");
     let deadline = Instant::now() + Duration::from_secs(30);
+    let query = format!("SELECT coalesce(max({column}), 0) FROM pg_stat_user_tables WHERE relname = 'messages'");
     loop {
-        let dead: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname = 'messages'",
-        )
-        .fetch_one(&pool)
-        .await
-        .expect("pg_stat_user_tables");
-        if dead >= want || Instant::now() > deadline {
-            return dead;
+        let n: i64 = sqlx::query_scalar(&query).fetch_one(&pool).await.expect("pg_stat_user_tables");
+        if n >= want || Instant::now() > deadline {
+            return n;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -82,9 +84,9 @@ async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
     assert!(dead >= SENT as i64, "the deleted rows are dead: {dead}");
 
     let store = aqgate_store::open(&url).await.expect("store");
-    // Not due at a threshold above what there is.
+    // Not due at a threshold above what there is (its statistics are, and are gathered).
     let none = store.vacuum(dead + 1, 0.0).await.expect("vacuum");
-    assert!(none.iter().all(|v| v.table != "messages"), "{none:?}");
+    assert!(none.iter().all(|v| v.table != "messages" || !v.vacuumed), "{none:?}");
     // Another process's turn: nothing done, nothing waited for.
     let mut other = admin.acquire().await.expect("connection");
     let key: i64 = 0x6171_6761_7465_7663;
@@ -116,6 +118,50 @@ async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
         assert!(Instant::now() < deadline, "dead rows after VACUUM: {dead}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let again = store.vacuum(10_000, 0.2).await.expect("vacuum");
+    assert!(again.iter().all(|v| v.table != "messages"), "{again:?}");
+}
+
+/// A table filled by inserts has no dead rows, but its statistics still say it is as small
+/// as it was: it is analyzed, not vacuumed, and then not again until it changes as much.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_filled_since_its_statistics_is_analyzed() {
+    let url = fresh_url(Backend::Postgres).await;
+    let port = common::free_port();
+    let serve = serve(&url, port, "0");
+    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = off)").execute(&admin).await.expect("autovacuum off");
+    let msgs: Vec<(&str, &str)> = vec![("", "0102"); 1_000];
+    for _ in 0..SENT / 1_000 {
+        let r = common::http(port, &raw_send(QUEUE, &msgs, COMMIT)).await;
+        assert!(matches!(r, Response::Send(..)), "{r:?}");
+    }
+    drop(serve);
+    let changed = counted(&url, "n_mod_since_analyze", SENT as i64).await;
+    assert!(changed >= SENT as i64, "the inserted rows count as changed: {changed}");
+    let planned = || async {
+        sqlx::query_scalar::<_, f32>("SELECT reltuples FROM pg_class WHERE relname = 'messages'")
+            .fetch_one(&admin)
+            .await
+            .expect("reltuples")
+    };
+    assert!(planned().await < SENT as f32 / 2.0, "the planner's statistics predate the rows");
+
+    let store = aqgate_store::open(&url).await.expect("store");
+    // Its dead rows are not due; its statistics are.
+    let done = store.vacuum(10_000, 0.2).await.expect("vacuum");
+    let m = done.iter().find(|v| v.table == "messages").unwrap_or_else(|| panic!("messages analyzed: {done:?}"));
+    assert!(!m.vacuumed && m.changed >= SENT as i64 && m.dead < 10_000, "{m:?}");
+    let (vacuumed, analyzed): (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT last_vacuum::text, last_analyze::text FROM pg_stat_user_tables WHERE relname = 'messages'",
+    )
+    .fetch_one(&admin)
+    .await
+    .expect("last_analyze");
+    assert!(vacuumed.is_none() && analyzed.is_some(), "ANALYZE alone ran: {vacuumed:?} {analyzed:?}");
+    let rows = planned().await;
+    assert!(rows >= SENT as f32 * 0.9, "the planner now counts the rows: {rows}");
+    // Gathered: not due again.
     let again = store.vacuum(10_000, 0.2).await.expect("vacuum");
     assert!(again.iter().all(|v| v.table != "messages"), "{again:?}");
 }

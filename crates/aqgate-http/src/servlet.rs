@@ -210,6 +210,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
         "Dead rows the tables this process vacuumed held before.",
         health.vacuumed_rows.to_string(),
     );
+    metric(
+        &mut out,
+        "aqgate_database_analyzes_total",
+        "counter",
+        "Tables of aqgate's this process analyzed alone because their statistics were due (rows changed since they were gathered).",
+        health.analyzes.to_string(),
+    );
     out.push_str(&format!(
         "# HELP aqgate_database_full_refusals_total Writes the database refused for want of space.\n\
          # TYPE aqgate_database_full_refusals_total counter\naqgate_database_full_refusals_total {}\n",

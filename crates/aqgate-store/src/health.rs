@@ -41,6 +41,8 @@ static LAST_OUTAGE: AtomicU64 = AtomicU64::new(0);
 /// Tables vacuumed by [`vacuumer`], and their dead rows.
 static VACUUMS: AtomicU64 = AtomicU64::new(0);
 static VACUUMED_ROWS: AtomicU64 = AtomicU64::new(0);
+/// Tables analyzed alone by [`vacuumer`].
+static ANALYZES: AtomicU64 = AtomicU64::new(0);
 /// Since when a check runs (same unit as [`DOWN_SINCE`]); 0: none.
 static CHECKING_SINCE: AtomicU64 = AtomicU64::new(0);
 /// Why the database is away (the latest classified reason).
@@ -165,6 +167,7 @@ pub fn health() -> Health {
         outage_seconds,
         vacuums: VACUUMS.load(Ordering::Relaxed),
         vacuumed_rows: VACUUMED_ROWS.load(Ordering::Relaxed),
+        analyzes: ANALYZES.load(Ordering::Relaxed),
     }
 }
 
@@ -275,9 +278,10 @@ pub const VACUUM_MIN_DEAD: i64 = 10_000;
 pub const VACUUM_FRACTION: f64 = 0.2;
 
 /// `serve`'s vacuuming duty: every `every`, [`Store::vacuum`] of the tables with at least
-/// [`VACUUM_MIN_DEAD`] dead rows and [`VACUUM_FRACTION`] of their live rows (one process
-/// of those sharing the database at a time). Each table vacuumed is logged (INFO: its dead
-/// and live rows, how long it took) and counted (`/metrics`); a failure is logged (WARN,
+/// [`VACUUM_MIN_DEAD`] dead rows and [`VACUUM_FRACTION`] of their live rows, and an analyze
+/// of those whose statistics are due (one process of those sharing the database at a
+/// time). Each table vacuumed or analyzed is logged (INFO: its dead or changed and live
+/// rows, how long it took) and counted (`/metrics`); a failure is logged (WARN,
 /// or debug during an outage, which the health logs) and tried again at the next turn.
 pub async fn vacuumer(store: Arc<dyn Store>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
@@ -291,15 +295,15 @@ pub async fn vacuumer(store: Arc<dyn Store>, every: Duration, mut stop: tokio::s
         match store.vacuum(VACUUM_MIN_DEAD, VACUUM_FRACTION).await {
             Ok(done) => {
                 for v in done {
-                    VACUUMS.fetch_add(1, Ordering::Relaxed);
-                    VACUUMED_ROWS.fetch_add(u64::try_from(v.dead).unwrap_or(0), Ordering::Relaxed);
-                    tracing::info!(
-                        table = v.table,
-                        dead_rows = v.dead,
-                        live_rows = v.live,
-                        ms = v.took.as_millis() as u64,
-                        "vacuumed"
-                    );
+                    let ms = v.took.as_millis() as u64;
+                    if v.vacuumed {
+                        VACUUMS.fetch_add(1, Ordering::Relaxed);
+                        VACUUMED_ROWS.fetch_add(u64::try_from(v.dead).unwrap_or(0), Ordering::Relaxed);
+                        tracing::info!(table = v.table, dead_rows = v.dead, live_rows = v.live, ms, "vacuumed");
+                    } else {
+                        ANALYZES.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(table = v.table, changed_rows = v.changed, live_rows = v.live, ms, "analyzed");
+                    }
                 }
             }
             Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "vacuum: the database is away"),

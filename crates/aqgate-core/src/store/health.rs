@@ -34,6 +34,8 @@ pub struct Health {
     /// they held, since it started.
     pub vacuums: u64,
     pub vacuumed_rows: u64,
+    /// Tables this process analyzed alone, their statistics due but not their dead rows.
+    pub analyzes: u64,
 }
 
 impl Default for Health {
@@ -46,16 +48,21 @@ impl Default for Health {
             outage_seconds: 0.0,
             vacuums: 0,
             vacuumed_rows: 0,
+            analyzes: 0,
         }
     }
 }
 
-/// One table [`crate::store::Store::vacuum`] vacuumed: its live and dead rows as the
-/// database counted them before, and how long it took.
+/// One table [`crate::store::Store::vacuum`] vacuumed, or analyzed only: its live and dead
+/// rows and the rows changed since its statistics were gathered, as the database counted
+/// them before, and how long it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vacuumed {
     pub table: &'static str,
     pub live: i64,
     pub dead: i64,
+    pub changed: i64,
+    /// Vacuumed (and analyzed); false: analyzed only, its statistics due, not its dead rows.
+    pub vacuumed: bool,
     pub took: std::time::Duration,
 }
