@@ -182,3 +182,55 @@ async fn the_listing_is_planned_on_indexes_without_statistics_on_postgres() {
         assert!(!plan.contains("deliveries_order"), "{state:?}: deliveries by queue alone, per message:\n{plan}");
     }
 }
+
+/// An `AQ$` view's `msg_id` is the hex text of the stored id: aqgate keeps no index on that
+/// text (it would cost every send), and docs/operations.md gives the index an operator who
+/// looks messages up by `msg_id` in the views of deep queues adds. That index serves the
+/// views' lookup, on a fresh database without statistics as on an analyzed one, and the
+/// lookup finds the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_msg_id_index_serves_a_views_lookup_on_postgres() {
+    use sqlx::Connection;
+    let h = harness(Backend::Postgres).await;
+    send(&h, "AQUSER.RAW_QUE", 10_000, "<correlation>R{i}</correlation>").await;
+    let mut c = sqlx::PgConnection::connect(&h.url).await.expect("connect");
+    let (id, corr): (String, String) =
+        sqlx::query_as("SELECT upper(encode(msgid, 'hex')), corrid FROM messages WHERE corrid = 'R1234'")
+            .fetch_one(&mut c)
+            .await
+            .expect("a message");
+    let view = r#""AQUSER.AQ$RAW_TAB""#;
+    let plan = || async {
+        sqlx::query_scalar::<_, String>(&format!("EXPLAIN SELECT msg_state FROM {view} WHERE msg_id = $1"))
+            .bind(&id)
+            .fetch_all(&mut sqlx::PgConnection::connect(&h.url).await.expect("connect"))
+            .await
+            .expect("explain")
+            .join("\n")
+    };
+    let before = plan().await;
+    assert!(!before.contains("messages_msgid_hex"), "no such index until the operator adds it:\n{before}");
+    // As docs/operations.md ("Deep queues") gives it.
+    sqlx::query("CREATE INDEX messages_msgid_hex ON messages (upper(encode(msgid, 'hex')))")
+        .execute(&mut c)
+        .await
+        .expect("the documented index");
+    for analyzed in [false, true] {
+        if analyzed {
+            sqlx::query("ANALYZE messages").execute(&mut c).await.expect("analyze");
+        }
+        // The id as a user writes it, in either case.
+        for asked in [id.clone(), id.to_lowercase()] {
+            let found: Vec<(String, String)> =
+                sqlx::query_as(&format!("SELECT msg_id, corr_id FROM {view} WHERE msg_id = upper($1)"))
+                    .bind(&asked)
+                    .fetch_all(&mut c)
+                    .await
+                    .expect("lookup");
+            assert_eq!(found, vec![(id.clone(), corr.clone())], "analyzed={analyzed}");
+        }
+        let plan = plan().await;
+        assert!(plan.contains("messages_msgid_hex"), "analyzed={analyzed}:\n{plan}");
+        assert!(!plan.contains("Seq Scan on messages"), "analyzed={analyzed}: a scan:\n{plan}");
+    }
+}
