@@ -15,14 +15,19 @@ use common::{Backend, COMMIT, fresh_url, raw_send};
 const QUEUE: &str = "AQUSER.RAW_QUE";
 const SENT: usize = 12_000;
 
-/// `n` RAW messages sent to QUEUE, 1,000 a request, then deleted as consumers' dequeues
-/// delete them (in one statement here): their rows dead.
-async fn sent_and_gone(port: u16, url: &str, n: usize) {
+/// `n` RAW messages sent to QUEUE, 1,000 a request.
+async fn sent(port: u16, n: usize) {
     let msgs: Vec<(&str, &str)> = vec![("", "0102"); 1_000];
     for _ in 0..n / 1_000 {
         let r = common::http(port, &raw_send(QUEUE, &msgs, COMMIT)).await;
         assert!(matches!(r, Response::Send(..)), "{r:?}");
     }
+}
+
+/// `n` RAW messages sent to QUEUE, then deleted as consumers' dequeues delete them (in one
+/// statement here): their rows dead.
+async fn sent_and_gone(port: u16, url: &str, n: usize) {
+    sent(port, n).await;
     let pool = sqlx::PgPool::connect(url).await.expect("connect");
     let gone = sqlx::query("DELETE FROM messages").execute(&pool).await.expect("delete").rows_affected();
     assert_eq!(gone, n as u64);
@@ -69,15 +74,30 @@ fn serve(url: &str, port: u16, vacuum_every: &str) -> common::Proc {
     p
 }
 
+/// When `messages` was last vacuumed and last analyzed, if ever.
+async fn last_vacuum_and_analyze(admin: &sqlx::PgPool) -> (Option<String>, Option<String>) {
+    sqlx::query_as("SELECT last_vacuum::text, last_analyze::text FROM pg_stat_user_tables WHERE relname = 'messages'")
+        .fetch_one(admin)
+        .await
+        .expect("pg_stat_user_tables")
+}
+
+/// A fresh PostgreSQL database served by `aqgate serve --vacuum-every vacuum_every`, with
+/// autovacuum off on `messages`: (its URL, the port, the server, a pool on it).
+async fn served(vacuum_every: &str) -> (String, u16, common::Proc, sqlx::PgPool) {
+    let url = fresh_url(Backend::Postgres).await;
+    let port = common::free_port();
+    let serve = serve(&url, port, vacuum_every);
+    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = off)").execute(&admin).await.expect("autovacuum off");
+    (url, port, serve, admin)
+}
+
 /// The store's vacuum takes the tables whose dead rows are due and no other; while
 /// another process holds the turn, it does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
-    let url = fresh_url(Backend::Postgres).await;
-    let port = common::free_port();
-    let serve = serve(&url, port, "0");
-    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
-    sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = off)").execute(&admin).await.expect("autovacuum off");
+    let (url, port, serve, admin) = served("0").await;
     sent_and_gone(port, &url, SENT).await;
     drop(serve);
     let dead = dead_rows(&url, SENT as i64).await;
@@ -98,12 +118,7 @@ async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
     let done = store.vacuum(10_000, 0.2).await.expect("vacuum");
     let m = done.iter().find(|v| v.table == "messages").unwrap_or_else(|| panic!("messages vacuumed: {done:?}"));
     assert!(m.dead >= SENT as i64, "{m:?}");
-    let (vacuumed, analyzed): (Option<String>, Option<String>) = sqlx::query_as(
-        "SELECT last_vacuum::text, last_analyze::text FROM pg_stat_user_tables WHERE relname = 'messages'",
-    )
-    .fetch_one(&admin)
-    .await
-    .expect("last_vacuum");
+    let (vacuumed, analyzed) = last_vacuum_and_analyze(&admin).await;
     assert!(vacuumed.is_some() && analyzed.is_some(), "VACUUM (ANALYZE) ran: {vacuumed:?} {analyzed:?}");
     // The dead rows are gone: not due any more.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -126,16 +141,8 @@ async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
 /// as it was: it is analyzed, not vacuumed, and then not again until it changes as much.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_filled_since_its_statistics_is_analyzed() {
-    let url = fresh_url(Backend::Postgres).await;
-    let port = common::free_port();
-    let serve = serve(&url, port, "0");
-    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
-    sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = off)").execute(&admin).await.expect("autovacuum off");
-    let msgs: Vec<(&str, &str)> = vec![("", "0102"); 1_000];
-    for _ in 0..SENT / 1_000 {
-        let r = common::http(port, &raw_send(QUEUE, &msgs, COMMIT)).await;
-        assert!(matches!(r, Response::Send(..)), "{r:?}");
-    }
+    let (url, port, serve, admin) = served("0").await;
+    sent(port, SENT).await;
     drop(serve);
     let changed = counted(&url, "n_mod_since_analyze", SENT as i64).await;
     assert!(changed >= SENT as i64, "the inserted rows count as changed: {changed}");
@@ -152,12 +159,7 @@ async fn a_table_filled_since_its_statistics_is_analyzed() {
     let done = store.vacuum(10_000, 0.2).await.expect("vacuum");
     let m = done.iter().find(|v| v.table == "messages").unwrap_or_else(|| panic!("messages analyzed: {done:?}"));
     assert!(!m.vacuumed && m.changed >= SENT as i64 && m.dead < 10_000, "{m:?}");
-    let (vacuumed, analyzed): (Option<String>, Option<String>) = sqlx::query_as(
-        "SELECT last_vacuum::text, last_analyze::text FROM pg_stat_user_tables WHERE relname = 'messages'",
-    )
-    .fetch_one(&admin)
-    .await
-    .expect("last_analyze");
+    let (vacuumed, analyzed) = last_vacuum_and_analyze(&admin).await;
     assert!(vacuumed.is_none() && analyzed.is_some(), "ANALYZE alone ran: {vacuumed:?} {analyzed:?}");
     let rows = planned().await;
     assert!(rows >= SENT as f32 * 0.9, "the planner now counts the rows: {rows}");
@@ -169,11 +171,7 @@ async fn a_table_filled_since_its_statistics_is_analyzed() {
 /// `aqgate serve --vacuum-every 1` vacuums by itself: logged, counted in `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_vacuums_its_tables_by_itself() {
-    let url = fresh_url(Backend::Postgres).await;
-    let port = common::free_port();
-    let serve = serve(&url, port, "1");
-    let admin = sqlx::PgPool::connect(&url).await.expect("connect");
-    sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = off)").execute(&admin).await.expect("autovacuum off");
+    let (url, port, serve, _admin) = served("1").await;
     sent_and_gone(port, &url, SENT).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let count = |metrics: &str, name: &str| -> u64 {
