@@ -172,7 +172,10 @@ impl<C: Conn> Shared<C> {
 /// How often a wait on the broker looks at its connection's health.
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Tells when a job's connection goes: down, or emptied from its slot by another job.
+/// Tells when a job's connection goes: down, or emptied from its slot by another job. It
+/// does not count as a user of the slot: a wait holding one ends before the job lets go of
+/// its share (the last share's drop empties the slot, which a watch reads as gone, and a
+/// confirm still awaited would count as failed: its batch sent again, marked).
 pub(crate) struct Watch<C> {
     conn: Arc<C>,
     per: Arc<PerLink<C>>,

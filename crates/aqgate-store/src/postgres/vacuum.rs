@@ -43,6 +43,10 @@ const TABLES: &[&str] = &[
 pub const ANALYZE_MIN_CHANGED: i64 = 10_000;
 /// … and this fraction of its live rows (autovacuum's default analyze scale factor).
 pub const ANALYZE_FRACTION: f64 = 0.1;
+/// … and its statistics were last gathered (by anyone: an ANALYZE, a VACUUM (ANALYZE),
+/// autovacuum) at least this many seconds ago: a busy queue's table changes by 10,000
+/// rows within one look, and is not analyzed at every one (autovacuum's pace is a minute).
+pub const ANALYZE_EVERY_SECS: f64 = 60.0;
 
 /// The advisory lock one vacuuming process holds (`aqgatevc` in ASCII).
 const LOCK: i64 = 0x6171_6761_7465_7663;
@@ -70,7 +74,9 @@ async fn vacuum_locked(conn: &mut sqlx::PgConnection, min_dead: i64, fraction: f
            FROM pg_stat_user_tables
           WHERE schemaname = current_schema() AND relname = ANY($1)
             AND ((n_dead_tup >= $2 AND n_dead_tup >= n_live_tup * $3)
-                 OR (n_mod_since_analyze >= $4 AND n_mod_since_analyze >= n_live_tup * $5))
+                 OR (n_mod_since_analyze >= $4 AND n_mod_since_analyze >= n_live_tup * $5
+                     AND coalesce(greatest(last_analyze, last_autoanalyze), '-infinity')
+                         < now() - make_interval(secs => $6)))
           ORDER BY 5 DESC, n_dead_tup DESC",
     )
     .bind(TABLES)
@@ -78,6 +84,7 @@ async fn vacuum_locked(conn: &mut sqlx::PgConnection, min_dead: i64, fraction: f
     .bind(fraction)
     .bind(ANALYZE_MIN_CHANGED)
     .bind(ANALYZE_FRACTION)
+    .bind(ANALYZE_EVERY_SECS)
     .fetch_all(&mut *conn)
     .await
     .db()?;
