@@ -97,9 +97,9 @@ async fn served(vacuum_every: &str) -> (String, u16, common::Proc, sqlx::PgPool)
 /// another process holds the turn, it does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
-    let (url, port, serve, admin) = served("0").await;
+    let (url, port, server, admin) = served("0").await;
     sent_and_gone(port, &url, SENT).await;
-    drop(serve);
+    drop(server);
     let dead = dead_rows(&url, SENT as i64).await;
     assert!(dead >= SENT as i64, "the deleted rows are dead: {dead}");
 
@@ -146,9 +146,9 @@ async fn a_table_is_vacuumed_once_its_dead_rows_are_due() {
 /// analyzed again within the minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_filled_since_its_statistics_is_analyzed() {
-    let (url, port, serve, admin) = served("0").await;
+    let (url, port, server, admin) = served("0").await;
     sent(port, SENT).await;
-    drop(serve);
+    drop(server);
     let changed = counted(&url, "n_mod_since_analyze", SENT as i64).await;
     assert!(changed >= SENT as i64, "the inserted rows count as changed: {changed}");
     let planned = || async {
@@ -169,9 +169,9 @@ async fn a_table_filled_since_its_statistics_is_analyzed() {
     let rows = planned().await;
     assert!(rows >= SENT as f32 * 0.9, "the planner now counts the rows: {rows}");
     // Changed as much again at once: not analyzed again so soon.
-    let serving = crate::serve(&url, port, "0");
+    let again_served = serve(&url, port, "0");
     sent(port, SENT).await;
-    drop(serving);
+    drop(again_served);
     let changed = counted(&url, "n_mod_since_analyze", SENT as i64).await;
     assert!(changed >= SENT as i64, "changed again: {changed}");
     let again = store.vacuum(10_000, 0.2).await.expect("vacuum");
@@ -181,7 +181,7 @@ async fn a_table_filled_since_its_statistics_is_analyzed() {
 /// `aqgate serve --vacuum-every 1` vacuums by itself: logged, counted in `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_vacuums_its_tables_by_itself() {
-    let (url, port, serve, _admin) = served("1").await;
+    let (url, port, server, _admin) = served("1").await;
     sent_and_gone(port, &url, SENT).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let count = |metrics: &str, name: &str| -> u64 {
@@ -197,10 +197,10 @@ async fn serve_vacuums_its_tables_by_itself() {
             assert!(count(&metrics, "aqgate_database_vacuumed_rows_total ") >= SENT as u64, "{metrics}");
             break;
         }
-        assert!(Instant::now() < deadline, "no vacuum within 60 s: {}", serve.log_tail(20));
+        assert!(Instant::now() < deadline, "no vacuum within 60 s: {}", server.log_tail(20));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let log = serve.log();
+    let log = server.log();
     assert!(
         log.contains("vacuumed") && (log.contains("table=\"messages\"") || log.contains("table=messages")),
         "{log}"

@@ -101,9 +101,9 @@ pub trait Store: SessionStore + SpoolStore + NotifyStore + JobStore + AdminStore
     /// Vacuums the store's own tables whose dead rows (left by deletes and updates) number
     /// at least `min_dead` and `fraction` of their live rows, and analyzes those whose
     /// statistics are due (rows changed since they were gathered: 10,000 and a tenth of the
-    /// live rows, as autovacuum's analyze; gathered a minute ago or more), one process at a time however many share the
-    /// database (another's turn is not waited for: nothing is done); what it vacuumed or
-    /// analyzed. For a database whose own vacuuming is off or behind: a queue's head read
+    /// live rows, as autovacuum's analyze; gathered a minute ago or more), one process at a
+    /// time however many share the database (another's turn is not waited for: nothing is
+    /// done); what it vacuumed or analyzed. For a database whose own vacuuming is off or behind: a queue's head read
     /// steps over every dead row before it, and a table filled since its statistics were
     /// gathered is planned as the small one it was. The default (SQLite, which reuses the
     /// pages of deleted rows by itself) does nothing.

@@ -327,7 +327,7 @@ mod tests {
         let e = r.expect_err("given up");
         assert!(e.contains("connection went down"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
-        // Another job emptied the slot (its connection found down): gone too, even if healthy again.
+        // Another job emptied the slot (its connection found down): gone, even if up again.
         other.failed();
         up.store(true, Ordering::SeqCst);
         let e =

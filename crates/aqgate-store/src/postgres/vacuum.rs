@@ -2,11 +2,12 @@
 //! and deleted at the rate of its messages, so its table and indexes fill with dead rows
 //! that every head read steps over until a VACUUM clears them; a table filled since its
 //! statistics were gathered is planned as the small one it was until an ANALYZE. Where
-//! autovacuum is off (or behind), nothing else would do either. One process at a time (a session-level advisory lock, not
-//! waited for), only the tables of this store (a fixed list: no name from the database is
-//! ever written into a statement), `VACUUM (ANALYZE, SKIP_LOCKED)` so that a table
-//! autovacuum or another maintenance holds is left for the next turn; a plain VACUUM blocks
-//! no read or write of the table.
+//! autovacuum is off (or behind), nothing else would do either. One process at a time (a
+//! session-level advisory lock, not waited for), only the tables of this store (a fixed
+//! list: no name from the database is ever written into a statement), `VACUUM (ANALYZE,
+//! SKIP_LOCKED)` (or `ANALYZE (SKIP_LOCKED)` alone) so that a table autovacuum or another
+//! maintenance holds is left for the next turn; a plain VACUUM blocks no read or write of
+//! the table.
 
 use std::time::Instant;
 
