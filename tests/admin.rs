@@ -108,7 +108,9 @@ async fn admin_messages_escapes_what_clients_stored() {
         "aqgate serve",
         &mut common::aqgate(&["serve", "--no-smtp", "--no-notify", "--listen", &listen, "--database", &db]),
     );
-    serve.wait_port(port);
+    // Ready, not only listening: the port opens before the store is migrated, and a
+    // server that died meanwhile is reported with its log.
+    serve.wait_ready(port, std::time::Duration::from_secs(30));
     let forged =
         "X&#10;0123456789ABCDEF0123456789ABCDEF READY 1 2026-01-01 SCOTT SCOTT 0 APP1 FORGED&#13;\u{202e}gpj.exe";
     let publish = common::envelope(&format!(
