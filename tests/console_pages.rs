@@ -566,6 +566,12 @@ async fn a_replay_in_a_real_browser() {
     c.find(Locator::Css("input[name=agent]")).await.expect("agent").send_keys("c_admin").await.expect("type");
     c.find(Locator::Css("input[name=password]")).await.expect("password").send_keys("pw").await.expect("type");
     c.find(Locator::Css("form.login button")).await.expect("log in").click().await.expect("click");
+    // The page after the login, once it has loaded (its logout form), not the one before.
+    c.wait()
+        .at_most(std::time::Duration::from_secs(10))
+        .for_element(Locator::Css("form[action='/console/logout']"))
+        .await
+        .expect("the page after the login");
     b.assert_clean("after the login").await;
     assert!(b.text().await.contains("C_ADMIN (admin)"), "logged in");
     for page in ["audit", "spool", "notifications", "sessions"] {
