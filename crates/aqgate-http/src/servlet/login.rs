@@ -203,11 +203,18 @@ pub(super) async fn discard_arrived(headers: &HeaderMap, mut body: axum::body::B
 }
 
 /// The request body, read only once the caller is known: at most `--max-body` bytes (413)
-/// within `--http-body-timeout` (408; the connection closes).
+/// within `--http-body-timeout` (408). Both close the connection and say so: the rest of the
+/// body is never read, so a client must not send its next request on that connection.
 pub(super) async fn read_body(s: &AppState, headers: &HeaderMap, body: axum::body::Body) -> Result<Bytes, Response> {
     let max = s.limits.max_bytes;
-    let too_large =
-        || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {max} bytes\n")).into_response();
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            [(header::CONNECTION, "close")],
+            format!("the request body is over {max} bytes\n"),
+        )
+            .into_response()
+    };
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX)) {

@@ -88,9 +88,46 @@ pub(super) fn decrypt(
         )));
     }
     // One answer for every failure once the recipient is ours: how a decryption failed
-    // must not be an oracle for the key.
-    cms.decrypt(&gateway.key, &gateway.cert)
-        .map_err(|_| perm("the mail cannot be decrypted with the gateway's key (damaged in transit?)"))
+    // must not be an oracle for the key. A damaged encrypted key does not always fail:
+    // OpenSSL then decrypts with a random key (its defence against Bleichenbacher's attack),
+    // and a CBC content decrypted so passes its padding check about once in 256 and comes out
+    // as noise. Noise is no MIME entity, so it gets the same answer.
+    let cannot = || perm("the mail cannot be decrypted with the gateway's key (damaged in transit?)");
+    let entity = cms.decrypt(&gateway.key, &gateway.cert).map_err(|_| cannot())?;
+    if !starts_with_header_field(&entity) {
+        return Err(cannot());
+    }
+    Ok(entity)
+}
+
+/// Whether `entity` opens with a header section of at least one field (RFC 5322 §2.2:
+/// a name of printable ASCII but ':', then ':') ended by an empty line: what every MIME
+/// entity that can hold a signed request does, and what decrypted noise all but never does.
+pub(super) fn starts_with_header_field(entity: &[u8]) -> bool {
+    // Whole lines only: what follows the last line feed is not a line yet.
+    let lines = entity.split_inclusive(|&b| b == b'\n').filter_map(|l| l.strip_suffix(b"\n"));
+    let mut fields = 0;
+    for line in lines.map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
+        if line.is_empty() {
+            return fields > 0;
+        }
+        let folded = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
+        if folded && fields > 0 {
+            if !line.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+                return false;
+            }
+            continue;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
+        let (name, value) = line.split_at(colon);
+        let name_ok = !name.is_empty() && name.iter().all(|&b| (b'!'..=b'~').contains(&b));
+        let value_ok = value.iter().all(|&b| b == b'\t' || b >= b' ' && b != 0x7f);
+        if !name_ok || !value_ok {
+            return false;
+        }
+        fields += 1;
+    }
+    false
 }
 
 /// `entity` (a MIME entity) as an `application/pkcs7-mime` enveloped-data entity encrypted

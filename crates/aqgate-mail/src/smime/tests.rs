@@ -1187,6 +1187,49 @@ fn a_signed_request_encrypted_to_the_gateway_passes() {
     );
 }
 
+/// What decrypts to noise (a damaged key decrypted with OpenSSL's random stand-in key whose
+/// CBC padding happened to pass) gets the answer every other decryption failure gets.
+#[test]
+fn an_encrypted_mail_that_holds_noise_cannot_be_decrypted() {
+    let gateway = gateway();
+    let policy = Policy { gateway: Some(&gateway), ..Policy::default() };
+    let dir = TempDir::new();
+    // Noise from a fixed generator, its first line no header field.
+    let mut x: u32 = 0x2545_f491;
+    let noise: Vec<u8> = (0..4096)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if i == 0 { 0x8f } else { x.to_le_bytes()[0] }
+        })
+        .collect();
+    let input = dir.file("noise.bin", &noise);
+    let to = dir.file("gateway.pem", GATEWAY_SMIME_PEM);
+    let args = [p("cms"), p("-encrypt"), p("-binary"), p("-aes-256-cbc"), p("-in"), &input, &to];
+    let raw = mail(HEADERS, &run("openssl", &args, "openssl encrypt", &[]));
+    assert_refused(
+        verify_with(&raw, &[SCOTT_DER.to_vec()], &trust(), &policy, now()),
+        "cannot be decrypted with the gateway's key",
+    );
+}
+
+#[test]
+fn a_header_section_opens_a_mime_entity() {
+    use super::envelope::starts_with_header_field as header;
+    assert!(header(b"Content-Type: text/plain\r\n\r\nbody"));
+    assert!(header(b"MIME-Version: 1.0\nContent-Type: multipart/signed;\n\tprotocol=x\n\n"));
+    assert!(header("Subject: caf\u{e9}\r\n\r\n".as_bytes()), "UTF-8 in a value (RFC 6532)");
+    assert!(!header(b"\r\nbody"), "no field");
+    assert!(!header(b"Content-Type: text/plain\r\n"), "no end of the header section");
+    assert!(!header(b"\tfolded: first\r\n\r\n"), "a continuation with nothing to continue");
+    assert!(!header(b"Bad Name: x\r\n\r\n"), "a space in a name");
+    assert!(!header(b": x\r\n\r\n"), "an empty name");
+    assert!(!header(b"no colon\r\n\r\n"));
+    assert!(!header(b"A: \x01\r\n\r\n"), "a control character in a value");
+    assert!(!header(&[0x8f, b':', b'\n', b'\n']), "an 8-bit name");
+}
+
 #[test]
 fn gateway_identity_rules() {
     let id = gateway();
