@@ -60,8 +60,13 @@ async fn gateway_rows(db: &str, table: &str, name: &str) -> i64 {
         .expect("count")
 }
 
+/// Whether `stream` holds the durable consumer `durable` (no such stream: it does not).
 async fn consumer_exists(js: &async_nats::jetstream::Context, stream: &str, durable: &str) -> bool {
-    let s = js.get_stream(stream).await.expect("stream");
+    let s = match js.get_stream(stream).await {
+        Ok(s) => s,
+        Err(e) if e.to_string().contains("not found") => return false,
+        Err(e) => panic!("stream {stream}: {e}"),
+    };
     match s.consumer_info(durable).await {
         Ok(_) => true,
         Err(e) if e.to_string().contains("not found") => false,
@@ -222,6 +227,9 @@ async fn removal_waits_for_a_dead_broker_and_force_ends_it() {
     let port = free_port();
     let s = serve_quick("removal", &db, port, &topo);
     wait_job(&db, "FROM_NATS", Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    // A job is RUNNING from its start, before it has reached the broker: wait for what it
+    // makes there (its stream and durable consumer), or the kill may come first.
+    wait_consumer(&jetstream(nats.port).await, &stream, "aqgate_FROM_NATS", true).await;
 
     nats.kill9();
     let (ok, said) = admin_jobs(&db, &["--remove", "FROM_NATS"]);
