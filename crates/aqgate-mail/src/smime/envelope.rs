@@ -106,6 +106,8 @@ pub(super) fn decrypt(
 pub(super) fn starts_with_header_field(entity: &[u8]) -> bool {
     // Whole lines only: what follows the last line feed is not a line yet.
     let lines = entity.split_inclusive(|&b| b == b'\n').filter_map(|l| l.strip_suffix(b"\n"));
+    // A value's bytes: no control characters but tab; UTF-8 allowed (RFC 6532).
+    let value_ok = |value: &[u8]| value.iter().all(|&b| b == b'\t' || b >= b' ' && b != 0x7f);
     let mut fields = 0;
     for line in lines.map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
         if line.is_empty() {
@@ -113,7 +115,7 @@ pub(super) fn starts_with_header_field(entity: &[u8]) -> bool {
         }
         let folded = line.first().is_some_and(|b| *b == b' ' || *b == b'\t');
         if folded && fields > 0 {
-            if !line.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+            if !value_ok(line) {
                 return false;
             }
             continue;
@@ -121,8 +123,7 @@ pub(super) fn starts_with_header_field(entity: &[u8]) -> bool {
         let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
         let (name, value) = line.split_at(colon);
         let name_ok = !name.is_empty() && name.iter().all(|&b| (b'!'..=b'~').contains(&b));
-        let value_ok = value.iter().all(|&b| b == b'\t' || b >= b' ' && b != 0x7f);
-        if !name_ok || !value_ok {
+        if !name_ok || !value_ok(value) {
             return false;
         }
         fields += 1;

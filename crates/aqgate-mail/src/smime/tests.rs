@@ -1220,6 +1220,8 @@ fn a_header_section_opens_a_mime_entity() {
     assert!(header(b"Content-Type: text/plain\r\n\r\nbody"));
     assert!(header(b"MIME-Version: 1.0\nContent-Type: multipart/signed;\n\tprotocol=x\n\n"));
     assert!(header("Subject: caf\u{e9}\r\n\r\n".as_bytes()), "UTF-8 in a value (RFC 6532)");
+    assert!(header("Subject: a\r\n caf\u{e9}\r\n\r\n".as_bytes()), "and in a folded line");
+    assert!(!header(b"A: x\r\n \x01\r\n\r\n"), "a control character in a folded line");
     assert!(!header(b"\r\nbody"), "no field");
     assert!(!header(b"Content-Type: text/plain\r\n"), "no end of the header section");
     assert!(!header(b"\tfolded: first\r\n\r\n"), "a continuation with nothing to continue");
