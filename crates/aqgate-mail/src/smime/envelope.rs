@@ -122,6 +122,8 @@ pub(super) fn starts_with_header_field(entity: &[u8]) -> bool {
         }
         let Some(colon) = line.iter().position(|&b| b == b':') else { return false };
         let (name, value) = line.split_at(colon);
+        // Obsolete whitespace before the colon allowed, as `header_name_is` allows it.
+        let name = name.trim_ascii_end();
         let name_ok = !name.is_empty() && name.iter().all(|&b| (b'!'..=b'~').contains(&b));
         if !name_ok || !value_ok(value) {
             return false;

@@ -1226,6 +1226,8 @@ fn a_header_section_opens_a_mime_entity() {
     assert!(!header(b"Content-Type: text/plain\r\n"), "no end of the header section");
     assert!(!header(b"\tfolded: first\r\n\r\n"), "a continuation with nothing to continue");
     assert!(!header(b"Bad Name: x\r\n\r\n"), "a space in a name");
+    assert!(header(b"Subject : x\r\n\r\n"), "obsolete whitespace before the colon");
+    assert!(!header(b" : x\r\n\r\n"), "a name of whitespace only");
     assert!(!header(b": x\r\n\r\n"), "an empty name");
     assert!(!header(b"no colon\r\n\r\n"));
     assert!(!header(b"A: \x01\r\n\r\n"), "a control character in a value");
